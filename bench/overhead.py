@@ -1,0 +1,180 @@
+"""Per-turn orchestration overhead of picoflow next to a hand-written minimal loop.
+
+The workload of one user turn: the model sends a tool call with a bad argument, then a corrected
+call, then a final answer — 3 model calls and 1 tool run. Both sides use the same ``ScriptedModel``,
+the same Pydantic argument model and the same tool function, in the same process and event loop,
+interleaved turn by turn so that machine noise hits both alike. picoflow additionally does
+everything a framework must (session create + compare-and-swap save in a ``MemoryStore``,
+per-step memory, warnings, usage, hooks); the hand loop keeps a message list in a dict.
+
+    python bench/overhead.py [--turns 3000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from datetime import date
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from picoflow import Caller, Flow, FlowEngine, RunContext, Step, tool
+from picoflow.messages import Message, ModelRequest, ToolCall, ToolDefinition
+from picoflow.models import ScriptedModel
+
+SYSTEM = "You answer questions about the signed-in customer's orders."
+ORDERS = [
+    {"id": 2, "customer": "C-1", "status": "refunded", "created": "2026-10-03"},
+    {"id": 3, "customer": "C-1", "status": "refunded", "created": "2026-10-20"},
+    {"id": 4, "customer": "C-2", "status": "refunded", "created": "2026-10-21"},
+]
+SCRIPT = [
+    ToolCall("search_orders", {"since": "October 1st", "status": "refunded"}),
+    ToolCall("search_orders", {"since": "2026-10-01", "status": "refunded"}),
+    "Two orders were refunded since October 1st: 3 and 2.",
+]
+
+
+def find_orders(customer: str, since: date, status: str | None, limit: int) -> list[dict[str, Any]]:
+    rows = [
+        {"id": o["id"], "status": o["status"]}
+        for o in ORDERS
+        if o["customer"] == customer
+        and o["created"] >= since.isoformat()
+        and (status is None or o["status"] == status)
+    ]
+    return rows[:limit]
+
+
+# --- picoflow ---------------------------------------------------------------------------------
+
+
+class Support(Step):
+    """You answer questions about the signed-in customer's orders."""
+
+    @tool
+    def search_orders(
+        self,
+        since: date,
+        ctx: RunContext,
+        status: Literal["pending", "shipped", "refunded"] | None = None,
+        limit: int = Field(10, ge=1, le=50),
+    ) -> list[dict[str, Any]]:
+        """Search the customer's orders created on or after `since`."""
+        return find_orders(ctx.customer_id or "", since, status, limit)
+
+
+class SupportFlow(Flow):
+    name = "support"
+    steps = [Support]
+
+
+# --- the hand-written loop ----------------------------------------------------------------------
+
+
+class OrderQuery(BaseModel):
+    since: date
+    status: Literal["pending", "shipped", "refunded"] | None = None
+    limit: int = Field(10, ge=1, le=50)
+
+
+HAND_TOOLS = [
+    ToolDefinition("search_orders", "Search the customer's orders.", OrderQuery.model_json_schema()),
+]
+
+
+async def hand_loop(
+    model: ScriptedModel, text: str, customer: str, sessions: dict[int, list[Message]]
+) -> str:
+    messages = [Message.user(text)]
+    for _ in range(8):
+        response = await model.request(ModelRequest(system=SYSTEM, messages=list(messages), tools=HAND_TOOLS))
+        messages.append(Message.assistant(response.text, response.tool_calls))
+        if not response.tool_calls:
+            sessions[len(sessions)] = messages
+            return response.text
+        for call in response.tool_calls:
+            if call.name != "search_orders" or isinstance(call.args, str):
+                messages.append(Message.tool(call, f"unknown tool {call.name}", is_error=True))
+                continue
+            try:
+                query = OrderQuery.model_validate(call.args)
+            except ValidationError as error:
+                problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+                messages.append(Message.tool(call, f"Invalid arguments: {problems}", is_error=True))
+                continue
+            rows = find_orders(customer, query.since, query.status, query.limit)
+            messages.append(Message.tool(call, json.dumps(rows)))
+    raise RuntimeError("no answer")
+
+
+# --- measurement ---------------------------------------------------------------------------------
+
+
+async def measure(turns: int, warmup: int) -> dict[str, list[float]]:
+    total = turns + warmup
+    pico_model = ScriptedModel(SCRIPT * total)
+    hand_model = ScriptedModel(SCRIPT * total)
+    engine = FlowEngine([SupportFlow], model=pico_model)
+    caller = Caller(principal="C-1")
+    sessions: dict[int, list[Message]] = {}
+
+    async def pico() -> str:
+        result = await engine.run("support", "Which orders were refunded since October 1st?", context=caller)
+        if not result.ok:
+            raise RuntimeError(result.error)
+        return result.message
+
+    async def hand() -> str:
+        return await hand_loop(hand_model, "Which orders were refunded since October 1st?", "C-1", sessions)
+
+    runs: dict[str, Callable[[], Awaitable[str]]] = {"picoflow": pico, "hand-written loop": hand}
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    gc.collect()
+    for index in range(total):
+        order = list(runs.items()) if index % 2 == 0 else list(reversed(runs.items()))
+        for name, run in order:
+            start = time.perf_counter_ns()
+            reply = await run()
+            elapsed = (time.perf_counter_ns() - start) / 1000
+            assert reply == SCRIPT[2]
+            if index >= warmup:
+                samples[name].append(elapsed)
+    return samples
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--turns", type=int, default=3000)
+    parser.add_argument("--warmup", type=int, default=300)
+    args = parser.parse_args()
+    samples = asyncio.run(measure(args.turns, args.warmup))
+    print(f"per-turn time over {args.turns} turns (3 model calls, 1 tool run; µs)")
+    print(f"{'':<20}{'p50':>10}{'p99':>10}{'mean':>10}")
+    for name, values in samples.items():
+        print(
+            f"{name:<20}{percentile(values, 0.5):>10.1f}{percentile(values, 0.99):>10.1f}"
+            f"{statistics.mean(values):>10.1f}"
+        )
+    pico, hand = samples["picoflow"], samples["hand-written loop"]
+    print(
+        f"ratio picoflow / hand-written: p50 {percentile(pico, 0.5) / percentile(hand, 0.5):.2f}x, "
+        f"p99 {percentile(pico, 0.99) / percentile(hand, 0.99):.2f}x (goal: <= 3x)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""picoflow: conversational LLM applications as a flow of steps.
+
+The model only proposes; your code validates, authorizes, runs and decides what happens next.
+"""
+
+from picoflow.context import Caller, RunContext
+from picoflow.engine import FlowEngine, TurnError, TurnFinished, TurnResult
+from picoflow.exceptions import (
+    FlowDefinitionError,
+    PicoflowError,
+    RunError,
+    SessionConflict,
+    ToolError,
+    UsageLimitExceeded,
+)
+from picoflow.flow import Flow
+from picoflow.memory import Compaction
+from picoflow.messages import Message
+from picoflow.outcomes import Direct, Go, Outcome, Reject, Stay, direct, go, stay
+from picoflow.prompts import Prompt
+from picoflow.step import LogicStep, Step, TerminateStep
+from picoflow.tools import ValidCall, declare_tool, tool, tools
+from picoflow.usage import Usage, UsageLimits
+
+__all__ = [
+    "Caller",
+    "Compaction",
+    "Direct",
+    "Flow",
+    "FlowDefinitionError",
+    "FlowEngine",
+    "Go",
+    "LogicStep",
+    "Message",
+    "Outcome",
+    "PicoflowError",
+    "Prompt",
+    "Reject",
+    "RunContext",
+    "RunError",
+    "SessionConflict",
+    "Stay",
+    "Step",
+    "TerminateStep",
+    "ToolError",
+    "TurnError",
+    "TurnFinished",
+    "TurnResult",
+    "Usage",
+    "UsageLimitExceeded",
+    "UsageLimits",
+    "ValidCall",
+    "declare_tool",
+    "direct",
+    "go",
+    "stay",
+    "tool",
+    "tools",
+]
+
+__version__ = "0.1.0"

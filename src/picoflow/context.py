@@ -1,0 +1,58 @@
+"""What the runtime injects into tools and the model never sees.
+
+``Caller`` is what an application passes to ``FlowEngine.run`` about the authenticated caller.
+``RunContext`` is what a tool handler receives: a parameter typed ``RunContext`` (or
+``RunContext[MyDeps]``) is filled by picoflow and left out of the tool's schema, so the model can
+neither see nor choose it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic
+
+from typing_extensions import TypeVar
+
+from picoflow.usage import Usage
+
+DepsT = TypeVar("DepsT", default=Any)
+
+#: Argument names reserved for injected values. A tool schema may not expose them, and a model
+#: that sends one has it dropped (and a warning recorded).
+INJECTED_NAMES: frozenset[str] = frozenset(
+    {"principal", "customer_id", "visibilities", "deps", "session_id", "usage"}
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Caller:
+    """The authenticated caller of a turn. Set by the application, never by the model."""
+
+    principal: str | None = None
+    """Who is asking (a customer or user id). Sessions are bound to the principal that created them."""
+    visibilities: frozenset[str] = frozenset()
+    """Access labels of the caller (e.g. catalog visibilities)."""
+    deps: Any = None
+    """Application dependencies for tools (database handles, clients). Overrides the engine's deps."""
+    config: Mapping[str, Any] = field(default_factory=dict)
+    """Per-request settings from the caller (never persisted)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunContext(Generic[DepsT]):
+    """Injected into tool handlers that declare a parameter of this type."""
+
+    principal: str | None
+    visibilities: frozenset[str]
+    deps: DepsT
+    session_id: str
+    step: str
+    usage: Usage
+    """Usage of the turn so far."""
+    config: Mapping[str, Any]
+
+    @property
+    def customer_id(self) -> str | None:
+        """The principal, under the name support flows usually give it."""
+        return self.principal

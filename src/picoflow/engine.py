@@ -1,0 +1,428 @@
+"""``FlowEngine``: registered flows, their models and a session store — the application object.
+
+``await engine.run(flow, message, session_id)`` runs one turn and always returns a
+``TurnResult``: run-time failures (a model outage, a budget exceeded, a bug in a tool, a
+concurrent turn on the same session) come back as ``result.error`` with text safe to show a user,
+and the stored session is left exactly as it was before the turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from picoflow._runner import Turn
+from picoflow.context import Caller
+from picoflow.events import TurnEvent
+from picoflow.exceptions import (
+    FlowDefinitionError,
+    FlowMismatch,
+    FlowNotFound,
+    InvalidInput,
+    MessageTooLong,
+    ModelHTTPError,
+    RunError,
+    SessionCompleted,
+    SessionNotFound,
+    StoreError,
+)
+from picoflow.flow import Flow, FlowSpec, StepSpec
+from picoflow.messages import Message
+from picoflow.models.base import Model
+from picoflow.models.catalog import (
+    ModelSelection,
+    as_selection,
+    create_model,
+    default_selection,
+    validate_selection,
+)
+from picoflow.sessions.base import LogRecord, Session, SessionStore
+from picoflow.sessions.memory import MemoryStore
+from picoflow.usage import Usage, UsageLimits
+
+logger = logging.getLogger("picoflow")
+
+SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+MAX_WARNINGS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class TurnError:
+    """Why a turn failed, in words safe for an end user, plus what a program needs to react."""
+
+    kind: str
+    """Stable code: ``usage_limit``, ``model_unavailable``, ``session_conflict``, ``tool_failed``, ..."""
+    message: str
+    retryable: bool = False
+    retry_after: float | None = None
+    """Seconds to wait before retrying, when the provider said so."""
+    reference: str | None = None
+    """Session id the error record was filed under (also for a first turn that stored nothing)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    """The outcome of one turn."""
+
+    message: str
+    """The reply to show (or the public error text when the turn failed)."""
+    session_id: str | None
+    """None only when the first turn of a new session failed (nothing was stored)."""
+    completed: bool
+    content_type: str = "text/plain"
+    step: str | None = None
+    """Step the conversation is in after the turn."""
+    usage: Usage = field(default_factory=Usage)
+    error: TurnError | None = None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFinished:
+    """Last event of ``run_stream``: the turn's result."""
+
+    result: TurnResult
+
+
+class FlowEngine:
+    """Runs turns of registered flows against a session store."""
+
+    def __init__(
+        self,
+        flows: Iterable[type[Flow]] = (),
+        *,
+        store: SessionStore | None = None,
+        model: Model | str | ModelSelection | None = None,
+        deps: Any = None,
+        limits: UsageLimits | None = None,
+        max_message_chars: int = 32_000,
+    ) -> None:
+        """
+        Args:
+            flows: Flow classes to register (each is built and validated now).
+            store: Where sessions live; an in-process ``MemoryStore`` by default.
+            model: Overrides the model of every step of every flow (tests, or one model for all).
+            deps: Application dependencies handed to tools through ``RunContext.deps``.
+            limits: Per-turn budgets overriding each flow's own ``limits``.
+            max_message_chars: Longest user message accepted.
+        """
+        self.store: SessionStore = store if store is not None else MemoryStore()
+        self.deps = deps
+        self.limits = limits
+        self.max_message_chars = max_message_chars
+        self._override: Model | ModelSelection | None = None
+        if isinstance(model, Model):
+            self._override = model
+        elif model is not None:
+            self._override = as_selection(model)
+            validate_selection(self._override)
+        self._flows: dict[str, FlowSpec] = {}
+        self._models: dict[tuple[str, str], Model] = {}
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        for flow in flows:
+            self.register(flow)
+
+    # --- registry -------------------------------------------------------------------------------
+
+    def register(self, flow: type[Flow]) -> FlowSpec:
+        """Build, validate and register a flow. Raises ``FlowDefinitionError``."""
+        if not (isinstance(flow, type) and issubclass(flow, Flow)):
+            raise FlowDefinitionError(f"{flow!r} is not a Flow subclass")
+        spec = flow.spec()
+        if spec.name in self._flows and self._flows[spec.name].cls is not flow:
+            raise FlowDefinitionError(f"two flows are named {spec.name!r}")
+        if self._override is None:
+            for choice in [flow.model, *(step.cls.model for step in spec.steps.values())]:
+                if choice is not None and not isinstance(choice, Model):
+                    validate_selection(as_selection(choice))
+        self._flows[spec.name] = spec
+        return spec
+
+    @property
+    def flows(self) -> list[FlowSpec]:
+        return list(self._flows.values())
+
+    def flow(self, flow: str | type[Flow]) -> FlowSpec:
+        name = flow if isinstance(flow, str) else flow.name
+        spec = self._flows.get(name)
+        if spec is None:
+            raise FlowNotFound(f"no flow named {name!r} is registered")
+        return spec
+
+    def model_for(self, flow: FlowSpec, step: StepSpec) -> Model:
+        """The model a step uses: engine override, else the step's, else the flow's, else the default."""
+        key = (flow.name, step.name)
+        model = self._models.get(key)
+        if model is None:
+            choice = self._override or step.cls.model or flow.cls.model or default_selection()
+            model = choice if isinstance(choice, Model) else create_model(as_selection(choice))
+            self._models[key] = model
+        return model
+
+    # --- turns ----------------------------------------------------------------------------------
+
+    async def run(
+        self,
+        flow: str | type[Flow],
+        message: str,
+        session_id: str | None = None,
+        *,
+        context: Caller | None = None,
+        on_event: Callable[[TurnEvent], None] | None = None,
+    ) -> TurnResult:
+        """Run one turn. Never raises for run-time failures: see ``TurnResult.error``."""
+        caller = context or Caller()
+        turn: Turn | None = None
+        reference = session_id
+        try:
+            spec = self.flow(flow)
+            text = self._check_input(message, session_id)
+            async with self._session_lock(session_id):
+                session, expected = await self._open(spec, session_id, caller)
+                reference = session.id
+                turn = self._turn(spec, session, caller, on_event)
+                session = await self._restore(turn, session)
+                if session is not turn.session:
+                    turn = self._turn(spec, session, caller, on_event)
+                reply = await turn.run(text)
+                await turn.finish()
+                self._commit_locally(turn)
+                try:
+                    await self.store.save(session, expected_revision=expected, appended=turn.appended)
+                except RunError:
+                    raise
+                except Exception as exc:
+                    raise StoreError(
+                        f"saving session {session.id} failed: {type(exc).__name__}: {exc}"
+                    ) from exc
+            return TurnResult(
+                message=reply,
+                session_id=session.id,
+                completed=session.status == "completed",
+                content_type=turn.content_type or "text/plain",
+                step=session.current_step,
+                usage=turn.usage,
+                warnings=tuple(record.message for record in turn.warnings),
+            )
+        except RunError as exc:
+            return await self._failed(exc, reference, session_id, turn)
+        except Exception as exc:
+            logger.exception("picoflow: unexpected error in a turn of session %s", reference)
+            wrapped = RunError(f"unexpected {type(exc).__name__}: {exc}")
+            wrapped.__cause__ = exc
+            return await self._failed(wrapped, reference, session_id, turn)
+        finally:
+            if turn is not None:
+                turn.release()
+
+    async def run_stream(
+        self,
+        flow: str | type[Flow],
+        message: str,
+        session_id: str | None = None,
+        *,
+        context: Caller | None = None,
+    ) -> AsyncIterator[TurnEvent | TurnFinished]:
+        """Run one turn, yielding its events as they happen and ``TurnFinished`` last.
+
+        The turn runs to its end even if the consumer stops listening, so a disconnect never
+        leaves a half-done turn.
+        """
+        queue: asyncio.Queue[TurnEvent | TurnFinished] = asyncio.Queue()
+        task = asyncio.ensure_future(
+            self.run(flow, message, session_id, context=context, on_event=queue.put_nowait)
+        )
+        task.add_done_callback(lambda done: queue.put_nowait(TurnFinished(done.result())))
+        while True:
+            event = await queue.get()
+            yield event
+            if isinstance(event, TurnFinished):
+                return
+
+    def run_sync(
+        self,
+        flow: str | type[Flow],
+        message: str,
+        session_id: str | None = None,
+        *,
+        context: Caller | None = None,
+    ) -> TurnResult:
+        """``run`` for code without an event loop (scripts, notebooks without one running)."""
+        return asyncio.run(self.run(flow, message, session_id, context=context))
+
+    # --- sessions -------------------------------------------------------------------------------
+
+    async def get_session(self, session_id: str, *, principal: str | None = None) -> Session | None:
+        """The stored session, or None if unknown or owned by another principal."""
+        session = await self.store.load(session_id)
+        if session is None or not _may_access(session, principal):
+            return None
+        return session
+
+    async def transcript(self, session_id: str, *, principal: str | None = None) -> list[Message] | None:
+        if await self.get_session(session_id, principal=principal) is None:
+            return None
+        return await self.store.transcript(session_id)
+
+    async def delete_session(self, session_id: str, *, principal: str | None = None) -> bool:
+        """Delete a session (waits for a turn in progress on it). False if it did not exist."""
+        async with self._session_lock(session_id):
+            if await self.get_session(session_id, principal=principal) is None:
+                return False
+            return await self.store.delete(session_id)
+
+    async def aclose(self) -> None:
+        await self.store.close()
+        for model in {id(m): m for m in self._models.values()}.values():
+            await model.aclose()
+
+    # --- internals ------------------------------------------------------------------------------
+
+    def _check_input(self, message: str, session_id: str | None) -> str:
+        if not isinstance(message, str):
+            raise InvalidInput(f"message must be text, not {type(message).__name__}")
+        text = message.strip()
+        if not text:
+            raise InvalidInput("message is empty")
+        if len(text) > self.max_message_chars:
+            raise MessageTooLong(f"message is longer than {self.max_message_chars} characters")
+        if session_id is not None and not SESSION_ID.match(session_id):
+            raise InvalidInput("session id must be 1-128 letters, digits, '-' or '_'")
+        return text
+
+    def _turn(
+        self, spec: FlowSpec, session: Session, caller: Caller, on_event: Callable[[TurnEvent], None] | None
+    ) -> Turn:
+        return Turn(
+            spec=spec,
+            session=session,
+            caller=caller,
+            deps=caller.deps if caller.deps is not None else self.deps,
+            model_for=lambda step: self.model_for(spec, step),
+            limits=self.limits or spec.limits,
+            emit=on_event,
+        )
+
+    async def _open(
+        self, spec: FlowSpec, session_id: str | None, caller: Caller
+    ) -> tuple[Session, int | None]:
+        if session_id is None:
+            session = Session(
+                id=str(uuid.uuid4()), flow=spec.name, current_step=spec.start, principal=caller.principal
+            )
+            return session, None
+        try:
+            stored = await self.store.load(session_id)
+        except RunError:
+            raise
+        except Exception as exc:
+            raise StoreError(f"loading session {session_id} failed: {type(exc).__name__}: {exc}") from exc
+        if stored is None or not _may_access(stored, caller.principal):
+            raise SessionNotFound(f"no session {session_id} for this caller", session_id=session_id)
+        if stored.flow != spec.name:
+            raise FlowMismatch(f"session {session_id} belongs to flow {stored.flow}, not {spec.name}")
+        if stored.status != "running":
+            raise SessionCompleted(f"session {session_id} is {stored.status}", session_id=session_id)
+        if stored.current_step not in spec.steps:
+            raise FlowMismatch(
+                f"session {session_id} is in step {stored.current_step}, unknown to {spec.name}"
+            )
+        return stored, stored.revision
+
+    async def _restore(self, turn: Turn, session: Session) -> Session:
+        if session.revision == 0:
+            return session
+        try:
+            restored = turn.flow.on_restore_session(session)
+        except Exception as exc:
+            raise RunError(f"on_restore_session raised {type(exc).__name__}: {exc}") from exc
+        if restored is None:
+            return Session(
+                id=session.id,
+                flow=session.flow,
+                current_step=turn.spec.start,
+                revision=session.revision,
+                principal=session.principal,
+                next_seq=session.next_seq,
+            )
+        if not isinstance(restored, Session) or restored.id != session.id:
+            raise RunError("on_restore_session must return the session, a fresh Session with its id, or None")
+        return restored
+
+    def _commit_locally(self, turn: Turn) -> None:
+        session = turn.session
+        session.turns += 1
+        session.usage.add(turn.usage)
+        session.updated_at = time.time()
+        if turn.warnings:
+            session.warnings.extend(turn.warnings)
+            del session.warnings[:-MAX_WARNINGS]
+
+    async def _failed(
+        self, exc: RunError, reference: str | None, requested_id: str | None, turn: Turn | None
+    ) -> TurnResult:
+        step = exc.step or (turn.session.current_step if turn else None)
+        exc.session_id = exc.session_id or reference
+        exc.step = step
+        detail = str(exc)
+        if exc.__cause__ is not None and type(exc.__cause__).__name__ not in detail:
+            detail = f"{detail} (caused by {type(exc.__cause__).__name__})"
+        if reference is not None and exc.kind not in ("session_not_found", "invalid_input", "flow_not_found"):
+            record = LogRecord(exc.kind, detail, "error", step, (turn.session.turns + 1) if turn else None)
+            try:
+                await self.store.record_error(reference, record)
+            except Exception:
+                logger.exception("picoflow: could not record the error of session %s", reference)
+        logger.warning("picoflow turn failed [%s] session=%s step=%s: %s", exc.kind, reference, step, detail)
+        stored_id = requested_id if exc.kind not in ("session_not_found", "invalid_input") else None
+        return TurnResult(
+            message=exc.public_text,
+            session_id=stored_id,
+            completed=exc.kind == "session_completed",
+            content_type="text/plain",
+            step=step if stored_id else None,
+            usage=turn.usage if turn else Usage(),
+            error=TurnError(
+                exc.kind,
+                exc.public_text,
+                exc.retryable,
+                exc.retry_after if isinstance(exc, ModelHTTPError) else None,
+                reference,
+            ),
+            warnings=tuple(record.message for record in turn.warnings) if turn else (),
+        )
+
+    @asynccontextmanager
+    async def _session_lock(self, session_id: str | None) -> AsyncIterator[None]:
+        """Serialise turns of one session inside this process (the store's CAS covers the rest)."""
+        if session_id is None:
+            yield
+            return
+        lock, users = self._locks.get(session_id, (None, 0))
+        if lock is None:
+            lock = asyncio.Lock()
+        self._locks[session_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[session_id]
+            if users <= 1:
+                del self._locks[session_id]
+            else:
+                self._locks[session_id] = (lock, users - 1)
+
+
+def _may_access(session: Session, principal: str | None) -> bool:
+    return session.principal is None or session.principal == principal

@@ -1,0 +1,47 @@
+"""What a turn reports while it runs (for streaming and progress displays)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class StepEntered:
+    """The conversation moved to ``step``."""
+
+    step: str
+    previous: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCalled:
+    """A validated tool call is about to run."""
+
+    step: str
+    id: str
+    name: str
+    args: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolReturned:
+    """The result of a tool call, as sent back to the model."""
+
+    step: str
+    id: str
+    name: str
+    content: str
+    is_error: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TextChunk:
+    """Part of the model's answer text, as it is generated (only when the provider streams)."""
+
+    step: str
+    text: str
+
+
+TurnEvent = StepEntered | ToolCalled | ToolReturned | TextChunk

@@ -1,0 +1,181 @@
+"""The error tree, arranged by who must act.
+
+* ``FlowDefinitionError`` — the flow's author, at build time (``FlowEngine(flows=...)``).
+* ``RunError`` and its family — the operator or the caller, at run time. Each carries the
+  session id and step it happened in, a stable ``kind`` for programs, and ``public_message``,
+  text that is safe to show an end user (it never holds internals or submitted values).
+* ``ToolError`` — raised *by a tool handler* to refuse a call the model can correct; it is not a
+  failure of the turn.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class PicoflowError(Exception):
+    """Base class of every error picoflow raises."""
+
+
+class FlowDefinitionError(PicoflowError):
+    """A flow, step or tool is defined wrongly. Raised when the flow is built, before any turn."""
+
+
+class OutcomeContextError(PicoflowError):
+    """``stay()`` or ``direct()`` was called where no step is executing."""
+
+
+class RunError(PicoflowError):
+    """A turn could not complete. The session keeps its last committed state."""
+
+    kind: ClassVar[str] = "internal"
+    retryable: ClassVar[bool] = False
+    public_message: str = "The assistant could not complete this turn."
+
+    def __init__(self, message: str, *, session_id: str | None = None, step: str | None = None) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.step = step
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else self.public_message
+
+    @property
+    def public_text(self) -> str:
+        """What an end user may be told."""
+        return self.public_message
+
+
+class UsageLimitExceeded(RunError):
+    """A per-turn budget (model calls, tool calls or tokens) ran out."""
+
+    kind = "usage_limit"
+
+    def __init__(self, limit: str, value: int, **where: str | None) -> None:
+        super().__init__(f"turn exceeded its {limit} limit of {value}", **where)
+        self.limit = limit
+        self.value = value
+
+    @property
+    def public_text(self) -> str:
+        return f"This request needed more work than one turn allows ({self.limit} limit of {self.value})."
+
+
+class AttemptsExhausted(RunError):
+    """Every attempt of a step produced a rejected, empty or malformed response."""
+
+    kind = "attempts_exhausted"
+    public_message = "The assistant could not produce an acceptable answer. Please rephrase or try again."
+
+
+class ModelError(RunError):
+    """The model provider failed (network, protocol, configuration)."""
+
+    kind = "model_error"
+    retryable = True
+    public_message = "The language model is unavailable right now. Please try again shortly."
+
+
+class ModelHTTPError(ModelError):
+    """The provider answered with an error status after every retry."""
+
+    kind = "model_unavailable"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        retry_after: float | None = None,
+        provider: str | None = None,
+        **where: str | None,
+    ) -> None:
+        super().__init__(message, **where)
+        self.status_code = status_code
+        self.retry_after = retry_after
+        self.provider = provider
+
+
+class ScriptExhausted(ModelError):
+    """A ``ScriptedModel`` was asked for more responses than its script holds."""
+
+    kind = "script_exhausted"
+    retryable = False
+
+
+class ToolFailure(RunError):
+    """A tool handler raised something other than ``ToolError``. The cause is chained, never shown."""
+
+    kind = "tool_failed"
+
+
+class HookFailure(RunError):
+    """A step hook (prompt, on_enter, check_response, ...) raised."""
+
+    kind = "hook_failed"
+
+
+class FlowNotFound(RunError):
+    kind = "flow_not_found"
+    public_message = "No such flow."
+
+
+class SessionNotFound(RunError):
+    kind = "session_not_found"
+    public_message = "No such session."
+
+
+class SessionConflict(RunError):
+    """Another turn committed to this session first (compare-and-swap on the revision failed)."""
+
+    kind = "session_conflict"
+    retryable = True
+    public_message = "This conversation was changed by another request. Please retry."
+
+
+class StoreError(RunError):
+    """The session store failed to load or save."""
+
+    kind = "store_error"
+    retryable = True
+    public_message = "The conversation could not be saved. Please try again."
+
+
+class InvalidInput(RunError):
+    """The caller's input was refused before the turn started (empty or oversized message, bad id)."""
+
+    kind = "invalid_input"
+
+    @property
+    def public_text(self) -> str:
+        return self.message
+
+
+class MessageTooLong(InvalidInput):
+    kind = "message_too_long"
+
+
+class SessionCompleted(RunError):
+    """The session has ended (completed or aborted); it is never resumed."""
+
+    kind = "session_completed"
+    public_message = "This conversation has ended. Start a new one."
+
+
+class FlowMismatch(RunError):
+    """The session belongs to another flow."""
+
+    kind = "flow_mismatch"
+    public_message = "This conversation belongs to another flow."
+
+
+class ToolError(Exception):
+    """Raise inside a tool handler to refuse the call with a message the model can act on.
+
+    The message goes to the model as the tool result; the step stays where it is.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message

@@ -1,0 +1,326 @@
+"""``Flow``: a named, validated registry of steps, built once and checked before any turn runs.
+
+Building a flow (``FlowEngine(flows=[...])`` does it) checks what can be checked without a model:
+every step and namespace name, every tool schema, that no schema exposes an injected argument,
+that ``@tools`` groups name real tools, and that every ``go(...)`` target written in the code is a
+step of the flow. The same analysis yields the flow's transition graph for diagrams.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import inspect
+import re
+import textwrap
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from picoflow._schema import iter_property_names, json_schema, strict_variant
+from picoflow.context import INJECTED_NAMES
+from picoflow.exceptions import FlowDefinitionError
+from picoflow.messages import OutputSchema, ToolDefinition
+from picoflow.step import LogicStep, Step, StepState, TerminateStep, validate_namespace
+from picoflow.tools import ToolGroup, ToolSpec, add_declared, collect_tools
+from picoflow.usage import UsageLimits
+
+if TYPE_CHECKING:
+    from picoflow.context import Caller
+    from picoflow.models.base import Model
+    from picoflow.models.catalog import ModelSelection
+    from picoflow.sessions.base import Session
+
+FLOW_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+STEP_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """An edge of the flow graph: ``source`` may move to ``target`` via ``via`` (a tool or hook)."""
+
+    source: str
+    target: str
+    via: str
+
+
+@dataclass(frozen=True, slots=True)
+class StepSpec:
+    """A step class as the runner uses it, with everything derivable computed once."""
+
+    cls: type[Step]
+    name: str
+    namespace: str
+    description: str
+    tools: dict[str, ToolSpec]
+    groups: dict[frozenset[str], ToolGroup]
+    definitions: tuple[ToolDefinition, ...]
+    exposed: frozenset[str]
+    output: OutputSchema | None
+    is_logic: bool
+    is_terminal: bool
+    checks_response: bool
+    dynamic_tools: bool
+    overrides: frozenset[str]
+    """Hooks the step class overrides; the runner skips calling the do-nothing defaults."""
+    default_prompt: str
+
+
+@dataclass(frozen=True, slots=True)
+class FlowSpec:
+    cls: type[Flow]
+    name: str
+    description: str
+    steps: dict[str, StepSpec]
+    start: str
+    terminate: str | None
+    limits: UsageLimits
+    transitions: tuple[Transition, ...]
+
+
+class Flow:
+    """A conversation made of steps. Subclass it, set ``name`` and ``steps``; that's the wiring.
+
+    Flow instances live for one turn, like step instances; ``on_restore_session`` can reset or
+    migrate a stored session before a turn uses it.
+    """
+
+    #: Registered name of the flow (as clients select it). Defaults to the class name.
+    name: ClassVar[str] = "Flow"
+    #: The steps; the first is where new sessions start unless ``start`` says otherwise.
+    steps: ClassVar[Sequence[type[Step]]] = ()
+    #: Step new sessions start in.
+    start: ClassVar[type[Step] | str | None] = None
+    #: Default model of every step without its own.
+    model: ClassVar[str | ModelSelection | Model | None] = None
+    #: Per-turn budgets.
+    limits: ClassVar[UsageLimits] = UsageLimits()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:
+            cls.name = cls.__name__
+
+    def __init__(self, runtime: FlowRuntime) -> None:
+        self._runtime = runtime
+
+    @property
+    def session_id(self) -> str:
+        return self._runtime.session_id
+
+    @property
+    def caller(self) -> Caller:
+        return self._runtime.caller
+
+    def state_of(self, step: type[Step] | str) -> StepState:
+        return self._runtime.state_for(step if isinstance(step, str) else step.name)
+
+    def on_restore_session(self, session: Session) -> Session | None:
+        """Called before a stored session is continued. Return it (possibly changed) to continue,
+        or None to discard it and start afresh under the same id (e.g. when it has been idle too long)."""
+        return session
+
+    @classmethod
+    def spec(cls) -> FlowSpec:
+        """The built and validated flow (cached)."""
+        cached = cls.__dict__.get("_picoflow_spec")
+        if isinstance(cached, FlowSpec):
+            return cached
+        spec = _build(cls)
+        cls._picoflow_spec = spec  # type: ignore[attr-defined]
+        return spec
+
+
+class FlowRuntime:
+    """What a flow instance can reach during a turn (implemented by the runner)."""
+
+    session_id: str
+    caller: Caller
+
+    def state_for(self, step_name: str) -> StepState:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+HOOKS = ("prompt", "on_enter", "on_exit", "on_crossing", "on_response", "check_response", "active_tools")
+
+
+def _overrides(cls: type, attribute: str, base: type) -> bool:
+    return getattr(cls, attribute) is not getattr(base, attribute)
+
+
+def _build(cls: type[Flow]) -> FlowSpec:
+    where = f"flow {cls.__name__}"
+    if not isinstance(cls.name, str) or not FLOW_NAME.match(cls.name):
+        raise FlowDefinitionError(f"{where}: name {cls.name!r} must match {FLOW_NAME.pattern}")
+    if not cls.steps:
+        raise FlowDefinitionError(f"{where}: list its steps in `steps = [...]`")
+    step_classes: dict[str, type[Step]] = {}
+    for step_cls in cls.steps:
+        if not (isinstance(step_cls, type) and issubclass(step_cls, Step)):
+            raise FlowDefinitionError(f"{where}: {step_cls!r} in `steps` is not a Step subclass")
+        if not STEP_NAME.match(step_cls.name):
+            raise FlowDefinitionError(f"{where}: step name {step_cls.name!r} must match {STEP_NAME.pattern}")
+        if step_cls.name in step_classes:
+            raise FlowDefinitionError(f"{where}: two steps are named {step_cls.name!r}")
+        step_classes[step_cls.name] = step_cls
+    terminals = [name for name, step_cls in step_classes.items() if step_cls.is_terminal]
+    terminate = terminals[0] if terminals else None
+    start = cls.start or cls.steps[0]
+    start_name = start if isinstance(start, str) else start.name
+    if start_name not in step_classes:
+        raise FlowDefinitionError(f"{where}: start step {start_name!r} is not one of its steps")
+
+    specs: dict[str, StepSpec] = {}
+    transitions: list[Transition] = []
+    for name, step_cls in step_classes.items():
+        here = f"{where}, step {name}"
+        specs[name] = _build_step(step_cls, here, has_terminate=terminate is not None)
+        for target, via in _go_targets(step_cls, here):
+            if target not in step_classes:
+                raise FlowDefinitionError(
+                    f"{here}: {via} calls go({target}), but {target!r} is not a step of this flow "
+                    f"(steps: {', '.join(step_classes)})"
+                )
+            transitions.append(Transition(name, target, via))
+        terminate_tool = specs[name].tools.get("terminate_session")
+        if terminate is not None and terminate_tool and terminate_tool.handler is Step.terminate_session:
+            transitions.append(Transition(name, terminate, "terminate_session"))
+    unique = tuple(dict.fromkeys(transitions))
+    return FlowSpec(
+        cls=cls,
+        name=cls.name,
+        description=(cls.__doc__ or "").strip(),
+        steps=specs,
+        start=start_name,
+        terminate=terminate,
+        limits=cls.limits,
+        transitions=unique,
+    )
+
+
+def _build_step(step_cls: type[Step], where: str, *, has_terminate: bool) -> StepSpec:
+    namespace = step_cls.namespace()
+    problem = validate_namespace(namespace, where)
+    if problem:
+        raise FlowDefinitionError(problem)
+    if step_cls.max_attempts < 1:
+        raise FlowDefinitionError(f"{where}: max_attempts must be at least 1")
+    tools, groups = collect_tools(step_cls, where=where)
+    add_declared(tools, step_cls.declared_tools, where=where)
+    builtin_terminate = tools.get("terminate_session")
+    if (
+        builtin_terminate is not None
+        and builtin_terminate.handler is Step.terminate_session
+        and not (has_terminate and step_cls.terminate_tool)
+    ):
+        del tools["terminate_session"]
+    if step_cls.is_logic or step_cls.is_terminal:
+        tools = {name: spec for name, spec in tools.items() if spec.handler is not Step.terminate_session}
+    if step_cls.is_logic and tools:
+        raise FlowDefinitionError(f"{where}: a LogicStep never calls a model, so it cannot have tools")
+    for spec in tools.values():
+        exposed = INJECTED_NAMES.intersection(iter_property_names(spec.definition.parameters))
+        if exposed:
+            raise FlowDefinitionError(
+                f"{where}, tool {spec.name!r}: argument {sorted(exposed)[0]!r} is injected by the runtime "
+                "and must not appear in the model-facing schema; declare a RunContext parameter and read "
+                "it from there"
+            )
+    group_map: dict[frozenset[str], ToolGroup] = {}
+    for group in groups:
+        unknown = sorted(group.names - tools.keys())
+        if unknown:
+            raise FlowDefinitionError(
+                f"{where}: @tools handler {group.attribute} names unknown tools {unknown}; define them with "
+                "@tool or declare_tool()"
+            )
+        if group.names in group_map:
+            raise FlowDefinitionError(f"{where}: two @tools handlers own the same set {sorted(group.names)}")
+        group_map[group.names] = group
+    output = None
+    if step_cls.output is not None:
+        schema = json_schema(step_cls.output)
+        strict_schema = strict_variant(schema)
+        output = OutputSchema(
+            step_cls.output.__name__,
+            strict_schema or schema,
+            (step_cls.output.__doc__ or "").strip(),
+            strict=strict_schema is not None,
+        )
+    return StepSpec(
+        cls=step_cls,
+        name=step_cls.name,
+        namespace=namespace,
+        description=(step_cls.__doc__ or "").strip().split("\n")[0],
+        tools=tools,
+        groups=group_map,
+        definitions=tuple(spec.definition for spec in tools.values()),
+        exposed=frozenset(tools),
+        output=output,
+        is_logic=step_cls.is_logic,
+        is_terminal=step_cls.is_terminal,
+        checks_response=_overrides(step_cls, "check_response", Step),
+        dynamic_tools=_overrides(step_cls, "active_tools", Step),
+        overrides=frozenset(hook for hook in HOOKS if _overrides(step_cls, hook, Step)),
+        default_prompt=(step_cls.__doc__ or "").strip(),
+    )
+
+
+# --- go() targets, read from the code --------------------------------------------------------
+
+
+def _go_targets(step_cls: type[Step], where: str) -> Iterator[tuple[str, str]]:
+    """``(target step name, via)`` for every ``go(X)`` whose ``X`` can be resolved statically."""
+    for klass in step_cls.__mro__:
+        if klass in (Step, LogicStep, TerminateStep, object):
+            continue
+        for attribute, value in vars(klass).items():
+            fn = value.__func__ if isinstance(value, staticmethod | classmethod) else value
+            if not inspect.isfunction(fn):
+                continue
+            via = getattr(fn, "__picoflow_tool__", None)
+            label = (getattr(via, "name", None) or attribute) if via is not None else attribute
+            for node in _go_calls(fn):
+                target = _resolve(node, fn)
+                if target is not None:
+                    yield target, label
+
+
+def _go_calls(fn: Callable[..., Any]) -> Iterator[ast.expr]:
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError):
+        return
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        func = node.func
+        name = (
+            func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+        )
+        if name == "go":
+            yield node.args[0]
+
+
+def _resolve(node: ast.expr, fn: Callable[..., Any]) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value.strip()
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    scope: dict[str, Any] = dict(getattr(fn, "__globals__", {}))
+    with contextlib.suppress(TypeError, ValueError):
+        scope.update(inspect.getclosurevars(fn).nonlocals)
+    if parts[-1] not in scope:
+        return None
+    value: Any = scope[parts[-1]]
+    for attribute in reversed(parts[:-1]):
+        value = getattr(value, attribute, None)
+    if isinstance(value, type) and issubclass(value, Step):
+        return value.name
+    return None

@@ -1,0 +1,185 @@
+"""Messages, tool calls and the request/response values exchanged with a model.
+
+These are plain immutable values: no I/O and no provider types. Adapters translate them to and
+from each provider's wire format.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from picoflow.usage import Usage
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+MessageKind = Literal["direct", "crossing", "forwarded", "correction", "nudge", "summary"]
+"""Why the runtime, rather than a person or the model, put a message there."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A model's proposal to call a tool. Nothing has run yet.
+
+    ``args`` is the decoded argument object, or the raw text when the model sent arguments that
+    are not a JSON object (the runner reports that back to the model as a correctable error).
+    """
+
+    name: str
+    args: Mapping[str, Any] | str = field(default_factory=dict)
+    id: str = ""
+
+    def args_json(self) -> str:
+        """The arguments as JSON text, as providers expect them on the wire."""
+        if isinstance(self.args, str):
+            return self.args
+        return json.dumps(self.args, ensure_ascii=False, default=str)
+
+    @staticmethod
+    def parse_args(raw: str | None) -> Mapping[str, Any] | str:
+        """Decode wire-format arguments; anything that is not a JSON object is kept as text."""
+        if raw is None or not raw.strip():
+            return {}
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return raw
+        return value if isinstance(value, dict) else raw
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One entry of a step's memory and of the session transcript."""
+
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Calls proposed by an assistant message."""
+    tool_call_id: str | None = None
+    """For a tool message: the id of the call it answers."""
+    name: str | None = None
+    """For a tool message: the tool's name."""
+    is_error: bool = False
+    """For a tool message: the call was refused or failed."""
+    step: str | None = None
+    """The step whose memory holds the message."""
+    kind: MessageKind | None = None
+    seq: int = -1
+    """Session-wide position, assigned when the message is appended to a session."""
+    at: float = 0.0
+    """Unix time the message was appended."""
+
+    @staticmethod
+    def user(content: str, *, kind: MessageKind | None = None) -> Message:
+        return Message("user", content, kind=kind)
+
+    @staticmethod
+    def assistant(
+        content: str = "", tool_calls: Sequence[ToolCall] = (), *, kind: MessageKind | None = None
+    ) -> Message:
+        return Message("assistant", content, tuple(tool_calls), kind=kind)
+
+    @staticmethod
+    def tool(
+        call: ToolCall, content: str, *, is_error: bool = False, kind: MessageKind | None = None
+    ) -> Message:
+        return Message("tool", content, tool_call_id=call.id, name=call.name, is_error=is_error, kind=kind)
+
+    def stamped(self, *, step: str, seq: int) -> Message:
+        """A copy placed in a session: owning step, position and time set."""
+        return Message(
+            self.role,
+            self.content,
+            self.tool_calls,
+            self.tool_call_id,
+            self.name,
+            self.is_error,
+            step,
+            self.kind,
+            seq,
+            time.time(),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDefinition:
+    """What a model is told about a tool: its name, what it is for, and its argument schema."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    """JSON Schema of the argument object."""
+    strict: bool = False
+    """The schema satisfies OpenAI's strict-mode rules, so constrained decoding may be asked for."""
+
+    def openai_schema(self) -> dict[str, Any]:
+        """This tool as an OpenAI Chat Completions ``tools`` entry."""
+        function: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "parameters": dict(self.parameters),
+        }
+        if self.strict:
+            function["strict"] = True
+        return {"type": "function", "function": function}
+
+    def anthropic_schema(self) -> dict[str, Any]:
+        """This tool as an Anthropic Messages API ``tools`` entry."""
+        return {"name": self.name, "description": self.description, "input_schema": dict(self.parameters)}
+
+
+@dataclass(frozen=True, slots=True)
+class OutputSchema:
+    """A structured final answer the step requires, as a JSON Schema."""
+
+    name: str
+    schema: Mapping[str, Any]
+    description: str = ""
+    strict: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """Everything a model adapter needs for one call. Built fresh for every call."""
+
+    system: str
+    messages: Sequence[Message]
+    tools: Sequence[ToolDefinition] = ()
+    output: OutputSchema | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    """Provider parameters of the step's model selection (temperature, reasoning effort, ...)."""
+    step: str | None = None
+    session_id: str | None = None
+
+    def text_size(self) -> int:
+        """Characters of prompt text in this request (system, messages, tool schemas)."""
+        size = len(self.system)
+        for message in self.messages:
+            size += len(message.content)
+            for call in message.tool_calls:
+                size += len(call.name) + len(call.args_json())
+        for tool in self.tools:
+            size += len(tool.name) + len(tool.description) + len(json.dumps(tool.parameters))
+        return size
+
+
+@dataclass(slots=True)
+class ModelResponse:
+    """One answer of a model: text, tool calls, or both."""
+
+    text: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    finish_reason: str | None = None
+    model: str | None = None
+    """The model that answered, as the provider reported it."""
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.tool_calls and not self.text.strip()
+
+    def tool_names(self) -> list[str]:
+        return [call.name for call in self.tool_calls]

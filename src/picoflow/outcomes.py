@@ -1,0 +1,149 @@
+"""What happens next, as a value: ``go``, ``stay`` and ``direct``, plus ``Reject`` for the acceptance gate.
+
+A tool handler, ``LogicStep.run_logic()`` or ``Step.on_response()`` returns one of these. Each is
+immutable; the ``with_*`` builders return a new value, so the order of a chain does not matter.
+The runner applies an outcome's effects in a fixed order: transition, prompt, state, content
+type, tool feedback, message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
+from typing import Any, Self
+
+from picoflow.exceptions import OutcomeContextError
+
+EXECUTING_STEP: ContextVar[str | None] = ContextVar("picoflow_executing_step", default=None)
+"""Name of the step whose code runs now (set by the runner around tool handlers and hooks)."""
+
+
+@contextmanager
+def executing(step_name: str) -> Iterator[None]:
+    """Mark ``step_name`` as the step whose code is running, so ``stay``/``direct`` can resolve it."""
+    token = EXECUTING_STEP.set(step_name)
+    try:
+        yield
+    finally:
+        EXECUTING_STEP.reset(token)
+
+
+def current_step_name(helper: str) -> str:
+    name = EXECUTING_STEP.get()
+    if name is None:
+        raise OutcomeContextError(
+            f"{helper}() can only be used while picoflow runs a step's tool handler, on_response() or "
+            "run_logic(); it has no step to stay on here"
+        )
+    return name
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """Common effects of every outcome. Use ``go``, ``stay`` or ``direct`` to make one."""
+
+    feedback: str | None = None
+    """Text of the tool result sent back for each tool call of the response."""
+    state: Mapping[str, Any] | None = None
+    """Keys merged into the destination step's state."""
+    prompt: str | None = None
+    """Replaces the destination step's prompt until the conversation leaves that step."""
+    content_type: str | None = None
+    """MIME type of this turn's reply (default ``text/plain``)."""
+    message: str | None = None
+    """A user message added to the destination step's memory (e.g. the user's words, forwarded)."""
+
+    def with_state(self, values: Mapping[str, Any] | None = None, /, **more: Any) -> Self:
+        merged = dict(self.state or {})
+        if values:
+            merged.update(values)
+        merged.update(more)
+        return replace(self, state=merged)
+
+    def with_prompt(self, prompt: str) -> Self:
+        return replace(self, prompt=prompt)
+
+    def with_message(self, message: str) -> Self:
+        return replace(self, message=message)
+
+    def with_content_type(self, content_type: str) -> Self:
+        if "/" not in content_type:
+            raise ValueError(f"content type must look like 'type/subtype', got {content_type!r}")
+        return replace(self, content_type=content_type)
+
+    def with_tool_feedback(self, feedback: str) -> Self:
+        return replace(self, feedback=feedback)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Go(Outcome):
+    """Move to ``target`` and continue the same turn there."""
+
+    target: type | str
+
+    @property
+    def target_name(self) -> str:
+        if isinstance(self.target, str):
+            return self.target
+        name = getattr(self.target, "name", None)
+        return name if isinstance(name, str) else self.target.__name__
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stay(Outcome):
+    """Keep the executing step; the feedback goes to the model, which takes its next turn."""
+
+    step: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Direct(Outcome):
+    """End the turn with exactly ``content``. No further model call."""
+
+    step: str
+    content: str
+
+
+def go(target: type | str) -> Go:
+    """Move the conversation to ``target`` (a step class or its name) and continue the turn there."""
+    if isinstance(target, str):
+        target = target.strip()
+        if not target:
+            raise ValueError("go() needs a step, not an empty name")
+    return Go(target=target)
+
+
+def stay(feedback: str = "Accepted.") -> Stay:
+    """Stay on the executing step and give the model ``feedback`` as the tool result."""
+    return Stay(step=current_step_name("stay"), feedback=feedback)
+
+
+def direct(content: Any) -> Direct:
+    """End the turn with ``content`` as the reply, verbatim, without calling the model again.
+
+    A string is sent as is; any other value (dict, list, Pydantic model) is sent as JSON with the
+    content type ``application/json``. The content is recorded in memory as the assistant's message.
+    """
+    step = current_step_name("direct")
+    if isinstance(content, str):
+        return Direct(step=step, content=content)
+    from pydantic_core import to_json
+
+    return Direct(step=step, content=to_json(content).decode(), content_type="application/json")
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """Returned by ``Step.check_response`` to refuse a model response before anything runs.
+
+    ``reason`` is sent to the model as a correction, and the model is asked again (within the
+    step's attempt budget).
+    """
+
+    reason: str
+
+    def __post_init__(self) -> None:
+        if not self.reason.strip():
+            raise ValueError("Reject needs a reason the model can act on")

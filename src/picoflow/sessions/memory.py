@@ -1,0 +1,87 @@
+"""``MemoryStore``: sessions kept in this process. For tests, demos and single-process tools."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from picoflow.exceptions import SessionConflict
+from picoflow.messages import Message
+from picoflow.sessions.base import LogRecord, Session, SessionInfo, SessionStatus
+
+
+class MemoryStore:
+    """An in-process ``SessionStore``. Lost when the process exits.
+
+    Saves are compare-and-swap like every other store; there is no ``await`` between the
+    revision check and the write, so concurrent tasks cannot interleave inside a save.
+    """
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, Session] = {}
+        self._transcripts: dict[str, list[Message]] = {}
+        self._errors: dict[str, list[LogRecord]] = {}
+
+    async def load(self, session_id: str) -> Session | None:
+        session = self._sessions.get(session_id)
+        return None if session is None else session.copy()
+
+    async def save(
+        self,
+        session: Session,
+        *,
+        expected_revision: int | None,
+        appended: Sequence[tuple[str, Message]] = (),
+    ) -> int:
+        stored = self._sessions.get(session.id)
+        if expected_revision is None:
+            if stored is not None:
+                raise SessionConflict(f"session {session.id} already exists", session_id=session.id)
+            revision = 1
+        else:
+            if stored is None or stored.revision != expected_revision:
+                raise SessionConflict(
+                    f"session {session.id} changed since revision {expected_revision}", session_id=session.id
+                )
+            revision = expected_revision + 1
+        session.revision = revision
+        # A save hands the object over (see the protocol): keeping it saves a copy per turn, and
+        # every load still returns a private copy.
+        self._sessions[session.id] = session
+        self._transcripts.setdefault(session.id, []).extend(message for _, message in appended)
+        return revision
+
+    async def delete(self, session_id: str) -> bool:
+        self._transcripts.pop(session_id, None)
+        self._errors.pop(session_id, None)
+        return self._sessions.pop(session_id, None) is not None
+
+    async def list_sessions(
+        self,
+        *,
+        flow: str | None = None,
+        status: SessionStatus | None = None,
+        principal: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[SessionInfo]:
+        found = [
+            s.info()
+            for s in self._sessions.values()
+            if (flow is None or s.flow == flow)
+            and (status is None or s.status == status)
+            and (principal is None or s.principal == principal)
+        ]
+        found.sort(key=lambda info: (-info.updated_at, info.id))
+        return found[offset : offset + limit]
+
+    async def transcript(self, session_id: str) -> list[Message]:
+        return list(self._transcripts.get(session_id, ()))
+
+    async def record_error(self, session_id: str, record: LogRecord) -> None:
+        self._errors.setdefault(session_id, []).append(record)
+
+    async def errors(self, session_id: str) -> list[LogRecord]:
+        return list(self._errors.get(session_id, ()))
+
+    async def close(self) -> None:
+        """Nothing to release."""

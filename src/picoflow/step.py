@@ -1,0 +1,263 @@
+"""``Step``, ``LogicStep`` and ``TerminateStep``: the stages of a conversation.
+
+A step is read top to bottom: what it is for (docstring), what it remembers (``memory``, ``state``),
+what it tells the model (``prompt``), what the model may propose (``@tool`` methods) and where
+each proposal leads (the outcome each handler returns). Step instances live for one turn; what
+must outlive the turn goes in ``self.state`` (durable, JSON values).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterator, Mapping, MutableMapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+
+from pydantic import BaseModel, TypeAdapter
+from pydantic_core import to_jsonable_python
+
+from picoflow.messages import Message, ModelResponse
+from picoflow.outcomes import Go, Outcome, Reject, go
+from picoflow.tools import ToolSpec, tool
+
+if TYPE_CHECKING:
+    from picoflow.context import Caller
+    from picoflow.flow import Flow
+    from picoflow.memory import Compaction
+    from picoflow.models.base import Model
+    from picoflow.models.catalog import ModelSelection
+
+T = TypeVar("T")
+
+NAMESPACE_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$")
+
+
+class StepRuntime(Protocol):
+    """What the runner offers a step instance during a turn."""
+
+    session_id: str
+    caller: Caller
+    flow: Flow
+
+    def state_for(self, step_name: str) -> StepState: ...
+
+    def messages_of(self, namespace: str) -> Sequence[Message]: ...
+
+    def erase(self, namespace: str) -> None: ...
+
+    def terminate_target(self) -> str | None: ...
+
+
+class StepState(MutableMapping[str, Any]):
+    """A step's durable state: a mapping of JSON values.
+
+    Values are converted to JSON form when stored (a Pydantic model becomes a dict, a date an ISO
+    string), so what a step reads back is the same in this turn and in every later one, whatever
+    the store. ``get_as`` turns a stored value back into a typed object.
+    """
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self._data = data
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._data[key] = to_jsonable_python(value)
+
+    def __delitem__(self, key: str) -> None:
+        del self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"StepState({self._data!r})"
+
+    def get_as(self, key: str, kind: type[T], default: T | None = None) -> T | None:
+        """The value at ``key`` validated as ``kind`` (a Pydantic model, date, list[...], ...)."""
+        if key not in self._data:
+            return default
+        return TypeAdapter(kind).validate_python(self._data[key])
+
+    def merge(self, values: Mapping[str, Any]) -> None:
+        for key, value in values.items():
+            self[key] = value
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        return self._data
+
+
+class Step:
+    """A conversational stage: its own prompt, tools, state and memory.
+
+    Override ``prompt()`` (the class docstring is used when you don't), add ``@tool`` methods, and
+    optionally the hooks ``on_enter``, ``on_exit``, ``on_crossing``, ``on_response`` and
+    ``check_response``. Every hook may be ``async``.
+    """
+
+    #: Step name used in sessions, transitions and diagrams. Defaults to the class name.
+    name: ClassVar[str] = "Step"
+    #: Memory namespace; steps sharing one share their history. Defaults to the step name.
+    memory: ClassVar[str] = ""
+    #: Model for this step: ``"provider:name"``, a ``ModelSelection`` or a ``Model``; None = flow's.
+    model: ClassVar[str | ModelSelection | Model | None] = None
+    #: Pydantic model the final answer must match (structured output); ``on_response`` gets it parsed.
+    output: ClassVar[type[BaseModel] | None] = None
+    #: Model attempts per call (empty, rejected or malformed responses are retried up to this).
+    max_attempts: ClassVar[int] = 3
+    #: Expose ``terminate_session`` when the flow has a ``TerminateStep``.
+    terminate_tool: ClassVar[bool] = True
+    #: User message added when the conversation enters this step without one.
+    crossing_message: ClassVar[str] = "Continue."
+    #: Tools without a handler of their own (see ``declare_tool``), handled by a ``@tools`` group.
+    declared_tools: ClassVar[Sequence[ToolSpec]] = ()
+    #: Optional compaction of this step's memory (see ``picoflow.memory.Compaction``).
+    compaction: ClassVar[Compaction | None] = None
+
+    is_logic: ClassVar[bool] = False
+    is_terminal: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:
+            cls.name = cls.__name__
+
+    def __init__(self, runtime: StepRuntime) -> None:
+        self._runtime = runtime
+        self.state: StepState = runtime.state_for(self.name)
+
+    # --- what the step can read and change -------------------------------------------------
+
+    @classmethod
+    def namespace(cls) -> str:
+        return cls.memory or cls.name
+
+    @property
+    def flow(self) -> Flow:
+        return self._runtime.flow
+
+    @property
+    def session_id(self) -> str:
+        return self._runtime.session_id
+
+    @property
+    def caller(self) -> Caller:
+        return self._runtime.caller
+
+    @property
+    def messages(self) -> Sequence[Message]:
+        """The live memory of this step's namespace."""
+        return self._runtime.messages_of(self.namespace())
+
+    @property
+    def last_user_message(self) -> str | None:
+        """What the user last said in this step's memory (for forwarding with ``with_message``)."""
+        for message in reversed(self.messages):
+            if message.role == "user" and message.kind in (None, "forwarded"):
+                return message.content
+        return None
+
+    def state_of(self, step: type[Step] | str) -> StepState:
+        """Another step's durable state, for reading or writing."""
+        return self._runtime.state_for(step if isinstance(step, str) else step.name)
+
+    def erase_memory(self) -> None:
+        """Forget this namespace's messages (they stay in the session transcript)."""
+        self._runtime.erase(self.namespace())
+
+    # --- what the step tells the model ------------------------------------------------------
+
+    def prompt(self) -> str:
+        """The system prompt, rebuilt before every model call. Defaults to the class docstring."""
+        return (type(self).__doc__ or "").strip()
+
+    def active_tools(self) -> Collection[str] | None:
+        """Names of the tools to expose now; None exposes all of them."""
+        return None
+
+    # --- hooks -------------------------------------------------------------------------------
+
+    def on_enter(self) -> Any:
+        """The conversation moved into this step (not called when a step routes to itself)."""
+
+    def on_exit(self) -> Any:
+        """The conversation is leaving this step."""
+
+    def on_crossing(self, prior: str | None) -> Any:
+        """Return the user message to add on entering this step mid-turn, or None for none.
+
+        By default ``crossing_message`` is added when the step's memory does not already end with a
+        user message (for instance one forwarded with ``with_message``).
+        """
+        messages = self.messages
+        if messages and messages[-1].role == "user":
+            return None
+        return self.crossing_message
+
+    def check_response(self, response: ModelResponse) -> Reject | Any | None:
+        """Acceptance gate: runs on every model response before any tool executes.
+
+        Return None to accept, or ``Reject(reason)`` to have the model answer again with the
+        reason as a correction. Should be free of side effects.
+        """
+        return None
+
+    def on_response(self, response: Any) -> str | Outcome | Any:
+        """The model answered without tool calls. Return the reply text, or an outcome to route.
+
+        ``response`` is the text, or the parsed ``output`` model when the step declares one.
+        """
+        return response
+
+    # --- built-in tool -------------------------------------------------------------------------
+
+    @tool
+    def terminate_session(self) -> Go:
+        """End the conversation. Call this only when the user clearly says they want to stop
+        (for example "bye", "end the conversation", "I don't want to continue")."""
+        target = self._runtime.terminate_target()
+        if target is None:  # pragma: no cover - the tool is only exposed when the flow has one
+            raise RuntimeError("this flow has no TerminateStep")
+        return go(target)
+
+
+class LogicStep(Step):
+    """A step that decides in code, without a model: ``run_logic()`` returns ``go()`` or ``direct()``."""
+
+    is_logic = True
+    terminate_tool = False
+
+    def run_logic(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must implement run_logic()")
+
+
+class TerminateStep(Step):
+    """The end of the conversation. Entering it completes the session; its prompt writes the goodbye."""
+
+    is_terminal = True
+    terminate_tool = False
+    memory = "terminate"
+
+    def prompt(self) -> str:
+        return (
+            "The conversation is over because the user asked to end it or the task is done. "
+            "Thank the user briefly and say goodbye. Do not discuss anything else."
+        )
+
+    def on_crossing(self, prior: str | None) -> Any:
+        messages = self.messages
+        if messages and messages[-1].role == "user":
+            return None
+        return "I'm done, thank you."
+
+
+def validate_namespace(name: str, where: str) -> str | None:
+    if not NAMESPACE_PATTERN.match(name):
+        return f"{where}: memory namespace {name!r} must match {NAMESPACE_PATTERN.pattern}"
+    return None

@@ -1,0 +1,58 @@
+"""Helpers for testing flows: readable transcripts to assert on, whole.
+
+lines = await transcript_lines(engine, result.session_id)
+assert lines == [
+    "Support | user: Which orders were refunded?",
+    'Support | assistant -> search_orders({"since": "October 1st"}) #call_1',
+    "Support | tool search_orders #call_1 (error): Invalid arguments for search_orders: ...",
+    ...
+]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable
+
+from picoflow.engine import FlowEngine
+from picoflow.messages import Message, ModelRequest
+
+__all__ = ["describe", "request_lines", "transcript_lines"]
+
+
+def describe(message: Message, *, width: int | None = None) -> str:
+    """One line per message: ``"<step> | <role>[ kind]: <content>"`` with tool calls spelled out."""
+    where = f"{message.step} | " if message.step else ""
+    kind = f" [{message.kind}]" if message.kind else ""
+    content = message.content if width is None else message.content[:width]
+    if message.role == "tool":
+        status = " (error)" if message.is_error else ""
+        return f"{where}tool {message.name} #{message.tool_call_id}{status}{kind}: {content}"
+    if message.tool_calls:
+        calls = ", ".join(f"{call.name}({_args(call.args)}) #{call.id}" for call in message.tool_calls)
+        said = f"{content} " if content else ""
+        return f"{where}assistant{kind}: {said}-> {calls}"
+    return f"{where}{message.role}{kind}: {content}"
+
+
+def _args(args: object) -> str:
+    return args if isinstance(args, str) else json.dumps(args, sort_keys=True)
+
+
+def lines(messages: Iterable[Message], *, width: int | None = None) -> list[str]:
+    return [describe(message, width=width) for message in messages]
+
+
+async def transcript_lines(engine: FlowEngine, session_id: str, *, width: int | None = None) -> list[str]:
+    """The stored transcript of a session, one line per message."""
+    messages = await engine.store.transcript(session_id)
+    return lines(messages, width=width)
+
+
+def request_lines(request: ModelRequest, *, width: int | None = None) -> list[str]:
+    """What a model was shown: the system prompt, then every message (without step prefixes)."""
+    shown = [f"system: {request.system if width is None else request.system[:width]}"]
+    for message in request.messages:
+        shown.append(describe(dataclasses.replace(message, step=None), width=width))
+    return shown

@@ -1,0 +1,235 @@
+"""``@tool`` and ``@tools``: how a step tells the model what it may propose, and who handles it.
+
+A ``@tool`` method is both the definition the model sees (name, docstring, argument schema from
+the signature) and the handler that runs once the arguments have been validated. Parameters
+typed ``RunContext`` are injected and hidden from the schema. ``@tools([...])`` marks a group
+handler that owns a model response whose set of tool names is exactly that set.
+
+Decorators only mark functions; the schemas are built when the flow is built, after the module
+has finished loading, so annotations may refer to classes defined further down.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from types import FrameType
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar, overload
+
+from pydantic import BaseModel, ValidationError
+
+from picoflow._schema import build_args_model, describe_validation_error, json_schema, strict_variant
+from picoflow.exceptions import FlowDefinitionError
+from picoflow.messages import ToolCall, ToolDefinition
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_TOOL_MARK = "__picoflow_tool__"
+_GROUP_MARK = "__picoflow_tools_group__"
+_GROUP_SCOPE = "__picoflow_tools_scope__"
+
+
+@dataclass(frozen=True, slots=True)
+class _ToolMark:
+    name: str | None
+    description: str | None
+    strict: bool | None
+    scope: dict[str, Any]
+    """Names visible where the tool was declared (for classes defined inside a function)."""
+
+
+def _declaring_scope() -> dict[str, Any]:
+    # Frame 0 is this function, 1 the decorator, 2 the class body, 3 what encloses the class.
+    # Annotations naming classes local to a function can only be resolved with that function's
+    # locals, which are gone by the time the flow is built.
+    scope: dict[str, Any] = {}
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(2):
+        if frame is None:
+            break
+        if frame.f_locals is not frame.f_globals:
+            scope = {**frame.f_locals, **scope}
+        frame = frame.f_back
+    return scope
+
+
+@overload
+def tool(fn: F, /) -> F: ...
+
+
+@overload
+def tool(
+    name: str | None = None, /, *, description: str | None = None, strict: bool | None = None
+) -> Callable[[F], F]: ...
+
+
+def tool(fn_or_name: Any = None, /, *, description: str | None = None, strict: bool | None = None) -> Any:
+    """Expose a step method to the model as a tool.
+
+    ``@tool`` uses the method's name; ``@tool("alias")`` exposes it under another name.
+    ``description`` replaces the docstring summary; ``strict=False`` never asks the provider for
+    strict schema decoding (by default it is used whenever the schema allows it).
+    """
+    if callable(fn_or_name):
+        setattr(fn_or_name, _TOOL_MARK, _ToolMark(None, description, strict, _declaring_scope()))
+        return fn_or_name
+    if fn_or_name is not None and (not isinstance(fn_or_name, str) or not fn_or_name.strip()):
+        raise FlowDefinitionError(f"@tool(...) takes a tool name string, got {fn_or_name!r}")
+
+    scope = _declaring_scope()
+
+    def mark(fn: F) -> F:
+        setattr(fn, _TOOL_MARK, _ToolMark(fn_or_name, description, strict, scope))
+        return fn
+
+    return mark
+
+
+def tools(names: Iterable[str]) -> Callable[[F], F]:
+    """Make a method the handler of every model response whose tool names are exactly ``names``.
+
+    The handler receives the validated calls (``list[ValidCall]``) and must return an outcome
+    (``go``, ``stay`` or ``direct``); the individual handlers of those tools are not run.
+    """
+    group = frozenset(names)
+    scope = _declaring_scope()
+    if not group or any(not isinstance(name, str) or not name for name in group):
+        raise FlowDefinitionError("@tools([...]) needs a non-empty list of tool names")
+
+    def mark(fn: F) -> F:
+        setattr(fn, _GROUP_MARK, group)
+        setattr(fn, _GROUP_SCOPE, scope)
+        return fn
+
+    return mark
+
+
+def declare_tool(name: str, args: type[BaseModel], description: str) -> ToolSpec:
+    """A tool the model may call that has no handler of its own (a ``@tools`` group handles it)."""
+    schema = json_schema(args)
+    strict_schema = strict_variant(schema)
+    definition = ToolDefinition(name, description, strict_schema or schema, strict=strict_schema is not None)
+    return ToolSpec(name, definition, args, (), (), None, False, name)
+
+
+@dataclass(frozen=True, slots=True)
+class ValidCall:
+    """A tool call whose arguments passed validation, as given to a group handler."""
+
+    id: str
+    name: str
+    args: BaseModel
+
+    def arguments(self) -> dict[str, Any]:
+        return {name: getattr(self.args, name) for name in type(self.args).model_fields}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A built tool: its model-facing definition and how to call its handler."""
+
+    name: str
+    definition: ToolDefinition
+    args_model: type[BaseModel]
+    params: tuple[str, ...]
+    context_params: tuple[str, ...]
+    handler: Callable[..., Any] | None
+    is_async: bool
+    attribute: str
+    """Name of the method on the step class ('' for declared tools)."""
+
+    def validate(self, call: ToolCall) -> BaseModel | str:
+        """The validated arguments, or the error text for the model."""
+        if isinstance(call.args, str):
+            return (
+                f"Invalid arguments for {self.name}: they are not a JSON object. "
+                f"Send the arguments as one JSON object matching the schema of {self.name}."
+            )
+        try:
+            return self.args_model.model_validate(call.args)
+        except ValidationError as error:
+            return describe_validation_error(error, tool=self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolGroup:
+    names: frozenset[str]
+    handler: Callable[..., Any]
+    is_async: bool
+    context_params: tuple[str, ...]
+    attribute: str
+
+
+def _class_members(cls: type) -> Iterable[tuple[str, Any]]:
+    """Attributes of ``cls`` with subclasses overriding their bases (nearest definition wins)."""
+    seen: set[str] = set()
+    for klass in cls.__mro__:
+        for attribute, value in vars(klass).items():
+            if attribute not in seen:
+                seen.add(attribute)
+                yield attribute, value
+
+
+def collect_tools(step_cls: type, *, where: str) -> tuple[dict[str, ToolSpec], list[ToolGroup]]:
+    """Build every ``@tool`` and ``@tools`` of a step class (inherited ones included)."""
+    specs: dict[str, ToolSpec] = {}
+    groups: list[ToolGroup] = []
+    for attribute, value in _class_members(step_cls):
+        fn = value.__func__ if isinstance(value, staticmethod | classmethod) else value
+        mark = getattr(fn, _TOOL_MARK, None)
+        if isinstance(mark, _ToolMark):
+            name = mark.name or attribute
+            here = f"{where} tool {name!r}"
+            if name in specs:
+                raise FlowDefinitionError(
+                    f"{here}: two methods ({specs[name].attribute} and {attribute}) define the same tool name"
+                )
+            model_name = "".join(part.title() for part in name.split("_")) + "Args"
+            args_model, params, injected, summary = build_args_model(
+                fn, model_name=model_name, where=here, scope=mark.scope
+            )
+            description = mark.description or summary
+            if not description:
+                raise FlowDefinitionError(
+                    f"{here}: give the tool a docstring; the model needs to know its use"
+                )
+            schema = json_schema(args_model)
+            strict_schema = None if mark.strict is False else strict_variant(schema)
+            definition = ToolDefinition(
+                name, description, strict_schema or schema, strict=strict_schema is not None
+            )
+            specs[name] = ToolSpec(
+                name,
+                definition,
+                args_model,
+                params,
+                injected,
+                fn,
+                inspect.iscoroutinefunction(fn),
+                attribute,
+            )
+        group = getattr(fn, _GROUP_MARK, None)
+        if isinstance(group, frozenset):
+            _, params, injected, _ = build_args_model(
+                fn, model_name="GroupArgs", where=f"{where} @tools", scope=getattr(fn, _GROUP_SCOPE, None)
+            )
+            if len(params) != 1:
+                raise FlowDefinitionError(
+                    f"{where} @tools handler {attribute}: take exactly one parameter (the list of calls) "
+                    "besides self and RunContext parameters"
+                )
+            groups.append(ToolGroup(group, fn, inspect.iscoroutinefunction(fn), injected, attribute))
+    return specs, groups
+
+
+def add_declared(specs: dict[str, ToolSpec], declared: Iterable[ToolSpec], *, where: str) -> None:
+    for spec in declared:
+        if spec.name in specs:
+            raise FlowDefinitionError(f"{where} tool {spec.name!r}: declared and also defined by a method")
+        specs[spec.name] = spec
+
+
+def arguments_of(spec: ToolSpec, args: BaseModel) -> Mapping[str, Any]:
+    return {name: getattr(args, name) for name in spec.params}

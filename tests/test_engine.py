@@ -1,0 +1,55 @@
+"""Engine-level behaviour: restoring sessions, registration and listing."""
+
+from __future__ import annotations
+
+import time
+
+from picoflow import Flow, FlowEngine, Step
+from picoflow.models import ScriptedModel
+from picoflow.sessions.base import Session
+
+
+class Chat(Step):
+    """Chat."""
+
+
+class IdleFlow(Flow):
+    name = "idle"
+    steps = [Chat]
+
+    def on_restore_session(self, session: Session) -> Session | None:
+        idle = time.time() - session.updated_at
+        return None if idle > 60 or session.metadata.get("expired") else session
+
+
+async def test_on_restore_session_can_reset_an_idle_session() -> None:
+    model = ScriptedModel(["first", "second", "fresh"])
+    engine = FlowEngine([IdleFlow], model=model)
+    first = await engine.run("idle", "one")
+    sid = first.session_id or ""
+    await engine.run("idle", "two", sid)
+    stored = await engine.store.load(sid)
+    assert stored is not None
+    stored.metadata["expired"] = True
+    await engine.store.save(stored, expected_revision=stored.revision)
+
+    reset = await engine.run("idle", "three", sid)
+    assert reset.ok and reset.session_id == sid
+    session = await engine.store.load(sid)
+    assert session is not None
+    assert session.turns == 1 and session.metadata == {} and session.revision == 4
+    assert [m.content for m in session.memory["Chat"].messages] == ["three", "fresh"]
+    # History is never rewritten: the transcript still holds the old turns, with increasing seq.
+    transcript = await engine.store.transcript(sid)
+    assert [m.content for m in transcript] == ["one", "first", "two", "second", "three", "fresh"]
+    assert [m.seq for m in transcript] == sorted(m.seq for m in transcript)
+
+
+async def test_flows_are_listed_and_sessions_recorded_with_their_model() -> None:
+    engine = FlowEngine([IdleFlow], model=ScriptedModel(["hi"]))
+    assert [spec.name for spec in engine.flows] == ["idle"]
+    result = await engine.run("idle", "hello")
+    session = await engine.store.load(result.session_id or "")
+    assert session is not None and session.models == {"Chat": "scripted:test"}
+    listed = await engine.store.list_sessions(flow="idle")
+    assert [info.id for info in listed] == [result.session_id]
