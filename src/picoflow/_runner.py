@@ -11,7 +11,7 @@ import inspect
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json, to_jsonable_python
@@ -45,6 +45,11 @@ from picoflow.step import LogicStep, Step, StepRuntime, StepState
 from picoflow.tools import ToolGroup, ToolSpec, ValidCall
 from picoflow.usage import Usage, UsageLimits
 
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
+    from picoflow._tracing import Tracing
+
 NUDGE = "Your last response was empty. Answer the user, or call one of the available tools."
 ACCEPTED = "Accepted."
 DONE = "Done."
@@ -77,6 +82,8 @@ class Turn(FlowRuntime, StepRuntime):
         model_for: ModelFor,
         limits: UsageLimits,
         emit: Callable[[TurnEvent], None] | None = None,
+        tracing: Tracing | None = None,
+        trace_parent: Span | None = None,
     ) -> None:
         self.spec = spec
         self.session = session
@@ -86,6 +93,10 @@ class Turn(FlowRuntime, StepRuntime):
         self.model_for = model_for
         self.limits = limits
         self.emit = emit
+        self.tracing = tracing
+        self._turn_span = trace_parent
+        self._step_span: Span | None = None
+        self._traced_step: str | None = None
         self.usage = Usage()
         self.appended: list[tuple[str, Message]] = []
         self.warnings: list[LogRecord] = []
@@ -201,6 +212,28 @@ class Turn(FlowRuntime, StepRuntime):
     # --- the loop ------------------------------------------------------------------------------
 
     async def run(self, text: str) -> str:
+        if self.tracing is None:
+            return await self._run(text)
+        try:
+            return await self._run(text)
+        except BaseException as exc:
+            if self._step_span is not None:
+                self.tracing.fail(self._step_span, exc)
+                self._step_span = None
+            raise
+        finally:
+            if self._step_span is not None:
+                self._step_span.end()
+
+    def _trace_step(self, name: str) -> None:
+        if self.tracing is None or self._traced_step == name:
+            return
+        if self._step_span is not None:
+            self._step_span.end()
+        self._traced_step = name
+        self._step_span = self.tracing.step(self._turn_span, name, self.session_id)  # type: ignore[arg-type]
+
+    async def _run(self, text: str) -> str:
         session = self.session
         if not session.sequence:
             await self._enter(session.current_step, previous=None)
@@ -210,6 +243,8 @@ class Turn(FlowRuntime, StepRuntime):
             name = session.current_step
             spec = self.spec.steps[name]
             step = self.step(name)
+            if self.tracing is not None:
+                self._trace_step(name)
             if spec.is_logic:
                 assert isinstance(step, LogicStep)
                 outcome = await self._hook(step, "run_logic", step.run_logic)
@@ -317,6 +352,18 @@ class Turn(FlowRuntime, StepRuntime):
         )
 
     async def _call_model(self, model: Model, request: ModelRequest, step: str) -> ModelResponse:
+        if self.tracing is None:
+            return await self._call_model_untraced(model, request, step)
+        span = self.tracing.model(self._step_span, model.name, request)
+        try:
+            response = await self._call_model_untraced(model, request, step)
+        except BaseException as exc:
+            self.tracing.fail(span, exc)
+            raise
+        self.tracing.model_done(span, response)
+        return response
+
+    async def _call_model_untraced(self, model: Model, request: ModelRequest, step: str) -> ModelResponse:
         try:
             if self.emit is None:
                 return await model.request(request)
@@ -438,8 +485,18 @@ class Turn(FlowRuntime, StepRuntime):
         kwargs = {param: getattr(validated, param) for param in tool.params}
         for param in tool.context_params:
             kwargs[param] = self._context(spec.name)
-        value = await self._invoke(step, spec, call, tool.handler, tool.is_async, kwargs)
-        return value if isinstance(value, _CallResult) else self._classify(call, value)
+        if self.tracing is None:
+            value = await self._invoke(step, spec, call, tool.handler, tool.is_async, kwargs)
+            return value if isinstance(value, _CallResult) else self._classify(call, value)
+        span = self.tracing.tool(self._step_span, call, spec.name, self.session_id)
+        try:
+            value = await self._invoke(step, spec, call, tool.handler, tool.is_async, kwargs)
+        except BaseException as exc:
+            self.tracing.fail(span, exc)
+            raise
+        result = value if isinstance(value, _CallResult) else self._classify(call, value)
+        self.tracing.tool_done(span, result.content, result.is_error)
+        return result
 
     async def _invoke(
         self,

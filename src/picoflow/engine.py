@@ -9,6 +9,7 @@ and the stored session is left exactly as it was before the turn.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import time
@@ -16,9 +17,11 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from picoflow._runner import Turn
+from picoflow._tracing import Tracing
+from picoflow._tracing import resolve as resolve_tracing
 from picoflow.context import Caller
 from picoflow.events import TurnEvent
 from picoflow.exceptions import (
@@ -46,6 +49,9 @@ from picoflow.models.catalog import (
 from picoflow.sessions.base import LogRecord, Session, SessionStore
 from picoflow.sessions.memory import MemoryStore
 from picoflow.usage import Usage, UsageLimits
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 logger = logging.getLogger("picoflow")
 
@@ -107,6 +113,8 @@ class FlowEngine:
         deps: Any = None,
         limits: UsageLimits | None = None,
         max_message_chars: int = 32_000,
+        tracing: Any = None,
+        trace_content: bool = False,
     ) -> None:
         """
         Args:
@@ -116,11 +124,18 @@ class FlowEngine:
             deps: Application dependencies handed to tools through ``RunContext.deps``.
             limits: Per-turn budgets overriding each flow's own ``limits``.
             max_message_chars: Longest user message accepted.
+            tracing: OpenTelemetry: None traces when an SDK tracer provider is configured, False
+                never, or pass a ``Tracer``.
+            trace_content: Put prompts, replies and tool arguments/results on spans (off by
+                default: they may hold personal data).
         """
         self.store: SessionStore = store if store is not None else MemoryStore()
         self.deps = deps
         self.limits = limits
         self.max_message_chars = max_message_chars
+        self._tracing_setting = tracing
+        self._trace_content = trace_content
+        self._tracing_cache: tuple[object, Tracing | None] | None = None
         self._override: Model | ModelSelection | None = None
         if isinstance(model, Model):
             self._override = model
@@ -182,6 +197,57 @@ class FlowEngine:
         on_event: Callable[[TurnEvent], None] | None = None,
     ) -> TurnResult:
         """Run one turn. Never raises for run-time failures: see ``TurnResult.error``."""
+        tracing = self._tracing()
+        if tracing is None:
+            return await self._run(flow, message, session_id, context, on_event, None, None)
+        span = tracing.turn(flow if isinstance(flow, str) else flow.name, session_id, message)
+        try:
+            result = await self._run(flow, message, session_id, context, on_event, tracing, span)
+        except BaseException as exc:
+            tracing.fail(span, exc)
+            raise
+        if result.session_id:
+            span.set_attribute("gen_ai.conversation.id", result.session_id)
+        span.set_attribute("gen_ai.usage.input_tokens", result.usage.input_tokens)
+        span.set_attribute("gen_ai.usage.output_tokens", result.usage.output_tokens)
+        if result.error is not None:
+            tracing.fail(span, result.error.kind)
+        else:
+            if tracing.capture_content:
+                span.set_attribute(
+                    "gen_ai.output.messages", json.dumps([{"role": "assistant", "content": result.message}])
+                )
+            span.end()
+        return result
+
+    def _tracing(self) -> Tracing | None:
+        setting = self._tracing_setting
+        if setting is False:
+            return None
+        if setting is not None:
+            if self._tracing_cache is None:
+                self._tracing_cache = (setting, resolve_tracing(setting, capture_content=self._trace_content))
+            return self._tracing_cache[1]
+        try:
+            from opentelemetry import trace
+        except ImportError:
+            self._tracing_setting = False
+            return None
+        provider = trace.get_tracer_provider()
+        if self._tracing_cache is None or self._tracing_cache[0] is not provider:
+            self._tracing_cache = (provider, resolve_tracing(None, capture_content=self._trace_content))
+        return self._tracing_cache[1]
+
+    async def _run(
+        self,
+        flow: str | type[Flow],
+        message: str,
+        session_id: str | None,
+        context: Caller | None,
+        on_event: Callable[[TurnEvent], None] | None,
+        tracing: Tracing | None,
+        span: Span | None,
+    ) -> TurnResult:
         caller = context or Caller()
         turn: Turn | None = None
         reference = session_id
@@ -191,10 +257,11 @@ class FlowEngine:
             async with self._session_lock(session_id):
                 session, expected = await self._open(spec, session_id, caller)
                 reference = session.id
-                turn = self._turn(spec, session, caller, on_event)
+                turn = self._turn(spec, session, caller, on_event, tracing, span)
                 session = await self._restore(turn, session)
                 if session is not turn.session:
-                    turn = self._turn(spec, session, caller, on_event)
+                    turn.release()
+                    turn = self._turn(spec, session, caller, on_event, tracing, span)
                 reply = await turn.run(text)
                 await turn.finish()
                 self._commit_locally(turn)
@@ -302,7 +369,13 @@ class FlowEngine:
         return text
 
     def _turn(
-        self, spec: FlowSpec, session: Session, caller: Caller, on_event: Callable[[TurnEvent], None] | None
+        self,
+        spec: FlowSpec,
+        session: Session,
+        caller: Caller,
+        on_event: Callable[[TurnEvent], None] | None,
+        tracing: Tracing | None,
+        span: Span | None,
     ) -> Turn:
         return Turn(
             spec=spec,
@@ -312,6 +385,8 @@ class FlowEngine:
             model_for=lambda step: self.model_for(spec, step),
             limits=self.limits or spec.limits,
             emit=on_event,
+            tracing=tracing,
+            trace_parent=span,
         )
 
     async def _open(
