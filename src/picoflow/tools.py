@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import inspect
 import sys
-from types import FrameType
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
