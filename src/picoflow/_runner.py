@@ -156,6 +156,8 @@ class Turn(FlowRuntime, StepRuntime):
     ) -> Message:
         """Append a message to ``namespace`` and to the turn's list of new messages."""
         session = self.session
+        # Look the namespace up first: a new one must start at this message's seq.
+        live = session.namespace(namespace).messages
         message = Message(
             role,
             content,
@@ -169,7 +171,7 @@ class Turn(FlowRuntime, StepRuntime):
             time.time(),
         )
         session.next_seq += 1
-        session.namespace(namespace).messages.append(message)
+        live.append(message)
         self.appended.append((namespace, message))
         self.touched.add(namespace)
         return message

@@ -145,6 +145,7 @@ class FlowEngine:
         self._flows: dict[str, FlowSpec] = {}
         self._models: dict[tuple[str, str], Model] = {}
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._background: set[asyncio.Future[TurnResult]] = set()
         for flow in flows:
             self.register(flow)
 
@@ -168,7 +169,9 @@ class FlowEngine:
     def flows(self) -> list[FlowSpec]:
         return list(self._flows.values())
 
-    def flow(self, flow: str | type[Flow]) -> FlowSpec:
+    def flow(self, flow: str | type[Flow] | None) -> FlowSpec:
+        if flow is None:
+            raise InvalidInput("a new session needs a flow name")
         name = flow if isinstance(flow, str) else flow.name
         spec = self._flows.get(name)
         if spec is None:
@@ -189,18 +192,22 @@ class FlowEngine:
 
     async def run(
         self,
-        flow: str | type[Flow],
+        flow: str | type[Flow] | None,
         message: str,
         session_id: str | None = None,
         *,
         context: Caller | None = None,
         on_event: Callable[[TurnEvent], None] | None = None,
     ) -> TurnResult:
-        """Run one turn. Never raises for run-time failures: see ``TurnResult.error``."""
+        """Run one turn. Never raises for run-time failures: see ``TurnResult.error``.
+
+        ``flow`` may be None when ``session_id`` is given: the session knows its flow.
+        """
         tracing = self._tracing()
         if tracing is None:
             return await self._run(flow, message, session_id, context, on_event, None, None)
-        span = tracing.turn(flow if isinstance(flow, str) else flow.name, session_id, message)
+        flow_name = flow if isinstance(flow, str) or flow is None else flow.name
+        span = tracing.turn(flow_name or "session", session_id, message)
         try:
             result = await self._run(flow, message, session_id, context, on_event, tracing, span)
         except BaseException as exc:
@@ -240,7 +247,7 @@ class FlowEngine:
 
     async def _run(
         self,
-        flow: str | type[Flow],
+        flow: str | type[Flow] | None,
         message: str,
         session_id: str | None,
         context: Caller | None,
@@ -252,10 +259,10 @@ class FlowEngine:
         turn: Turn | None = None
         reference = session_id
         try:
-            spec = self.flow(flow)
+            spec = self.flow(flow) if flow is not None or session_id is None else None
             text = self._check_input(message, session_id)
             async with self._session_lock(session_id):
-                session, expected = await self._open(spec, session_id, caller)
+                spec, session, expected = await self._open(spec, session_id, caller)
                 reference = session.id
                 turn = self._turn(spec, session, caller, on_event, tracing, span)
                 session = await self._restore(turn, session)
@@ -295,7 +302,7 @@ class FlowEngine:
 
     async def run_stream(
         self,
-        flow: str | type[Flow],
+        flow: str | type[Flow] | None,
         message: str,
         session_id: str | None = None,
         *,
@@ -306,20 +313,31 @@ class FlowEngine:
         The turn runs to its end even if the consumer stops listening, so a disconnect never
         leaves a half-done turn.
         """
-        queue: asyncio.Queue[TurnEvent | TurnFinished] = asyncio.Queue()
+        queue: asyncio.Queue[TurnEvent | TurnFinished | None] = asyncio.Queue()
         task = asyncio.ensure_future(
             self.run(flow, message, session_id, context=context, on_event=queue.put_nowait)
         )
-        task.add_done_callback(lambda done: queue.put_nowait(TurnFinished(done.result())))
+        # The loop holds tasks weakly; keep this one alive even if the consumer walks away.
+        self._background.add(task)
+
+        def finished(done: asyncio.Future[TurnResult]) -> None:
+            self._background.discard(done)
+            queue.put_nowait(None if done.cancelled() or done.exception() else TurnFinished(done.result()))
+
+        task.add_done_callback(finished)
         while True:
             event = await queue.get()
+            if event is None:
+                if task.cancelled():
+                    raise asyncio.CancelledError("the turn was cancelled")
+                raise task.exception() or RuntimeError("the turn ended without a result")
             yield event
             if isinstance(event, TurnFinished):
                 return
 
     def run_sync(
         self,
-        flow: str | type[Flow],
+        flow: str | type[Flow] | None,
         message: str,
         session_id: str | None = None,
         *,
@@ -329,6 +347,24 @@ class FlowEngine:
         return asyncio.run(self.run(flow, message, session_id, context=context))
 
     # --- sessions -------------------------------------------------------------------------------
+
+    async def create_session(self, flow: str | type[Flow], *, context: Caller | None = None) -> Session:
+        """Store a new, empty session of ``flow`` for the caller, before any message.
+
+        Its start step is entered with the first turn. Raises ``FlowNotFound`` or ``StoreError``.
+        """
+        spec = self.flow(flow)
+        caller = context or Caller()
+        session = Session(
+            id=str(uuid.uuid4()), flow=spec.name, current_step=spec.start, principal=caller.principal
+        )
+        try:
+            await self.store.save(session, expected_revision=None)
+        except RunError:
+            raise
+        except Exception as exc:
+            raise StoreError(f"creating a session failed: {type(exc).__name__}: {exc}") from exc
+        return session.copy()
 
     async def get_session(self, session_id: str, *, principal: str | None = None) -> Session | None:
         """The stored session, or None if unknown or owned by another principal."""
@@ -390,13 +426,14 @@ class FlowEngine:
         )
 
     async def _open(
-        self, spec: FlowSpec, session_id: str | None, caller: Caller
-    ) -> tuple[Session, int | None]:
+        self, spec: FlowSpec | None, session_id: str | None, caller: Caller
+    ) -> tuple[FlowSpec, Session, int | None]:
         if session_id is None:
+            assert spec is not None  # run() resolves the flow of a new session up front
             session = Session(
                 id=str(uuid.uuid4()), flow=spec.name, current_step=spec.start, principal=caller.principal
             )
-            return session, None
+            return spec, session, None
         try:
             stored = await self.store.load(session_id)
         except RunError:
@@ -405,6 +442,8 @@ class FlowEngine:
             raise StoreError(f"loading session {session_id} failed: {type(exc).__name__}: {exc}") from exc
         if stored is None or not _may_access(stored, caller.principal):
             raise SessionNotFound(f"no session {session_id} for this caller", session_id=session_id)
+        if spec is None:
+            spec = self.flow(stored.flow)
         if stored.flow != spec.name:
             raise FlowMismatch(f"session {session_id} belongs to flow {stored.flow}, not {spec.name}")
         if stored.status != "running":
@@ -413,7 +452,7 @@ class FlowEngine:
             raise FlowMismatch(
                 f"session {session_id} is in step {stored.current_step}, unknown to {spec.name}"
             )
-        return stored, stored.revision
+        return spec, stored, stored.revision
 
     async def _restore(self, turn: Turn, session: Session) -> Session:
         if session.revision == 0:
@@ -433,6 +472,8 @@ class FlowEngine:
             )
         if not isinstance(restored, Session) or restored.id != session.id:
             raise RunError("on_restore_session must return the session, a fresh Session with its id, or None")
+        # A replacement document continues the transcript: its messages must come after the stored ones.
+        restored.next_seq = max(restored.next_seq, session.next_seq)
         return restored
 
     def _commit_locally(self, turn: Turn) -> None:
@@ -500,4 +541,6 @@ class FlowEngine:
 
 
 def _may_access(session: Session, principal: str | None) -> bool:
-    return session.principal is None or session.principal == principal
+    # A session created without a principal belongs to "nobody in particular": only callers without
+    # a principal may use it, so an authenticated caller can never reach an anonymous session.
+    return session.principal == principal

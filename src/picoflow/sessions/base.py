@@ -182,8 +182,6 @@ class SessionStore(Protocol):
       only if the stored revision is still ``r``; otherwise ``SessionConflict`` and nothing is
       written. A successful save stores revision ``r + 1`` (1 on create), sets
       ``session.revision`` to it and returns it. It is atomic: all of it or nothing.
-    * A successful ``save`` takes ownership of ``session``: the caller must not mutate it
-      afterwards (load a fresh copy instead). Stores that keep objects in memory rely on this.
     * ``appended`` are the messages added since the session was loaded, as
       ``(namespace, message)`` pairs in ``seq`` order; they join the transcript.
     * ``record_error`` keeps an error record beside the session without touching the document.

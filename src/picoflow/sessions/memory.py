@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from picoflow.exceptions import SessionConflict
 from picoflow.messages import Message
+from picoflow.sessions._rows import check_page, check_save
 from picoflow.sessions.base import LogRecord, Session, SessionInfo, SessionStatus
 
 
@@ -32,6 +33,7 @@ class MemoryStore:
         expected_revision: int | None,
         appended: Sequence[tuple[str, Message]] = (),
     ) -> int:
+        check_save(session, expected_revision, appended)
         stored = self._sessions.get(session.id)
         if expected_revision is None:
             if stored is not None:
@@ -43,10 +45,11 @@ class MemoryStore:
                     f"session {session.id} changed since revision {expected_revision}", session_id=session.id
                 )
             revision = expected_revision + 1
+            if appended and appended[0][1].seq < stored.next_seq:
+                raise ValueError(f"appended message seq {appended[0][1].seq} is already stored")
         session.revision = revision
-        # A save hands the object over (see the protocol): keeping it saves a copy per turn, and
-        # every load still returns a private copy.
-        self._sessions[session.id] = session
+        # Keep a copy: callers may go on changing their object after a save.
+        self._sessions[session.id] = session.copy()
         self._transcripts.setdefault(session.id, []).extend(message for _, message in appended)
         return revision
 
@@ -64,6 +67,7 @@ class MemoryStore:
         limit: int = 100,
         offset: int = 0,
     ) -> list[SessionInfo]:
+        check_page(limit, offset)
         found = [
             s.info()
             for s in self._sessions.values()
@@ -78,6 +82,8 @@ class MemoryStore:
         return list(self._transcripts.get(session_id, ()))
 
     async def record_error(self, session_id: str, record: LogRecord) -> None:
+        if not isinstance(record, LogRecord):
+            raise TypeError(f"record_error() needs a LogRecord, not {type(record).__name__}")
         self._errors.setdefault(session_id, []).append(record)
 
     async def errors(self, session_id: str) -> list[LogRecord]:
