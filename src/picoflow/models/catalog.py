@@ -153,6 +153,10 @@ class ModelSelection:
             "base_url": self.base_url,
         }
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The read-only params view cannot be pickled or deep-copied; rebuild from a plain dict.
+        return (ModelSelection, (self.provider, self.name, dict(self.params), self.base_url))
+
     def _key(self) -> str:
         return json.dumps(self.public_dict(), sort_keys=True, default=str)
 

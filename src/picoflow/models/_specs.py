@@ -1,0 +1,210 @@
+"""The built-in model catalog: which models each provider offers and which parameters each accepts.
+
+Parameters are Pydantic models with ``extra="forbid"`` so a typo is refused when the flow is
+registered, not discovered as a provider 400 in production. Facts that differ between models of one
+family (reasoning-effort levels, refused sampling knobs, native structured output) live on ``ModelSpec``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+LOCAL_MODEL_NAME = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+DEFAULT_OPENAI_MODEL = "gpt-4.1-mini"
+DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-6"
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NetworkParams(_Params):
+    """Knobs of the adapter itself, shared by every networked provider. Never sent to the provider."""
+
+    timeout: float | None = Field(None, gt=0, le=3600, description="seconds per attempt")
+    max_retries: int | None = Field(None, ge=0, le=10, description="extra attempts on 429/5xx/network errors")
+
+
+class OpenAIChatParams(NetworkParams):
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
+    max_tokens: int | None = Field(None, ge=1)
+    seed: int | None = None
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    stop: str | list[str] | None = None
+    parallel_tool_calls: bool | None = None
+
+
+class OpenAIReasoningParams(NetworkParams):
+    reasoning_effort: str | None = None
+    max_tokens: int | None = Field(None, ge=1, description="completion budget, reasoning tokens included")
+    seed: int | None = None
+    parallel_tool_calls: bool | None = None
+
+
+class GPT5Params(OpenAIReasoningParams):
+    verbosity: Literal["low", "medium", "high"] | None = None
+
+
+class CompatibleParams(OpenAIChatParams):
+    """OpenAI-compatible servers differ widely, so anything else is passed through as is."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    reasoning_effort: str | None = None
+
+
+class AnthropicParams(NetworkParams):
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=1)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=1)
+    stop_sequences: list[str] | None = None
+    thinking_budget: int | None = Field(None, ge=1024, description="extended-thinking token budget")
+
+    @model_validator(mode="after")
+    def _thinking_is_exclusive(self) -> Self:
+        if self.thinking_budget is not None:
+            if self.temperature is not None or self.top_k is not None:
+                raise ValueError("temperature and top_k cannot be combined with thinking_budget")
+            if self.max_tokens is not None and self.max_tokens <= self.thinking_budget:
+                raise ValueError("max_tokens must be greater than thinking_budget")
+        return self
+
+
+class LocalParams(_Params):
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=0)
+    repeat_penalty: float | None = Field(None, ge=0.5, le=2)
+    max_tokens: int | None = Field(None, ge=1, le=8192)
+    seed: int | None = Field(None, ge=0)
+    n_ctx: int | None = Field(None, ge=512, le=32768, description="context window in tokens")
+    threads: int | None = Field(None, ge=1, le=256)
+    parallel_tool_calls: bool | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSpec:
+    """What picoflow knows about one model."""
+
+    provider: str
+    name: str
+    params: type[BaseModel]
+    """Pydantic model of the accepted parameters."""
+    reasoning_efforts: tuple[str, ...] = ()
+    """Accepted ``reasoning_effort`` values; empty for non-reasoning models."""
+    refused: Mapping[str, str] = field(default_factory=dict)
+    """Parameters this model rejects, with the reason shown to the flow author."""
+    structured_output: Literal["native", "tool"] = "native"
+    """``native``: the provider constrains output to a JSON schema; ``tool``: a forced tool stands in."""
+    exclusive_sampling: bool = False
+    """``temperature`` and ``top_p`` may not be set together."""
+    default_max_tokens: int | None = None
+    description: str = ""
+
+    @property
+    def reasoning(self) -> bool:
+        return bool(self.reasoning_efforts)
+
+    def param_names(self) -> list[str]:
+        return sorted(self.params.model_fields)
+
+
+def _reasoning_refusals(name: str, efforts: tuple[str, ...]) -> dict[str, str]:
+    levels = ", ".join(efforts)
+    return {
+        param: f"openai:{name} is a reasoning model and does not accept {param!r}; "
+        f"use reasoning_effort ({levels})"
+        for param in ("temperature", "top_p", "frequency_penalty", "presence_penalty", "logprobs")
+    }
+
+
+def _openai_chat(name: str, description: str) -> ModelSpec:
+    refused = {
+        "reasoning_effort": f"openai:{name} is not a reasoning model; reasoning_effort is not accepted"
+    }
+    return ModelSpec(
+        provider="openai", name=name, params=OpenAIChatParams, refused=refused, description=description
+    )
+
+
+def _openai_reasoning(name: str, efforts: tuple[str, ...], description: str) -> ModelSpec:
+    params = GPT5Params if name.startswith("gpt-5") else OpenAIReasoningParams
+    return ModelSpec(
+        provider="openai",
+        name=name,
+        params=params,
+        reasoning_efforts=efforts,
+        refused=_reasoning_refusals(name, efforts),
+        description=description,
+    )
+
+
+_GPT5_EFFORTS = ("minimal", "low", "medium", "high")
+_GPT51_EFFORTS = ("none", "low", "medium", "high")
+_O_EFFORTS = ("low", "medium", "high")
+
+
+def _anthropic(name: str, *, native: bool, max_tokens: int, description: str) -> ModelSpec:
+    return ModelSpec(
+        provider="anthropic",
+        name=name,
+        params=AnthropicParams,
+        structured_output="native" if native else "tool",
+        exclusive_sampling=True,
+        default_max_tokens=max_tokens,
+        description=description,
+    )
+
+
+BUILTIN_SPECS: tuple[ModelSpec, ...] = (
+    _openai_chat("gpt-4o", "GPT-4o chat model"),
+    _openai_chat("gpt-4o-mini", "small GPT-4o chat model"),
+    _openai_chat("gpt-4.1", "GPT-4.1 chat model"),
+    _openai_chat("gpt-4.1-mini", "small GPT-4.1 chat model (default with OPENAI_API_KEY)"),
+    _openai_chat("gpt-4.1-nano", "smallest GPT-4.1 chat model"),
+    _openai_reasoning("gpt-5", _GPT5_EFFORTS, "GPT-5 reasoning model"),
+    _openai_reasoning("gpt-5-mini", _GPT5_EFFORTS, "small GPT-5 reasoning model"),
+    _openai_reasoning("gpt-5-nano", _GPT5_EFFORTS, "smallest GPT-5 reasoning model"),
+    _openai_reasoning("gpt-5.1", _GPT51_EFFORTS, "GPT-5.1 reasoning model"),
+    _openai_reasoning("o3", _O_EFFORTS, "o3 reasoning model"),
+    _openai_reasoning("o3-mini", _O_EFFORTS, "small o3 reasoning model"),
+    _openai_reasoning("o4-mini", _O_EFFORTS, "small o4 reasoning model"),
+    _anthropic("claude-opus-4-5", native=True, max_tokens=8192, description="Claude Opus 4.5"),
+    _anthropic("claude-opus-4-1", native=True, max_tokens=8192, description="Claude Opus 4.1"),
+    _anthropic("claude-opus-4-0", native=False, max_tokens=8192, description="Claude Opus 4"),
+    _anthropic("claude-opus-4-6", native=True, max_tokens=8192, description="Claude Opus 4.6"),
+    _anthropic(
+        "claude-sonnet-4-6", native=True, max_tokens=8192, description="Claude Sonnet 4.6 (default with key)"
+    ),
+    _anthropic(
+        "claude-sonnet-4-5",
+        native=True,
+        max_tokens=8192,
+        description="Claude Sonnet 4.5 (end of life 2026-11-30)",
+    ),
+    _anthropic("claude-sonnet-4-0", native=False, max_tokens=8192, description="Claude Sonnet 4"),
+    _anthropic("claude-haiku-4-5", native=True, max_tokens=8192, description="Claude Haiku 4.5"),
+    ModelSpec(
+        provider="local",
+        name=LOCAL_MODEL_NAME,
+        params=LocalParams,
+        description="embedded Qwen2.5-Coder-1.5B-Instruct (Apache-2.0), runs offline on CPU",
+    ),
+)
+
+
+def compatible_spec(name: str) -> ModelSpec:
+    """The permissive spec of a model served by an OpenAI-compatible server."""
+    return ModelSpec(provider="openai-compatible", name=name, params=CompatibleParams)
+
+
+def normalized_params(spec: ModelSpec, params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` validated by ``spec`` (raises ``pydantic.ValidationError``), unset ones dropped."""
+    return spec.params.model_validate(dict(params)).model_dump(exclude_none=True)

@@ -1,0 +1,255 @@
+"""The embedded offline model: Qwen2.5-Coder-1.5B-Instruct (Apache-2.0) on llama.cpp, via ``xllamacpp``.
+
+It is the default when no provider is configured, so a fresh machine runs picoflow with no API key.
+llama.cpp runs in-process (``xllamacpp.Server``); one engine is loaded per process and shared by every
+``LocalModel``. Its calls block, so they run in a worker thread. Tool calling goes through the
+schema-constrained JSON protocol of ``_local_protocol``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from picoflow.exceptions import ModelError
+from picoflow.messages import ModelRequest, ModelResponse, ToolCall
+from picoflow.models._gguf import LocalModelUnavailable, ensure_model_file, model_dir
+from picoflow.models._local_protocol import ReplyStream, answer_schema, chat_messages, parse_answer
+from picoflow.models._specs import LOCAL_MODEL_NAME
+from picoflow.models.base import Model, ResponseDone, StreamEvent, TextDelta, ToolCallDelta
+from picoflow.usage import Usage
+
+if TYPE_CHECKING:
+    from picoflow.models.catalog import ModelSelection
+
+DEFAULT_CONTEXT = 8192
+DEFAULT_MAX_TOKENS = 512
+DEFAULT_TEMPERATURE = 0.2
+_SAMPLING = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "seed": "seed"}
+
+
+def choose_threads(load: float | None = None, cpus: int | None = None) -> int:
+    """1 thread when the machine is busy, else 2, so the model never starves its host.
+
+    Two llama.cpp threads only pay off with two idle cores: they meet at a barrier after every
+    layer, so when another process takes one core, generation slows to a crawl (measured on 2 CPUs:
+    ~14 tokens/s idle, ~1.5 under contention, against ~9 with one thread). "Busy" is therefore
+    a 1-minute load average leaving less than about 1.5 cores free.
+    """
+    override = os.environ.get("PICOFLOW_LOCAL_THREADS", "").strip()
+    if override.isdigit() and int(override) > 0:
+        return int(override)
+    cpus = cpus or os.cpu_count() or 1
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except (AttributeError, OSError):
+            load = 0.0
+    return 1 if cpus < 2 or load >= cpus - 1.5 else 2
+
+
+class LocalEngine:
+    """One loaded llama.cpp model. Thread-safe: requests queue inside llama.cpp."""
+
+    def __init__(self, path: Path, *, n_ctx: int, threads: int) -> None:
+        try:
+            import xllamacpp
+        except ImportError as error:
+            raise LocalModelUnavailable(
+                "the local model needs llama.cpp bindings: pip install 'picoflow[local]'"
+            ) from error
+        params = xllamacpp.CommonParams()
+        params.model.path = str(path)
+        params.n_ctx = n_ctx
+        params.n_parallel = 1
+        params.cpuparams.n_threads = threads
+        params.cpuparams_batch.n_threads = threads
+        params.warmup = False
+        params.verbosity = 3 if os.environ.get("PICOFLOW_LOCAL_VERBOSE") else -1
+        self.path = path
+        self.n_ctx = n_ctx
+        self.threads = threads
+        self.server = xllamacpp.Server(params)
+
+    def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
+        result: Any = self.server.handle_chat_completions(payload)
+        return _checked(result)
+
+    def chat_stream(self, payload: dict[str, Any], on_chunk: Any) -> None:
+        """Stream ``payload``; ``on_chunk(chunk) -> bool`` returns True to stop generating."""
+        streaming = {**payload, "stream": True, "stream_options": {"include_usage": True}}
+        self.server.handle_chat_completions(streaming, on_chunk)
+
+
+def _checked(result: Any) -> dict[str, Any]:
+    if isinstance(result, dict) and "choices" in result:
+        return result
+    error = result.get("error", result) if isinstance(result, dict) else {"message": str(result)}
+    message = error.get("message", "unknown error") if isinstance(error, dict) else str(error)
+    raise ModelError(f"the local model refused the request: {message}")
+
+
+_engines: dict[tuple[str, int], LocalEngine] = {}
+_engines_lock = threading.Lock()
+
+
+def load_engine(
+    directory: Path | None = None, *, n_ctx: int = DEFAULT_CONTEXT, threads: int | None = None
+) -> LocalEngine:
+    """The process-wide engine: the model is fetched, verified and loaded on first use only."""
+    folder = directory or model_dir()
+    with _engines_lock:
+        engine = _engines.get((str(folder), n_ctx))
+        if engine is None:
+            verified = ensure_model_file(folder)
+            engine = LocalEngine(verified, n_ctx=n_ctx, threads=threads or choose_threads())
+            _engines[(str(folder), n_ctx)] = engine
+        return engine
+
+
+def _usage(raw: Mapping[str, Any] | None) -> Usage:
+    usage = Usage(model_calls=1)
+    if raw:
+        usage.input_tokens = int(raw.get("prompt_tokens") or 0)
+        usage.output_tokens = int(raw.get("completion_tokens") or 0)
+        usage.cached_input_tokens = int((raw.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+    return usage
+
+
+class LocalModel(Model):
+    """The embedded offline model. Instances are cheap; the loaded engine is shared per process."""
+
+    def __init__(
+        self, *, params: Mapping[str, Any] | None = None, model_dir: str | Path | None = None
+    ) -> None:
+        """
+        Args:
+            params: ``local`` parameters (temperature, max_tokens, n_ctx, threads, ...).
+            model_dir: Folder of the model file (default: ``PICOFLOW_MODEL_DIR``, else the user cache).
+        """
+        self.name = f"local:{LOCAL_MODEL_NAME}"
+        self.params = dict(params or {})
+        self.model_dir = Path(model_dir) if model_dir is not None else None
+        self.last_timings: dict[str, float] = {}
+        """llama.cpp's timing figures of the last answer (tokens/s of prompt and generation)."""
+
+    @classmethod
+    def from_selection(cls, selection: ModelSelection) -> LocalModel:
+        from picoflow.models.catalog import resolve
+
+        _, params = resolve(selection)
+        return cls(params=params)
+
+    def __repr__(self) -> str:
+        return f"LocalModel({self.name!r})"
+
+    def _settings(self, request: ModelRequest) -> dict[str, Any]:
+        return {**self.params, **request.settings}
+
+    async def engine(self) -> LocalEngine:
+        """The loaded engine; the first call downloads, verifies and loads the model (progress on stderr)."""
+        settings = self.params
+        return await asyncio.to_thread(
+            load_engine,
+            self.model_dir,
+            n_ctx=int(settings.get("n_ctx") or DEFAULT_CONTEXT),
+            threads=settings.get("threads"),
+        )
+
+    def build_payload(self, request: ModelRequest) -> dict[str, Any]:
+        """The OpenAI-style chat request handed to llama.cpp."""
+        settings = self._settings(request)
+        parallel = settings.get("parallel_tool_calls", True) is not False
+        payload: dict[str, Any] = {
+            "messages": chat_messages(request, parallel=parallel),
+            "max_tokens": int(settings.get("max_tokens") or DEFAULT_MAX_TOKENS),
+            "temperature": DEFAULT_TEMPERATURE,
+        }
+        for key, wire in _SAMPLING.items():
+            if settings.get(key) is not None:
+                payload[wire] = settings[key]
+        if settings.get("repeat_penalty") is not None:
+            payload["repeat_penalty"] = settings["repeat_penalty"]
+        schema = answer_schema(request.tools, request.output, parallel=parallel)
+        if schema is not None:
+            payload["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "answer", "schema": schema},
+            }
+        return payload
+
+    def _response(self, request: ModelRequest, text: str, usage: Usage, finish: str | None) -> ModelResponse:
+        constrained = bool(request.tools) or request.output is not None
+        if not constrained:
+            return ModelResponse(text, [], usage, finish, self.name)
+        names = {tool.name for tool in request.tools}
+        reply, calls = parse_answer(text, tool_names=names, structured=request.output is not None)
+        tool_calls = [ToolCall(name, args, f"call_{uuid.uuid4().hex[:12]}") for name, args in calls]
+        return ModelResponse(reply, tool_calls, usage, "tool_calls" if tool_calls else finish, self.name)
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        engine = await self.engine()
+        result = await asyncio.to_thread(engine.chat, self.build_payload(request))
+        self.last_timings = dict(result.get("timings") or {})
+        choice = result["choices"][0]
+        text = (choice.get("message") or {}).get("content") or ""
+        return self._response(request, text, _usage(result.get("usage")), choice.get("finish_reason"))
+
+    async def request_stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        engine = await self.engine()
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        stop = threading.Event()
+
+        def on_chunk(chunk: Any) -> bool:
+            loop.call_soon_threadsafe(
+                queue.put_nowait, chunk if isinstance(chunk, dict) else {"error": chunk}
+            )
+            return stop.is_set()
+
+        def produce() -> None:
+            try:
+                engine.chat_stream(self.build_payload(request), on_chunk)
+            finally:
+                loop.call_soon_threadsafe(queue.put_nowait, None)
+
+        worker = asyncio.ensure_future(asyncio.to_thread(produce))
+        constrained = bool(request.tools) or request.output is not None
+        reply = ReplyStream()
+        parts: list[str] = []
+        usage, finish = Usage(model_calls=1), None
+        try:
+            while (chunk := await queue.get()) is not None:
+                if "choices" not in chunk:
+                    _checked(chunk)
+                if chunk.get("usage"):
+                    usage = _usage(chunk["usage"])
+                    self.last_timings = dict(chunk.get("timings") or {})
+                for choice in chunk["choices"][:1]:
+                    piece = (choice.get("delta") or {}).get("content") or ""
+                    finish = choice.get("finish_reason") or finish
+                    parts.append(piece)
+                    visible = reply.feed(piece) if constrained else piece
+                    if visible:
+                        yield TextDelta(visible)
+        finally:
+            stop.set()
+            await worker
+        response = self._response(request, "".join(parts), usage, finish)
+        for index, call in enumerate(response.tool_calls):
+            yield ToolCallDelta(index, call.id, call.name, call.args_json())
+        yield ResponseDone(response)
+
+
+def fetch_model(directory: Path | None = None) -> Path:
+    """Download, join and verify the model file now (e.g. while building an image); returns its path."""
+    return ensure_model_file(directory)
+
+
+if __name__ == "__main__":  # python -m picoflow.models.local  -> prefetch the offline model
+    print(fetch_model())

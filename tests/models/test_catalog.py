@@ -1,0 +1,246 @@
+"""Model selection strings, catalog validation, secrets hygiene and the automatic default."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+
+from picoflow.exceptions import FlowDefinitionError
+from picoflow.models._specs import AnthropicParams, ModelSpec
+from picoflow.models.catalog import (
+    DEFAULT_ANTHROPIC_MODEL,
+    DEFAULT_OPENAI_MODEL,
+    LOCAL_MODEL_NAME,
+    ModelSelection,
+    as_selection,
+    create_model,
+    default_selection,
+    known_models,
+    register_model,
+    resolve,
+    validate_selection,
+)
+
+SECRET = "sk-proj-SUPERSECRET0123456789"
+
+
+def refused(selection: ModelSelection | str) -> str:
+    with pytest.raises(FlowDefinitionError) as caught:
+        validate_selection(as_selection(selection))
+    return str(caught.value)
+
+
+def test_selection_strings() -> None:
+    assert ModelSelection.parse("openai:gpt-4.1-mini") == ModelSelection("openai", "gpt-4.1-mini")
+    assert str(ModelSelection.parse(" Anthropic:claude-sonnet-4-5 ")) == "anthropic:claude-sonnet-4-5"
+    ollama = ModelSelection.parse("openai-compatible:llama3.1:8b@http://localhost:11434/v1/")
+    assert (ollama.provider, ollama.name, ollama.base_url) == (
+        "openai-compatible",
+        "llama3.1:8b",
+        "http://localhost:11434/v1",
+    )
+    assert str(ollama) == "openai-compatible:llama3.1:8b@http://localhost:11434/v1"
+    assert ModelSelection.parse("local").name == LOCAL_MODEL_NAME
+    tuned = ModelSelection.parse("openai:gpt-5.1", reasoning_effort="low")
+    assert dict(tuned.params) == {"reasoning_effort": "low"}
+    assert tuned.with_params(max_tokens=100).params == {"reasoning_effort": "low", "max_tokens": 100}
+    assert dict(tuned.params) == {"reasoning_effort": "low"}
+    with pytest.raises(FlowDefinitionError, match="no provider"):
+        ModelSelection.parse(":gpt-4.1")
+    with pytest.raises(FlowDefinitionError, match="base URL twice"):
+        ModelSelection.parse("openai-compatible:x@http://a", base_url="http://b")
+
+
+def test_selection_is_a_value() -> None:
+    one = ModelSelection.parse("openai:gpt-4.1", temperature=0.1, stop=["\n"])
+    two = ModelSelection.from_dict(one.public_dict())
+    assert one == two
+    assert hash(one) == hash(two)
+    assert one != one.with_params(temperature=0.2)
+    assert repr(one) == "ModelSelection.parse('openai:gpt-4.1', stop=['\\n'], temperature=0.1)"
+    with pytest.raises(TypeError):
+        one.params["temperature"] = 2  # type: ignore[index]
+    assert pickle.loads(pickle.dumps(one)) == one
+    assert copy.deepcopy(one) == one
+
+
+def test_temperature_is_refused_on_reasoning_models() -> None:
+    message = refused(ModelSelection.parse("openai:gpt-5.1", temperature=0.2))
+    assert message == (
+        "openai:gpt-5.1 is a reasoning model and does not accept 'temperature'; "
+        "use reasoning_effort (none, low, medium, high)"
+    )
+    assert "reasoning model" in refused(ModelSelection.parse("openai:o4-mini", top_p=0.5))
+
+
+def test_reasoning_effort_levels_depend_on_the_model() -> None:
+    validate_selection(ModelSelection.parse("openai:gpt-5", reasoning_effort="minimal"))
+    validate_selection(ModelSelection.parse("openai:gpt-5.1", reasoning_effort="none"))
+    assert "one of none, low, medium, high" in refused(
+        ModelSelection.parse("openai:gpt-5.1", reasoning_effort="minimal")
+    )
+    assert "one of low, medium, high" in refused(
+        ModelSelection.parse("openai:o3", reasoning_effort="minimal")
+    )
+    assert "not a reasoning model" in refused(ModelSelection.parse("openai:gpt-4.1", reasoning_effort="low"))
+
+
+def test_unknown_parameters_are_refused_with_the_allowed_list() -> None:
+    message = refused(ModelSelection.parse("openai:gpt-4.1-mini", temprature=0.2))
+    assert message == (
+        "model openai:gpt-4.1-mini: unknown parameter 'temprature'; allowed: frequency_penalty, max_retries, "
+        "max_tokens, parallel_tool_calls, presence_penalty, seed, stop, temperature, timeout, top_p"
+    )
+    assert (
+        "allowed: max_retries, max_tokens, parallel_tool_calls, reasoning_effort, seed, timeout, verbosity"
+        in refused(ModelSelection.parse("openai:gpt-5-mini", logit_bias={}))
+    )
+
+
+def test_invalid_values_name_the_rule_not_the_value() -> None:
+    message = refused(ModelSelection.parse("openai:gpt-4.1", temperature=3.75))
+    assert "parameter 'temperature'" in message
+    assert "less than or equal to 2" in message
+    assert "3.75" not in message
+    assert "greater than or equal to 1024" in refused(
+        ModelSelection.parse("anthropic:claude-haiku-4-5", thinking_budget=10)
+    )
+
+
+def test_known_parameters_are_normalised() -> None:
+    spec, params = resolve(ModelSelection.parse("openai:gpt-4.1", temperature="0.5", max_tokens=100))
+    assert spec.name == "gpt-4.1"
+    assert params == {"temperature": 0.5, "max_tokens": 100}
+
+
+def test_unknown_model_is_refused_listing_known_ones() -> None:
+    message = refused("openai:gpt-99")
+    assert message.startswith("unknown model 'gpt-99' for provider 'openai'; known: gpt-4.1, gpt-4.1-mini")
+    assert "o4-mini" in message
+    assert "claude-sonnet-4-5" in refused("anthropic:claude-2")
+    assert LOCAL_MODEL_NAME in refused("local:llama-70b")
+    assert "unknown model provider 'gemini'" in refused("gemini:pro")
+
+
+def test_dated_snapshots_resolve_to_their_family() -> None:
+    assert resolve(ModelSelection.parse("openai:gpt-4.1-2025-04-14"))[0].name == "gpt-4.1"
+    assert (
+        resolve(ModelSelection.parse("anthropic:claude-sonnet-4-5-20250929"))[0].name == "claude-sonnet-4-5"
+    )
+    assert "reasoning model" in refused(ModelSelection.parse("openai:gpt-5-2025-08-07", temperature=1))
+
+
+def test_anthropic_sampling_rules() -> None:
+    assert "temperature or top_p, not both" in refused(
+        ModelSelection.parse("anthropic:claude-sonnet-4-5", temperature=0.5, top_p=0.9)
+    )
+    assert "cannot be combined with thinking_budget" in refused(
+        ModelSelection.parse("anthropic:claude-opus-4-1", temperature=0.5, thinking_budget=2048)
+    )
+    assert "max_tokens must be greater than thinking_budget" in refused(
+        ModelSelection.parse("anthropic:claude-opus-4-1", max_tokens=2000, thinking_budget=2048)
+    )
+    validate_selection(
+        ModelSelection.parse("anthropic:claude-haiku-4-5", thinking_budget=2048, max_tokens=8000)
+    )
+
+
+def test_openai_compatible_needs_a_base_url_and_is_permissive(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    assert "needs a base_url" in refused("openai-compatible:llama3.1")
+    assert "give the served model's name" in refused("openai-compatible:@http://localhost:1234/v1")
+    validate_selection(
+        ModelSelection.parse("openai-compatible:qwen@http://localhost:8000/v1", top_k=20, mirostat=2)
+    )
+    assert "less than or equal to 2" in refused(
+        ModelSelection.parse("openai-compatible:q@http://h/v1", temperature=9)
+    )
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://localhost:11434/v1")
+    validate_selection(ModelSelection.parse("openai-compatible:llama3.1"))
+    assert "only for the openai" in refused(
+        ModelSelection.parse("anthropic:claude-haiku-4-5", base_url="http://x")
+    )
+
+
+def test_local_model_parameters() -> None:
+    validate_selection(ModelSelection.parse("local", temperature=0.1, n_ctx=4096, threads=1))
+    assert "unknown parameter 'reasoning_effort'" in refused(
+        ModelSelection.parse("local", reasoning_effort="low")
+    )
+
+
+@pytest.mark.parametrize(
+    "name", ["api_key", "apiKey", "token", "access_token", "client_secret", "password", "Authorization"]
+)
+def test_credentials_are_never_accepted_as_parameters(name: str) -> None:
+    with pytest.raises(FlowDefinitionError) as caught:
+        ModelSelection.parse("openai:gpt-4.1", **{name: SECRET})
+    assert SECRET not in str(caught.value)
+    assert "environment" in str(caught.value)
+
+
+def test_credentials_are_refused_in_base_urls() -> None:
+    with pytest.raises(FlowDefinitionError, match="must not contain credentials") as caught:
+        ModelSelection.parse(f"openai-compatible:x@http://user:{SECRET}@localhost/v1")
+    assert SECRET not in str(caught.value)
+    with pytest.raises(FlowDefinitionError, match="query"):
+        ModelSelection("openai-compatible", "x", base_url=f"http://localhost/v1?api_key={SECRET}")
+    with pytest.raises(FlowDefinitionError, match="http"):
+        ModelSelection("openai-compatible", "x", base_url="file:///etc/passwd")
+
+
+def test_no_secret_in_public_dict_str_or_repr(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
+    for selection in (
+        default_selection(),
+        ModelSelection.parse("openai:gpt-4.1-mini", temperature=0.3, max_tokens=10),
+        ModelSelection.parse("anthropic:claude-haiku-4-5", max_tokens=10),
+        ModelSelection.parse("openai-compatible:llama3.1@http://localhost:11434/v1", top_k=3),
+    ):
+        model = create_model(selection)
+        for text in (str(selection), repr(selection), str(selection.public_dict()), repr(model), model.name):
+            assert SECRET not in text
+        assert set(selection.public_dict()) == {"provider", "name", "params", "base_url"}
+
+
+def test_create_model_reuses_one_instance_per_selection() -> None:
+    first = create_model(ModelSelection.parse("openai:gpt-4.1-nano", max_tokens=5))
+    assert create_model(ModelSelection.parse("openai:gpt-4.1-nano", max_tokens=5)) is first
+    assert create_model(ModelSelection.parse("openai:gpt-4.1-nano", max_tokens=6)) is not first
+    assert first.name == "openai:gpt-4.1-nano"
+    with pytest.raises(FlowDefinitionError):
+        create_model(ModelSelection.parse("openai:gpt-4.1-nano", temprature=1))
+
+
+def test_default_selection_precedence() -> None:
+    both = {"OPENAI_API_KEY": "a", "ANTHROPIC_API_KEY": "b"}
+    assert default_selection({**both, "PICOFLOW_MODEL": "anthropic:claude-opus-4-1"}) == ModelSelection(
+        "anthropic", "claude-opus-4-1"
+    )
+    assert default_selection(both) == ModelSelection("openai", DEFAULT_OPENAI_MODEL)
+    assert default_selection({"ANTHROPIC_API_KEY": "b", "OPENAI_API_KEY": " "}) == ModelSelection(
+        "anthropic", DEFAULT_ANTHROPIC_MODEL
+    )
+    assert default_selection({}) == ModelSelection("local", LOCAL_MODEL_NAME)
+    assert default_selection({"PICOFLOW_MODEL": "local"}).provider == "local"
+    for selection in (
+        default_selection(both),
+        default_selection({"ANTHROPIC_API_KEY": "b"}),
+        default_selection({}),
+    ):
+        validate_selection(selection)
+
+
+def test_register_model_extends_the_catalog() -> None:
+    name = "claude-test-9"
+    assert name not in known_models("anthropic")
+    register_model(
+        ModelSpec(provider="anthropic", name=name, params=AnthropicParams, default_max_tokens=1000)
+    )
+    assert name in known_models("anthropic")
+    validate_selection(ModelSelection.parse(f"anthropic:{name}", temperature=0.5))
+    with pytest.raises(ValueError, match="cannot register"):
+        register_model(ModelSpec(provider="openai-compatible", name="x", params=AnthropicParams))
