@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import time
 
-from picoflow import Flow, FlowEngine, Step
+import pytest
+
+from picoflow import Flow, FlowDefinitionError, FlowEngine, Step
 from picoflow.models import ScriptedModel
 from picoflow.sessions.base import Session
 
@@ -53,3 +55,13 @@ async def test_flows_are_listed_and_sessions_recorded_with_their_model() -> None
     assert session is not None and session.models == {"Chat": "scripted:test"}
     listed = await engine.store.list_sessions(flow="idle")
     assert [info.id for info in listed] == [result.session_id]
+
+
+def test_a_bad_default_model_from_the_environment_fails_at_registration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+
+    monkeypatch.setenv("PICOFLOW_MODEL", "nosuchprovider:model")
+    with pytest.raises(FlowDefinitionError, match="nosuchprovider"):
+        FlowEngine([IdleFlow])
+    FlowEngine([IdleFlow], model=ScriptedModel([]))  # an explicit model needs no default

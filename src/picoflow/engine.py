@@ -162,6 +162,10 @@ class FlowEngine:
             for choice in [flow.model, *(step.cls.model for step in spec.steps.values())]:
                 if choice is not None and not isinstance(choice, Model):
                     validate_selection(as_selection(choice))
+            calls_models = any(not step.is_logic for step in spec.steps.values())
+            if flow.model is None and calls_models and any(s.cls.model is None for s in spec.steps.values()):
+                # A bad PICOFLOW_MODEL should stop the engine now, not fail the first turn.
+                validate_selection(default_selection())
         self._flows[spec.name] = spec
         return spec
 
