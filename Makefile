@@ -8,7 +8,8 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 STORE ?= sqlite:///picoflow.sqlite3
-MODEL ?= local
+# Empty: PICOFLOW_MODEL, else the provider of an API key you have set, else the embedded model.
+MODEL ?=
 
 .PHONY: install run test lint typecheck bench format clean
 
@@ -23,7 +24,7 @@ $(STAMP): pyproject.toml
 
 ## Start the hotel demo with its web page on the embedded local model and a SQLite store.
 run: install
-	$(VENV)/bin/picoflow serve --host $(HOST) --port $(PORT) --store '$(STORE)' --model '$(MODEL)'
+	$(VENV)/bin/picoflow serve --host $(HOST) --port $(PORT) --store '$(STORE)' $(if $(MODEL),--model '$(MODEL)')
 
 ## The whole test suite (starts PostgreSQL and installs Chromium for the browser test when needed).
 test: install

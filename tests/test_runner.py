@@ -23,6 +23,7 @@ from picoflow import (
     ValidCall,
     declare_tool,
     direct,
+    direct_to,
     go,
     stay,
     tool,
@@ -893,3 +894,74 @@ async def test_script_exhausted_is_a_clear_failure() -> None:
     assert result.error is not None and result.error.kind == "script_exhausted"
     errors = await engine.store.errors(result.error.reference or "")
     assert "asked for response 1, but the script has only 0" in errors[0].message
+
+
+class Finder(Step):
+    """Find items."""
+
+    @tool
+    def search(self, term: str) -> Any:
+        """Search the catalog."""
+        found = [f"{term} {n}" for n in (1, 2)]
+        listing = "\n".join(f"{i}. {item}" for i, item in enumerate(found, start=1))
+        return direct_to(Chooser, f"{listing}\nWhich one?").with_state(found=found)
+
+    @tool(exclusive=True)
+    def buy(self, item: str) -> str:
+        """Buy an item (a side effect)."""
+        self.state["bought"] = [*self.state.get("bought", []), item]
+        return f"Bought {item}."
+
+
+class Chooser(Step):
+    """Let the user pick one of the listed items."""
+
+    def on_enter(self) -> None:
+        self.erase_memory()
+
+
+class ShopFlow(Flow):
+    name = "shop"
+    steps = [Finder, Chooser]
+
+
+async def test_direct_to_moves_and_answers_with_exact_content_without_a_model_call() -> None:
+    model = ScriptedModel([ToolCall("search", {"term": "lamp"}), "You picked lamp 2."])
+    engine = engine_with(model, ShopFlow)
+    first = await engine.run("shop", "find lamps")
+    assert first.ok and first.step == "Chooser" and first.message == "1. lamp 1\n2. lamp 2\nWhich one?"
+    assert len(model.requests) == 1
+    assert ("Finder", "Chooser", "search") in {
+        (t.source, t.target, t.via) for t in ShopFlow.spec().transitions
+    }
+    await engine.run("shop", "2", first.session_id)
+    # The next turn continues in Chooser, whose memory holds exactly what the user saw.
+    assert request_lines(model.requests[1]) == [
+        "system: Let the user pick one of the listed items.",
+        "assistant [direct]: 1. lamp 1\n2. lamp 2\nWhich one?",
+        "user: 2",
+    ]
+    session = await engine.store.load(first.session_id or "")
+    assert session is not None and session.states["Chooser"] == {"found": ["lamp 1", "lamp 2"]}
+
+
+async def test_an_exclusive_tool_mixed_with_other_calls_runs_nothing() -> None:
+    model = ScriptedModel(
+        [
+            [ToolCall("search", {"term": "lamp"}), ToolCall("buy", {"item": "lamp 1"})],
+            ToolCall("buy", {"item": "lamp 1"}),
+            "Bought.",
+        ]
+    )
+    engine = engine_with(model, ShopFlow)
+    result = await engine.run("shop", "buy lamp 1")
+    assert result.ok and result.warnings == ("buy was called together with other tools",)
+    refused = [m for m in model.requests[1].messages if m.role == "tool"]
+    assert [(m.name, m.is_error) for m in refused] == [("search", True), ("buy", True)]
+    assert refused[0].content == (
+        "Not run: buy must be the only tool call of a response, so nothing in this response ran. "
+        "Call buy alone, in a response of its own."
+    )
+    session = await engine.store.load(result.session_id or "")
+    assert session is not None and session.states["Finder"] == {"bought": ["lamp 1"]}
+    assert "Chooser" not in session.sequence

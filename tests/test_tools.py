@@ -154,3 +154,22 @@ def test_custom_validator_echoing_the_value_is_redacted() -> None:
         "- note.text: Value error, <submitted value> must not contain digits\n"
         "Correct the arguments and call save again."
     )
+
+
+def test_allowed_values_and_bounds_are_never_garbled_by_redaction() -> None:
+    class Rooms(Step):
+        """Rooms."""
+
+        @tool
+        def pick(self, room: Literal["one bed", "two beds", "suite"], nights: int = Field(lt=100)) -> str:
+            """Pick."""
+            return ""
+
+    found, _ = collect_tools(Rooms, where="step Rooms")
+    result = found["pick"].validate(ToolCall("pick", {"room": "bed", "nights": 100}))
+    assert result == (
+        "Invalid arguments for pick:\n"
+        "- room: Input should be 'one bed', 'two beds' or 'suite'\n"
+        "- nights: Input should be less than 100\n"
+        "Correct the arguments and call pick again."
+    )

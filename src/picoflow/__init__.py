@@ -16,7 +16,7 @@ from picoflow.exceptions import (
 from picoflow.flow import Flow
 from picoflow.memory import Compaction
 from picoflow.messages import Message
-from picoflow.outcomes import Direct, Go, Outcome, Reject, Stay, direct, go, stay
+from picoflow.outcomes import Direct, Go, Outcome, Reject, Stay, direct, direct_to, go, stay
 from picoflow.prompts import Prompt
 from picoflow.step import LogicStep, Step, TerminateStep
 from picoflow.tools import ValidCall, declare_tool, tool, tools
@@ -52,6 +52,7 @@ __all__ = [
     "ValidCall",
     "declare_tool",
     "direct",
+    "direct_to",
     "go",
     "stay",
     "tool",

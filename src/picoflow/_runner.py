@@ -251,9 +251,7 @@ class Turn(FlowRuntime, StepRuntime):
                 assert isinstance(step, LogicStep)
                 outcome = await self._hook(step, "run_logic", step.run_logic)
                 if isinstance(outcome, Direct):
-                    if pending_user is not None:
-                        self.add(spec.namespace, name, "user", pending_user)
-                    return self._finish_direct(spec, outcome)
+                    return await self._finish_direct(spec, outcome, pending_user)
                 if not isinstance(outcome, Go) or self._target(outcome) == name:
                     raise HookFailure(
                         f"run_logic() of LogicStep {name} must return go(<another step>) or direct(...), "
@@ -291,7 +289,7 @@ class Turn(FlowRuntime, StepRuntime):
             else:
                 result = value
             if isinstance(result, Direct):
-                return self._finish_direct(spec, result)
+                return await self._finish_direct(spec, result)
             if isinstance(result, Stay):
                 self.add(spec.namespace, name, "assistant", response.text)
                 self._apply_effects(result, name)
@@ -314,9 +312,17 @@ class Turn(FlowRuntime, StepRuntime):
         self.content_type = self.content_type or "application/json"
         return _json_text(value)
 
-    def _finish_direct(self, spec: StepSpec, outcome: Direct) -> str:
-        self._apply_effects(outcome, spec.name)
-        self.add(spec.namespace, spec.name, "assistant", outcome.content, kind="direct")
+    async def _finish_direct(self, spec: StepSpec, outcome: Direct, pending_user: str | None = None) -> str:
+        """End the turn with a direct reply (from run_logic or on_response), moving first if asked."""
+        destination = self._target(outcome)
+        await self._transition(spec.name, destination)
+        self._apply_effects(outcome, destination)
+        namespace = self.spec.steps[destination].namespace
+        if pending_user is not None:  # a logic step answered: keep the user's words beside the reply
+            self.add(namespace, destination, "user", pending_user)
+        if outcome.message is not None:
+            self.add(namespace, destination, "user", outcome.message, kind="forwarded")
+        self.add(namespace, destination, "assistant", outcome.content, kind="direct")
         return outcome.content
 
     # --- asking the model ----------------------------------------------------------------------
@@ -445,6 +451,15 @@ class Turn(FlowRuntime, StepRuntime):
         self.add(spec.namespace, name, "assistant", response.text, response.tool_calls)
         calls = response.tool_calls
         exposed = {d.name for d in self._tools_for(step, spec)} if spec.dynamic_tools else spec.exposed
+        if len(calls) > 1:
+            alone = next((c.name for c in calls if c.name in exposed and spec.tools[c.name].exclusive), None)
+            if alone is not None:
+                self.warn("exclusive_tool_mixed", f"{alone} was called together with other tools", name)
+                text = (
+                    f"Not run: {alone} must be the only tool call of a response, so nothing in this response "
+                    f"ran. Call {alone} alone, in a response of its own."
+                )
+                return await self._apply_results(spec, [_CallResult(call, text, True) for call in calls])
         group = spec.groups.get(frozenset(call.name for call in calls)) if spec.groups else None
         if group is not None and group.names <= exposed:
             results = await self._run_group(step, spec, group, calls)
@@ -579,7 +594,7 @@ class Turn(FlowRuntime, StepRuntime):
 
     # --- applying outcomes, in the fixed effect order ---------------------------------------------
 
-    def _target(self, outcome: Go) -> str:
+    def _target(self, outcome: Go | Direct) -> str:
         target = outcome.target_name
         if target not in self.spec.steps:
             raise HookFailure(
@@ -610,7 +625,7 @@ class Turn(FlowRuntime, StepRuntime):
                 winner = outcome
             applied.append(outcome)
 
-        destination = self._target(winner) if isinstance(winner, Go) else source
+        destination = self._target(winner) if isinstance(winner, Go | Direct) else source
         self._deferred_erase = set()
         try:
             await self._transition(source, destination)  # (1)
@@ -634,7 +649,8 @@ class Turn(FlowRuntime, StepRuntime):
                 target_ns = self.spec.steps[target].namespace
                 self.add(target_ns, target, "user", outcome.message, kind="forwarded")
         if isinstance(winner, Direct):
-            self.add(spec.namespace, source, "assistant", winner.content, kind="direct")
+            namespace = self.spec.steps[destination].namespace
+            self.add(namespace, destination, "assistant", winner.content, kind="direct")
             return winner.content
         return None
 

@@ -184,6 +184,16 @@ def _loc(parts: tuple[int | str, ...]) -> str:
     return text
 
 
+# Pydantic's own messages describe the rule (allowed values, bounds, formats) and never quote the
+# input, except these. Messages written by validators (value_error, custom types) may quote anything.
+_BUILTIN_ERRORS = frozenset(get_args(core_schema.ErrorType))
+_QUOTING_BUILTINS = frozenset({"value_error", "assertion_error", "union_tag_invalid"})
+
+
+def _may_quote_input(error_type: str) -> bool:
+    return error_type in _QUOTING_BUILTINS or error_type not in _BUILTIN_ERRORS
+
+
 def _redact(message: str, value: Any) -> str:
     if isinstance(value, bool) or value is None:
         return message
@@ -200,7 +210,10 @@ def describe_validation_error(error: ValidationError, *, tool: str, limit: int =
     items = error.errors(include_url=False, include_context=False)
     for item in items[:limit]:
         where = _loc(tuple(item["loc"])) or "arguments"
-        lines.append(f"- {where}: {_redact(item['msg'], item.get('input'))}")
+        text = item["msg"]
+        if _may_quote_input(item["type"]):
+            text = _redact(text, item.get("input"))
+        lines.append(f"- {where}: {text}")
     if len(items) > limit:
         lines.append(f"- ... and {len(items) - limit} more problems")
     return (

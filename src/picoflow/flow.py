@@ -299,7 +299,7 @@ def _go_calls(fn: Callable[..., Any]) -> Iterator[ast.expr]:
         name = (
             func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
         )
-        if name == "go":
+        if name in ("go", "direct_to"):
             yield node.args[0]
 
 

@@ -77,6 +77,13 @@ class Outcome:
         return replace(self, feedback=feedback)
 
 
+def _step_name(target: type | str) -> str:
+    if isinstance(target, str):
+        return target
+    name = getattr(target, "name", None)
+    return name if isinstance(name, str) else target.__name__
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Go(Outcome):
     """Move to ``target`` and continue the same turn there."""
@@ -85,10 +92,7 @@ class Go(Outcome):
 
     @property
     def target_name(self) -> str:
-        if isinstance(self.target, str):
-            return self.target
-        name = getattr(self.target, "name", None)
-        return name if isinstance(name, str) else self.target.__name__
+        return _step_name(self.target)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,6 +108,12 @@ class Direct(Outcome):
 
     step: str
     content: str
+    target: type | str | None = None
+    """Step the conversation moves to before the reply (``direct_to``); None stays where it is."""
+
+    @property
+    def target_name(self) -> str:
+        return self.step if self.target is None else _step_name(self.target)
 
 
 def go(target: type | str) -> Go:
@@ -132,6 +142,18 @@ def direct(content: Any) -> Direct:
     from pydantic_core import to_json
 
     return Direct(step=step, content=to_json(content).decode(), content_type="application/json")
+
+
+def direct_to(target: type | str, content: Any) -> Direct:
+    """Move the conversation to ``target`` and end the turn with exactly ``content``, without a model call.
+
+    The content is recorded as the assistant's message in the target step's memory, where the next
+    turn continues (e.g. show a list built in code and let the next step take the user's choice).
+    """
+    if isinstance(target, str) and not target.strip():
+        raise ValueError("direct_to() needs a step, not an empty name")
+    outcome = direct(content)
+    return replace(outcome, target=target.strip() if isinstance(target, str) else target)
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ class _ToolMark:
     name: str | None
     description: str | None
     strict: bool | None
+    exclusive: bool
     scope: dict[str, Any]
     """Names visible where the tool was declared (for classes defined inside a function)."""
 
@@ -61,19 +62,34 @@ def tool(fn: F, /) -> F: ...
 
 @overload
 def tool(
-    name: str | None = None, /, *, description: str | None = None, strict: bool | None = None
+    name: str | None = None,
+    /,
+    *,
+    description: str | None = None,
+    strict: bool | None = None,
+    exclusive: bool = False,
 ) -> Callable[[F], F]: ...
 
 
-def tool(fn_or_name: Any = None, /, *, description: str | None = None, strict: bool | None = None) -> Any:
+def tool(
+    fn_or_name: Any = None,
+    /,
+    *,
+    description: str | None = None,
+    strict: bool | None = None,
+    exclusive: bool = False,
+) -> Any:
     """Expose a step method to the model as a tool.
 
     ``@tool`` uses the method's name; ``@tool("alias")`` exposes it under another name.
     ``description`` replaces the docstring summary; ``strict=False`` never asks the provider for
     strict schema decoding (by default it is used whenever the schema allows it).
+    ``exclusive=True`` runs the tool only when it is the sole call of a model response: mixed with
+    other calls, nothing in that response runs and the model is asked to call it alone (for side
+    effects such as a booking, which must not ride along with other calls).
     """
     if callable(fn_or_name):
-        setattr(fn_or_name, _TOOL_MARK, _ToolMark(None, description, strict, _declaring_scope()))
+        setattr(fn_or_name, _TOOL_MARK, _ToolMark(None, description, strict, exclusive, _declaring_scope()))
         return fn_or_name
     if fn_or_name is not None and (not isinstance(fn_or_name, str) or not fn_or_name.strip()):
         raise FlowDefinitionError(f"@tool(...) takes a tool name string, got {fn_or_name!r}")
@@ -81,7 +97,7 @@ def tool(fn_or_name: Any = None, /, *, description: str | None = None, strict: b
     scope = _declaring_scope()
 
     def mark(fn: F) -> F:
-        setattr(fn, _TOOL_MARK, _ToolMark(fn_or_name, description, strict, scope))
+        setattr(fn, _TOOL_MARK, _ToolMark(fn_or_name, description, strict, exclusive, scope))
         return fn
 
     return mark
@@ -139,6 +155,8 @@ class ToolSpec:
     is_async: bool
     attribute: str
     """Name of the method on the step class ('' for declared tools)."""
+    exclusive: bool = False
+    """Runs only as the sole call of a response."""
 
     def validate(self, call: ToolCall) -> BaseModel | str:
         """The validated arguments, or the error text for the model."""
@@ -209,6 +227,7 @@ def collect_tools(step_cls: type, *, where: str) -> tuple[dict[str, ToolSpec], l
                 fn,
                 inspect.iscoroutinefunction(fn),
                 attribute,
+                exclusive=mark.exclusive,
             )
         group = getattr(fn, _GROUP_MARK, None)
         if isinstance(group, frozenset):

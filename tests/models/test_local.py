@@ -18,7 +18,13 @@ from picoflow import Flow, FlowEngine, Step, go, tool
 from picoflow.messages import Message, ModelRequest, ModelResponse, OutputSchema, ToolCall, ToolDefinition
 from picoflow.models import local as local_module
 from picoflow.models._gguf import MODEL_FILENAME, LocalModelUnavailable, ensure_model_file, model_dir
-from picoflow.models._local_protocol import ReplyStream, answer_schema, chat_messages, parse_answer
+from picoflow.models._local_protocol import (
+    ReplyStream,
+    answer_schema,
+    chat_messages,
+    grammar_pattern,
+    parse_answer,
+)
 from picoflow.models.base import Model, ResponseDone, TextDelta, ToolCallDelta
 from picoflow.models.local import LocalModel, choose_threads
 from picoflow.outcomes import Outcome
@@ -72,6 +78,26 @@ def test_answer_schema_is_the_union_of_calls_and_reply() -> None:
         "required": ["reply"],
         "additionalProperties": False,
     }
+
+
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [
+        (r"^LUM-[A-Z]{2}-\d{3}$", r"^LUM-[A-Z]{2}-[0-9]{3}$"),
+        (r"[\d-]+", r"[0-9-]+"),
+        (r"\w+\s\d", "[A-Za-z0-9_]+[ \\t\\n\\r][0-9]"),
+        (r"\\d\.", r"\\d\."),
+    ],
+)
+def test_pattern_shorthands_are_spelled_out_for_the_grammar(pattern: str, expected: str) -> None:
+    assert grammar_pattern(pattern) == expected
+    tool = ToolDefinition(
+        "spec", "d", {"type": "object", "properties": {"sku": {"type": "string", "pattern": pattern}}}
+    )
+    schema = answer_schema([tool], None)
+    assert schema is not None
+    assert json.dumps(schema).count(json.dumps(expected)) >= 1
+    assert re.fullmatch(expected, "LUM-VS-100") is not None or "LUM" not in pattern
 
 
 def test_answer_schema_variants() -> None:

@@ -46,6 +46,51 @@ def _rewrite_refs(node: Any, renames: Mapping[str, str]) -> Any:
     return node
 
 
+_CLASS_ESCAPES = {"d": "0-9", "w": "A-Za-z0-9_", "s": " \\t\\n\\r"}
+
+
+def grammar_pattern(pattern: str) -> str:
+    """``pattern`` without the ``\\d``/``\\w``/``\\s`` shorthands llama.cpp's grammar converter refuses.
+
+    Without this, a pattern such as ``^LUM-[A-Z]{2}-\\d{3}$`` is dropped from the grammar ("not
+    supported") and decoding is no longer constrained to it.
+    """
+    out: list[str] = []
+    in_class = False
+    index = 0
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "\\" and index + 1 < len(pattern):
+            nxt = pattern[index + 1]
+            if nxt in _CLASS_ESCAPES:
+                expansion = _CLASS_ESCAPES[nxt]
+                out.append(expansion if in_class else f"[{expansion}]")
+            else:
+                out.append(char + nxt)
+            index += 2
+            continue
+        if char == "[" and not in_class:
+            in_class = True
+        elif char == "]" and in_class:
+            in_class = False
+        out.append(char)
+        index += 1
+    return "".join(out)
+
+
+def _grammar_patterns(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_grammar_patterns(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    return {
+        key: grammar_pattern(value)
+        if key == "pattern" and isinstance(value, str)
+        else _grammar_patterns(value)
+        for key, value in node.items()
+    }
+
+
 def _hoist(
     prefix: str, schema: Mapping[str, Any], defs: dict[str, Any], *, is_object: bool
 ) -> dict[str, Any]:
@@ -57,8 +102,8 @@ def _hoist(
         renames[f"#/$defs/{name}"] = f"#/$defs/{prefix}__{name}"
         renames[f"#/definitions/{name}"] = f"#/$defs/{prefix}__{name}"
     for name, definition in local.items():
-        defs[f"{prefix}__{name}"] = _rewrite_refs(definition, renames)
-    body = dict(_rewrite_refs(body, renames))
+        defs[f"{prefix}__{name}"] = _grammar_patterns(_rewrite_refs(definition, renames))
+    body = dict(_grammar_patterns(_rewrite_refs(body, renames)))
     if is_object:
         body.setdefault("type", "object")
     return body

@@ -1,0 +1,295 @@
+"""HTTP benchmark: turns per second and latency of picoflow's API next to a bare FastAPI endpoint.
+
+Run: ``.venv/bin/python bench/http.py`` (``--requests N`` per level, default 1,000; ``--store URL``,
+default ``memory://``). Each server runs in its own process (uvicorn, one worker, 127.0.0.1), so the
+load generator does not share a GIL with it. Targets, measured in the same run:
+
+* ``bare FastAPI``: a POST endpoint that parses the same JSON body and returns a constant: the floor
+  any FastAPI service pays for HTTP, routing and JSON.
+* ``picoflow turn``: ``POST /v1/sessions/{id}/turns`` with a ``FunctionModel`` answering at once,
+  so everything measured is picoflow (auth, validation, session load/save, runner) plus HTTP.
+* ``picoflow tool turn``: the same, with the model calling a tool before answering (two model
+  calls and one tool per turn).
+
+At 1, 10 and 100 concurrent sessions, each session posts 20 turns (the first creates it), over
+and over until the level's request count is reached. Latency is per HTTP request, client side.
+Each session has its own keep-alive connection, like a browser tab. Two load generators run: a
+minimal HTTP/1.1 client, whose cost is negligible so the figures are the server's, and httpx, whose
+per-request CPU cost exceeds a bare FastAPI endpoint's, so its rows mostly measure httpx itself.
+Server and load generator share the machine: run it on an otherwise idle one.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# This file is called http.py: its folder, first on sys.path, would shadow the standard library.
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import socket  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from typing import Any  # noqa: E402
+
+import httpx  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
+
+TURNS_PER_SESSION = 20
+LEVELS = (1, 10, 100)
+WARMUP = 50
+
+
+# --- the servers (run in a child process) ---------------------------------------------------------------
+
+
+def picoflow_app(store_url: str) -> Any:
+    from picoflow import Flow, FlowEngine, Step, tool
+    from picoflow.messages import ModelRequest
+    from picoflow.models import FunctionModel, ToolCall
+    from picoflow.server import ServerSettings, create_app
+    from picoflow.sessions import open_store
+
+    class Chat(Step):
+        """Take notes."""
+
+        @tool
+        def note(self, text: str) -> str:
+            """Save a note."""
+            return "saved"
+
+    class BenchFlow(Flow):
+        name = "bench"
+        steps = [Chat]
+
+    def answer(request: ModelRequest) -> Any:
+        last = request.messages[-1]
+        if last.role == "tool":
+            return "Saved."
+        if "note" in last.content:
+            return ToolCall("note", {"text": last.content})
+        return "Noted."
+
+    engine = FlowEngine([BenchFlow], store=open_store(store_url), model=FunctionModel(answer))
+    return create_app(engine, settings=ServerSettings(ui=False))
+
+
+class Body(BaseModel):
+    message: str
+
+
+def bare_app() -> Any:
+    from fastapi import FastAPI
+
+    app = FastAPI()
+
+    @app.post("/bare")
+    async def bare(body: Body) -> dict[str, str]:
+        return {"message": "Noted."}
+
+    return app
+
+
+def serve(kind: str, port: int, store_url: str) -> None:
+    import uvicorn
+
+    app = bare_app() if kind == "bare" else picoflow_app(store_url)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+# --- the load ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    label: str
+    server: str
+    message: str
+
+
+TARGETS = (
+    Target("bare FastAPI", "bare", "hello"),
+    Target("picoflow turn", "picoflow", "hello"),
+    Target("picoflow tool turn", "picoflow", "please note this"),
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def wait_until_up(url: str) -> None:
+    async with httpx.AsyncClient() as client:
+        for _ in range(300):
+            try:
+                await client.get(url + "/openapi.json")
+                return
+            except httpx.TransportError:
+                await asyncio.sleep(0.05)
+    raise RuntimeError(f"server at {url} did not start")
+
+
+class RawClient:
+    """One keep-alive HTTP/1.1 connection and nothing more: cheap, so the server is what gets measured."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, path: str, payload: dict[str, Any]) -> tuple[int, bytes]:
+        if self.reader is None or self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        body = json.dumps(payload).encode()
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        self.writer.write(head.encode() + body)
+        await self.writer.drain()
+        lines = (await self.reader.readuntil(b"\r\n\r\n")).split(b"\r\n")
+        length = next(
+            int(line.split(b":")[1]) for line in lines if line.lower().startswith(b"content-length:")
+        )
+        return int(lines[0].split(b" ")[1]), await self.reader.readexactly(length)
+
+    async def aclose(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+class HttpxClient:
+    """An ``httpx.AsyncClient`` per session (one shared pool of 100 connections is far slower)."""
+
+    def __init__(self, port: int) -> None:
+        self.client = httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60)
+
+    async def post(self, path: str, payload: dict[str, Any]) -> tuple[int, bytes]:
+        response = await self.client.post(path, json=payload)
+        return response.status_code, response.content
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+CLIENTS: dict[str, type[RawClient] | type[HttpxClient]] = {"raw": RawClient, "httpx": HttpxClient}
+
+
+async def session_worker(
+    client: RawClient | HttpxClient,
+    target: Target,
+    budget: list[int],
+    latencies: list[float],
+    errors: list[int],
+) -> None:
+    """One conversation after another: the first request creates a session, the next 19 continue it."""
+    session: str | None = None
+    turns = 0
+    while budget[0] > 0:
+        budget[0] -= 1
+        if target.server == "bare":
+            path = "/bare"
+        elif session is None:
+            path = "/v1/flows/bench/sessions"
+        else:
+            path = f"/v1/sessions/{session}/turns"
+        started = time.perf_counter()
+        status, body = await client.post(path, {"message": target.message})
+        latencies.append(time.perf_counter() - started)
+        if status >= 400:
+            errors[0] += 1
+            session = None
+            continue
+        if target.server != "bare":
+            session = json.loads(body)["session_id"]
+            turns += 1
+            if turns >= TURNS_PER_SESSION:
+                session, turns = None, 0
+
+
+async def run_level(port: int, kind: str, target: Target, sessions: int, requests: int) -> dict[str, float]:
+    clients = [CLIENTS[kind](port) for _ in range(sessions)]
+    try:
+        warmup = WARMUP // sessions + 1
+        await asyncio.gather(*(session_worker(c, target, [warmup], [], [0]) for c in clients))
+        budget, errors = [requests], [0]
+        latencies: list[float] = []
+        started = time.perf_counter()
+        await asyncio.gather(*(session_worker(c, target, budget, latencies, errors) for c in clients))
+        elapsed = time.perf_counter() - started
+    finally:
+        for client in clients:
+            await client.aclose()
+    ordered = sorted(latencies)
+    return {
+        "rate": len(latencies) / elapsed,
+        "p50": statistics.median(ordered) * 1000,
+        "p99": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000,
+        "errors": errors[0],
+    }
+
+
+def measure(target: Target, requests: int, store_url: str) -> dict[tuple[str, int], dict[str, float]]:
+    """Every client and concurrency level against one server process."""
+    port = free_port()
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--serve", target.server, "--port", str(port), "--store", store_url],
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+    async def load() -> dict[tuple[str, int], dict[str, float]]:
+        await wait_until_up(f"http://127.0.0.1:{port}")
+        return {
+            (kind, level): await run_level(port, kind, target, level, requests)
+            for kind in CLIENTS
+            for level in LEVELS
+        }
+
+    try:
+        return asyncio.run(load())
+    finally:
+        child.terminate()
+        child.wait(10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--requests", type=int, default=1000, help="requests per concurrency level")
+    parser.add_argument("--store", default="memory://", help="session store URL for the picoflow server")
+    parser.add_argument("--serve", choices=("bare", "picoflow"), help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve, args.port, args.store)
+        return
+
+    print(
+        f"picoflow HTTP benchmark: {args.requests} requests per level, store {args.store}, uvicorn 1 worker"
+    )
+    results = {target.label: measure(target, args.requests, args.store) for target in TARGETS}
+    for kind, title in (
+        ("raw", "keep-alive HTTP/1.1 client (server-bound)"),
+        ("httpx", "httpx.AsyncClient per session (client-bound: httpx costs more CPU than the server)"),
+    ):
+        print(f"\n{title}")
+        print(f"{'target':<20} {'sessions':>8} {'turns/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")
+        for label, rows in results.items():
+            for level in LEVELS:
+                row = rows[(kind, level)]
+                print(
+                    f"{label:<20} {level:>8} {row['rate']:>9.0f} {row['p50']:>8.2f} {row['p99']:>8.2f} "
+                    f"{row['errors']:>7.0f}"
+                )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,510 @@
+"""The ``picoflow`` command: serve flows, chat in the terminal, inspect flows and sessions.
+
+Flows default to the bundled demos (``picoflow_demos.FLOWS``); ``--flows module:Class,...`` or
+``PICOFLOW_FLOWS`` serves your own. The store comes from ``--store``/``PICOFLOW_STORE`` (a SQLite
+file in the working folder by default) and the model from ``--model``/``PICOFLOW_MODEL`` (by
+default each flow's own, else an API key's provider, else the embedded local model).
+``--model scripted:replies.json`` plays a fixed script, for demos and tests without a model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import sys
+import threading
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, TypeGuard, TypeVar
+
+import typer
+from rich.console import Console
+from rich.json import JSON
+from rich.markdown import Markdown
+from rich.markup import escape
+from rich.table import Table
+
+import picoflow
+from picoflow.context import Caller
+from picoflow.engine import FlowEngine, TurnResult
+from picoflow.events import StepEntered, ToolCalled, TurnEvent
+from picoflow.exceptions import PicoflowError
+from picoflow.flow import Flow
+from picoflow.messages import Message, ToolCall
+from picoflow.models import Model, ScriptedModel
+from picoflow.models.catalog import default_selection
+from picoflow.sessions.base import SessionStatus, SessionStore
+from picoflow.sessions.factory import open_store
+
+__all__ = ["app", "main"]
+
+T = TypeVar("T")
+
+console = Console(highlight=False)
+errors = Console(stderr=True, highlight=False)
+
+app = typer.Typer(
+    name="picoflow",
+    help="Serve picoflow flows over HTTP, chat with them in the terminal, inspect flows and sessions.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+)
+sessions_app = typer.Typer(help="Inspect stored sessions.", no_args_is_help=True)
+db_app = typer.Typer(help="Manage the session store's schema.", no_args_is_help=True)
+app.add_typer(sessions_app, name="sessions")
+app.add_typer(db_app, name="db")
+
+FlowsOpt = Annotated[
+    str | None,
+    typer.Option("--flows", envvar="PICOFLOW_FLOWS", help="Flows to load: module:Class[,module:Class]."),
+]
+_STORE_HELP = "Session store URL (default sqlite:///picoflow.sqlite3)."
+StoreOpt = Annotated[str | None, typer.Option("--store", envvar="PICOFLOW_STORE", help=_STORE_HELP)]
+_MODEL_HELP = "Model for every step: provider:name, local, scripted:FILE.json or python:module:attr."
+ModelOpt = Annotated[str | None, typer.Option("--model", envvar="PICOFLOW_MODEL", help=_MODEL_HELP)]
+
+
+class CliError(Exception):
+    """A problem the user can fix; printed without a traceback."""
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    errors.print(f"[red]error:[/red] {escape(message)}")
+    return typer.Exit(code)
+
+
+def _run(work: Callable[[], Awaitable[T]]) -> T:
+    try:
+        return asyncio.run(work())  # type: ignore[arg-type]
+    except (CliError, PicoflowError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+
+
+# --- building blocks ---------------------------------------------------------------------------------
+
+
+def load_flows(spec: str | None) -> list[type[Flow]]:
+    """Flow classes from ``module:Class,...`` (an attribute may also be a list of flows)."""
+    # Like uvicorn: modules of the folder the command runs in are importable.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    items = [item.strip() for item in spec.split(",") if item.strip()] if spec else ["picoflow_demos:FLOWS"]
+    flows: list[type[Flow]] = []
+    for item in items:
+        module_name, sep, attribute = item.partition(":")
+        if not sep or not module_name or not attribute:
+            raise CliError(f"{item!r}: name flows as module:Class (e.g. myapp.flows:SupportFlow)")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            hint = " (the demo flows; pass --flows module:Class to serve your own)" if not spec else ""
+            raise CliError(f"cannot import {module_name}{hint}: {exc}") from None
+        value = getattr(module, attribute, None)
+        found = [f for f in (value if isinstance(value, list | tuple) else [value]) if _is_flow(f)]
+        if not found or (isinstance(value, list | tuple) and len(found) != len(value)):
+            raise CliError(f"{item} is not a Flow subclass (or a list of them)")
+        flows.extend(found)
+    return flows
+
+
+def _is_flow(value: object) -> TypeGuard[type[Flow]]:
+    return isinstance(value, type) and issubclass(value, Flow)
+
+
+def load_script(path: str) -> list[Any]:
+    """A script of replies: ``"text"``, ``{"tool": name, "args": {...}}``, or a list of such calls."""
+    try:
+        items = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CliError(f"cannot read the model script {path}: {exc}") from None
+    if not isinstance(items, list):
+        raise CliError(f"{path}: a model script is a JSON list of replies")
+
+    def call(item: Any) -> ToolCall:
+        if not isinstance(item, dict) or not isinstance(item.get("tool"), str):
+            raise CliError(f'{path}: a tool call is written {{"tool": "name", "args": {{...}}}}')
+        return ToolCall(item["tool"], item.get("args") or {})
+
+    return [
+        item if isinstance(item, str) else [call(c) for c in item] if isinstance(item, list) else call(item)
+        for item in items
+    ]
+
+
+def build_model(choice: str | None) -> Model | str | None:
+    if not choice or not choice.strip():
+        return None
+    if choice.startswith("scripted:"):
+        return ScriptedModel(load_script(choice.removeprefix("scripted:")), name="scripted:cli")
+    if choice.startswith("python:"):
+        return _python_model(choice.removeprefix("python:"))
+    return choice.strip()
+
+
+def _python_model(target: str) -> Model:
+    """``module:attr``: a ``Model`` instance, or a function returning one (e.g. a FunctionModel)."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    module_name, sep, attribute = target.partition(":")
+    if not sep or not module_name or not attribute:
+        raise CliError(f"python:{target}: name the model as python:module:attribute")
+    try:
+        value = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise CliError(f"cannot load the model python:{target}: {exc}") from None
+    model = value() if callable(value) and not isinstance(value, Model) else value
+    if not isinstance(model, Model):
+        raise CliError(f"python:{target} is not a picoflow Model (or a function returning one)")
+    return model
+
+
+def build_engine(flows: str | None, store: str | None, model: str | None) -> FlowEngine:
+    return FlowEngine(load_flows(flows), store=open_store(store), model=build_model(model))
+
+
+def describe_model(choice: str | None) -> str:
+    return choice or f"each flow's own, else {default_selection()}"
+
+
+# --- commands -------------------------------------------------------------------------------------------
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"picoflow {picoflow.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
+    ] = False,
+) -> None:
+    """picoflow: conversational LLM applications as a flow of steps."""
+
+
+@app.command()
+def serve(
+    host: Annotated[
+        str, typer.Option(help="Address to bind; 127.0.0.1 keeps it on this machine.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    store: StoreOpt = None,
+    model: ModelOpt = None,
+    flows: FlowsOpt = None,
+    open_mode: Annotated[
+        bool | None,
+        typer.Option(
+            "--open/--no-open", help="Serve without API keys (default: only on 127.0.0.1 without keys)."
+        ),
+    ] = None,
+    default_flow: Annotated[str | None, typer.Option(help="Flow the chat page opens first.")] = None,
+    warm: Annotated[
+        bool, typer.Option("--warm/--no-warm", help="Load the local model before the first turn.")
+    ] = True,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+) -> None:
+    """Serve the flows: chat page at /, HTTP API under /ai and /v1, OpenAPI docs at /docs."""
+    import uvicorn
+
+    from picoflow.server import ServerSettings, UnsafeBind, create_app, load_api_keys
+
+    try:
+        keys = load_api_keys()
+        engine = build_engine(flows, store, model)
+        names = [spec.name for spec in engine.flows]
+        first = default_flow or ("hotel" if "hotel" in names else None)
+        settings = ServerSettings(
+            host=host, api_keys=keys, open_mode=open_mode, default_flow=first, close_engine=True
+        )
+        server_app = create_app(engine, settings=settings)
+    except UnsafeBind as exc:
+        raise _fail(str(exc), code=2) from None
+    except (CliError, PicoflowError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{port}/"
+    console.print(f"[bold]picoflow[/bold] {picoflow.__version__} serving {escape(', '.join(names))}")
+    console.print(f"  chat page  [link={url}]{url}[/link]")
+    console.print(f"  API docs   {url}docs")
+    console.print(f"  model      {escape(describe_model(model))}")
+    console.print(f"  store      {escape(repr(engine.store))}")
+    console.print(f"  auth       {f'{len(keys)} API key(s)' if keys else 'open (no API key needed)'}")
+    if warm and engine.flows:
+        _warm_local_model(engine)
+    uvicorn.run(server_app, host=host, port=port, log_level=log_level)
+
+
+def _warm_local_model(engine: FlowEngine) -> None:
+    """Start loading the embedded model now, so the first message does not wait for it (or its download)."""
+    spec = engine.flows[0]
+    try:
+        model = engine.model_for(spec, spec.steps[spec.start])
+    except PicoflowError:
+        return
+    prepare = getattr(model, "engine", None)
+    if not model.name.startswith("local:") or not callable(prepare):
+        return
+    console.print("  [dim]preparing the local model in the background (the first run downloads it)[/dim]")
+
+    def load() -> None:
+        try:
+            asyncio.run(prepare())
+        except Exception as exc:
+            errors.print(f"[yellow]the local model could not be prepared:[/yellow] {escape(str(exc))}")
+
+    threading.Thread(target=load, name="picoflow-warm-model", daemon=True).start()
+
+
+@app.command()
+def chat(
+    flow: Annotated[str, typer.Argument(help="Name of the flow to talk to.")],
+    session: Annotated[
+        str | None, typer.Option(help="Continue this session instead of starting one.")
+    ] = None,
+    principal: Annotated[str, typer.Option(help="Who you are to the flow (RunContext.principal).")] = "local",
+    store: StoreOpt = None,
+    model: ModelOpt = None,
+    flows: FlowsOpt = None,
+) -> None:
+    """Chat with a flow in the terminal (/new starts over, /quit or Ctrl-D leaves)."""
+    try:
+        engine = build_engine(flows, store, model)
+        spec = engine.flow(flow)
+    except (CliError, PicoflowError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+
+    async def talk() -> None:
+        session_id = session
+        console.rule(f"[bold]{escape(spec.name)}[/bold]")
+        if spec.description:
+            console.print(f"[dim]{escape(spec.description)}[/dim]")
+        console.print("[dim]/new starts over, /quit or Ctrl-D leaves[/dim]")
+        try:
+            while True:
+                try:
+                    text = console.input("[bold cyan]you ›[/bold cyan] ").strip()
+                except (EOFError, KeyboardInterrupt):
+                    console.print()
+                    break
+                if not text:
+                    continue
+                if text in ("/quit", "/exit"):
+                    break
+                if text == "/new":
+                    session_id = None
+                    console.print("[dim]new conversation[/dim]")
+                    continue
+                result = await _turn(engine, spec.name, text, session_id, principal)
+                if result.error is not None:
+                    console.print(f"[red]{escape(result.message)}[/red]")
+                    continue
+                session_id = result.session_id
+                _print_reply(spec.name, result)
+                if result.completed:
+                    console.print("[green]The conversation is complete.[/green]")
+                    break
+        finally:
+            await engine.aclose()
+        if session_id:
+            console.print(f"[dim]session {session_id} (picoflow sessions show {session_id})[/dim]")
+
+    _run(talk)
+
+
+async def _turn(
+    engine: FlowEngine, flow: str, text: str, session_id: str | None, principal: str
+) -> TurnResult:
+    with console.status(f"[dim]{escape(flow)} is thinking…[/dim]", spinner="dots") as status:
+
+        def progress(event: TurnEvent) -> None:
+            if isinstance(event, StepEntered):
+                status.update(f"[dim]moving to {escape(event.step)}…[/dim]")
+            elif isinstance(event, ToolCalled):
+                status.update(f"[dim]running {escape(event.name)}…[/dim]")
+
+        return await engine.run(
+            flow, text, session_id, context=Caller(principal=principal), on_event=progress
+        )
+
+
+def _print_reply(flow: str, result: TurnResult) -> None:
+    console.print(f"[bold magenta]{escape(flow)} ›[/bold magenta] [dim]({escape(result.step or '')})[/dim]")
+    media = result.content_type.split(";", 1)[0].strip().lower()
+    if media.endswith("json"):
+        try:
+            console.print(JSON(result.message))
+            return
+        except ValueError:
+            pass
+    if media in ("text/plain", "text/markdown"):
+        console.print(Markdown(result.message))
+    else:
+        console.print(result.message, markup=False)
+
+
+@app.command("flows")
+def list_flows(flows: FlowsOpt = None) -> None:
+    """List the flows with their steps."""
+    try:
+        specs = [flow.spec() for flow in load_flows(flows)]
+    except (CliError, PicoflowError) as exc:
+        raise _fail(str(exc)) from None
+    table = Table("flow", "start", "steps", "description", title="flows")
+    for spec in specs:
+        summary = spec.description.splitlines()[0] if spec.description else ""
+        table.add_row(spec.name, spec.start, escape(", ".join(spec.steps)), escape(summary))
+    console.print(table)
+
+
+@app.command()
+def graph(
+    flow: Annotated[str, typer.Argument(help="Name of the flow to draw.")],
+    step: Annotated[str | None, typer.Option(help="Highlight this step.")] = None,
+    flows: FlowsOpt = None,
+) -> None:
+    """Print the flow's steps and transitions as a Mermaid flowchart (derived from the code)."""
+    from picoflow.server.diagram import flow_mermaid
+
+    try:
+        specs = {spec.name: spec for spec in (f.spec() for f in load_flows(flows))}
+    except (CliError, PicoflowError) as exc:
+        raise _fail(str(exc)) from None
+    if flow not in specs:
+        raise _fail(f"no flow named {flow!r}; known: {', '.join(specs)}")
+    typer.echo(flow_mermaid(specs[flow], current=step), nl=False)
+
+
+# --- sessions and the database -----------------------------------------------------------------------
+
+
+def _when(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S")
+
+
+async def _with_store(url: str | None, work: Callable[[SessionStore], Awaitable[T]]) -> T:
+    store = open_store(url)
+    try:
+        return await work(store)
+    finally:
+        await store.close()
+
+
+@sessions_app.command("list")
+def sessions_list(
+    store: StoreOpt = None,
+    flow: Annotated[str | None, typer.Option(help="Only this flow.")] = None,
+    status: Annotated[SessionStatus | None, typer.Option(help="running, completed or aborted.")] = None,
+    principal: Annotated[str | None, typer.Option(help="Only sessions of this principal.")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="How many, most recent first.")] = 20,
+) -> None:
+    """List stored sessions, most recent first."""
+
+    async def work(opened: SessionStore) -> None:
+        infos = await opened.list_sessions(flow=flow, status=status, principal=principal, limit=limit)
+        if not infos:
+            console.print("no sessions")
+            return
+        table = Table("id", "flow", "status", "step", "turns", "principal", "updated")
+        for info in infos:
+            table.add_row(
+                info.id, info.flow, info.status, info.current_step, str(info.turns),
+                escape(info.principal or "-"), _when(info.updated_at),
+            )  # fmt: skip
+        console.print(table)
+
+    _run(lambda: _with_store(store, work))
+
+
+@sessions_app.command("show")
+def sessions_show(
+    session_id: Annotated[str, typer.Argument(metavar="ID", help="The session id.")],
+    store: StoreOpt = None,
+) -> None:
+    """Show a session: transcript, steps visited, usage, warnings and errors."""
+
+    async def work(opened: SessionStore) -> None:
+        session = await opened.load(session_id)
+        if session is None:
+            raise CliError(f"no session {session_id}")
+        transcript = await opened.transcript(session_id)
+        failures = await opened.errors(session_id)
+        console.rule(f"session {escape(session.id)}")
+        facts = Table.grid(padding=(0, 2))
+        for name, value in (
+            ("flow", session.flow),
+            ("status", session.status),
+            ("current step", session.current_step),
+            ("steps visited", " → ".join(session.sequence) or "-"),
+            ("principal", session.principal or "-"),
+            ("turns", f"{session.turns} (revision {session.revision})"),
+            ("created", _when(session.created_at)),
+            ("updated", _when(session.updated_at)),
+            ("models", ", ".join(f"{step}: {name}" for step, name in session.models.items()) or "-"),
+        ):
+            facts.add_row(f"[dim]{name}[/dim]", escape(value))
+        console.print(facts)
+        usage = session.usage
+        console.print(
+            f"[dim]usage[/dim]  {usage.input_tokens} in + {usage.output_tokens} out = "
+            f"{usage.total_tokens} tokens, {usage.model_calls} model calls, {usage.tool_calls} tool calls"
+        )
+        console.rule("transcript", style="dim")
+        for message in transcript:
+            console.print(_transcript_line(message))
+        if session.warnings:
+            console.rule("warnings", style="yellow")
+            for record in session.warnings:
+                console.print(f"[yellow]{escape(record.code)}[/yellow] {escape(record.message)}")
+        if failures:
+            console.rule("errors", style="red")
+            for record in failures:
+                where = f" in {record.step}" if record.step else ""
+                console.print(f"[red]{escape(record.code)}[/red]{escape(where)}: {escape(record.message)}")
+
+    _run(lambda: _with_store(store, work))
+
+
+def _transcript_line(message: Message) -> str:
+    where = f"[dim]{escape(message.step or '')}[/dim] "
+    kind = f" [dim]({message.kind})[/dim]" if message.kind else ""
+    if message.role == "tool":
+        mark = "[red]✗[/red]" if message.is_error else "[green]✓[/green]"
+        return f"{where}{mark} [cyan]{escape(message.name or '')}[/cyan] → {escape(message.content)}"
+    if message.role == "assistant" and message.tool_calls:
+        calls = ", ".join(f"{call.name}({call.args_json()})" for call in message.tool_calls)
+        said = f"{escape(message.content)} " if message.content else ""
+        return f"{where}[magenta]assistant[/magenta]{kind}: {said}[cyan]→ {escape(calls)}[/cyan]"
+    color = "bold cyan" if message.role == "user" else "magenta"
+    return f"{where}[{color}]{message.role}[/{color}]{kind}: {escape(message.content)}"
+
+
+@db_app.command("upgrade")
+def db_upgrade(store: StoreOpt = None) -> None:
+    """Apply the session store's missing schema migrations."""
+
+    async def work() -> None:
+        opened = open_store(store, auto_upgrade=False)
+        try:
+            upgrade = getattr(opened, "upgrade", None)
+            if upgrade is None:
+                console.print(f"{opened!r} has no schema; nothing to upgrade")
+                return
+            applied: list[int] = await upgrade()
+            if applied:
+                console.print(f"{opened!r}: applied migration(s) {', '.join(map(str, applied))}")
+            else:
+                console.print(f"{opened!r}: already up to date")
+        finally:
+            await opened.close()
+
+    _run(work)
+
+
+def main() -> None:
+    app()

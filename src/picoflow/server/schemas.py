@@ -1,0 +1,418 @@
+"""Request and response bodies of the HTTP API, its errors, and the server's settings.
+
+Request models ignore unknown fields on purpose: clients written for PicoFlow send extra fields,
+and a field named like the caller's identity (``principal``, ``customer_id``) must never reach the
+engine; the identity comes from authentication only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from picoflow.engine import TurnError, TurnResult
+from picoflow.flow import FlowSpec
+from picoflow.messages import Message
+from picoflow.server.auth import Identity
+from picoflow.server.render import render_reply
+from picoflow.sessions.base import Session
+from picoflow.usage import Usage
+
+__all__ = [
+    "STATUS_BY_KIND",
+    "ApiError",
+    "EndResponse",
+    "ErrorBody",
+    "ErrorDetail",
+    "FieldProblem",
+    "FlowOut",
+    "HealthResponse",
+    "MessageOut",
+    "RunRequest",
+    "RunResponse",
+    "ServerSettings",
+    "SessionOut",
+    "SessionSummary",
+    "StepOut",
+    "ToolCallOut",
+    "TransitionOut",
+    "TurnRequest",
+    "TurnResponse",
+    "UsageOut",
+    "WarningOut",
+    "turn_error",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerSettings:
+    """How the HTTP server behaves. Every field has a safe default for local development."""
+
+    host: str = "127.0.0.1"
+    """Address the server is bound to; open mode is allowed by default only on a loopback address."""
+    api_keys: Mapping[str, Identity | str] = field(default_factory=dict)
+    """API key -> principal (or ``Identity``). See ``picoflow.server.auth.load_api_keys``."""
+    open_mode: bool | None = None
+    """Serve requests without a key. ``None``: only when no keys are set and ``host`` is loopback."""
+    open_principal: str | None = "local"
+    """Principal of keyless requests in open mode (owns the sessions they create)."""
+    max_message_chars: int | None = None
+    """Longest user message accepted (413 beyond); ``None`` uses the engine's limit."""
+    max_body_bytes: int = 1_048_576
+    """Largest request body accepted (413 beyond)."""
+    cors_origins: Sequence[str] | None = None
+    """Origins allowed by CORS. ``None``: any origin when keys are required; in open mode only
+    pages served from this machine, so a web site cannot drive a developer's local server."""
+    allowed_hosts: Sequence[str] | None = None
+    """Accepted ``Host`` headers. ``None``: loopback names in open mode on loopback (stops DNS
+    rebinding), any host otherwise."""
+    default_flow: str | None = None
+    """Flow the chat page selects first; ``None`` picks the first registered flow."""
+    ui: bool = True
+    """Serve the chat page at ``/``."""
+    close_engine: bool = False
+    """Close the engine (store and model connections) when the application shuts down."""
+    sse_heartbeat: float = 15.0
+    """Seconds between keep-alive comments on an event stream while a turn is working."""
+    title: str = "picoflow"
+
+
+# --- errors -------------------------------------------------------------------------------------------
+
+DEFAULT_RETRY_AFTER = 5.0
+"""Retry hint (seconds) for a 503 when the provider gave none."""
+
+STATUS_BY_KIND: Mapping[str, int] = {
+    "flow_not_found": 404,
+    "session_not_found": 404,
+    "invalid_input": 422,
+    "message_too_long": 413,
+    "session_conflict": 409,
+    "session_completed": 409,
+    "flow_mismatch": 409,
+    "model_unavailable": 503,
+    "model_error": 503,
+    "store_error": 503,
+}
+
+
+class ApiError(Exception):
+    """A failure with its HTTP status; rendered by the app's exception handler."""
+
+    def __init__(
+        self,
+        status: int,
+        kind: str,
+        message: str,
+        *,
+        retryable: bool = False,
+        retry_after: float | None = None,
+        session_id: str | None = None,
+        fields: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+        self.message = message
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.session_id = session_id
+        self.fields = list(fields)
+
+    def detail(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "message": self.message,
+            "retryable": self.retryable,
+            "retry_after": self.retry_after,
+            "fields": [{"field": where, "problem": problem} for where, problem in self.fields],
+            "session_id": self.session_id,
+        }
+
+    def headers(self) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        if self.retry_after is not None:
+            headers["Retry-After"] = str(max(1, math.ceil(self.retry_after)))
+        if self.status == 401:
+            headers["WWW-Authenticate"] = 'Bearer realm="picoflow"'
+        return headers
+
+
+def turn_error(error: TurnError, session_id: str | None) -> ApiError:
+    status = STATUS_BY_KIND.get(error.kind, 500)
+    retry_after = error.retry_after
+    if status == 503 and retry_after is None:
+        retry_after = DEFAULT_RETRY_AFTER
+    # ``error.message`` is the engine's public text: never internals, never submitted values.
+    return ApiError(
+        status,
+        error.kind,
+        error.message,
+        retryable=error.retryable,
+        retry_after=retry_after,
+        session_id=session_id,
+    )
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class FieldProblem(BaseModel):
+    field: str
+    """Where the problem is, e.g. ``body.message``."""
+    problem: str
+    """The rule that failed (never the submitted value)."""
+
+
+class ErrorDetail(BaseModel):
+    kind: str = Field(description="Stable code: session_not_found, session_conflict, model_unavailable, ...")
+    message: str = Field(description="Text safe to show an end user.")
+    retryable: bool = False
+    retry_after: float | None = Field(None, description="Seconds to wait before retrying, when known.")
+    fields: list[FieldProblem] = Field(default_factory=list)
+    session_id: str | None = None
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+# --- PicoFlow-compatible routes -------------------------------------------------------------------
+
+
+class RunRequest(_Body):
+    """``POST /ai/run`` as PicoFlow clients send it (the session id travels in ``CHAT_SESSION_ID``)."""
+
+    flowName: str = Field(min_length=1, max_length=64)  # PicoFlow's wire name
+    message: str | None = None
+    config: dict[str, Any] | None = None
+
+
+class RunResponse(BaseModel):
+    success: bool
+    completed: bool
+    message: str
+    session: str | None
+    contentType: str = "text/plain"  # PicoFlow's wire name
+
+
+class EndResponse(BaseModel):
+    success: bool
+    session: str | None
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ok"] = "ok"
+    timestamp: str
+
+
+# --- resource API -----------------------------------------------------------------------------------
+
+
+class TurnRequest(_Body):
+    """One user message."""
+
+    model_config = ConfigDict(
+        extra="ignore", json_schema_extra={"examples": [{"message": "Hi, I need a hotel in Portland"}]}
+    )
+
+    message: str = Field(description="What the user said.")
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Per-request settings for the flow (RunContext.config; never stored).",
+    )
+    stream: bool = Field(
+        False, description="Answer with Server-Sent Events (same as Accept: text/event-stream)."
+    )
+
+
+class UsageOut(BaseModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cached_input_tokens: int = 0
+    cache_creation_tokens: int = 0
+    model_calls: int = 0
+    tool_calls: int = 0
+    total_tokens: int = 0
+
+    @classmethod
+    def from_usage(cls, usage: Usage) -> UsageOut:
+        return cls(**usage.as_dict())
+
+
+class TurnResponse(BaseModel):
+    session_id: str
+    flow: str
+    message: str
+    content_type: str
+    completed: bool
+    step: str | None
+    usage: UsageOut = Field(description="What this turn consumed.")
+    warnings: list[str] = Field(default_factory=list)
+    html: str | None = Field(None, description="The reply as safe HTML (with ?render=html).")
+
+    @classmethod
+    def from_result(cls, result: TurnResult, flow: str, render: str | None) -> TurnResponse:
+        return cls(
+            session_id=result.session_id or "",
+            flow=flow,
+            message=result.message,
+            content_type=result.content_type,
+            completed=result.completed,
+            step=result.step,
+            usage=UsageOut.from_usage(result.usage),
+            warnings=list(result.warnings),
+            html=render_reply(result.message, result.content_type) if render == "html" else None,
+        )
+
+
+class ToolCallOut(BaseModel):
+    id: str
+    name: str
+    args: dict[str, Any] | str
+
+
+class MessageOut(BaseModel):
+    seq: int
+    role: str
+    content: str
+    step: str | None
+    kind: str | None = None
+    tool_calls: list[ToolCallOut] = Field(default_factory=list)
+    tool_call_id: str | None = None
+    name: str | None = None
+    is_error: bool = False
+    at: float = 0.0
+    html: str | None = None
+
+    @classmethod
+    def from_message(cls, message: Message, render: str | None) -> MessageOut:
+        shown = render == "html" and message.role == "assistant" and bool(message.content)
+        return cls(
+            seq=message.seq,
+            role=message.role,
+            content=message.content,
+            step=message.step,
+            kind=message.kind,
+            tool_calls=[
+                ToolCallOut(
+                    id=call.id,
+                    name=call.name,
+                    args=dict(call.args) if isinstance(call.args, Mapping) else call.args,
+                )
+                for call in message.tool_calls
+            ],
+            tool_call_id=message.tool_call_id,
+            name=message.name,
+            is_error=message.is_error,
+            at=message.at,
+            html=render_reply(message.content) if shown else None,
+        )
+
+
+class WarningOut(BaseModel):
+    code: str
+    message: str
+    level: str
+    step: str | None
+    turn: int | None
+    at: float
+
+
+class SessionOut(BaseModel):
+    id: str
+    flow: str
+    status: str
+    step: str
+    sequence: list[str]
+    turns: int
+    revision: int
+    created_at: float
+    updated_at: float
+    usage: UsageOut = Field(description="Everything the session has consumed so far.")
+    models: dict[str, str] = Field(default_factory=dict, description="Model used by each step.")
+    warnings: list[WarningOut] = Field(default_factory=list)
+    transcript: list[MessageOut] | None = None
+
+    @classmethod
+    def from_session(
+        cls, session: Session, transcript: list[Message] | None, render: str | None
+    ) -> SessionOut:
+        return cls(
+            id=session.id,
+            flow=session.flow,
+            status=session.status,
+            step=session.current_step,
+            sequence=list(session.sequence),
+            turns=session.turns,
+            revision=session.revision,
+            created_at=session.created_at,
+            updated_at=session.updated_at,
+            usage=UsageOut.from_usage(session.usage),
+            models=dict(session.models),
+            warnings=[WarningOut(**asdict(record)) for record in session.warnings],
+            transcript=None
+            if transcript is None
+            else [MessageOut.from_message(m, render) for m in transcript],
+        )
+
+
+class SessionSummary(BaseModel):
+    id: str
+    flow: str
+    status: str
+    step: str
+    turns: int
+    created_at: float
+    updated_at: float
+
+
+class StepOut(BaseModel):
+    name: str
+    description: str
+    kind: Literal["conversational", "logic", "terminal"]
+    start: bool
+
+
+class TransitionOut(BaseModel):
+    source: str
+    target: str
+    via: str
+
+
+class FlowOut(BaseModel):
+    name: str
+    description: str
+    start: str
+    terminate: str | None
+    steps: list[StepOut]
+    transitions: list[TransitionOut]
+    diagram: str = Field(description="URL of the flow's SVG diagram.")
+
+    @classmethod
+    def from_spec(cls, spec: FlowSpec) -> FlowOut:
+        return cls(
+            name=spec.name,
+            description=spec.description,
+            start=spec.start,
+            terminate=spec.terminate,
+            steps=[
+                StepOut(
+                    name=step.name,
+                    description=step.description,
+                    kind="terminal" if step.is_terminal else "logic" if step.is_logic else "conversational",
+                    start=step.name == spec.start,
+                )
+                for step in spec.steps.values()
+            ],
+            transitions=[
+                TransitionOut(source=t.source, target=t.target, via=t.via) for t in spec.transitions
+            ],
+            diagram=f"/v1/flows/{spec.name}/diagram.svg",
+        )

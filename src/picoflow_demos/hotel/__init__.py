@@ -1,0 +1,17 @@
+"""The hotel demo: find, compare and book a hotel in the Portland, Oregon area."""
+
+from picoflow_demos.hotel.criteria import Criteria
+from picoflow_demos.hotel.flow import Booking, Compare, Explore, Goodbye, HotelFlow, Present
+from picoflow_demos.hotel.pricing import HotelQuote, quote_hotels
+
+__all__ = [
+    "Booking",
+    "Compare",
+    "Criteria",
+    "Explore",
+    "Goodbye",
+    "HotelFlow",
+    "HotelQuote",
+    "Present",
+    "quote_hotels",
+]

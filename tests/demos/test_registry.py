@@ -1,0 +1,54 @@
+"""The demo package as the server and CLI see it: three flows, their prompts and data shipped inside."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import pytest
+
+import picoflow_demos
+from picoflow import FlowEngine
+from picoflow.models import ScriptedModel
+
+FIRST_MESSAGES = {"hotel": "Hi", "orders": "Hi", "products": "Hi"}
+
+
+def test_flows_register_under_their_names() -> None:
+    engine = FlowEngine(picoflow_demos.FLOWS)
+    assert [spec.name for spec in engine.flows] == ["hotel", "orders", "products"]
+    assert all(flow.model is None for flow in picoflow_demos.FLOWS)  # the engine picks the model
+    for spec in engine.flows:
+        assert spec.terminate is not None, spec.name
+        for step in spec.steps.values():
+            assert all(definition.description for definition in step.definitions), step.name
+
+
+@pytest.mark.parametrize(
+    ("package", "name"),
+    [
+        ("picoflow_demos.hotel", "data/hotels.json"),
+        ("picoflow_demos.hotel", "explore.md"),
+        ("picoflow_demos.hotel", "present.md"),
+        ("picoflow_demos.hotel", "compare.md"),
+        ("picoflow_demos.hotel", "goodbye.md"),
+        ("picoflow_demos.hotel", "booked.md"),
+        ("picoflow_demos.orders", "support.md"),
+        ("picoflow_demos.orders", "approve.md"),
+        ("picoflow_demos.products", "products.md"),
+        ("picoflow_demos.products", "data/catalog.json"),
+    ],
+)
+def test_prompts_and_data_live_in_the_package(package: str, name: str) -> None:
+    assert resources.files(package).joinpath(name).is_file()
+
+
+@pytest.mark.parametrize("flow", ["hotel", "orders", "products"])
+async def test_first_request_is_small_enough_for_a_small_local_model(flow: str) -> None:
+    model = ScriptedModel(["Hello!"])
+    engine = FlowEngine(picoflow_demos.FLOWS, model=model)
+    result = await engine.run(flow, FIRST_MESSAGES[flow])
+    assert result.ok and result.message == "Hello!"
+    [request] = model.requests
+    assert "{{" not in request.system  # every template slot was filled
+    # System prompt, message and tool schemas together stay near 1,000 tokens.
+    assert request.text_size() < 4_500, request.text_size()

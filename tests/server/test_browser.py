@@ -1,0 +1,242 @@
+"""The chat page in headless Chromium (Debian's package, driven by Playwright), against a real server.
+
+A full hotel conversation is typed into the page with a scripted model behind it: the comparison
+arrives as a real ``<table>``, the diagram follows the conversation, and the completed state shows.
+A second flow checks the safety and the odd cases: model output trying to run script, JSON
+replies, a provider failure, the busy indicator, and a transcript restored after a reload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from playwright.sync_api import Page, expect, sync_playwright
+
+from picoflow import FlowEngine
+from picoflow.messages import ModelRequest, ModelResponse
+from picoflow.models import Model, ScriptedModel
+from picoflow.server import ServerSettings, create_app
+from picoflow.sessions import MemoryStore
+from picoflow_demos.hotel import HotelFlow
+from picoflow_demos.hotel.scripted import CONVERSATION, CURRENT_DATE, SHERWOOD, model_script
+
+from .support import XSS, DeskFlow, DeskModel
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+HOTEL_STEPS = frozenset(HotelFlow.spec().steps)
+
+
+class PageDesk(DeskModel):
+    """The desk model, except that "wait" holds the turn until the test (another thread) releases it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    async def answer(self, request: ModelRequest) -> Any:
+        last = request.messages[-1]
+        if last.role == "user" and "wait" in last.content:
+            await asyncio.to_thread(self.release.wait, 10)
+            return "done waiting"
+        return await super().answer(request)
+
+
+class Router(Model):
+    """One model for the engine: the hotel script for hotel steps, the desk model for the others."""
+
+    name = "router:test"
+
+    def __init__(self) -> None:
+        self.hotel = ScriptedModel(model_script())
+        self.desk = PageDesk()
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        return await (self.hotel if request.step in HOTEL_STEPS else self.desk).request(request)
+
+
+@dataclass
+class Served:
+    url: str
+    model: Router
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
+    monkeypatch.setenv("HOTEL_FLOW_CURRENT_DATE", CURRENT_DATE)
+    model = Router()
+    engine = FlowEngine([HotelFlow, DeskFlow], store=MemoryStore(), model=model)
+    app = create_app(engine, settings=ServerSettings(default_flow="hotel"))
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    for _ in range(500):
+        if server.started:
+            break
+        threading.Event().wait(0.01)
+    try:
+        yield Served(f"http://127.0.0.1:{sock.getsockname()[1]}", model)
+    finally:
+        model.desk.release.set()
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+@pytest.fixture
+def page() -> Iterator[Page]:
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            context = browser.new_context(viewport={"width": 1440, "height": 1000})
+            yield context.new_page()
+        finally:
+            browser.close()
+
+
+def say(page: Page, text: str) -> None:
+    """Type a message, send it with Enter, and wait until the reply is in and the page is idle."""
+    replies = page.locator("#messages li.assistant:not(.streaming)")
+    before = replies.count()
+    page.fill("#input", text)
+    page.press("#input", "Enter")
+    expect(replies).to_have_count(before + 1)
+    expect(page.locator("#busy")).to_be_hidden()
+
+
+def last_reply(page: Page) -> Any:
+    return page.locator("#messages li.assistant .bubble").last
+
+
+def current_step(page: Page) -> Any:
+    return page.locator("#diagram g.step.current")
+
+
+def test_a_hotel_conversation_in_the_chat_page(served: Served, page: Page) -> None:
+    failures: list[str] = []
+    page.on("pageerror", lambda error: failures.append(str(error)))
+    page.goto(served.url + "/")
+    expect(page.locator("body")).to_have_attribute("data-ready", "true")
+    expect(page.locator("#flow-select")).to_have_value("hotel")
+    expect(current_step(page)).to_have_attribute("data-step", "Explore")
+    expect(page.locator("#session-status")).to_have_text("new")
+
+    for turn in CONVERSATION:
+        say(page, turn.user)
+        if turn.user == "compare hotel 2,5,8 on price":
+            table = last_reply(page).locator("table")
+            expect(table).to_be_visible()
+            expect(table.locator("thead th")).to_have_text(
+                [
+                    "Night",
+                    "#2 Hampton Inn Portland-Airport",
+                    "#5 Hampton Inn Portland/Clackamas",
+                    f"#8 {SHERWOOD}",
+                ]
+            )
+            expect(table.locator("tbody tr").last.locator("td")).to_have_text(
+                ["Total", "$2,796.20", "$2,417.76", "$2,270.60"]
+            )
+            # Money columns are right-aligned as the Markdown asked, despite the strict CSP.
+            total = table.locator("tbody tr").last.locator("td").nth(1)
+            assert total.evaluate("cell => getComputedStyle(cell).textAlign") == "right"
+            expect(current_step(page)).to_have_attribute("data-step", "Compare")
+            expect(page.locator("#current-step")).to_have_text("Compare")
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "chat-hotel-comparison.png"), full_page=True)
+        elif turn.user == "search":
+            expect(last_reply(page).locator("ol li")).to_have_count(4)
+            expect(current_step(page)).to_have_attribute("data-step", "Present")
+
+    expect(last_reply(page)).to_contain_text("Your booking is confirmed.")
+    expect(last_reply(page).locator("strong").first).to_have_text("Your booking is confirmed.")
+    expect(page.locator("#completed")).to_be_visible()
+    expect(page.locator("#input")).to_be_disabled()
+    expect(page.locator("#session-status")).to_have_text("completed")
+    expect(page.locator("#turns")).to_have_text("14")
+    expect(current_step(page)).to_have_attribute("data-step", "Goodbye")
+    assert int(page.locator("#usage-total").inner_text()) > 1000
+    assert int(page.locator("#usage-calls").inner_text()) == len(model_script())
+    expect(page.locator("#messages li.user")).to_have_count(len(CONVERSATION))
+    page.screenshot(path=str(ARTIFACTS / "chat-hotel-completed.png"), full_page=True)
+
+    # A reload restores the conversation from the server, completed state included.
+    page.reload()
+    expect(page.locator("body")).to_have_attribute("data-ready", "true")
+    expect(page.locator("#messages li.user")).to_have_count(len(CONVERSATION))
+    expect(page.locator("#messages li.assistant table")).to_have_count(3)
+    expect(page.locator("#completed")).to_be_visible()
+
+    page.click("#restart")
+    expect(page.locator("#messages li")).to_have_count(0)
+    expect(page.locator("#session-status")).to_have_text("new")
+    expect(page.locator("#input")).to_be_enabled()
+    expect(current_step(page)).to_have_attribute("data-step", "Explore")
+    assert failures == []
+
+
+def test_model_output_cannot_run_script_and_odd_replies_show_well(served: Served, page: Page) -> None:
+    failures: list[str] = []
+    page.on("pageerror", lambda error: failures.append(str(error)))
+    page.goto(served.url + "/?flow=desk")
+    expect(page.locator("body")).to_have_attribute("data-ready", "true")
+    expect(page.locator("#flow-description")).to_have_text("A help desk used by the server tests.")
+
+    say(page, "xss please")
+    bubble = last_reply(page)
+    expect(bubble).to_contain_text("<script>window.__xss = 1</script>")
+    expect(bubble).to_contain_text('<img src=x onerror="window.__xss = 2">')
+    assert bubble.locator("script, img, iframe").count() == 0
+    assert bubble.locator("a").count() == 0  # the javascript: link stays text
+    assert page.evaluate("window.__xss") is None
+    assert XSS.split(">")[0] in bubble.inner_text()
+
+    say(page, "json please")
+    expect(last_reply(page).locator("pre.json code")).to_have_text(
+        re.compile(r'^\{\n  "order": 7,\n  "items": \[\n    "lamp",\n    "desk"\n  \]\n\}$')
+    )
+
+    say(page, "down")
+    expect(page.locator("#messages li.assistant.failed").last).to_contain_text("unavailable")
+    expect(page.locator("#input")).to_be_enabled()
+
+    page.fill("#input", "wait for it")
+    page.press("#input", "Enter")
+    expect(page.locator("#busy")).to_be_visible()
+    expect(page.locator("#input")).to_be_disabled()
+    expect(page.locator("#new-chat")).to_be_disabled()
+    served.model.desk.release.set()
+    expect(page.locator("#busy")).to_be_hidden()
+    expect(last_reply(page)).to_have_text("done waiting")
+
+    user_lines = ["xss please", "json please", "down", "wait for it"]
+    expect(page.locator("#messages li.user")).to_have_text(user_lines)
+    page.reload()
+    expect(page.locator("body")).to_have_attribute("data-ready", "true")
+    # The failed turn stored nothing, so after a reload only the turns that committed come back.
+    expect(page.locator("#messages li.user")).to_have_text(["xss please", "json please", "wait for it"])
+    assert page.evaluate("window.__xss") is None
+    expect(current_step(page)).to_have_attribute("data-step", "Desk")
+    assert failures == []

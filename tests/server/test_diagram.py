@@ -1,0 +1,118 @@
+"""Flow pictures derived from the code: SVG for the page, Mermaid for the CLI."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from picoflow import Flow, LogicStep, Step, TerminateStep, go, tool
+from picoflow.server.diagram import flow_mermaid, flow_svg
+from picoflow_demos.hotel import HotelFlow
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+class Intake(Step):
+    """Collect the request."""
+
+    @tool
+    def submit(self) -> object:
+        """Submit it."""
+        return go(Route)
+
+
+class Route(LogicStep):
+    """Decide where it goes."""
+
+    def run_logic(self) -> object:
+        return go(Review)
+
+
+class Review(Step):
+    """Review <carefully> & decide."""
+
+    @tool
+    def reopen(self) -> object:
+        """Back to intake."""
+        return go(Intake)
+
+    @tool
+    def approve(self) -> object:
+        """Approve."""
+        return go(Done)
+
+
+class Done(TerminateStep):
+    """Finished."""
+
+
+class Ticket(Flow):
+    name = "ticket.v2"
+    steps = [Intake, Route, Review, Done]
+
+
+def nodes(svg: str) -> dict[str, dict[str, str]]:
+    root = ET.fromstring(svg)
+    return {g.attrib["data-step"]: g.attrib for g in root.iter(f"{SVG}g") if "data-step" in g.attrib}
+
+
+def test_svg_is_well_formed_with_the_current_step_highlighted() -> None:
+    svg = flow_svg(Ticket.spec(), current="Review", visited=["Intake", "Route", "Review"])
+    steps = nodes(svg)
+    assert list(steps) == ["Intake", "Route", "Review", "Done"]
+    assert steps["Review"]["class"] == "step conversational current visited"
+    assert steps["Review"]["aria-current"] == "step"
+    assert steps["Intake"]["class"] == "step conversational visited start"
+    assert steps["Route"]["class"] == "step logic visited"
+    assert steps["Done"]["class"] == "step terminal"
+    assert [g for g in steps.values() if "current" in g["class"]] == [steps["Review"]]
+    # Descriptions become tooltips, escaped.
+    assert "<title>Review &lt;carefully&gt; &amp; decide.</title>" in svg
+    edges = {
+        (g.attrib["data-source"], g.attrib["data-target"])
+        for g in ET.fromstring(svg).iter(f"{SVG}g")
+        if "data-source" in g.attrib
+    }
+    assert edges == {
+        ("Intake", "Route"),
+        ("Route", "Review"),
+        ("Review", "Intake"),
+        ("Review", "Done"),
+        ("Intake", "Done"),
+    }
+
+
+def test_steps_are_ranked_top_to_bottom_from_the_start() -> None:
+    root = ET.fromstring(flow_svg(Ticket.spec()))
+    tops = {
+        g.attrib["data-step"]: float(rect.attrib["y"])
+        for g in root.iter(f"{SVG}g")
+        if "data-step" in g.attrib
+        for rect in g.iter(f"{SVG}rect")
+    }
+    assert tops["Intake"] < tops["Route"] < tops["Review"] < tops["Done"]
+
+
+def test_hotel_diagram_has_every_transition_labelled() -> None:
+    svg = flow_svg(HotelFlow.spec(), current="Compare")
+    for via in ("capture_choices", "search_again", "go_compare", "resume_booking", "chosen_hotel"):
+        assert f">{via}</text>" in svg
+    assert nodes(svg)["Compare"]["class"].split()[:3] == ["step", "conversational", "current"]
+
+
+def test_mermaid_text() -> None:
+    assert flow_mermaid(Ticket.spec(), current="Route") == (
+        "flowchart TD\n"
+        "    start((start))\n"
+        '    Intake["Intake"]\n'
+        '    Route{{"Route"}}\n'
+        '    Review["Review"]\n'
+        '    Done(["Done"])\n'
+        "    start --> Intake\n"
+        "    Intake -->|submit| Route\n"
+        "    Intake -.->|terminate_session| Done\n"
+        "    Route -->|run_logic| Review\n"
+        "    Review -->|reopen| Intake\n"
+        "    Review -->|approve| Done\n"
+        "    classDef current fill:#fde68a,stroke:#b45309,stroke-width:2px\n"
+        "    class Route current\n"
+    )

@@ -1,0 +1,145 @@
+"""Turns streamed as Server-Sent Events, in process and through a real uvicorn on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+import uvicorn
+
+from picoflow import FlowEngine
+from picoflow.server import ServerSettings, create_app
+
+from .support import DeskModel, client_for, desk_engine, events_of
+
+
+async def test_a_streamed_turn_reports_steps_tools_text_and_the_result() -> None:
+    async with client_for(desk_engine()) as client:
+        session = (await client.post("/v1/flows/desk/sessions", json={"message": "hi"})).json()["session_id"]
+        reply = await client.post(f"/v1/sessions/{session}/turns", json={"message": "bye", "stream": True})
+        assert reply.status_code == 200
+        assert reply.headers["content-type"].startswith("text/event-stream")
+        assert reply.headers["cache-control"] == "no-cache"
+        events = events_of(reply.text)
+        assert [name for name, _ in events] == ["tool_call", "step", "tool_result", "text", "result"]
+        assert events[0][1] == {"step": "Desk", "id": "call_1", "name": "finish", "args": {}}
+        assert events[1][1] == {"step": "Farewell", "previous": "Desk"}
+        assert events[2][1]["name"] == "finish" and events[2][1]["is_error"] is False
+        assert events[3][1] == {"step": "Farewell", "text": "Goodbye!"}
+        result = events[4][1]
+        assert (
+            result["session_id"] == session
+            and result["completed"] is True
+            and result["message"] == "Goodbye!"
+        )
+
+
+async def test_accept_header_selects_streaming_and_render_adds_html() -> None:
+    async with client_for(desk_engine()) as client:
+        reply = await client.post(
+            "/v1/flows/desk/sessions?render=html",
+            json={"message": "table"},
+            headers={"Accept": "text/event-stream"},
+        )
+        events = events_of(reply.text)
+        assert events[-1][0] == "result"
+        assert "<table>" in events[-1][1]["html"]
+        assert (await client.get(f"/v1/sessions/{events[-1][1]['session_id']}")).status_code == 200
+
+
+async def test_failures_before_the_stream_are_statuses_and_during_it_an_error_event() -> None:
+    async with client_for(desk_engine(), ServerSettings(max_message_chars=20)) as client:
+        assert (
+            await client.post("/v1/sessions/unknown/turns", json={"message": "hi", "stream": True})
+        ).status_code == 404
+        assert (
+            await client.post("/v1/flows/nope/sessions", json={"message": "hi", "stream": True})
+        ).status_code == 404
+        too_long = await client.post("/v1/flows/desk/sessions", json={"message": "x" * 21, "stream": True})
+        assert too_long.status_code == 413
+        down = await client.post("/v1/flows/desk/sessions", json={"message": "down", "stream": True})
+        assert down.status_code == 200
+        (_name, data), *_ = [event for event in events_of(down.text) if event[0] == "error"]
+        assert data["status"] == 503
+        assert data["error"]["kind"] == "model_unavailable" and data["error"]["retry_after"] == 7.0
+
+
+# --- a real server ------------------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def serving(engine: FlowEngine, **settings: object) -> AsyncIterator[str]:
+    """uvicorn on a free 127.0.0.1 port, in this event loop."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    app = create_app(engine, settings=ServerSettings(**settings))  # type: ignore[arg-type]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        for _ in range(500):
+            if server.started:
+                break
+            await asyncio.sleep(0.01)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+async def test_through_uvicorn_compat_api_and_incremental_events() -> None:
+    model = DeskModel()
+    engine = desk_engine(model=model)
+    async with serving(engine) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
+        first = await client.post("/ai/run", json={"flowName": "desk", "message": "hello"})
+        assert first.status_code == 200 and first.json()["message"] == "echo: hello"
+        session = first.headers["CHAT_SESSION_ID"]
+        assert (await client.post("/ai/run", json={"flowName": "nope", "message": "x"})).status_code == 404
+
+        seen: list[str] = []
+        async with client.stream(
+            "POST", f"/v1/sessions/{session}/turns", json={"message": "please wait", "stream": True}
+        ) as stream:
+            assert stream.status_code == 200
+            lines = stream.aiter_lines()
+            # The stream is open and the turn is blocked inside the model: nothing final yet.
+            assert (await anext(lines)).startswith(":")
+            await asyncio.wait_for(model.waiting.wait(), 5)
+            model.gate.set()
+            async for line in lines:
+                if line.startswith("event:"):
+                    seen.append(line.removeprefix("event:").strip())
+                if line.startswith("data:") and seen[-1] == "result":
+                    assert json.loads(line[5:])["message"] == "done waiting"
+        assert seen == ["text", "result"]
+
+
+async def test_a_client_that_disconnects_mid_turn_does_not_lose_the_turn() -> None:
+    model = DeskModel()
+    engine = desk_engine(model=model)
+    async with serving(engine) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+            session = (await client.post("/v1/flows/desk/sessions", json={"message": "hi"})).json()[
+                "session_id"
+            ]
+            async with client.stream(
+                "POST", f"/v1/sessions/{session}/turns", json={"message": "wait", "stream": True}
+            ) as stream:
+                await anext(stream.aiter_lines())
+                await asyncio.wait_for(model.waiting.wait(), 5)
+        # The client is gone; the turn finishes and commits anyway.
+        model.gate.set()
+        for _ in range(200):
+            stored = await engine.store.load(session)
+            if stored is not None and stored.turns == 2:
+                break
+            await asyncio.sleep(0.02)
+        assert stored is not None and stored.turns == 2
+        assert [m.content for m in await engine.store.transcript(session) if m.role == "assistant"][-1] == (
+            "done waiting"
+        )
