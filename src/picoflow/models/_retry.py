@@ -12,11 +12,12 @@ import email.utils
 import random
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from picoflow.exceptions import ModelError, ModelHTTPError
+from picoflow.models.base import StreamEvent
 
 T = TypeVar("T")
 
@@ -186,3 +187,26 @@ def _final_error(provider: str, failure: Failure, attempts: int, secrets: list[s
     return ModelHTTPError(
         message, status_code=failure.status_code, retry_after=failure.retry_after, provider=provider
     )
+
+
+async def relay_stream(
+    stream: Any,
+    feed: Callable[[Any], Iterable[StreamEvent]],
+    *,
+    name: str,
+    classify: Callable[[BaseException], Failure | None],
+    secrets: Iterable[str | None] = (),
+) -> AsyncIterator[StreamEvent]:
+    """Turn an SDK stream into picoflow stream events; a provider failure mid-stream becomes a
+    ``ModelError`` (no retry: part of the answer may already have been shown)."""
+    try:
+        async for item in stream:
+            for event in feed(item):
+                yield event
+    except Exception as exc:
+        failure = classify(exc)
+        if failure is None:
+            raise
+        raise ModelError(f"{name} stream failed: {redact(failure.message, secrets)}") from exc
+    finally:
+        await stream.close()

@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from picoflow.exceptions import ModelError
 from picoflow.messages import Message, ModelRequest, ModelResponse, OutputSchema, ToolCall
-from picoflow.models._retry import Failure, RetryPolicy, call_with_retries, parse_retry_after, redact
+from picoflow.models._retry import (
+    Failure,
+    RetryPolicy,
+    call_with_retries,
+    parse_retry_after,
+    relay_stream,
+)
 from picoflow.models._specs import ModelSpec
 from picoflow.models.base import Model, ResponseDone, StreamEvent, TextDelta, ToolCallDelta
 from picoflow.usage import Usage
@@ -277,19 +283,11 @@ class AnthropicModel(Model):
         kwargs["stream"] = True
         stream = await self._create(kwargs)
         collected = _StreamCollector(self.output_tool_name(request))
-        try:
-            async for event in stream:
-                for out in collected.feed(event):
-                    yield out
-        except Exception as exc:
-            failure = _classify(exc)
-            if failure is None:
-                raise
-            raise ModelError(
-                f"{self.name} stream failed: {redact(failure.message, [self._api_key])}"
-            ) from exc
-        finally:
-            await stream.close()
+        relayed = relay_stream(
+            stream, collected.feed, name=self.name, classify=_classify, secrets=[self._api_key]
+        )
+        async for event in relayed:
+            yield event
         yield ResponseDone(collected.response())
 
     async def aclose(self) -> None:

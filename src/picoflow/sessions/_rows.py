@@ -10,7 +10,7 @@ conversation already is.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -162,6 +162,25 @@ def decode_records(bodies: Iterable[str]) -> list[LogRecord]:
         return [LOG_ADAPTER.validate_json(body) for body in bodies]
     except ValidationError as exc:
         raise StoreError(f"stored error record is not readable: {exc}") from exc
+
+
+def listing_query(
+    table: str, mark: Callable[[str], str], filters: dict[str, str | None], limit: int, offset: int
+) -> tuple[str, dict[str, object]]:
+    """The session listing query over ``table`` with the given filters, newest first.
+
+    ``mark`` writes a named placeholder in the driver's style (``:name`` or ``%(name)s``).
+    """
+    check_page(limit, offset)
+    where = " AND ".join(
+        f"{column} = {mark(column)}" for column, value in filters.items() if value is not None
+    )
+    query = (
+        "SELECT id, flow, status, current_step, principal, revision, turns, created_at, updated_at"
+        f" FROM {table} {'WHERE ' + where if where else ''}"
+        f" ORDER BY updated_at DESC, id LIMIT {mark('limit')} OFFSET {mark('offset')}"
+    )
+    return query, {**filters, "limit": limit, "offset": offset}
 
 
 def check_page(limit: int, offset: int) -> None:

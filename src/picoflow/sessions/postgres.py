@@ -225,17 +225,11 @@ class PostgresStore:
         limit: int = 100,
         offset: int = 0,
     ) -> list[SessionInfo]:
-        _rows.check_page(limit, offset)
-        filters = {"flow": flow, "status": status, "principal": principal}
-        where = " AND ".join(
-            f"{column} = %({column})s" for column, value in filters.items() if value is not None
+        filters: dict[str, str | None] = {"flow": flow, "status": status, "principal": principal}
+        query, params = _rows.listing_query(
+            f"{self._p}picoflow_sessions", lambda name: f"%({name})s", filters, limit, offset
         )
-        query = (
-            "SELECT id, flow, status, current_step, principal, revision, turns, created_at, updated_at"
-            f" FROM {self._p}picoflow_sessions {'WHERE ' + where if where else ''}"
-            " ORDER BY updated_at DESC, id LIMIT %(limit)s OFFSET %(offset)s"
-        )
-        rows = await self._fetch(query, {**filters, "limit": limit, "offset": offset})
+        rows = await self._fetch(query, params)
         return [SessionInfo(*row) for row in rows]
 
     async def transcript(self, session_id: str) -> list[Message]:
