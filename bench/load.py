@@ -101,11 +101,18 @@ async def wait_ready(base: str, server: subprocess.Popen[bytes]) -> None:
 
 
 async def drive(report: Report, bases: list[str], doubled_sessions: int) -> list[str]:
-    limits = httpx.Limits(max_connections=report.sessions, max_keepalive_connections=report.sessions)
-    clients = [httpx.AsyncClient(base_url=b, limits=limits, timeout=120) for b in bases]
+    # One small client per session and server, as separate users would have: a single httpx pool
+    # shared by hundreds of connections costs more CPU than the servers under test.
+    clients = [
+        [
+            httpx.AsyncClient(base_url=base, timeout=120, limits=httpx.Limits(max_connections=2))
+            for base in bases
+        ]
+        for _ in range(report.sessions + 1)
+    ]
 
     async def send(index: int, session: str | None, n: int, tag: str = "") -> tuple[int, str | None]:
-        client = clients[(index + n) % len(clients)]
+        client = clients[index][(index + n) % len(bases)]
         body = {"message": f"message {n}{tag}"}
         started = time.perf_counter()
         try:
@@ -156,8 +163,9 @@ async def drive(report: Report, bases: list[str], doubled_sessions: int) -> list
         sessions = await asyncio.gather(*(conversation(i) for i in range(report.sessions)))
     finally:
         report.seconds = time.perf_counter() - started
-        for client in clients:
-            await client.aclose()
+        for pair in clients:
+            for client in pair:
+                await client.aclose()
     return [s for s in sessions if s]
 
 
