@@ -65,3 +65,15 @@ def test_a_bad_default_model_from_the_environment_fails_at_registration(
     with pytest.raises(FlowDefinitionError, match="nosuchprovider"):
         FlowEngine([IdleFlow])
     FlowEngine([IdleFlow], model=ScriptedModel([]))  # an explicit model needs no default
+
+
+async def test_warm_sends_the_first_request_of_a_new_session_and_stores_nothing() -> None:
+    model = ScriptedModel(["ignored"])
+    engine = FlowEngine([IdleFlow], model=model)
+    assert await engine.warm("idle", message="Hi") is True
+    [request] = model.requests
+    assert request.system == "Chat." and [m.content for m in request.messages] == ["Hi"]
+    assert request.settings == {"max_tokens": 1}
+    assert await engine.store.list_sessions() == []
+    # A failing model is reported, not raised.
+    assert await FlowEngine([IdleFlow], model=ScriptedModel([])).warm("idle") is False

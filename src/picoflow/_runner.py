@@ -693,6 +693,17 @@ class Turn(FlowRuntime, StepRuntime):
             step = self.step(destination)
             await self._hook(step, "on_enter", step.on_enter)
 
+    async def first_request(self, text: str) -> tuple[Model, ModelRequest] | None:
+        """The model and request a brand-new session would send first for ``text`` (None when the
+        flow starts with a LogicStep). Nothing is sent; the session is not meant to be saved."""
+        name = self.session.current_step
+        spec = self.spec.steps[name]
+        if spec.is_logic:
+            return None
+        await self._enter(name, previous=None)
+        request = await self._build_request(self.step(name), spec, [Message.user(text)])
+        return self.model_for(spec), request
+
     # --- end of turn -------------------------------------------------------------------------------
 
     def release(self) -> None:

@@ -255,6 +255,9 @@ def _warm_local_model(engine: FlowEngine) -> None:
     def load() -> None:
         try:
             asyncio.run(prepare())
+            # Reading the start step's long system prompt is most of a first turn's time on a CPU:
+            # do it now, while nobody waits.
+            asyncio.run(engine.warm(spec.name))
         except Exception as exc:
             errors.print(f"[yellow]the local model could not be prepared:[/yellow] {escape(str(exc))}")
 

@@ -9,6 +9,7 @@ and the stored session is left exactly as it was before the turn.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import re
@@ -349,6 +350,29 @@ class FlowEngine:
     ) -> TurnResult:
         """``run`` for code without an event loop (scripts, notebooks without one running)."""
         return asyncio.run(self.run(flow, message, session_id, context=context))
+
+    async def warm(self, flow: str | type[Flow], *, message: str = "Hello") -> bool:
+        """Send the first request of a new session of ``flow`` once, answering at most one token.
+
+        This loads the start step's model and fills prompt caches (the embedded model keeps the
+        processed prompt), so the first real turn does not pay for reading a long system prompt.
+        It costs a model call: use it with local models. Best effort: returns whether it worked.
+        """
+        spec = self.flow(flow)
+        session = Session(id="warm-up", flow=spec.name, current_step=spec.start)
+        turn = self._turn(spec, session, Caller(), None, None, None)
+        try:
+            first = await turn.first_request(message)
+            if first is None:
+                return False
+            model, request = first
+            await model.request(dataclasses.replace(request, settings={**request.settings, "max_tokens": 1}))
+            return True
+        except Exception:
+            logger.warning("picoflow: warming flow %s failed", spec.name, exc_info=True)
+            return False
+        finally:
+            turn.release()
 
     # --- sessions -------------------------------------------------------------------------------
 

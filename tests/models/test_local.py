@@ -504,3 +504,11 @@ async def test_two_step_conversation_on_the_embedded_model() -> None:
     assert last_response.text.strip()
     assert result.message == last_response.text
     assert result.usage.model_calls == len(model.calls) >= 2
+
+
+def test_prompt_reading_uses_two_threads_even_when_generation_uses_one() -> None:
+    from picoflow.models.local import batch_threads
+
+    assert batch_threads(1, cpus=2) == 2
+    assert batch_threads(1, cpus=1) == 1
+    assert batch_threads(4, cpus=8) == 4
