@@ -6,7 +6,9 @@ memory (the step's messages), the size of the whole transcript so far, and the w
 turn in-process (median over ``--repeat`` runs; framework overhead only, the model answers at once).
 
 Per-step memory is what keeps the requests flat: Present and Compare start clean on every visit
-and never carry Explore's questions and answers, so turn 14 sends less than turn 2 did.
+and never carry Explore's questions and answers, so turn 14 sends less than turn 2 did. The hotel
+lists, the comparison tables and the booking confirmation are written by code (``direct_to`` and
+``direct``): a turn that shows one makes only the model call that picked the tool.
 
     python bench/hotel.py [--repeat 50]
 """

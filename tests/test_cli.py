@@ -83,11 +83,11 @@ def test_graph_prints_mermaid_derived_from_the_code() -> None:
         "    start --> Explore",
         "    Explore -->|capture_choices| Present",
         "    Explore -.->|terminate_session| Goodbye",
-        "    Present -->|chosen_hotel| Goodbye",
         "    Present -->|search_again| Explore",
         "    Present -->|go_compare| Compare",
+        "    Present -->|chosen_hotel| Goodbye",
         "    Compare -->|resume_booking| Present",
-        "    Compare -.->|terminate_session| Goodbye",
+        "    Compare -->|chosen_hotel| Goodbye",
         "    classDef current fill:#fde68a,stroke:#b45309,stroke-width:2px",
         "    class Compare current",
     ]
@@ -128,7 +128,9 @@ def test_chat_plays_the_hotel_conversation_then_sessions_show_it(tmp_path: Path)
 
 
 def test_chat_new_quit_and_failures(tmp_path: Path) -> None:
-    model = write_script(tmp_path / "script.json", ["Hello!", "Hi again."])
+    # Greetings that ask the hotel flow's first question, as its Explore step requires.
+    greetings = ["Hello! Is your stay in Portland?", "Hi again. Is your stay in Portland?"]
+    model = write_script(tmp_path / "script.json", greetings)
     result = invoke(
         "chat", "hotel", "--store", "memory://", "--model", model, input="hi\n/new\nhello\nmore\n/quit\n"
     )

@@ -1,18 +1,30 @@
-"""Small helpers the example flows share: a reproducible "today", US money, and grounding checks."""
+"""Small helpers the example flows share: a reproducible "today", US money, and checks on model responses."""
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import MutableMapping, Sequence
+import weakref
+from collections.abc import Collection, MutableMapping, Sequence
 from datetime import date
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
-from picoflow import Message
+from picoflow import Message, Reject, Step
+from picoflow.messages import ModelResponse
 
 CENT = Decimal("0.01")
 _DOLLARS = re.compile(r"\$\s?(\d{1,3}(?:,\d{3})+|\d+)(\.\d{1,2})?")
+# Words that end a conversation. Kept strict: "that's all" or "I'm done" often answer a question
+# ("free wifi, that's all"), and ending a session cannot be undone.
+_LEAVING = re.compile(
+    r"\b(bye|goodbye|good-bye|farewell|quit|exit|not interested|forget it"
+    r"|(end|close|stop) (the|this|our) (chat|conversation|session))\b|^\W*stop\W*$",
+    re.IGNORECASE,
+)
+# The user message each live step object last corrected a reply to (see correct_once).
+_corrected: weakref.WeakKeyDictionary[Step, int] = weakref.WeakKeyDictionary()
+_refused: weakref.WeakKeyDictionary[Step, int] = weakref.WeakKeyDictionary()
 _NUMBERED = re.compile(r"^\s*(?:hotel|no\.?|number)?\s*#?\s*(\d{1,3})\s*\.?\s*$", re.IGNORECASE)
 
 
@@ -88,3 +100,73 @@ def repeated_lookup(state: MutableMapping[str, Any], messages: Sequence[Message]
         return True
     state["lookups"] = {"asked": asked, "keys": [*keys, key]}
     return False
+
+
+def wants_to_leave(text: str | None) -> bool:
+    """Whether the user's words ask to stop or leave ("bye", "stop", "end the chat")."""
+    return bool(text and _LEAVING.search(text))
+
+
+class LeavesOnRequest(Step):
+    """A step that offers ``terminate_session`` only once the user's latest message asks to leave.
+
+    A small model calls it on a plain "Hi" or on "change the search" now and then, and ending a
+    session cannot be undone. A tool the model is not offered it cannot call (a local model's
+    constrained decoding cannot even write it), which costs no retry; ``goodbye_check`` refuses a
+    call that comes anyway.
+    """
+
+    def active_tools(self) -> Collection[str] | None:
+        if wants_to_leave(self.last_user_message):
+            return None
+        definitions = self.flow.spec().steps[self.name].definitions
+        return [definition.name for definition in definitions if definition.name != "terminate_session"]
+
+
+def goodbye_check(step: Step, response: ModelResponse) -> Reject | None:
+    """``terminate_session`` exactly when the user's latest message asks to stop or leave.
+
+    Ending a session cannot be undone, and a small model calls it on a plain "Hi" now and then: it
+    is refused unless the user asked. The other way round (a reply to "thanks, bye" that leaves
+    the session open) is only steered, once.
+    """
+    leaving = wants_to_leave(step.last_user_message)
+    if "terminate_session" in response.tool_names() and not leaving:
+        return Reject(
+            "the user has not asked to end the conversation. Do not call terminate_session; answer "
+            "their latest message."
+        )
+    if leaving and not response.tool_calls:
+        return correct_once(
+            step, "the user is saying goodbye: call terminate_session to end the conversation."
+        )
+    return None
+
+
+def correct_once(step: Step, reason: str | None) -> Reject | None:
+    """``Reject(reason)`` if nothing was refused yet for the user's latest message; else None.
+
+    For corrections that steer rather than protect: another one for the same message could use up
+    the step's attempts and fail the turn, which is worse for the user than an imperfect reply.
+    (The step object lives for one turn; the mark is keyed by the message all the same.)
+    """
+    if reason is None or _latest(step) == _corrected.get(step):
+        return None
+    _corrected[step] = _latest(step)
+    return Reject(reason)
+
+
+def refuse(step: Step, reason: str) -> Reject:
+    """``Reject(reason)``, noted so that no steering correction follows for the same user message."""
+    _corrected[step] = _refused[step] = _latest(step)
+    return Reject(reason)
+
+
+def was_refused(step: Step) -> bool:
+    """Whether a response to the user's latest message was refused with ``refuse`` (not steered)."""
+    return _refused.get(step) == _latest(step)
+
+
+def _latest(step: Step) -> int:
+    messages = step.messages
+    return messages[-1].seq if messages else -1

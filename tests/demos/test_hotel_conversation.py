@@ -1,7 +1,7 @@
 """The 14-turn hotel conversation, start to booking, with a scripted model.
 
-Asserts every reply's key content, the model calls of each turn (none after a comparison table
-is built), the steps visited, the whole transcript and the final state.
+Asserts every reply's key content, the model calls of each turn (none after a list, a comparison
+table or a confirmation is built), the steps visited, the whole transcript and the final state.
 """
 
 from __future__ import annotations
@@ -18,6 +18,10 @@ from picoflow_demos.hotel.scripted import CONVERSATION, model_script
 from .conftest import Chat
 
 FOLLOW_UP = "Another comparison or ready to book?"
+CHOOSE = (
+    "Which hotel would you like to book? Give its number or name. "
+    "You can also compare hotels or change the search."
+)
 
 SUITES = (
     "1. **Hampton Inn & Suites Portland Tigard** (suite): $3,810.60 total for 7 nights\n"
@@ -90,7 +94,7 @@ BOOKED = (
     "- Stay: Sun 8/1/2027 to Sun 8/8/2027 (7 nights)\n"
     "- Total: $2,270.60\n"
     "- Confirmation number: **HF-TEST2345**\n\n"
-    "Thank you for booking with us. Enjoy your stay in Portland. Goodbye!"
+    "Thank you for booking with us. Enjoy your stay in Portland!"
 )
 
 TRANSCRIPT = [
@@ -113,8 +117,7 @@ TRANSCRIPT = [
     '"check_in": "2027-08-01", "check_out": "2027-08-08", "max_price": 700, "room_types": ["suite"]}}) '
     "#call_1",
     "Explore | tool capture_choices #call_1: 4 hotels found; the guest now sees the list.",
-    "Present | user [crossing]: Which hotels match my search?",
-    "Present | assistant: 1. **Hampton Inn & Suites Portland Tigard** (suite): $3,810.",
+    "Present | assistant [direct]: 1. **Hampton Inn & Suites Portland Tigard** (suite): $3,810.",
     "Present | user: change to 2 bed rooms, search",
     "Present | assistant: -> search_again({}) #call_2",
     "Present | tool search_again #call_2: Accepted.",
@@ -123,8 +126,7 @@ TRANSCRIPT = [
     '"check_in": "2027-08-01", "check_out": "2027-08-08", "max_price": 700, "room_types": ["two beds"]}}) '
     "#call_3",
     "Explore | tool capture_choices #call_3: 9 hotels found; the guest now sees the list.",
-    "Present | user [crossing]: Which hotels match my search?",
-    "Present | assistant: 1. **Hampton Inn & Suites Portland Tigard** (two beds): $2,4",
+    "Present | assistant [direct]: 1. **Hampton Inn & Suites Portland Tigard** (two beds): $2,4",
     "Present | user: compare hotel 2,5,8 on price",
     'Present | assistant: -> go_compare({"hotels": ["Hampton Inn Portland-Airport", '
     '"Hampton Inn Portland/Clackamas", "Hampton Inn Sherwood Portland"]}) #call_4',
@@ -146,14 +148,12 @@ TRANSCRIPT = [
     "Compare | assistant [direct]: | Night | #2 Hampton Inn Portland-Airport | #5 Hampton Inn P",
     "Compare | user: resume booking",
     "Compare | assistant: -> resume_booking({}) #call_8",
-    "Compare | tool resume_booking #call_8: Accepted.",
-    "Present | user [forwarded]: resume booking",
-    "Present | assistant: 1. **Hampton Inn & Suites Portland Tigard** (two beds): $2,4",
+    "Compare | tool resume_booking #call_8: The guest sees the hotel list again.",
+    "Present | assistant [direct]: 1. **Hampton Inn & Suites Portland Tigard** (two beds): $2,4",
     "Present | user: 8",
     'Present | assistant: -> chosen_hotel({"hotel": "Hampton Inn Sherwood Portland"}) #call_9',
     "Present | tool chosen_hotel #call_9: Booked Hampton Inn Sherwood Portland, confirmation number HF",
-    "Goodbye | user [crossing]: I'm done, thank you.",
-    "Goodbye | assistant: **Your booking is confirmed.**\n- Hotel: Hampton Inn Sherwood",
+    "Goodbye | assistant [direct]: **Your booking is confirmed.**\n- Hotel: Hampton Inn Sherwood",
 ]
 
 
@@ -176,18 +176,12 @@ async def test_every_reply_says_what_the_guest_needs(chat: Chat) -> None:
     assert "amenities" in replies[4]
     assert "freeWiFi and freeParking" in replies[5]
     assert replies[6].endswith("Shall I search?")
-    assert (
-        replies[7]
-        == f"{SUITES}\n\nWhich one would you like to book? You can also compare hotels or change the search."
-    )
-    assert replies[8] == (
-        f"{TWO_BEDS}\n\nHere are the hotels with two beds. Which one would you like? "
-        "You can also compare them."
-    )
+    assert replies[7] == f"{SUITES}\n\n{CHOOSE}"
+    assert replies[8] == f"{TWO_BEDS}\n\n{CHOOSE}"
     assert replies[9] == PRICE_2_5_8
     assert replies[10] == AMENITIES_2_5_8
     assert replies[11] == PRICE_2_5
-    assert replies[12] == f"{TWO_BEDS}\n\nWhich hotel would you like to book? Just give its number."
+    assert replies[12] == f"{TWO_BEDS}\n\n{CHOOSE}"
     assert replies[13] == BOOKED
     assert [result.completed for result in chat.results] == [False] * 13 + [True]
     assert [result.step for result in chat.results] == ["Explore"] * 7 + ["Present"] * 2 + ["Compare"] * 3 + [
@@ -196,40 +190,48 @@ async def test_every_reply_says_what_the_guest_needs(chat: Chat) -> None:
     ]
 
 
-async def test_model_calls_per_turn_and_none_after_a_comparison(chat: Chat) -> None:
+async def test_model_calls_per_turn_and_none_after_code_writes_the_reply(chat: Chat) -> None:
     calls = [result.usage.model_calls for result in chat.results]
-    assert calls == [1, 1, 1, 1, 1, 1, 1, 2, 3, 2, 1, 1, 2, 2]
+    assert calls == [1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 1, 1, 1, 1]
     assert [len(requests) for requests in chat.requests_per_turn] == calls
-    assert len(chat.model.requests) == 20 and chat.model.remaining == 0
-    for turn in (10, 11, 12):
-        requests = list(chat.turn_requests(turn))
-        # The model only picked hotels and a feature; the table reached the guest with no call after it.
-        assert requests[-1].step == "Compare"
-        assert not any(
-            "| Night |" in m.content or "| Amenity |" in m.content for m in requests[-1].messages[-1:]
-        )
+    assert len(chat.model.requests) == 16 and chat.model.remaining == 0
+    # Lists (turns 8, 9, 13), tables (10 to 12) and the confirmation (14): the model only picked a
+    # tool, and the reply reached the guest with no model call after it.
+    for turn in (8, 9, 10, 11, 12, 13, 14):
+        last = list(chat.turn_requests(turn))[-1]
+        assert last.messages[-1].role == "user" and last.messages[-1].kind in (None, "forwarded"), turn
         reply = chat.results[turn - 1].message
-        assert all(reply not in m.content for request in requests for m in request.messages)
+        assert all(reply not in m.content for request in chat.turn_requests(turn) for m in request.messages)
     lines = await transcript_lines(chat.engine, chat.session_id or "")
-    assert sum(line.startswith("Compare | assistant [direct]: ") for line in lines) == 3
+    assert [line.split(" |")[0] for line in lines if " | assistant [direct]: " in line] == [
+        "Present",
+        "Present",
+        "Compare",
+        "Compare",
+        "Compare",
+        "Present",
+        "Goodbye",
+    ]
 
 
 async def test_each_step_sees_only_its_own_memory(chat: Chat) -> None:
     [present_asks, compare_builds] = chat.turn_requests(10)
+    # Present's memory starts with exactly what the guest was shown, the list and its question.
     assert request_lines(present_asks, width=60)[1:] == [
-        "user [crossing]: Which hotels match my search?",
-        "assistant: 1. **Hampton Inn & Suites Portland Tigard** (two beds): $2,4",
+        "assistant [direct]: 1. **Hampton Inn & Suites Portland Tigard** (two beds): $2,4",
         "user: compare hotel 2,5,8 on price",
     ]
+    assert present_asks.messages[0].content == f"{TWO_BEDS}\n\n{CHOOSE}"
+    assert "Hampton Inn Sherwood" not in present_asks.system  # the list is not sent twice
     assert request_lines(compare_builds)[1:] == ["user [forwarded]: compare hotel 2,5,8 on price"]
-    selected = "Hotels currently selected for comparison: Hampton Inn Portland-Airport, "
-    assert (
-        selected + "Hampton Inn Portland/Clackamas, Hampton Inn Sherwood Portland\n" in compare_builds.system
-    )
+    assert "\n8. Hampton Inn Sherwood Portland\n" in compare_builds.system
+    # Within a visit each step's system prompt never changes, so a local model reuses its prompt cache.
+    assert len({request.system for request in chat.model.requests[:8]}) == 1  # the Explore interview
     [next_comparison] = chat.turn_requests(11)
-    assert (
-        selected + "Hampton Inn Portland/Clackamas, Hampton Inn Sherwood Portland\n" in next_comparison.system
-    )
+    assert next_comparison.system == compare_builds.system
+    assert {request.system for request in chat.model.requests if request.step == "Present"} == {
+        present_asks.system
+    }
     [last_comparison] = chat.turn_requests(12)
     assert request_lines(last_comparison, width=40)[1:] == [
         "user [forwarded]: compare hotel 2,5,8 on price",
@@ -243,25 +245,19 @@ async def test_each_step_sees_only_its_own_memory(chat: Chat) -> None:
         "assistant [direct]: | Amenity | #2 Hampton Inn Portland-Airp",
         "user: compare hotels 2,5 on price",
     ]
-    [_, relist] = chat.turn_requests(13)
-    assert request_lines(relist)[1:] == ["user [forwarded]: resume booking"]
-    assert (
-        "has just been shown to the guest" in relist.system and "8. Hampton Inn Sherwood" not in relist.system
-    )
-    [book, goodbye] = chat.turn_requests(14)
-    assert "A message that is only a number chooses that hotel: book it." in book.system
-    assert request_lines(goodbye) == [
-        "system: The guest has just booked Hampton Inn Sherwood Portland. The booking details and the "
-        "confirmation number are shown to them above your reply.\nIn one or two sentences, thank them for "
-        "booking and say goodbye. Do not repeat any number or price, and do not discuss anything else.\n",
-        "user [crossing]: I'm done, thank you.",
+    # Back in Present, the comparisons are gone: only the list shown again, then the choice.
+    [book] = chat.turn_requests(14)
+    assert request_lines(book, width=60)[1:] == [
+        "assistant [direct]: 1. **Hampton Inn & Suites Portland Tigard** (two beds): $2,4",
+        "user: 8",
     ]
+    assert "a message that is only a number picks that hotel" in book.system
     # Explore's long history never travels to the later steps.
     explore_said = {"8/1/2027 to 8/8/2027", "max 700", "free wifi, parking"}
     for request in chat.model.requests:
         shown = {message.content for message in request.messages}
         assert request.step == "Explore" or not shown & explore_said, request.step
-    [_, research, _] = chat.turn_requests(9)
+    [_, research] = chat.turn_requests(9)
     assert research.step == "Explore" and explore_said <= {message.content for message in research.messages}
 
 
@@ -280,7 +276,7 @@ async def test_whole_transcript(chat: Chat) -> None:
         ("generate_comparison", "The comparison was shown to the guest.", False),
         ("generate_comparison", "The comparison was shown to the guest.", False),
         ("generate_comparison", "The comparison was shown to the guest.", False),
-        ("resume_booking", "Accepted.", False),
+        ("resume_booking", "The guest sees the hotel list again.", False),
         ("chosen_hotel", "Booked Hampton Inn Sherwood Portland, confirmation number HF-TEST2345.", False),
     ]
 
@@ -303,7 +299,9 @@ async def test_final_state(chat: Chat) -> None:
         }
     }
     present = session.states["Present"]
-    assert present["booking"] == {
+    assert set(present) == {"hotels", "check_in", "check_out"}
+    booking = session.states["Goodbye"]["booking"]
+    assert booking == {
         "hotel": "Hampton Inn Sherwood Portland",
         "room_type": "two beds",
         "check_in": "2027-08-01",
@@ -317,10 +315,10 @@ async def test_final_state(chat: Chat) -> None:
         "hotels": ["Hampton Inn Portland-Airport", "Hampton Inn Portland/Clackamas"],
         "feature": "price",
     }
-    assert session.prompts["Goodbye"].startswith("The guest has just booked Hampton Inn Sherwood Portland.")
-    assert session.warnings == [] and session.turns == 14 and session.usage.model_calls == 20
+    assert session.prompts == {}
+    assert session.warnings == [] and session.turns == 14 and session.usage.model_calls == 16
     # The number the guest was shown is the one stored.
-    assert f"**{present['booking']['confirmation']}**" in chat.results[-1].message
+    assert f"**{booking['confirmation']}**" in chat.results[-1].message
     again = await chat.engine.run("hotel", "one more thing", chat.session_id)
     assert again.error is not None and again.error.kind == "session_completed"
 

@@ -9,9 +9,18 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from picoflow import Message
 from picoflow._schema import describe_validation_error
-from picoflow_demos._common import dollar_amounts, list_number, usd, usd_cents
-from picoflow_demos.hotel.criteria import Criteria, check_in_problem, mentions_dates, raw_check_in, today
+from picoflow_demos._common import dollar_amounts, list_number, usd, usd_cents, wants_to_leave
+from picoflow_demos.hotel.criteria import (
+    Criteria,
+    as_the_guest_said,
+    check_in_problem,
+    mentions_dates,
+    raw_check_in,
+    today,
+)
+from picoflow_demos.hotel.interview import answered, off_track
 from picoflow_demos.hotel.pricing import AMENITIES, quote_hotels
 from picoflow_demos.hotel.tables import comparison, hotel_list
 
@@ -143,3 +152,92 @@ def test_room_type_table_is_the_union_of_offered_types() -> None:
         "| two beds | ✅ | ✅ |\n"
         "| suite | ❌ | ✅ |"
     )
+
+
+def said(*turns: str) -> list[Message]:
+    """Alternating guest and assistant messages, the guest first."""
+    return [Message.user(text) if n % 2 == 0 else Message.assistant(text) for n, text in enumerate(turns)]
+
+
+def names(messages: list[Message]) -> list[str]:
+    return [topic.name for topic in answered(messages)]
+
+
+def test_what_the_guest_answered_is_read_from_the_conversation() -> None:
+    assert names([]) == []
+    # Volunteered details count, wherever they come.
+    assert names(said("Hi, I need a suite in Portland from Aug 1 to 8, max $300 a night")) == [
+        "area",
+        "dates",
+        "budget",
+        "room type",
+    ]
+    # A reply answers the last question asked, "none" included.
+    replies = said(
+        "Hi",
+        "Hello! Is your stay in the Portland area?",
+        "yes",
+        "Great. What are your check-in and check-out dates?",
+        "8/1/2027 to 8/8/2027",
+        "7 nights. What nightly budget do you have in mind?",
+        "no limit",
+        "Which room type would you like: one bed, two beds or suite?",
+        "two please",
+    )
+    assert names(replies) == ["area", "dates", "budget", "room type"]
+    # A reply to the dates question without any date does not answer it.
+    assert names([*replies[:4], *said("not sure yet")]) == ["area"]
+    # "max 5 miles" is a distance, not a budget.
+    assert names(said("max 5 miles from downtown")) == ["distance"]
+    everything = said("Portland, Aug 1-8, under $200, suite, free wifi, within 10 miles of the airport")
+    assert len(answered(everything)) == 6
+
+
+def test_a_question_already_answered_is_refused_with_the_next_one() -> None:
+    so_far = said("Hi", "Is your stay in the Portland area?", "yes, Aug 1 to 8, a suite please")
+    assert off_track(so_far, "Which room type would you like: one bed, two beds or suite?") == (
+        "the guest already gave the room type; do not ask for it again. Write your reply to the guest and "
+        "end it with this question: "
+        '"What nightly budget do you have in mind: a minimum, a maximum or both?"'
+    )
+    assert off_track(so_far, "7 nights. What nightly budget do you have in mind?") is None
+    # Confirmations, and dates or amenities asked again (a past check-in, an amenity not offered), pass.
+    assert off_track(so_far, "A suite from Aug 1 to 8, is that right?") is None
+    assert off_track(so_far, "August 1 has passed. Which later dates would you like?") is None
+    everything = said("Portland, Aug 1-8, under $200, suite, free wifi, within 10 miles of the airport")
+    assert off_track(everything, "Here is your search. Shall I search?") is None
+    # A reply that asks nothing the guest still has to answer gets the next question.
+    assert off_track(said("Hi"), "Hello! How can I assist you today?") == (
+        "your reply does not ask the next question. Write your reply to the guest and end it with this "
+        'question: "Is your stay in the Portland area?"'
+    )
+    assert off_track(so_far, "Great, noted.") == (
+        "your reply does not ask the next question. Write your reply to the guest and end it with this "
+        'question: "What nightly budget do you have in mind: a minimum, a maximum or both?"'
+    )
+    assert off_track(everything, "Any maximum distance to the airport?") == (
+        "the guest already gave the distance; do not ask for it again. Write your reply to the guest: list "
+        'the details in a few lines and ask "Shall I search?"'
+    )
+
+
+def test_leaving_words() -> None:
+    leaving = ["bye", "Thanks, goodbye!", "please end the chat", "stop", "Stop.", "No, Seattle. Bye.", "quit"]
+    assert all(map(wants_to_leave, leaving))
+    # Answers that only sound final must not end a session.
+    staying = ["Hi", "no thanks", "free wifi, that's all", "I'm done with amenities", "stop the search", None]
+    assert not any(map(wants_to_leave, staying))
+
+
+def test_a_swapped_budget_is_put_back_as_the_guest_said_it() -> None:
+    def budget(said: str, **limits: Any) -> tuple[float | None, float | None]:
+        fixed = as_the_guest_said(Criteria.model_validate({**BASE, **limits}), [said])
+        return fixed.min_price, fixed.max_price
+
+    assert budget("max $700 a night", min_price=700) == (None, 700)
+    assert budget("at least 150", max_price=150.0) == (150, None)
+    assert budget("up to $1,200", min_price=1200) == (None, 1200)
+    # Nothing to put back: both limits given, or nothing the guest said contradicts the model.
+    assert budget("min 150, max 300", min_price=150, max_price=300) == (150, 300)
+    assert budget("max 300 and min 700", min_price=300, max_price=700) == (300, 700)
+    assert budget("no budget", min_price=100) == (100, None)

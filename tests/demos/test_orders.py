@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from picoflow import Caller, FlowEngine
+from picoflow import Caller, FlowEngine, Message
 from picoflow.models import ScriptedModel, ToolCall
+from picoflow.sessions import MemoryStore, Session
 from picoflow.testing import transcript_lines
 from picoflow_demos.orders import OrdersDatabase, OrdersFlow, create_database, default_database
 from picoflow_demos.orders.flow import NOT_FOUND, is_clear_yes
@@ -21,6 +23,14 @@ from picoflow_demos.orders.seed import main as seed_main
 from .conftest import ORDERS_TODAY, Chat
 
 ME = "C-1001"
+CONFIRM_40004 = (
+    "Shall I refund order #40004 (placed 2026-10-11, $89.00) in full to your original payment method? "
+    "Please answer yes or no."
+)
+REFUNDED_40004 = (
+    "Done: order #40004 is refunded. $89.00 goes back to your original payment method within 5 to 10 "
+    "business days."
+)
 
 
 def chat_with(script: list[Any], db: OrdersDatabase | None, customer: str | None = ME) -> Chat:
@@ -128,9 +138,7 @@ async def test_refund_confirmed_twice_refunds_once(orders_db: OrdersDatabase) ->
     chat = chat_with(
         [
             ToolCall("refund_order", {"order_id": 40004}),
-            "Refund order #40004 ($89.00) to your original payment method? Please answer yes or no.",
             ToolCall("confirm_refund", {}),
-            "Done: order #40004 is refunded; $89.00 will be back within 5 to 10 business days.",
             ToolCall("refund_order", {"order_id": 40004}),
             "Order #40004 has already been refunded, so there is nothing more to do.",
         ],
@@ -138,24 +146,23 @@ async def test_refund_confirmed_twice_refunds_once(orders_db: OrdersDatabase) ->
     )
     asked = await chat.say("Please refund order 40004")
     assert asked.step == "ApproveRefund" and orders_db.refund_count(40004) == 0
+    # The question and the result are written by code: one model call each, to pick the tool.
+    assert asked.message == CONFIRM_40004 and asked.usage.model_calls == 1
     done = await chat.say("yes")
     assert done.step == "Support" and status_of(orders_db, 40004) == "refunded"
+    assert done.message == REFUNDED_40004 and done.usage.model_calls == 1
     again = await chat.say("Yes! Refund 40004, I confirm.")
     assert again.step == "Support"
     assert orders_db.refund_count(40004) == 1
-    assert await transcript_lines(chat.engine, chat.session_id or "") == [
+    assert await transcript_lines(chat.engine, chat.session_id or "", width=200) == [
         "Support | user: Please refund order 40004",
         'Support | assistant: -> refund_order({"order_id": 40004}) #call_1',
-        "Support | tool refund_order #call_1: Accepted.",
-        "ApproveRefund | user [crossing]: I'd like a refund of this order.",
-        "ApproveRefund | assistant: Refund order #40004 ($89.00) to your original payment method? Please "
-        "answer yes or no.",
+        "Support | tool refund_order #call_1: The customer is asked to confirm the refund.",
+        f"ApproveRefund | assistant [direct]: {CONFIRM_40004}",
         "ApproveRefund | user: yes",
         "ApproveRefund | assistant: -> confirm_refund({}) #call_2",
         "ApproveRefund | tool confirm_refund #call_2: Accepted.",
-        "Support | user [crossing]: Where does my refund request stand?",
-        "Support | assistant: Done: order #40004 is refunded; "
-        "$89.00 will be back within 5 to 10 business days.",
+        f"Support | assistant [direct]: {REFUNDED_40004}",
         "Support | user: Yes! Refund 40004, I confirm.",
         'Support | assistant: -> refund_order({"order_id": 40004}) #call_3',
         "Support | tool refund_order #call_3: "
@@ -164,9 +171,10 @@ async def test_refund_confirmed_twice_refunds_once(orders_db: OrdersDatabase) ->
     ]
     approval = chat.model.requests[1].system
     assert "Order #40004, placed 2026-10-11, total $89.00." in approval
-    assert "Latest refund request: order 40004 was refunded on 2026-11-20: $89.00 goes back" in (
-        chat.model.requests[3].system
-    )
+    # Support knows what it told the customer, and the outcome is in its prompt too.
+    [after] = chat.requests_per_turn[2][:1]
+    assert after.messages[-2].content == REFUNDED_40004
+    assert "Latest refund request: order 40004 was refunded on 2026-11-20: $89.00 goes back" in after.system
     session = await chat.engine.store.load(chat.session_id or "")
     assert session is not None and session.sequence == ["Support", "ApproveRefund", "Support"]
     assert session.states["Support"]["refund"] == {
@@ -177,39 +185,63 @@ async def test_refund_confirmed_twice_refunds_once(orders_db: OrdersDatabase) ->
     }
 
 
+class FlakyStore(MemoryStore):
+    """Fails the next save once asked to: the turn's work outside the session is done, the session is not."""
+
+    fail_next = False
+
+    async def save(
+        self,
+        session: Session,
+        *,
+        expected_revision: int | None,
+        appended: Sequence[tuple[str, Message]] = (),
+    ) -> int:
+        if self.fail_next:
+            self.fail_next = False
+            raise ConnectionError("store went away")
+        return await super().save(session, expected_revision=expected_revision, appended=appended)
+
+
 async def test_a_retried_confirmation_after_a_failed_turn_refunds_once(orders_db: OrdersDatabase) -> None:
-    chat = chat_with(
+    store = FlakyStore()
+    model = ScriptedModel(
         [
             ToolCall("refund_order", {"order_id": 40006}),
-            "Refund order #40006 ($156.00)? yes or no",
             ToolCall("confirm_refund", {}),
-            ConnectionError("provider went away"),  # the refund is written, then the turn fails
             ToolCall("confirm_refund", {}),
-            "Your refund of $156.00 for order #40006 is done.",
-        ],
-        orders_db,
+        ]
+    )
+    chat = Chat(
+        FlowEngine([OrdersFlow], store=store, model=model),
+        model,
+        "orders",
+        Caller(principal=ME, deps=orders_db),
     )
     await chat.say("refund 40006 please")
-    failed = await chat.say("yes")
-    assert failed.error is not None and failed.error.kind == "model_error"
+    store.fail_next = True
+    failed = await chat.say("yes")  # the refund is written, then saving the session fails
+    assert failed.error is not None and failed.error.kind == "store_error"
     # The session rolled back to the approval step, but the database kept the refund.
     session = await chat.engine.store.load(chat.session_id or "")
     assert session is not None and session.current_step == "ApproveRefund"
     assert orders_db.refund_count(40006) == 1
     retried = await chat.say("yes")
     assert retried.ok and retried.step == "Support"
+    assert (
+        retried.message == "Order #40006 had already been refunded on 2026-11-20, so nothing more was paid."
+    )
     assert orders_db.refund_count(40006) == 1 and status_of(orders_db, 40006) == "refunded"
     session = await chat.engine.store.load(chat.session_id or "")
     assert session is not None and session.states["Support"]["refund"]["status"] == "already_refunded"
-    assert "had already been refunded on 2026-11-20; nothing more was paid" in chat.model.requests[-1].system
 
 
 async def test_the_model_cannot_confirm_for_the_customer(orders_db: OrdersDatabase) -> None:
     chat = chat_with(
         [
             ToolCall("refund_order", {"order_id": 40007}),
-            ToolCall("confirm_refund", {}),  # in the same turn: nobody said yes yet
-            "Refund order #40007 ($31.10)? Please confirm with yes or no.",
+            ToolCall("confirm_refund", {}),  # a question is not a yes
+            "Refunds take 5 to 10 business days. Shall I refund order #40007? Please answer yes or no.",
             ToolCall("confirm_refund", {}),  # "no wait" is not a yes
             ToolCall("cancel_refund", {}),
             "OK, order 40007 was not refunded.",
@@ -218,16 +250,15 @@ async def test_the_model_cannot_confirm_for_the_customer(orders_db: OrdersDataba
     )
     asked = await chat.say("refund 40007")
     assert asked.step == "ApproveRefund" and orders_db.refund_count(40007) == 0
-    assert asked.warnings == (
+    not_yes = (
         "the customer's latest message is not a clear yes to this refund. "
         "Ask them to confirm with yes or no, and wait for their answer.",
     )
+    question = await chat.say("how long does a refund take?")
+    assert question.step == "ApproveRefund" and question.warnings == not_yes
     declined = await chat.say("no wait, don't refund it")
     assert declined.step == "Support" and declined.message == "OK, order 40007 was not refunded."
-    assert declined.warnings == (
-        "the customer's latest message is not a clear yes to this refund. "
-        "Ask them to confirm with yes or no, and wait for their answer.",
-    )
+    assert declined.warnings == not_yes
     assert orders_db.refund_count(40007) == 0 and status_of(orders_db, 40007) == "pending"
     session = await chat.engine.store.load(chat.session_id or "")
     assert session is not None and session.states["Support"]["refund"] == {
@@ -236,12 +267,13 @@ async def test_the_model_cannot_confirm_for_the_customer(orders_db: OrdersDataba
         "status": "cancelled",
     }
     # Neither refused confirm_refund reached memory; Support hears the customer's own words.
-    assert await transcript_lines(chat.engine, chat.session_id or "") == [
+    assert await transcript_lines(chat.engine, chat.session_id or "", width=40) == [
         "Support | user: refund 40007",
         'Support | assistant: -> refund_order({"order_id": 40007}) #call_1',
-        "Support | tool refund_order #call_1: Accepted.",
-        "ApproveRefund | user [crossing]: I'd like a refund of this order.",
-        "ApproveRefund | assistant: Refund order #40007 ($31.10)? Please confirm with yes or no.",
+        "Support | tool refund_order #call_1: The customer is asked to confirm the ref",
+        "ApproveRefund | assistant [direct]: Shall I refund order #40007 (placed 2026",
+        "ApproveRefund | user: how long does a refund take?",
+        "ApproveRefund | assistant: Refunds take 5 to 10 business days. Shal",
         "ApproveRefund | user: no wait, don't refund it",
         "ApproveRefund | assistant: -> cancel_refund({}) #call_4",
         "ApproveRefund | tool cancel_refund #call_4: Accepted.",
@@ -378,3 +410,110 @@ def test_seed_module_runs_from_the_command_line(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert path.exists() and OrdersDatabase(path).get(ME, 40001) is not None
+
+
+async def test_a_confirmation_mixed_with_other_calls_runs_nothing(orders_db: OrdersDatabase) -> None:
+    chat = chat_with(
+        [
+            ToolCall("refund_order", {"order_id": 40004}),
+            [ToolCall("confirm_refund", {}), ToolCall("cancel_refund", {})],
+            ToolCall("confirm_refund", {}),
+        ],
+        orders_db,
+    )
+    await chat.say("refund 40004")
+    done = await chat.say("yes")
+    assert done.step == "Support" and done.warnings == (
+        "confirm_refund was called together with other tools",
+    )
+    # Neither the refund nor the cancellation ran for the mixed response; the lone call refunded once.
+    assert orders_db.refund_count(40004) == 1 and done.usage.tool_calls == 1
+    lines = await transcript_lines(chat.engine, chat.session_id or "", width=40)
+    assert lines[4:] == [
+        "ApproveRefund | user: yes",
+        "ApproveRefund | assistant: -> confirm_refund({}) #call_2, cancel_refund({}) #call_3",
+        "ApproveRefund | tool confirm_refund #call_2 (error): Not run: confirm_refund must be the only",
+        "ApproveRefund | tool cancel_refund #call_3 (error): Not run: confirm_refund must be the only",
+        "ApproveRefund | assistant: -> confirm_refund({}) #call_4",
+        "ApproveRefund | tool confirm_refund #call_4: Accepted.",
+        "Support | assistant [direct]: Done: order #40004 is refunded. $89.00 g",
+    ]
+
+
+async def test_two_refunds_in_one_response_start_neither(orders_db: OrdersDatabase) -> None:
+    chat = chat_with(
+        [
+            [ToolCall("refund_order", {"order_id": 40004}), ToolCall("refund_order", {"order_id": 40006})],
+            "One refund at a time: which order first, 40004 or 40006?",
+        ],
+        orders_db,
+    )
+    result = await chat.say("refund 40004 and 40006")
+    assert result.step == "Support" and result.warnings == (
+        "refund_order was called together with other tools",
+    )
+    session = await chat.engine.store.load(chat.session_id or "")
+    assert session is not None and session.sequence == ["Support"] and session.states["Support"] == {}
+
+
+async def test_the_session_ends_only_when_the_customer_says_so(orders_db: OrdersDatabase) -> None:
+    chat = chat_with(
+        [
+            ToolCall("terminate_session", {}),
+            "Hello! How can I help with your orders?",
+            ToolCall("terminate_session", {}),
+            "Goodbye!",
+        ],
+        orders_db,
+    )
+    hello = await chat.say("Hi")
+    assert (
+        hello.step == "Support"
+        and not hello.completed
+        and hello.warnings
+        == (
+            "the user has not asked to end the conversation. Do not call terminate_session; answer their "
+            "latest message.",
+        )
+    )
+    bye = await chat.say("thanks, bye")
+    assert bye.completed and bye.step == "OrdersGoodbye" and bye.message == "Goodbye!" and bye.warnings == ()
+
+
+async def test_a_model_that_keeps_guessing_gets_a_question_back_instead(orders_db: OrdersDatabase) -> None:
+    chat = chat_with(["Order 40007 is pending.", "Your order 40007 is still pending."], orders_db)
+    result = await chat.say("Which of my orders are pending?")
+    assert result.ok and result.usage.model_calls == 2
+    assert result.message == (
+        "Let me look that up first. Which order do you mean (its number), or which dates should I search?"
+    )
+    assert result.warnings == (
+        "look the orders up with the tools first, and answer only from what they return.",
+    )
+
+
+async def test_after_a_clear_yes_the_model_is_steered_to_refund_and_never_claims_it_did(
+    orders_db: OrdersDatabase,
+) -> None:
+    chat = chat_with(
+        [
+            ToolCall("refund_order", {"order_id": 40004}),
+            "Thank you for confirming. I will proceed with the refund now.",
+            ToolCall("confirm_refund", {}),
+            ToolCall("refund_order", {"order_id": 40006}),
+            "Thanks!",
+            "Your refund is on its way.",  # corrected once, still no call: nothing may claim a refund
+        ],
+        orders_db,
+    )
+    await chat.say("refund 40004")
+    steered = await chat.say("yes")
+    assert steered.message == REFUNDED_40004 and orders_db.refund_count(40004) == 1
+    assert steered.warnings == ("the customer said yes: call confirm_refund.",)
+    await chat.say("and refund 40006 too")
+    unheeded = await chat.say("yes please")
+    assert orders_db.refund_count(40006) == 0 and unheeded.step == "ApproveRefund"
+    assert unheeded.message == (
+        "Nothing has been refunded yet. Shall I refund order #40006 (placed 2026-11-08, $156.00) in full to "
+        "your original payment method? Please answer yes or no."
+    )

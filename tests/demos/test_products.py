@@ -8,7 +8,7 @@ from picoflow import Caller, FlowEngine
 from picoflow.models import ScriptedModel, ToolCall
 from picoflow.testing import transcript_lines
 from picoflow_demos.products import ProductFlow, products, visible_product
-from picoflow_demos.products.flow import NOT_FOUND, mentions_a_product
+from picoflow_demos.products.flow import NOT_FOUND, catalog_words, mentions_a_product, skus_in
 
 PATTERN_ERROR = (
     "Invalid arguments for get_product_spec:\n"
@@ -123,8 +123,7 @@ async def test_an_answer_with_figures_needs_a_lookup_first() -> None:
     answer = await engine.run("products", "What's the range of the vs-100?", hello.session_id)
     assert answer.message == "The VS-100 measures 0-50 g."
     assert answer.warnings == (
-        "look the product up with get_product_spec or search_products first, and answer only from what they "
-        "return.",
+        'call get_product_spec with sku "LUM-VS-100" first, and answer only from what the tools return.',
     )
     lines = await transcript_lines(engine, hello.session_id or "", width=30)
     assert lines[2:] == [
@@ -151,3 +150,115 @@ async def test_the_same_lookup_twice_is_answered_in_code() -> None:
         "- probe length: 150 mm\n"
         "- connection: M12, 4 pin"
     )
+
+
+async def test_a_greeting_does_not_end_the_session() -> None:
+    lines = await ask([ToolCall("terminate_session", {}), "Hello! Which product can I help with?"], "Hello")
+    assert lines == ["Lookup | user: Hello", "Lookup | assistant: Hello! Which product can I help with?"]
+
+
+async def test_a_product_question_answered_without_a_lookup_is_steered_to_the_tools_once() -> None:
+    engine = FlowEngine(
+        [ProductFlow],
+        model=ScriptedModel(
+            [
+                "I'm sorry, but I can't assist with that.",
+                ToolCall("search_products", {"words": "wireless vibration sensor"}),
+                "Yes: the VS-200 wireless vibration sensor (LUM-VS-200).",
+                "You're welcome!",
+            ]
+        ),
+    )
+    asked = await engine.run("products", "Do you have a wireless vibration sensor?")
+    assert asked.message == "Yes: the VS-200 wireless vibration sensor (LUM-VS-200)."
+    assert asked.warnings == (
+        "look the product up with get_product_spec or search_products first, and answer only from what the "
+        "tools return.",
+    )
+    # Thanks mention a product too, but ask for nothing: the reply goes out as it is.
+    thanks = await engine.run("products", "great, thanks for the sensor tip", asked.session_id)
+    assert thanks.message == "You're welcome!" and thanks.warnings == ()
+
+
+def test_skus_in_the_users_words() -> None:
+    assert skus_in("range of the vs-100? and VS200, LUM-FM-400 or GW 510") == [
+        "LUM-VS-100",
+        "LUM-VS-200",
+        "LUM-FM-400",
+        "LUM-GW-510",
+    ]
+    assert skus_in("is 100 units enough, at 200 a piece?") == []
+
+
+async def test_figures_nobody_looked_up_never_reach_the_user() -> None:
+    engine = FlowEngine(
+        [ProductFlow],
+        model=ScriptedModel(
+            [
+                "The VS-100 measures 0 to 100 g.",
+                "It measures up to 100 g.",  # corrected once, still invented: the catalog answers instead
+                ToolCall("search_products", {"words": "wireless vibration sensor"}),
+                "VS-200: 199.00",  # a price no tool returned, even without a dollar sign
+                ToolCall("get_product_spec", {"sku": "LUM-VS-200"}),
+                "The VS-200 costs $349.00.",
+            ]
+        ),
+    )
+    context = Caller(principal="sales-7")
+    vs100 = await engine.run("products", "What's the range of the vs-100?", context=context)
+    assert vs100.ok and vs100.usage.model_calls == 2
+    assert vs100.message == (
+        "**VS-100 vibration sensor** (LUM-VS-100), $189.00\n"
+        "- range: 0-50 g\n"
+        "- frequency response: 2 Hz - 10 kHz\n"
+        "- output: 4-20 mA\n"
+        "- ingress protection: IP67\n"
+        "- operating temperature: -40 to 85 °C"
+    )
+    assert vs100.warnings == (
+        'call get_product_spec with sku "LUM-VS-100" first, and answer only from what the tools return.',
+    )
+    price = await engine.run("products", "How much is the wireless one?", vs100.session_id, context=context)
+    assert price.message == "The VS-200 costs $349.00."
+    assert price.warnings == (
+        "quote only prices that get_product_spec returned: call it for each product you give a price for, "
+        "and copy the price.",
+    )
+    lines = await transcript_lines(engine, vs100.session_id or "", width=30)
+    assert lines[:2] == [
+        "Lookup | user: What's the range of the vs-100",
+        "Lookup | assistant [direct]: **VS-100 vibration sensor** (L",
+    ]
+
+
+async def test_without_a_sku_the_catalog_answers_from_the_words_of_the_question() -> None:
+    engine = FlowEngine(
+        [ProductFlow],
+        model=ScriptedModel(
+            [
+                "Our sensors go up to 100 g.",
+                "I'm sorry, we don't carry that.",  # corrected once, still no lookup: the catalog answers
+                "We have a wireless gateway for $99.",
+                "Sorry, no.",
+            ]
+        ),
+    )
+    sensors = await engine.run("products", "How far do your vibration sensors measure?")
+    assert sensors.message == (
+        "These products of our catalog match:\n"
+        "- **VS-100 vibration sensor** (LUM-VS-100), $189.00\n"
+        "- **VS-200 wireless vibration sensor** (LUM-VS-200), $349.00"
+    )
+    nothing = await engine.run("products", "How much is the wireless gateway?", sensors.session_id)
+    assert nothing.message.startswith("I can only answer from our catalog. Which product do you mean?")
+    assert catalog_words("Wireless GATEWAYS, any?") == ["wireless", "gateway"]
+
+
+async def test_a_goodbye_answered_in_words_is_steered_to_the_end() -> None:
+    model = ScriptedModel(
+        ["You're welcome! Have a great day!", ToolCall("terminate_session", {}), "Goodbye!"]
+    )
+    engine = FlowEngine([ProductFlow], model=model)
+    result = await engine.run("products", "thanks, bye")
+    assert result.completed and result.message == "Goodbye!"
+    assert result.warnings == ("the user is saying goodbye: call terminate_session to end the conversation.",)

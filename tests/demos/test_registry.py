@@ -11,6 +11,12 @@ from picoflow import FlowEngine
 from picoflow.models import ScriptedModel
 
 FIRST_MESSAGES = {"hotel": "Hi", "orders": "Hi", "products": "Hi"}
+# Explore refuses a reply that asks none of its questions, so its greeting asks the first one.
+FIRST_REPLIES = {
+    "hotel": "Hello! Is your stay in the Portland area?",
+    "orders": "Hello!",
+    "products": "Hello!",
+}
 
 
 def test_flows_register_under_their_names() -> None:
@@ -31,7 +37,6 @@ def test_flows_register_under_their_names() -> None:
         ("picoflow_demos.hotel", "present.md"),
         ("picoflow_demos.hotel", "compare.md"),
         ("picoflow_demos.hotel", "goodbye.md"),
-        ("picoflow_demos.hotel", "booked.md"),
         ("picoflow_demos.orders", "support.md"),
         ("picoflow_demos.orders", "approve.md"),
         ("picoflow_demos.products", "products.md"),
@@ -44,10 +49,10 @@ def test_prompts_and_data_live_in_the_package(package: str, name: str) -> None:
 
 @pytest.mark.parametrize("flow", ["hotel", "orders", "products"])
 async def test_first_request_is_small_enough_for_a_small_local_model(flow: str) -> None:
-    model = ScriptedModel(["Hello!"])
+    model = ScriptedModel([FIRST_REPLIES[flow]])
     engine = FlowEngine(picoflow_demos.FLOWS, model=model)
     result = await engine.run(flow, FIRST_MESSAGES[flow])
-    assert result.ok and result.message == "Hello!"
+    assert result.ok and result.message == FIRST_REPLIES[flow]
     [request] = model.requests
     assert "{{" not in request.system  # every template slot was filled
     # System prompt, message and tool schemas together stay near 1,000 tokens.

@@ -154,3 +154,28 @@ def raw_check_in(args: Any) -> date | None:
         return date.fromisoformat(value)
     except ValueError:
         return None
+
+
+_BUDGET = re.compile(
+    r"\b(?:(?P<max>max(?:imum)?|up to|under|below|at most|less than|no more than)"
+    r"|(?P<min>min(?:imum)?|at least|over|above|more than))\b\W{0,3}(?P<amount>\d[\d,]*(?:\.\d+)?)",
+    re.IGNORECASE,
+)
+
+
+def as_the_guest_said(criteria: Criteria, said: Iterable[str]) -> Criteria:
+    """``criteria`` with a budget limit the model swapped put back where the guest's words put it.
+
+    "max 700" sent as ``min_price=700`` is a slip small models make; the guest's words settle it,
+    so code fixes it rather than send the model round again.
+    """
+    limits: dict[str, set[float]] = {"max": set(), "min": set()}
+    for text in said:
+        for match in _BUDGET.finditer(text):
+            limits["max" if match.group("max") else "min"].add(float(match.group("amount").replace(",", "")))
+    low, high = criteria.min_price, criteria.max_price
+    if low is not None and low in limits["max"] and low not in limits["min"] and high is None:
+        return criteria.model_copy(update={"min_price": None, "max_price": low})
+    if high is not None and high in limits["min"] and high not in limits["max"] and low is None:
+        return criteria.model_copy(update={"min_price": high, "max_price": None})
+    return criteria

@@ -1,8 +1,10 @@
 """HotelFlow: find, compare and book a hotel in the Portland area.
 
-Explore gathers the criteria over several turns and searches; Present shows the numbered matches
-and takes a choice; Compare answers comparisons with tables built in code (no model call to
-write them); booking ends in Goodbye, which leads with a confirmation written in code.
+Explore gathers the criteria over several turns and searches; the numbered matches are shown
+by code as Present takes over, and Present's model reads the guest's next message (a choice, a
+comparison, a new search). Compare answers comparisons with tables built in code, and a booking
+ends in Goodbye with a confirmation written in code. None of these lists, tables or
+confirmations costs a model call.
 
 The model reads the guest and picks tools. Prices, lists, tables and the confirmation number are
 written by code and reach the guest as written, never retyped by the model.
@@ -10,7 +12,9 @@ written by code and reach the guest as written, never retyped by the model.
 
 from __future__ import annotations
 
+import re
 import secrets
+from collections.abc import Sequence
 from datetime import date
 from decimal import Decimal
 from typing import cast
@@ -21,39 +25,58 @@ from picoflow import (
     Direct,
     Flow,
     Go,
+    Outcome,
     Prompt,
     Reject,
     Stay,
-    Step,
     TerminateStep,
     ToolError,
     ValidCall,
     declare_tool,
     direct,
+    direct_to,
     go,
     stay,
     tool,
     tools,
 )
 from picoflow.messages import ModelResponse
-from picoflow_demos._common import dollar_amounts, list_number, usd
-from picoflow_demos.hotel.criteria import Criteria, check_in_problem, mentions_dates, raw_check_in, today
-from picoflow_demos.hotel.pricing import AMENITIES, HotelQuote, stay_nights
+from picoflow_demos._common import (
+    LeavesOnRequest,
+    correct_once,
+    dollar_amounts,
+    goodbye_check,
+    list_number,
+    refuse,
+    unanswered_question,
+    usd,
+    wants_to_leave,
+    was_refused,
+)
+from picoflow_demos.hotel.criteria import (
+    Criteria,
+    as_the_guest_said,
+    check_in_problem,
+    mentions_dates,
+    raw_check_in,
+    today,
+)
+from picoflow_demos.hotel.interview import next_question, off_track
+from picoflow_demos.hotel.pricing import HotelQuote, stay_nights
 from picoflow_demos.hotel.tables import Feature, comparison, hotel_list, night_label
 
 EXPLORE = Prompt.file("explore.md")
 PRESENT = Prompt.file("present.md")
 COMPARE = Prompt.file("compare.md")
 GOODBYE = Prompt.file("goodbye.md")
-BOOKED = Prompt.file("booked.md")
 
-FOLLOW_UP = "Another comparison or ready to book?"
-LIST_SHOWN = (
-    "The list has just been shown to the guest, right above your reply: do not repeat it. Reply with "
-    'one short question, such as: "Which hotel would you like to book? Give me its number, or ask me to '
-    'compare hotels or change the search."'
+CHOOSE = (
+    "Which hotel would you like to book? Give its number or name. "
+    "You can also compare hotels or change the search."
 )
-ONGOING = "Answer the guest's latest message. A message that is only a number chooses that hotel: book it."
+FOLLOW_UP = "Another comparison or ready to book?"
+GREETING = "Hello! I can help you find a hotel in the Portland, Oregon area."
+THANKS = "Thank you for booking with us. Enjoy your stay in Portland!"
 
 # No 0/O or 1/I: the guest may read the number out over the phone.
 _CONFIRMATION_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
@@ -62,6 +85,45 @@ _CONFIRMATION_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
 def new_confirmation_number() -> str:
     """A fresh booking reference such as ``HF-7K3QX9TB``."""
     return "HF-" + "".join(secrets.choice(_CONFIRMATION_ALPHABET) for _ in range(8))
+
+
+def name_key(text: str) -> str:
+    """A hotel name as a model may copy it from the list, reduced to the name: "2. **X** (suite)" is "x"."""
+    text = re.sub(r"^\s*\d{1,3}\.\s+", "", text.replace("*", ""))
+    text = re.sub(r"\s*\([^()]*\)\s*$", "", text)
+    return " ".join(text.split()).casefold()
+
+
+# The guest's go-ahead for a search: "search", "yes" to "Shall I search?", "go ahead", "find me one".
+_ASKS_TO_SEARCH = re.compile(
+    r"\b(search|find|look|show|yes|yeah|yep|sure|ok|okay|go|please do|do it)\b", re.IGNORECASE
+)
+_SEARCH = re.compile(r"\bsearch\b", re.IGNORECASE)
+# "book number 8", "reserve #3, please": a booking in so many words, with nothing else said.
+_BOOK_NUMBER = re.compile(
+    r"^\s*(?:please\s+)?(?:book|reserve)\s+(?:hotel\s+|number\s+|no\.?\s*|#\s*)?(\d{1,2})\s*,?\s*(?:please)?"
+    r"\s*[.!]?\s*$",
+    re.IGNORECASE,
+)
+_COMPARE = re.compile(r"\bcompar", re.IGNORECASE)
+_CHANGE = re.compile(r"\b(search|change)\b", re.IGNORECASE)
+_BOOKING_CLAIM = re.compile(r"\b(booked|reserved|booking is confirmed|confirmation number)\b", re.IGNORECASE)
+
+
+def chosen_number(text: str | None) -> int | None:
+    """The list number a guest picks and nothing else: "8", "#8", "hotel 8", "book number 8"."""
+    if not text:
+        return None
+    number = list_number(text)
+    if number is not None:
+        return number
+    match = _BOOK_NUMBER.match(text)
+    return int(match.group(1)) if match else None
+
+
+def choice_reply(quotes: Sequence[HotelQuote], nights: int) -> str:
+    """The numbered list and the question the guest answers by choosing, all written in code."""
+    return f"{hotel_list(quotes, nights)}\n\n{CHOOSE}"
 
 
 class Booking(BaseModel):
@@ -89,21 +151,21 @@ class Booking(BaseModel):
         )
 
 
-def _alone(response: ModelResponse, name: str, why: str, *, same_repeats: bool = False) -> Reject | None:
-    """Refuse a response that mixes ``name`` with other calls (or repeats it) before anything runs.
+def _one_search(response: ModelResponse) -> str | None:
+    """Refuse several different searches in one response: which one did the guest mean?
 
-    With ``same_repeats``, a call repeated with identical arguments (small models do that) passes:
-    running it twice changes nothing.
+    A search repeated with identical arguments (small models do that) passes: running it twice
+    changes nothing, and the second call is told it was not applied.
     """
     calls = response.tool_calls
-    if name not in response.tool_names() or len(calls) == 1:
+    if len(calls) == 1 or all(
+        call.name == "capture_choices" and call.args == calls[0].args for call in calls
+    ):
         return None
-    if same_repeats and all(call.name == name and call.args == calls[0].args for call in calls):
-        return None
-    return Reject(f"call {name} alone, exactly once, with no other tool in the same response ({why}).")
+    return "call capture_choices alone, exactly once, with no other tool in the same response."
 
 
-class _ListedHotels(Step):
+class _ListedHotels(LeavesOnRequest):
     """Shared by the steps that work on the search results Present holds."""
 
     def quotes(self) -> list[HotelQuote]:
@@ -121,18 +183,42 @@ class _ListedHotels(Step):
         quotes = self.quotes()
         number = list_number(wanted)
         if number is None:
-            key = " ".join(wanted.split()).casefold()
-            number = next((n for n, quote in enumerate(quotes, 1) if quote.name.casefold() == key), None)
+            key = name_key(wanted)
+            number = next((n for n, quote in enumerate(quotes, 1) if name_key(quote.name) == key), None)
         if number is None or not 1 <= number <= len(quotes):
             # The refusal lists what is allowed and never repeats what the model sent.
             raise ToolError(
-                "That hotel is not in the guest's list. Use exact names from this list:\n"
+                "That hotel is not in the guest's list. Use its number or its exact name from this list:\n"
                 + self.numbered_names()
             )
         return number, quotes[number - 1]
 
+    # A booking is a side effect: it must not ride along with other calls of one response.
+    @tool(exclusive=True)
+    def chosen_hotel(self, hotel: str) -> Direct:
+        """Book the hotel the guest chose.
 
-class Explore(Step):
+        Args:
+            hotel: The exact hotel name from the list, or its number.
+        """
+        _, quote = self.resolve(hotel)
+        listed = self.state_of(Present)
+        booking = Booking(
+            hotel=quote.name,
+            room_type=quote.room_type,
+            check_in=listed["check_in"],
+            check_out=listed["check_out"],
+            total=quote.total,
+            confirmation=new_confirmation_number(),
+        )
+        return (
+            direct_to(Goodbye, f"{booking.summary()}\n\n{THANKS}")
+            .with_state(booking=booking)
+            .with_tool_feedback(f"Booked {quote.name}, confirmation number {booking.confirmation}.")
+        )
+
+
+class Explore(LeavesOnRequest):
     """Gather the guest's stay criteria over several turns, then search."""
 
     memory = "hotel-explore"
@@ -142,69 +228,137 @@ class Explore(Step):
         saved = self.state.get_as("criteria", Criteria)
         return EXPLORE.render(
             today=f"{today():%A} {today().isoformat()}",
-            amenities=", ".join(AMENITIES),
             criteria=saved.model_dump_json(exclude_none=True) if saved else "none yet",
         )
 
     def check_response(self, response: ModelResponse) -> Reject | None:
-        refused = _alone(response, "capture_choices", "one search at a time", same_repeats=True)
-        if refused:
+        refused = goodbye_check(self, response)
+        if refused is not None:
             return refused
+        if not response.tool_calls:
+            return correct_once(self, self._search_now() or self._off_track(response.text))
+        problem = self._search_problem(response)
+        # A refused search is explained next; no steering correction may follow it in this turn.
+        return refuse(self, problem) if problem else None
+
+    def _search_problem(self, response: ModelResponse) -> str | None:
+        """Why the search this response proposes must not run, if it must not."""
         if "capture_choices" not in response.tool_names():
             return None
-        guest = [
-            message.content for message in self.messages if message.role == "user" and message.kind is None
+        problem = _one_search(response)
+        said = [
+            message.content
+            for message in self.messages
+            if message.role == "user" and message.kind in (None, "forwarded")
         ]
-        forwarded = [message.content for message in self.messages if message.kind == "forwarded"]
-        if not mentions_dates([*guest, *forwarded]):
-            return Reject(
+        if problem or not mentions_dates(said):
+            return problem or (
                 "the guest has not given any dates yet. Ask for their check-in and check-out dates."
             )
+        if not _ASKS_TO_SEARCH.search(said[-1]):
+            return (
+                "the guest has not asked to search yet. Write your reply to the guest: list the details in a "
+                'few lines and ask "Shall I search?"'
+            )
         check_in = raw_check_in(response.tool_calls[0].args)
-        problem = check_in_problem(check_in) if check_in else None
-        return Reject(problem) if problem else None
+        return check_in_problem(check_in) if check_in else None
+
+    def on_response(self, response: str) -> str | Direct:
+        # Corrected once and still off track: the next question goes out, written in code.
+        if self._off_track(response) is None:
+            return response
+        first = not any(message.role == "assistant" for message in self.messages)
+        return direct(f"{GREETING} {next_question(self.messages)}" if first else next_question(self.messages))
+
+    def _search_now(self) -> str | None:
+        """Why a text reply is wrong: the guest said "search" (with dates known) and nothing searched."""
+        latest = unanswered_question(self.messages)
+        said = [m.content for m in self.messages if m.role == "user" and m.kind in (None, "forwarded")]
+        if latest is None or not _SEARCH.search(latest) or not mentions_dates(said):
+            return None
+        return (
+            "the guest asked to search: call capture_choices now, with what they said and any change "
+            "they asked for."
+        )
+
+    def _off_track(self, reply: str) -> str | None:
+        """Why a reply does not move the questions on: it asks again for what the guest gave, or
+        asks nothing the guest still has to answer."""
+        if unanswered_question(self.messages) is None or wants_to_leave(self.last_user_message):
+            return None  # after a tool result, asking again is the reply
+        if was_refused(self):
+            return None  # the reply explains why the search it proposed could not run
+        return off_track(self.messages, reply)
 
     @tool
-    def capture_choices(self, criteria: Criteria) -> Go | Stay:
+    def capture_choices(self, criteria: Criteria) -> Direct | Stay:
         """Search the hotels with the guest's criteria. Call it only after the guest asked to search."""
         problem = check_in_problem(criteria.check_in)
         if problem:
             raise ToolError(problem)
+        said = [m.content for m in self.messages if m.role == "user" and m.kind in (None, "forwarded")]
+        criteria = as_the_guest_said(criteria, said)
         self.state["criteria"] = criteria
         quotes = criteria.search()
         if not quotes:
+            # Worded for the guest: a small model relays a tool result word for word.
             return stay(
-                "No hotel found for these criteria. Tell the guest and suggest relaxing one criterion "
-                "(budget, room type, amenities or distance); search again when they say so."
+                "No hotel found for these criteria. Would you like to relax one of them: the budget, "
+                "the room type, the amenities or the distance?"
             )
         found = f"{len(quotes)} hotel{'s' if len(quotes) != 1 else ''} found; the guest now sees the list."
         return (
-            go(Present)
+            direct_to(Present, choice_reply(quotes, len(criteria.nights)))
             .with_state(hotels=quotes, check_in=criteria.check_in, check_out=criteria.check_out)
             .with_tool_feedback(found)
         )
 
 
 class Present(_ListedHotels):
-    """Show the hotels that match and take the guest's choice."""
-
-    crossing_message = "Which hotels match my search?"
+    """Take the guest's choice among the hotels code has just listed for them."""
 
     def on_enter(self) -> None:
-        # Each visit starts clean: the list lives in state, so old turns would only cost tokens.
+        # Each visit starts clean, with only the list the guest was shown (recorded after this hook):
+        # the list lives in state, so older turns would only cost tokens.
         self.erase_memory()
-        self.state["fresh"] = True
 
     def prompt(self) -> str:
-        situation = LIST_SHOWN if self.state.get("fresh") else ONGOING
-        return PRESENT.render(hotels=self.listing(), situation=situation)
-
-    def listing(self) -> str:
-        return hotel_list(self.quotes(), len(self.nights()))
+        return PRESENT.text
 
     def check_response(self, response: ModelResponse) -> Reject | None:
-        if response.tool_calls:
-            return _alone(response, "chosen_hotel", "a booking is final")
+        refused = goodbye_check(self, response)
+        if refused is not None or response.tool_calls:
+            return refused
+        return correct_once(self, self._misstep(response.text))
+
+    def on_response(self, response: str) -> str | Outcome:
+        """Corrected once and still wrong: do what the guest's words plainly ask, or show the list."""
+        if self._misstep(response) is None:
+            return response
+        asked = unanswered_question(self.messages) or ""
+        quotes = self.quotes()
+        chosen = chosen_number(asked)
+        if chosen is not None and 1 <= chosen <= len(quotes):
+            return self.chosen_hotel(str(chosen))
+        numbers = [n for n in re.findall(r"\b\d{1,2}\b", asked) if 1 <= int(n) <= len(quotes)]
+        if _COMPARE.search(asked) and numbers:
+            return self.go_compare(list(dict.fromkeys(numbers)))
+        if _CHANGE.search(asked):
+            return self.search_again()
+        return direct(choice_reply(quotes, len(self.nights())))
+
+    def _misstep(self, reply: str) -> str | None:
+        """Why a text reply is not what the guest's message calls for, if it is not."""
+        asked = unanswered_question(self.messages)
+        chosen = chosen_number(asked)
+        if chosen is not None and 1 <= chosen <= len(self.quotes()):
+            return f'the guest chose hotel {chosen}: call chosen_hotel with hotel "{chosen}".'
+        if asked and _COMPARE.search(asked):
+            return "the guest asked for a comparison: call go_compare with the hotels they named."
+        if asked and _CHANGE.search(asked):
+            return "the guest wants to change the search: call search_again."
+        if _BOOKING_CLAIM.search(reply):
+            return "nothing is booked until chosen_hotel runs: call it for the hotel the guest chose, or ask."
         # A price the guest reads must be one the code computed (or the guest's own budget).
         known = {price for quote in self.quotes() for price in (quote.total, *quote.nightly)}
         criteria = self.state_of(Explore).get_as("criteria", Criteria)
@@ -212,41 +366,9 @@ class Present(_ListedHotels):
             known |= {
                 Decimal(str(limit)) for limit in (criteria.min_price, criteria.max_price) if limit is not None
             }
-        if any(amount not in known for amount in dollar_amounts(response.text)):
-            return Reject(
-                "quote prices only exactly as they appear in the list; never compute or estimate one."
-            )
+        if any(amount not in known for amount in dollar_amounts(reply)):
+            return "quote prices only exactly as they appear in the list; never compute or estimate one."
         return None
-
-    def on_response(self, response: str) -> str:
-        if not self.state.get("fresh"):
-            return response
-        # The list the guest picks from is written by code, above the model's words.
-        self.state["fresh"] = False
-        return f"{self.listing()}\n\n{response}"
-
-    @tool
-    def chosen_hotel(self, hotel: str) -> Go:
-        """Book the hotel the guest chose.
-
-        Args:
-            hotel: The exact hotel name from the list.
-        """
-        _, quote = self.resolve(hotel)
-        booking = Booking(
-            hotel=quote.name,
-            room_type=quote.room_type,
-            check_in=self.state["check_in"],
-            check_out=self.state["check_out"],
-            total=quote.total,
-            confirmation=new_confirmation_number(),
-        )
-        self.state["booking"] = booking
-        return (
-            go(Goodbye)
-            .with_prompt(BOOKED.render(hotel=quote.name))
-            .with_tool_feedback(f"Booked {quote.name}, confirmation number {booking.confirmation}.")
-        )
 
     @tool
     def search_again(self) -> Go:
@@ -260,7 +382,7 @@ class Present(_ListedHotels):
         """Compare hotels of the list side by side.
 
         Args:
-            hotels: The exact names of the hotels to compare, from the list.
+            hotels: The hotels to compare: their numbers or exact names from the list.
         """
         names = list(dict.fromkeys(self.resolve(name)[1].name for name in hotels))
         outcome = go(Compare).with_state(hotels=names)
@@ -297,14 +419,13 @@ class Compare(_ListedHotels):
         self.erase_memory()
 
     def prompt(self) -> str:
-        last = self.state.get("hotels") or []
-        return COMPARE.render(hotels=self.numbered_names(), last=", ".join(last) if last else "none yet")
+        return COMPARE.render(hotels=self.numbered_names())
 
     def check_response(self, response: ModelResponse) -> Reject | None:
         names = set(response.tool_names())
         if "generate_comparison" in names and len(names) > 1:
             return Reject("generate_comparison cannot be combined with other tools in one response.")
-        return None
+        return goodbye_check(self, response)
 
     @tools(["generate_comparison"])
     def render_comparisons(self, calls: list[ValidCall]) -> Direct:
@@ -324,23 +445,20 @@ class Compare(_ListedHotels):
         return direct("\n\n".join([*tables, FOLLOW_UP])).with_tool_feedback(shown)
 
     @tool
-    def resume_booking(self) -> Go:
-        """Go back to the hotel list: the guest wants to book, see the list or change the search."""
-        forwarded = self.last_user_message
-        return go(Present).with_message(forwarded) if forwarded else go(Present)
+    def resume_booking(self) -> Direct:
+        """Show the hotel list again: the guest wants to see the list, resume booking or change the search."""
+        return direct_to(Present, choice_reply(self.quotes(), len(self.nights()))).with_tool_feedback(
+            "The guest sees the hotel list again."
+        )
 
 
 class Goodbye(TerminateStep):
-    """The end of the conversation; a booking's confirmation comes first, written in code."""
+    """The end of the conversation."""
 
     memory = "hotel-goodbye"
 
     def prompt(self) -> str:
         return GOODBYE.text
-
-    def on_response(self, response: str) -> str:
-        booking = self.state_of(Present).get_as("booking", Booking)
-        return f"{booking.summary()}\n\n{response}" if booking else response
 
 
 class HotelFlow(Flow):

@@ -67,20 +67,11 @@ CONVERSATION: tuple[ScriptedTurn, ...] = (
             "- freeWiFi, freeParking\nShall I search?"
         ],
     ),
-    ScriptedTurn(
-        "search",
-        [
-            ToolCall("capture_choices", {"criteria": SUITE_SEARCH}),
-            "Which one would you like to book? You can also compare hotels or change the search.",
-        ],
-    ),
+    # The list and its question are written by code: the search is the turn's only model call.
+    ScriptedTurn("search", [ToolCall("capture_choices", {"criteria": SUITE_SEARCH})]),
     ScriptedTurn(
         "change to 2 bed rooms, search",
-        [
-            ToolCall("search_again", {}),
-            ToolCall("capture_choices", {"criteria": TWO_BEDS_SEARCH}),
-            "Here are the hotels with two beds. Which one would you like? You can also compare them.",
-        ],
+        [ToolCall("search_again", {}), ToolCall("capture_choices", {"criteria": TWO_BEDS_SEARCH})],
     ),
     ScriptedTurn(
         "compare hotel 2,5,8 on price",
@@ -94,17 +85,9 @@ CONVERSATION: tuple[ScriptedTurn, ...] = (
         "compare hotels 2,5 on price",
         [ToolCall("generate_comparison", {"hotels": [AIRPORT, CLACKAMAS], "feature": "price"})],
     ),
-    ScriptedTurn(
-        "resume booking",
-        [ToolCall("resume_booking", {}), "Which hotel would you like to book? Just give its number."],
-    ),
-    ScriptedTurn(
-        "8",
-        [
-            ToolCall("chosen_hotel", {"hotel": SHERWOOD}),
-            "Thank you for booking with us. Enjoy your stay in Portland. Goodbye!",
-        ],
-    ),
+    ScriptedTurn("resume booking", [ToolCall("resume_booking", {})]),
+    # The confirmation and the goodbye are written by code too.
+    ScriptedTurn("8", [ToolCall("chosen_hotel", {"hotel": SHERWOOD})]),
 )
 
 
