@@ -965,3 +965,26 @@ async def test_an_exclusive_tool_mixed_with_other_calls_runs_nothing() -> None:
     session = await engine.store.load(result.session_id or "")
     assert session is not None and session.states["Finder"] == {"bought": ["lamp 1"]}
     assert "Chooser" not in session.sequence
+
+
+async def test_hooks_see_the_run_context_and_the_attempt_number() -> None:
+    seen: list[tuple[int, object, str | None]] = []
+
+    class Polite(Step):
+        """Always end with a question."""
+
+        def check_response(self, response: ModelResponse) -> Reject | None:
+            seen.append((self.attempt, self.context.deps, self.context.customer_id))
+            # Correct once, then accept what comes: steering must never fail the turn.
+            if "?" not in response.text and self.attempt < self.max_attempts:
+                return Reject("end with a question")
+            return None
+
+    class PoliteFlow(Flow):
+        name = "polite"
+        steps = [Polite]
+
+    engine = engine_with(ScriptedModel(["Hello.", "Hi.", "Hey."]), PoliteFlow, deps="db-handle")
+    result = await engine.run("polite", "hi", context=Caller(principal="ann"))
+    assert result.ok and result.message == "Hey."
+    assert seen == [(1, "db-handle", "ann"), (2, "db-handle", "ann"), (3, "db-handle", "ann")]

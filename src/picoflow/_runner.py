@@ -102,6 +102,7 @@ class Turn(FlowRuntime, StepRuntime):
         self.warnings: list[LogRecord] = []
         self.content_type: str | None = None
         self.transitions = 0
+        self.attempt = 1
         self._steps: dict[str, Step] = {}
         self._states: dict[str, StepState] = {}
         self._contexts: dict[str, RunContext[Any]] = {}
@@ -179,7 +180,7 @@ class Turn(FlowRuntime, StepRuntime):
     def warn(self, code: str, message: str, step: str | None) -> None:
         self.warnings.append(LogRecord(code, message, "warning", step, self.session.turns + 1))
 
-    def _context(self, step: str) -> RunContext[Any]:
+    def context_for(self, step: str) -> RunContext[Any]:
         context = self._contexts.get(step)
         if context is None:
             caller = self.caller
@@ -395,7 +396,8 @@ class Turn(FlowRuntime, StepRuntime):
         extra: list[Message] = []
         attempts = spec.cls.max_attempts
         problems: list[str] = []
-        for _ in range(attempts):
+        for attempt in range(1, attempts + 1):
+            self.attempt = attempt
             self.limits.check_before_model_call(self.usage)
             request = await self._build_request(step, spec, extra)
             response = await self._call_model(model, request, spec.name)
@@ -501,7 +503,7 @@ class Turn(FlowRuntime, StepRuntime):
             return _CallResult(call, validated, is_error=True)
         kwargs = {param: getattr(validated, param) for param in tool.params}
         for param in tool.context_params:
-            kwargs[param] = self._context(spec.name)
+            kwargs[param] = self.context_for(spec.name)
         if self.tracing is None:
             value = await self._invoke(step, spec, call, tool.handler, tool.is_async, kwargs)
             return value if isinstance(value, _CallResult) else self._classify(call, value)
@@ -566,7 +568,7 @@ class Turn(FlowRuntime, StepRuntime):
             ]
         kwargs: dict[str, Any] = {}
         for param in group.context_params:
-            kwargs[param] = self._context(spec.name)
+            kwargs[param] = self.context_for(spec.name)
         value = await self._invoke(
             step, spec, calls[0], _group_caller(group, validated), group.is_async, kwargs
         )

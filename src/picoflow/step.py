@@ -20,7 +20,7 @@ from picoflow.outcomes import Go, Outcome, Reject, go
 from picoflow.tools import ToolSpec, tool
 
 if TYPE_CHECKING:
-    from picoflow.context import Caller
+    from picoflow.context import Caller, RunContext
     from picoflow.flow import Flow
     from picoflow.memory import Compaction
     from picoflow.models.base import Model
@@ -37,6 +37,9 @@ class StepRuntime(Protocol):
     session_id: str
     caller: Caller
     flow: Flow
+    attempt: int
+
+    def context_for(self, step_name: str) -> RunContext[Any]: ...
 
     def state_for(self, step_name: str) -> StepState: ...
 
@@ -149,6 +152,17 @@ class Step:
     @property
     def caller(self) -> Caller:
         return self._runtime.caller
+
+    @property
+    def context(self) -> RunContext[Any]:
+        """What tools get injected (principal, visibilities, deps, usage), for use in any hook."""
+        return self._runtime.context_for(self.name)
+
+    @property
+    def attempt(self) -> int:
+        """Which attempt of the current model call this is (1 to ``max_attempts``), e.g. for a
+        ``check_response`` that corrects once and then accepts."""
+        return self._runtime.attempt
 
     @property
     def messages(self) -> Sequence[Message]:
