@@ -194,6 +194,28 @@ def test_logic_steps_cannot_have_tools_and_other_shape_errors() -> None:
         build(BadNamespace)
 
 
+def test_a_hook_given_a_value_instead_of_a_method_is_refused_at_build_time() -> None:
+    class Greeter(Step):
+        prompt = "Greet the user."  # type: ignore[assignment]
+
+    with pytest.raises(FlowDefinitionError) as error:
+        build(Greeter)
+    assert str(error.value) == (
+        "flow Tmp, step Greeter: `prompt` must be a method, not str 'Greet the user.': write "
+        "`def prompt(self) -> str:` returning the text, or put a fixed prompt in the class docstring"
+    )
+
+    class Checker(Step):
+        """Check."""
+
+        check_response = True  # type: ignore[assignment]
+
+    with pytest.raises(
+        FlowDefinitionError, match=r"step Checker: `check_response` must be a method, not bool True$"
+    ):
+        build(Checker)
+
+
 def test_two_flows_with_one_name_and_unknown_provider() -> None:
     class Other(Flow):
         name = "good"

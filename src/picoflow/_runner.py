@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -154,6 +154,7 @@ class Turn(FlowRuntime, StepRuntime):
         call: ToolCall | None = None,
         is_error: bool = False,
         kind: MessageKind | None = None,
+        reasoning: Sequence[Mapping[str, Any]] = (),
     ) -> Message:
         """Append a message to ``namespace`` and to the turn's list of new messages."""
         session = self.session
@@ -170,6 +171,7 @@ class Turn(FlowRuntime, StepRuntime):
             kind,
             session.next_seq,
             time.time(),
+            tuple(reasoning),
         )
         session.next_seq += 1
         live.append(message)
@@ -450,7 +452,10 @@ class Turn(FlowRuntime, StepRuntime):
     async def _dispatch(self, step: Step, spec: StepSpec, response: ModelResponse) -> str | None:
         """Handle every call of the response in order; returns the reply if the turn ends here."""
         name = spec.name
-        self.add(spec.namespace, name, "assistant", response.text, response.tool_calls)
+        # Reasoning blocks ride along only with tool calls: the provider wants them back while the
+        # tool loop goes on, and drops them itself once a turn has ended in text.
+        reasoning = response.reasoning
+        self.add(spec.namespace, name, "assistant", response.text, response.tool_calls, reasoning=reasoning)
         calls = response.tool_calls
         exposed = {d.name for d in self._tools_for(step, spec)} if spec.dynamic_tools else spec.exposed
         if len(calls) > 1:
@@ -767,7 +772,9 @@ def _unique_ids(calls: list[ToolCall], seed: int) -> list[ToolCall]:
 
 def _correction(response: ModelResponse, text: str) -> list[Message]:
     """Messages showing the model its refused response and why, so the next attempt can do better."""
-    refused = Message.assistant(response.text, response.tool_calls, kind="correction")
+    refused = Message.assistant(
+        response.text, response.tool_calls, kind="correction", reasoning=response.reasoning
+    )
     if response.tool_calls:
         return [refused] + [
             Message.tool(call, f"Not run. {text}", is_error=True, kind="correction")

@@ -198,6 +198,34 @@ def _build(cls: type[Flow]) -> FlowSpec:
     )
 
 
+_HOOKS = (
+    "prompt",
+    "active_tools",
+    "on_enter",
+    "on_exit",
+    "on_crossing",
+    "on_response",
+    "check_response",
+    "run_logic",
+)
+
+
+def _check_hooks_are_methods(step_cls: type[Step], where: str) -> None:
+    """A hook assigned a value (``prompt = "..."``) would only fail mid-turn; refuse it here."""
+    for hook in _HOOKS:
+        value = getattr(step_cls, hook, None)
+        if value is not None and not callable(value):
+            hint = (
+                ": write `def prompt(self) -> str:` returning the text, or put a fixed prompt in the "
+                "class docstring"
+                if hook == "prompt"
+                else ""
+            )
+            raise FlowDefinitionError(
+                f"{where}: `{hook}` must be a method, not {type(value).__name__} {value!r:.40}{hint}"
+            )
+
+
 def _build_step(step_cls: type[Step], where: str, *, has_terminate: bool) -> StepSpec:
     namespace = step_cls.namespace()
     problem = validate_namespace(namespace, where)
@@ -205,6 +233,7 @@ def _build_step(step_cls: type[Step], where: str, *, has_terminate: bool) -> Ste
         raise FlowDefinitionError(problem)
     if step_cls.max_attempts < 1:
         raise FlowDefinitionError(f"{where}: max_attempts must be at least 1")
+    _check_hooks_are_methods(step_cls, where)
     tools, groups = collect_tools(step_cls, where=where)
     add_declared(tools, step_cls.declared_tools, where=where)
     builtin_terminate = tools.get("terminate_session")

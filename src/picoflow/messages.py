@@ -71,6 +71,10 @@ class Message:
     """Session-wide position, assigned when the message is appended to a session."""
     at: float = 0.0
     """Unix time the message was appended."""
+    reasoning: tuple[Mapping[str, Any], ...] = ()
+    """For an assistant message: the provider's reasoning blocks (e.g. Anthropic thinking blocks with
+    their signatures), kept verbatim because the provider wants them back while a tool loop goes on.
+    Opaque to picoflow and never shown to users."""
 
     @staticmethod
     def user(content: str, *, kind: MessageKind | None = None) -> Message:
@@ -78,9 +82,13 @@ class Message:
 
     @staticmethod
     def assistant(
-        content: str = "", tool_calls: Sequence[ToolCall] = (), *, kind: MessageKind | None = None
+        content: str = "",
+        tool_calls: Sequence[ToolCall] = (),
+        *,
+        kind: MessageKind | None = None,
+        reasoning: Sequence[Mapping[str, Any]] = (),
     ) -> Message:
-        return Message("assistant", content, tuple(tool_calls), kind=kind)
+        return Message("assistant", content, tuple(tool_calls), kind=kind, reasoning=tuple(reasoning))
 
     @staticmethod
     def tool(
@@ -101,6 +109,7 @@ class Message:
             self.kind,
             seq,
             time.time(),
+            self.reasoning,
         )
 
 
@@ -176,6 +185,8 @@ class ModelResponse:
     finish_reason: str | None = None
     model: str | None = None
     """The model that answered, as the provider reported it."""
+    reasoning: list[dict[str, Any]] = field(default_factory=list)
+    """Reasoning blocks to send back verbatim with the assistant message (see ``Message.reasoning``)."""
 
     @property
     def is_empty(self) -> bool:

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import pathlib
 from typing import Any
 
 import pytest
 
+from picoflow import Flow, FlowEngine, Step, tool
 from picoflow.exceptions import ModelError, ModelHTTPError
 from picoflow.messages import Message, ModelRequest, OutputSchema, ToolCall, ToolDefinition
 from picoflow.models._retry import RetryPolicy
 from picoflow.models.anthropic import AnthropicModel
 from picoflow.models.base import ResponseDone, TextDelta, ToolCallDelta
 from picoflow.models.catalog import ModelSelection, resolve
+from picoflow.sessions.factory import open_store
 
 from .fake_servers import (
     RecordingSleep,
@@ -252,20 +255,102 @@ async def test_structured_output_falls_back_to_a_forced_tool() -> None:
     assert "strict" not in second["tools"][0]
 
 
-async def test_thinking_budget_is_dropped_after_tool_results() -> None:
+THOUGHT = {"type": "thinking", "thinking": "The user wants whales.", "signature": "EqQBCkYIBxgCKkB="}
+REDACTED = {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix"}
+
+
+async def test_thinking_blocks_go_back_verbatim_while_the_tool_loop_goes_on() -> None:
+    call = tool_use("toolu_1", "search_books", {"query": "whales"})
+    replies = [
+        Reply(body=anthropic_message([THOUGHT, REDACTED, call], stop_reason="tool_use")),
+        Reply(body=anthropic_message([{"type": "text", "text": "Moby-Dick."}])),
+    ]
+    with serving(replies) as server:
+        model, _ = make_model(server.url, thinking_budget=2048)
+        first = await model.request(ask("whales?", tools=[SEARCH]))
+        assert first.reasoning == [THOUGHT, REDACTED]
+        assert first.tool_calls == [ToolCall("search_books", {"query": "whales"}, "toolu_1")]
+        (proposed,) = first.tool_calls
+        follow_up = ModelRequest(
+            "sys",
+            [
+                Message.user("whales?"),
+                Message.assistant(first.text, first.tool_calls, reasoning=first.reasoning),
+                Message.tool(proposed, "Moby-Dick"),
+            ],
+            tools=[SEARCH],
+        )
+        await model.request(follow_up)
+    opening, continuation = server.bodies
+    assert opening["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert opening["max_tokens"] == 8192
+    assert continuation["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert continuation["messages"][1] == {"role": "assistant", "content": [THOUGHT, REDACTED, call]}
+
+
+async def test_a_tool_loop_without_thinking_blocks_continues_without_thinking() -> None:
+    # The call was made by another model (or before thinking was switched on): the API would refuse
+    # a thinking continuation that lacks the blocks, so this one answers without thinking.
     call = ToolCall("search_books", {"query": "whales"}, "toolu_1")
     follow_up = ModelRequest(
         "sys", [Message.user("hi"), Message.assistant("", [call]), Message.tool(call, "none")]
     )
-    replies = [Reply(body=anthropic_message([{"type": "text", "text": "x"}])) for _ in range(2)]
-    with serving(replies) as server:
+    with serving([Reply(body=anthropic_message([{"type": "text", "text": "x"}]))]) as server:
         model, _ = make_model(server.url, thinking_budget=2048)
-        await model.request(ask())
         await model.request(follow_up)
-    first, second = server.bodies
-    assert first["thinking"] == {"type": "enabled", "budget_tokens": 2048}
-    assert first["max_tokens"] == 8192
-    assert "thinking" not in second
+    (body,) = server.bodies
+    assert "thinking" not in body
+    assert body["messages"][1]["content"] == [tool_use("toolu_1", "search_books", {"query": "whales"})]
+
+
+async def test_streamed_thinking_is_collected_with_its_signature() -> None:
+    events = [
+        {"type": "message_start", "message": anthropic_message([])},
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "thinking", "thinking": "", "signature": ""},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "thinking_delta", "thinking": "The user "},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "thinking_delta", "thinking": "wants whales."},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "signature_delta", "signature": "EqQBCkYIBxgCKkB="},
+        },
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": REDACTED},
+        {"type": "content_block_stop", "index": 1},
+        {
+            "type": "content_block_start",
+            "index": 2,
+            "content_block": {"type": "tool_use", "id": "toolu_1", "name": "search_books", "input": {}},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 2,
+            "delta": {"type": "input_json_delta", "partial_json": '{"query": "whales"}'},
+        },
+        {"type": "content_block_stop", "index": 2},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 40}},
+        {"type": "message_stop"},
+    ]
+    with serving([Reply(events=anthropic_sse(events))]) as server:
+        model, _ = make_model(server.url, thinking_budget=2048)
+        got = [event async for event in model.request_stream(ask(tools=[SEARCH]))]
+    assert not [e for e in got if isinstance(e, TextDelta)], "thinking is never shown as reply text"
+    done = got[-1]
+    assert isinstance(done, ResponseDone)
+    assert done.response.reasoning == [THOUGHT, REDACTED]
+    assert done.response.tool_calls == [ToolCall("search_books", {"query": "whales"}, "toolu_1")]
 
 
 async def test_streaming_text_and_tool_deltas_with_usage() -> None:
@@ -351,3 +436,56 @@ async def test_missing_api_key_is_a_clear_error(monkeypatch: pytest.MonkeyPatch)
     model = AnthropicModel("claude-haiku-4-5", base_url="http://127.0.0.1:9")
     with pytest.raises(ModelError, match="ANTHROPIC_API_KEY"):
         await model.request(ask())
+
+
+async def test_a_thinking_tool_turn_through_the_engine_keeps_and_stores_the_blocks(
+    tmp_path: pathlib.Path,
+) -> None:
+    class Librarian(Step):
+        """Find books."""
+
+        @tool
+        def search_books(self, query: str) -> str:
+            """Search the catalog."""
+            return f"Moby-Dick ({query})"
+
+    class Books(Flow):
+        name = "books"
+        steps = [Librarian]
+
+    call = tool_use("toolu_1", "search_books", {"query": "whales"})
+    replies = [
+        Reply(body=anthropic_message([THOUGHT, call], stop_reason="tool_use")),
+        Reply(body=anthropic_message([{"type": "text", "text": "Try Moby-Dick."}])),
+    ]
+    store = open_store(f"sqlite:///{tmp_path / 'sessions.sqlite3'}")
+    with serving(replies) as server:
+        model, _ = make_model(server.url, thinking_budget=2048)
+        engine = FlowEngine([Books], model=model, store=store)
+        result = await engine.run("books", "whales?")
+    assert result.ok, result.error
+    assert result.message == "Try Moby-Dick."
+    continuation = server.bodies[1]
+    assert continuation["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert continuation["messages"][1:] == [
+        {"role": "assistant", "content": [THOUGHT, call]},
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_1",
+                    "content": "Moby-Dick (whales)",
+                    "is_error": False,
+                }
+            ],
+        },
+    ]
+    transcript = await engine.transcript(result.session_id)
+    assert transcript is not None
+    assert [(m.role, m.reasoning) for m in transcript] == [
+        ("user", ()),
+        ("assistant", (THOUGHT,)),
+        ("tool", ()),
+        ("assistant", ()),
+    ]

@@ -26,7 +26,11 @@ def full_session(session_id: str) -> tuple[Session, list[tuple[str, Message]]]:
     )
     raw = ToolCall("broken", "{not json", "c2")
     append(session, "explore", Message.user(UNICODE), appended)
-    append(session, "explore", Message.assistant("thinking…", [call, raw]), appended)
+    thought = [
+        {"type": "thinking", "thinking": "Cairo? " + UNICODE, "signature": "c2lnbmF0dXJl=="},
+        {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"},
+    ]
+    append(session, "explore", Message.assistant("thinking…", [call, raw], reasoning=thought), appended)
     append(session, "explore", Message.tool(call, MEGABYTE), appended)
     append(session, "explore", Message.tool(raw, "arguments are not an object", is_error=True), appended)
     append(session, "explore", Message.assistant("סיכום: " + UNICODE, kind="direct"), appended)

@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 import json
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from picoflow.exceptions import ModelError
@@ -39,6 +39,8 @@ DEFAULT_MAX_TOKENS = 4096
 CONVERSATION_START = "(conversation start)"
 #: Sampling knobs the installed SDK no longer types; the API still accepts them, so they go in the body.
 _SAMPLING = ("temperature", "top_p", "top_k")
+#: Content blocks of the model's reasoning, echoed back verbatim while a tool loop goes on.
+_THINKING_BLOCKS = ("thinking", "redacted_thinking")
 
 
 def _sdk() -> Any:
@@ -81,12 +83,32 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
                 "is_error": message.is_error,
             }
         ]
-    blocks: list[dict[str, Any]] = []
+    # Thinking blocks go back first and untouched: their signatures are checked by the API.
+    blocks: list[dict[str, Any]] = [dict(block) for block in message.reasoning if _is_thinking(block)]
     if message.content.strip():
         blocks.append({"type": "text", "text": message.content})
     for call in message.tool_calls:
         blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": _tool_input(call)})
     return blocks
+
+
+def _is_thinking(block: Mapping[str, Any]) -> bool:
+    return block.get("type") in _THINKING_BLOCKS
+
+
+def _thinking_block(block: Any) -> dict[str, Any]:
+    """A thinking or redacted-thinking content block as plain data, exactly as it must be echoed."""
+    if block.type == "thinking":
+        return {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
+    return {"type": "redacted_thinking", "data": block.data}
+
+
+def _tool_loop_has_thinking(messages: Sequence[Message]) -> bool:
+    """Whether the assistant message the pending tool results answer kept its thinking blocks."""
+    for message in reversed(messages):
+        if message.role == "assistant":
+            return any(_is_thinking(block) for block in message.reasoning)
+    return False
 
 
 def to_anthropic_messages(request: ModelRequest) -> tuple[str, list[dict[str, Any]]]:
@@ -203,9 +225,12 @@ class AnthropicModel(Model):
         system, messages = to_anthropic_messages(request)
         budget: int | None = settings.get("thinking_budget")
         last_is_tool_result = bool(request.messages) and request.messages[-1].role == "tool"
-        # picoflow memory does not keep thinking blocks, and the API requires them when a thinking turn
-        # continues after tool results; so a tool-result continuation is answered without thinking.
-        thinking = budget is not None and not last_is_tool_result
+        # A tool loop that goes on with thinking must send back the thinking blocks of the call it
+        # answers. When they are missing (the call came from another model, or was made without
+        # thinking), that continuation is answered without thinking rather than refused by the API.
+        thinking = budget is not None and (
+            not last_is_tool_result or _tool_loop_has_thinking(request.messages)
+        )
         default = self.spec.default_max_tokens if self.spec is not None else None
         max_tokens = int(settings.get("max_tokens") or default or DEFAULT_MAX_TOKENS)
         if thinking and budget is not None and max_tokens <= budget:
@@ -262,8 +287,11 @@ class AnthropicModel(Model):
         output_tool = self.output_tool_name(request)
         texts: list[str] = []
         calls: list[ToolCall] = []
+        reasoning: list[dict[str, Any]] = []
         for block in message.content:
-            if block.type == "text":
+            if block.type in _THINKING_BLOCKS:
+                reasoning.append(_thinking_block(block))
+            elif block.type == "text":
                 texts.append(block.text)
             elif block.type == "tool_use" and block.name == output_tool:
                 texts = [json.dumps(block.input, ensure_ascii=False)]
@@ -276,6 +304,7 @@ class AnthropicModel(Model):
             usage=usage_from_anthropic(message.usage),
             finish_reason=message.stop_reason,
             model=message.model,
+            reasoning=reasoning,
         )
 
     async def request_stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
@@ -338,6 +367,10 @@ class _StreamCollector:
             self.blocks[index] = entry
             self.tool_count += 1
             return [ToolCallDelta(entry["position"], block.id, block.name, "")]
+        elif block.type == "thinking":
+            self.blocks[index] = {"kind": "thinking", "thinking": [block.thinking], "signature": []}
+        elif block.type == "redacted_thinking":
+            self.blocks[index] = {"kind": "redacted_thinking", "data": block.data}
         elif block.type == "text":
             self.blocks[index] = {"kind": "text"}
             if block.text:
@@ -348,6 +381,12 @@ class _StreamCollector:
     def _delta(self, index: int, delta: Any) -> list[StreamEvent]:
         entry = self.blocks.get(index)
         if entry is None:
+            return []
+        if delta.type == "thinking_delta" and entry["kind"] == "thinking":
+            entry["thinking"].append(delta.thinking)
+            return []
+        if delta.type == "signature_delta" and entry["kind"] == "thinking":
+            entry["signature"].append(delta.signature)
             return []
         if delta.type == "text_delta" and entry["kind"] == "text":
             self.text.append(delta.text)
@@ -378,5 +417,12 @@ class _StreamCollector:
             for _, entry in sorted(self.blocks.items())
             if entry["kind"] == "tool"
         ]
+        reasoning: list[dict[str, Any]] = []
+        for _, entry in sorted(self.blocks.items()):
+            if entry["kind"] == "thinking":
+                thinking, signature = "".join(entry["thinking"]), "".join(entry["signature"])
+                reasoning.append({"type": "thinking", "thinking": thinking, "signature": signature})
+            elif entry["kind"] == "redacted_thinking":
+                reasoning.append({"type": "redacted_thinking", "data": entry["data"]})
         text = "".join(self.output_json) if self.output_json is not None else "".join(self.text)
-        return ModelResponse(text, calls, self.usage, self.finish_reason, self.model)
+        return ModelResponse(text, calls, self.usage, self.finish_reason, self.model, reasoning)
