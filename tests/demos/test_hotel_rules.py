@@ -20,7 +20,7 @@ from picoflow_demos.hotel.criteria import (
     raw_check_in,
     today,
 )
-from picoflow_demos.hotel.interview import answered, off_track
+from picoflow_demos.hotel.interview import answered, off_track, without_stock_refusal
 from picoflow_demos.hotel.pricing import AMENITIES, quote_hotels
 from picoflow_demos.hotel.tables import comparison, hotel_list
 
@@ -202,8 +202,35 @@ def test_a_question_already_answered_is_refused_with_the_next_one() -> None:
     )
     assert off_track(so_far, "7 nights. What nightly budget do you have in mind?") is None
     # Confirmations, and dates or amenities asked again (a past check-in, an amenity not offered), pass.
-    assert off_track(so_far, "A suite from Aug 1 to 8, is that right?") is None
     assert off_track(so_far, "August 1 has passed. Which later dates would you like?") is None
+    # Dates or amenities the guest has just given, asked for again without a reason, are refused.
+    assert off_track(so_far, "Great! What are your check-in and check-out dates?") == (
+        "the guest already gave the dates; do not ask for it again. Write your reply to the guest and "
+        "end it with this question: "
+        '"What nightly budget do you have in mind: a minimum, a maximum or both?"'
+    )
+    with_amenities = said(
+        "Hi",
+        "Is your stay in the Portland area?",
+        "yes",
+        "What are your dates, budget and room type?",
+        "Aug 1 to 8, under $300, a suite with wifi and a sauna",
+    )
+    assert off_track(with_amenities, "Which amenities do you need?") is not None
+    assert off_track(with_amenities, "We don't offer a sauna. Which other amenities do you need?") is None
+    # Confirming while questions remain only adds a turn; with every answer in, it is the next step.
+    assert off_track(so_far, "I don't know if you're staying in Portland. Can you please confirm?") == (
+        "your reply does not ask the next question. Write your reply to the guest and end it with this "
+        'question: "What nightly budget do you have in mind: a minimum, a maximum or both?"'
+    )
+    assert off_track(so_far, "A suite from Aug 1 to 8, is that right?") == (
+        "the guest already gave the room type; do not ask for it again. Write your reply to the guest and "
+        "end it with this question: "
+        '"What nightly budget do you have in mind: a minimum, a maximum or both?"'
+    )
+    # Given earlier, not just now: asking again is losing track, whatever the reply says.
+    later = [*with_amenities, Message.assistant("Any maximum distance to the airport?"), Message.user("no")]
+    assert off_track(later, "Sorry, which amenities do you need?") is not None
     everything = said("Portland, Aug 1-8, under $200, suite, free wifi, within 10 miles of the airport")
     assert off_track(everything, "Here is your search. Shall I search?") is None
     # A reply that asks nothing the guest still has to answer gets the next question.
@@ -218,6 +245,20 @@ def test_a_question_already_answered_is_refused_with_the_next_one() -> None:
     assert off_track(everything, "Any maximum distance to the airport?") == (
         "the guest already gave the distance; do not ask for it again. Write your reply to the guest: list "
         'the details in a few lines and ask "Shall I search?"'
+    )
+
+
+def test_a_stock_refusal_before_the_real_reply_is_dropped() -> None:
+    assert without_stock_refusal("I'm sorry, but I can't assist with that. What nightly budget?") == (
+        "What nightly budget?"
+    )
+    assert (
+        without_stock_refusal("Great. I am sorry but I cannot help with this request. Dates?")
+        == "Great. Dates?"
+    )
+    # Nothing else to say: the refusal stays, it is the reply.
+    assert without_stock_refusal("I'm sorry, but I can't assist with that.") == (
+        "I'm sorry, but I can't assist with that."
     )
 
 

@@ -61,7 +61,7 @@ from picoflow_demos.hotel.criteria import (
     raw_check_in,
     today,
 )
-from picoflow_demos.hotel.interview import next_question, off_track
+from picoflow_demos.hotel.interview import next_question, off_track, without_stock_refusal
 from picoflow_demos.hotel.pricing import HotelQuote, stay_nights
 from picoflow_demos.hotel.tables import Feature, comparison, hotel_list, night_label
 
@@ -266,7 +266,7 @@ class Explore(LeavesOnRequest):
     def on_response(self, response: str) -> str | Direct:
         # Corrected once and still off track: the next question goes out, written in code.
         if self._off_track(response) is None:
-            return response
+            return without_stock_refusal(response)
         first = not any(message.role == "assistant" for message in self.messages)
         return direct(f"{GREETING} {next_question(self.messages)}" if first else next_question(self.messages))
 

@@ -34,6 +34,10 @@ class Topic:
     """Whether any reply to the question answers it ("none" does, for a budget; not for dates)."""
     may_ask_again: bool = False
     """Asking again can be right (a check-in in the past, an amenity we don't list)."""
+    why_again: Callable[[str], object] | None = None
+    """Whether a reply asking again says why (the date has passed, the amenity is not offered).
+    Asking again is right only just after the guest gave it, and with a reason; otherwise it is the
+    model losing track."""
 
 
 def _words(pattern: str) -> Callable[[str], object]:
@@ -49,6 +53,10 @@ TOPICS: tuple[Topic, ...] = (
         lambda text: mentions_dates([text]),
         reply_counts=False,
         may_ask_again=True,
+        why_again=_words(
+            r"\bpast\b|passed|already|before|after|earlier|later|today|invalid|not valid|can(no|')t|sorry"
+            r"|which year|unclear|clarify|exact|specific"
+        ),
     ),
     Topic(
         "budget",
@@ -74,6 +82,9 @@ TOPICS: tuple[Topic, ...] = (
             r"|room service|kitchen|charging|tennis|concierge|streaming|amenit"
         ),
         may_ask_again=True,
+        why_again=_words(
+            r"\bnot?\b|n't|unavailable|sorry|only|offer|list|choose|pick|available|which of|instead"
+        ),
     ),
     Topic(
         "distance",
@@ -84,7 +95,7 @@ TOPICS: tuple[Topic, ...] = (
 )
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-# "Shall I search?" and "Is that right?" go over answers on purpose.
+# "Shall I search?" and "Is that right?" go over answers on purpose, once all of them are in.
 _CONFIRMING = re.compile(r"\b(search|right|correct|confirm)\b|\bis that\b|\bdoes that\b", re.IGNORECASE)
 
 
@@ -114,17 +125,28 @@ def answered(messages: Sequence[Message]) -> list[Topic]:
 def off_track(messages: Sequence[Message], reply: str) -> str | None:
     """Why ``reply`` must not go out: its question is not one the guest still has to answer.
 
-    A reply asks for something not yet given, or asks again for dates or amenities (a check-in in
-    the past, an amenity we don't list), or confirms ("Shall I search?"). Anything else (asking
-    again for something the guest gave, or no question at all) gets the question to ask instead.
+    A reply asks for something not yet given, or asks again, saying why, for the dates or
+    amenities the guest has just given (a check-in in the past, an amenity we don't list), or,
+    once everything is answered, confirms ("Shall I search?"). Anything else (asking again for
+    something the guest gave, a confirmation while questions remain, or no question at all) gets
+    the question to ask instead: a small model asks "Can you confirm?" about answers it was given.
     """
     question = _question_of(reply)
-    if question and _CONFIRMING.search(question):
-        return None
     done = answered(messages)
     waiting = [topic for topic in TOPICS if topic not in done]
+    if question and _CONFIRMING.search(question) and not waiting:
+        return None
     asked = [topic for topic in TOPICS if topic.asked(question)] if question else []
-    if any(topic in waiting for topic in asked) or (asked and all(t.may_ask_again for t in asked)):
+    latest = _latest_guest_message(messages)
+
+    def may_ask_again(topic: Topic) -> bool:
+        # Only right after the guest gave it, with the reason said (a refused search is answered
+        # after its tool result, where this check does not run).
+        if not (topic.may_ask_again and topic.given(latest)):
+            return False
+        return topic.why_again is None or bool(topic.why_again(reply))
+
+    if any(topic in waiting for topic in asked) or (asked and all(may_ask_again(t) for t in asked)):
         return None
     # Worded as what to write to the guest: told only "ask X", a small model answers X itself.
     instead = (
@@ -133,9 +155,29 @@ def off_track(messages: Sequence[Message], reply: str) -> str | None:
         else 'Write your reply to the guest: list the details in a few lines and ask "Shall I search?"'
     )
     if asked:
-        repeated = next(topic for topic in asked if not topic.may_ask_again)
+        repeated = next(topic for topic in asked if not may_ask_again(topic))
         return f"the guest already gave the {repeated.name}; do not ask for it again. {instead}"
     return f"your reply does not ask the next question. {instead}"
+
+
+# A small model, told how to word its reply, sometimes opens it with a stock refusal it does not mean.
+_STOCK_REFUSAL = re.compile(
+    r"\b(I'm|I am) sorry,? but I (can't|cannot|am unable to) (assist|help) with (that|this)( request)?\.\s*",
+    re.IGNORECASE,
+)
+
+
+def without_stock_refusal(reply: str) -> str:
+    """``reply`` without a stock "I'm sorry, but I can't assist with that." when more follows it."""
+    cleaned = _STOCK_REFUSAL.sub("", reply).strip()
+    return cleaned or reply
+
+
+def _latest_guest_message(messages: Sequence[Message]) -> str:
+    for message in reversed(messages):
+        if message.role == "user" and message.kind in (None, "forwarded"):
+            return message.content
+    return ""
 
 
 def next_question(messages: Sequence[Message]) -> str:
