@@ -167,8 +167,19 @@ def test_serve_prints_the_url_and_runs_uvicorn(monkeypatch: pytest.MonkeyPatch, 
     assert result.exit_code == 0, result.output
     assert "chat page  http://127.0.0.1:8000/" in result.output
     assert "serving hotel, orders, products" in result.output and "model      local" in result.output
-    assert started["host"] == "127.0.0.1" and started["port"] == 8000
+    assert started["host"] == "127.0.0.1" and started["port"] == 8000 and started["log_level"] == "info"
     assert started["app"].state.picoflow.settings.default_flow == "hotel"
+
+
+def test_serve_refuses_a_bad_port_or_log_level_before_starting(monkeypatch: pytest.MonkeyPatch) -> None:
+    import uvicorn
+
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: pytest.fail("uvicorn must not start"))
+    port = invoke("serve", "--port", "99999", "--store", "memory://", "--no-warm")
+    assert port.exit_code == 2 and "Invalid value for '--port'" in port.output
+    assert "Traceback" not in port.output
+    level = invoke("serve", "--log-level", "loud", "--store", "memory://", "--no-warm")
+    assert level.exit_code == 2 and "'loud' is not one of 'critical', 'error'" in level.output
 
 
 def test_serve_refuses_a_public_address_without_keys(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,6 +10,7 @@ default each flow's own, else an API key's provider, else the embedded local mod
 from __future__ import annotations
 
 import asyncio
+import enum
 import importlib
 import json
 import os
@@ -52,8 +53,21 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode=None,
+    # A crash report must never print local variables: they can hold API keys.
+    pretty_exceptions_show_locals=False,
 )
 sessions_app = typer.Typer(help="Inspect stored sessions.", no_args_is_help=True)
+
+
+class LogLevel(enum.StrEnum):
+    critical = "critical"
+    error = "error"
+    warning = "warning"
+    info = "info"
+    debug = "debug"
+    trace = "trace"
+
+
 db_app = typer.Typer(help="Manage the session store's schema.", no_args_is_help=True)
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(db_app, name="db")
@@ -193,7 +207,7 @@ def serve(
     host: Annotated[
         str, typer.Option(help="Address to bind; 127.0.0.1 keeps it on this machine.")
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    port: Annotated[int, typer.Option(help="Port to listen on.", min=1, max=65535)] = 8000,
     store: StoreOpt = None,
     model: ModelOpt = None,
     flows: FlowsOpt = None,
@@ -207,7 +221,7 @@ def serve(
     warm: Annotated[
         bool, typer.Option("--warm/--no-warm", help="Load the local model before the first turn.")
     ] = True,
-    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    log_level: Annotated[LogLevel, typer.Option(help="uvicorn log level.")] = LogLevel.info,
 ) -> None:
     """Serve the flows: chat page at /, HTTP API under /ai and /v1, OpenAPI docs at /docs."""
     import uvicorn
@@ -237,7 +251,7 @@ def serve(
     console.print(f"  auth       {f'{len(keys)} API key(s)' if keys else 'open (no API key needed)'}")
     if warm and engine.flows:
         _warm_local_model(engine)
-    uvicorn.run(server_app, host=host, port=port, log_level=log_level)
+    uvicorn.run(server_app, host=host, port=port, log_level=log_level.value)
 
 
 def _warm_local_model(engine: FlowEngine) -> None:
