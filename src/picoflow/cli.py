@@ -47,6 +47,18 @@ T = TypeVar("T")
 console = Console(highlight=False)
 errors = Console(stderr=True, highlight=False)
 
+
+class LogLevel(enum.StrEnum):
+    """uvicorn's log levels, so a wrong one is refused before the server starts."""
+
+    critical = "critical"
+    error = "error"
+    warning = "warning"
+    info = "info"
+    debug = "debug"
+    trace = "trace"
+
+
 app = typer.Typer(
     name="picoflow",
     help="Serve picoflow flows over HTTP, chat with them in the terminal, inspect flows and sessions.",
@@ -57,17 +69,6 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 sessions_app = typer.Typer(help="Inspect stored sessions.", no_args_is_help=True)
-
-
-class LogLevel(enum.StrEnum):
-    critical = "critical"
-    error = "error"
-    warning = "warning"
-    info = "info"
-    debug = "debug"
-    trace = "trace"
-
-
 db_app = typer.Typer(help="Manage the session store's schema.", no_args_is_help=True)
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(db_app, name="db")

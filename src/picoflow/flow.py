@@ -198,21 +198,9 @@ def _build(cls: type[Flow]) -> FlowSpec:
     )
 
 
-_HOOKS = (
-    "prompt",
-    "active_tools",
-    "on_enter",
-    "on_exit",
-    "on_crossing",
-    "on_response",
-    "check_response",
-    "run_logic",
-)
-
-
 def _check_hooks_are_methods(step_cls: type[Step], where: str) -> None:
     """A hook assigned a value (``prompt = "..."``) would only fail mid-turn; refuse it here."""
-    for hook in _HOOKS:
+    for hook in (*HOOKS, "run_logic"):
         value = getattr(step_cls, hook, None)
         if value is not None and not callable(value):
             hint = (

@@ -76,6 +76,11 @@ class Message:
     their signatures), kept verbatim because the provider wants them back while a tool loop goes on.
     Opaque to picoflow and never shown to users."""
 
+    @property
+    def is_from_user(self) -> bool:
+        """Written by the user (as typed, or forwarded to another step), not put there by the runtime."""
+        return self.role == "user" and self.kind in (None, "forwarded")
+
     @staticmethod
     def user(content: str, *, kind: MessageKind | None = None) -> Message:
         return Message("user", content, kind=kind)

@@ -173,7 +173,7 @@ class Step:
     def last_user_message(self) -> str | None:
         """What the user last said in this step's memory (for forwarding with ``with_message``)."""
         for message in reversed(self.messages):
-            if message.role == "user" and message.kind in (None, "forwarded"):
+            if message.is_from_user:
                 return message.content
         return None
 

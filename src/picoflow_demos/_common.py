@@ -91,9 +91,7 @@ def repeated_lookup(state: MutableMapping[str, Any], messages: Sequence[Message]
     answering; a step can then answer from the result in code (``direct``) instead of looping until
     the turn's budget runs out.
     """
-    asked = next(
-        (m.seq for m in reversed(messages) if m.role == "user" and m.kind in (None, "forwarded")), -1
-    )
+    asked = next((m.seq for m in reversed(messages) if m.is_from_user), -1)
     seen = state.get("lookups") or {}
     keys: list[str] = list(seen.get("keys", [])) if seen.get("asked") == asked else []
     if key in keys:

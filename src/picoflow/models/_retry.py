@@ -8,6 +8,7 @@ exception into a provider-neutral ``Failure``; the loop below decides whether an
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import email.utils
 import random
 import re
@@ -100,6 +101,23 @@ class RetryPolicy:
         if failure.retry_after is not None:
             return max(0.0, failure.retry_after)
         return self.backoff(retry)
+
+
+#: Parameters of the adapter itself (how it calls the provider), never sent to the provider.
+ADAPTER_KNOBS = ("timeout", "max_retries")
+
+
+def split_params(
+    params: Mapping[str, Any] | None, retry: RetryPolicy | None, default_timeout: float
+) -> tuple[dict[str, Any], float, RetryPolicy]:
+    """A selection's params split into those for the provider, the timeout and the retry policy."""
+    settings = dict(params or {})
+    provider = {key: value for key, value in settings.items() if key not in ADAPTER_KNOBS}
+    timeout = float(settings.get("timeout") or default_timeout)
+    policy = retry or RetryPolicy()
+    if settings.get("max_retries") is not None:
+        policy = dataclasses.replace(policy, max_retries=int(settings["max_retries"]))
+    return provider, timeout, policy
 
 
 def parse_retry_after(

@@ -9,7 +9,6 @@ folds picoflow's flat memory into that shape.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -23,6 +22,7 @@ from picoflow.models._retry import (
     call_with_retries,
     parse_retry_after,
     relay_stream,
+    split_params,
 )
 from picoflow.models._specs import ModelSpec
 from picoflow.models.base import Model, ResponseDone, StreamEvent, TextDelta, ToolCallDelta
@@ -169,15 +169,7 @@ class AnthropicModel(Model):
         self.model = model
         self.name = f"anthropic:{model}"
         self.spec = spec
-        settings = dict(params or {})
-        self._params = {
-            key: value for key, value in settings.items() if key not in ("timeout", "max_retries")
-        }
-        self._timeout = float(settings.get("timeout") or DEFAULT_TIMEOUT)
-        retry = retry or RetryPolicy()
-        if settings.get("max_retries") is not None:
-            retry = dataclasses.replace(retry, max_retries=int(settings["max_retries"]))
-        self.retry = retry
+        self._params, self._timeout, self.retry = split_params(params, retry, DEFAULT_TIMEOUT)
         self._api_key = api_key
         self._base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
         self._client: AsyncAnthropic | None = None
@@ -367,10 +359,8 @@ class _StreamCollector:
             self.blocks[index] = entry
             self.tool_count += 1
             return [ToolCallDelta(entry["position"], block.id, block.name, "")]
-        elif block.type == "thinking":
-            self.blocks[index] = {"kind": "thinking", "thinking": [block.thinking], "signature": []}
-        elif block.type == "redacted_thinking":
-            self.blocks[index] = {"kind": "redacted_thinking", "data": block.data}
+        elif block.type in _THINKING_BLOCKS:
+            self.blocks[index] = {"kind": "reasoning", "block": _thinking_block(block)}
         elif block.type == "text":
             self.blocks[index] = {"kind": "text"}
             if block.text:
@@ -382,11 +372,9 @@ class _StreamCollector:
         entry = self.blocks.get(index)
         if entry is None:
             return []
-        if delta.type == "thinking_delta" and entry["kind"] == "thinking":
-            entry["thinking"].append(delta.thinking)
-            return []
-        if delta.type == "signature_delta" and entry["kind"] == "thinking":
-            entry["signature"].append(delta.signature)
+        if delta.type in ("thinking_delta", "signature_delta") and entry["kind"] == "reasoning":
+            part = "thinking" if delta.type == "thinking_delta" else "signature"
+            entry["block"][part] += getattr(delta, part)
             return []
         if delta.type == "text_delta" and entry["kind"] == "text":
             self.text.append(delta.text)
@@ -412,17 +400,12 @@ class _StreamCollector:
             self.usage.cache_creation_tokens = update.cache_creation_tokens
 
     def response(self) -> ModelResponse:
+        ordered = [entry for _, entry in sorted(self.blocks.items())]
         calls = [
             ToolCall(entry["name"], ToolCall.parse_args("".join(entry["args"])), entry["id"])
-            for _, entry in sorted(self.blocks.items())
+            for entry in ordered
             if entry["kind"] == "tool"
         ]
-        reasoning: list[dict[str, Any]] = []
-        for _, entry in sorted(self.blocks.items()):
-            if entry["kind"] == "thinking":
-                thinking, signature = "".join(entry["thinking"]), "".join(entry["signature"])
-                reasoning.append({"type": "thinking", "thinking": thinking, "signature": signature})
-            elif entry["kind"] == "redacted_thinking":
-                reasoning.append({"type": "redacted_thinking", "data": entry["data"]})
+        reasoning = [entry["block"] for entry in ordered if entry["kind"] == "reasoning"]
         text = "".join(self.output_json) if self.output_json is not None else "".join(self.text)
         return ModelResponse(text, calls, self.usage, self.finish_reason, self.model, reasoning)

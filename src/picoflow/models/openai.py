@@ -8,7 +8,6 @@ parameters passed through) rather than a second adapter that would drift.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import os
 import re
@@ -19,11 +18,13 @@ from typing import TYPE_CHECKING, Any
 from picoflow.exceptions import ModelError
 from picoflow.messages import Message, ModelRequest, ModelResponse, ToolCall
 from picoflow.models._retry import (
+    ADAPTER_KNOBS,
     Failure,
     RetryPolicy,
     call_with_retries,
     parse_retry_after,
     relay_stream,
+    split_params,
 )
 from picoflow.models._specs import ModelSpec
 from picoflow.models.base import Model, ResponseDone, StreamEvent, TextDelta, ToolCallDelta
@@ -48,9 +49,7 @@ _PASSTHROUGH = (
     "reasoning_effort",
     "verbosity",
 )
-#: Parameters of the adapter itself, never sent.
-_LOCAL_KNOBS = ("timeout", "max_retries")
-_HANDLED = {*_PASSTHROUGH, *_LOCAL_KNOBS, "max_tokens", "parallel_tool_calls"}
+_HANDLED = {*_PASSTHROUGH, *ADAPTER_KNOBS, "max_tokens", "parallel_tool_calls"}
 
 
 def _sdk() -> Any:
@@ -162,13 +161,7 @@ class OpenAIModel(Model):
         self.provider = provider
         self.name = f"{provider}:{model}"
         self.spec = spec
-        settings = dict(params or {})
-        self._params = {key: value for key, value in settings.items() if key not in _LOCAL_KNOBS}
-        self._timeout = float(settings.get("timeout") or DEFAULT_TIMEOUT)
-        retry = retry or RetryPolicy()
-        if settings.get("max_retries") is not None:
-            retry = dataclasses.replace(retry, max_retries=int(settings["max_retries"]))
-        self.retry = retry
+        self._params, self._timeout, self.retry = split_params(params, retry, DEFAULT_TIMEOUT)
         self._base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
         self._api_key = api_key
         self._client: AsyncOpenAI | None = None
@@ -219,7 +212,7 @@ class OpenAIModel(Model):
 
     def build_kwargs(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments of ``chat.completions.create`` for ``request``."""
-        settings = {**self._params, **{k: v for k, v in request.settings.items() if k not in _LOCAL_KNOBS}}
+        settings = {**self._params, **{k: v for k, v in request.settings.items() if k not in ADAPTER_KNOBS}}
         kwargs: dict[str, Any] = {"model": self.model, "messages": to_openai_messages(request)}
         if request.tools:
             kwargs["tools"] = [tool.openai_schema() for tool in request.tools]

@@ -17,7 +17,7 @@ from typing import TypeVar
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
-from picoflow.exceptions import StoreError
+from picoflow.exceptions import SessionConflict, StoreError
 from picoflow.messages import Message
 from picoflow.sessions.base import (
     LOG_ADAPTER,
@@ -110,6 +110,36 @@ def prepare_save(
         list(session.memory),
         [live_from(ns, session.next_seq) for ns in session.memory.values()],
     )
+
+
+def session_columns(session: Session, prepared: SaveRows, expected_revision: int | None) -> dict[str, object]:
+    """The session row's columns (and the revision the write is conditioned on), named for SQL."""
+    return {
+        "id": session.id,
+        "flow": session.flow,
+        "status": session.status,
+        "principal": session.principal,
+        "current_step": session.current_step,
+        "revision": prepared.revision,
+        "turns": session.turns,
+        "created_at": session.created_at,
+        "updated_at": session.updated_at,
+        "document": prepared.document,
+        "expected": expected_revision,
+    }
+
+
+def conflict(session_id: str, expected_revision: int | None) -> SessionConflict:
+    """The conflict a compare-and-swap save lost: the session exists already, or moved on."""
+    if expected_revision is None:
+        return SessionConflict(f"session {session_id} already exists", session_id=session_id)
+    return SessionConflict(
+        f"session {session_id} changed since revision {expected_revision}", session_id=session_id
+    )
+
+
+def seq_reused(session_id: str) -> ValueError:
+    return ValueError(f"session {session_id}: an appended message reuses a seq already stored")
 
 
 def live_from(namespace: Namespace, next_seq: int) -> int:

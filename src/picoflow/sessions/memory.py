@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from picoflow.exceptions import SessionConflict
 from picoflow.messages import Message
-from picoflow.sessions._rows import check_page, check_save
+from picoflow.sessions._rows import check_page, check_save, conflict
 from picoflow.sessions.base import LogRecord, Session, SessionInfo, SessionStatus
 
 
@@ -37,13 +36,11 @@ class MemoryStore:
         stored = self._sessions.get(session.id)
         if expected_revision is None:
             if stored is not None:
-                raise SessionConflict(f"session {session.id} already exists", session_id=session.id)
+                raise conflict(session.id, expected_revision)
             revision = 1
         else:
             if stored is None or stored.revision != expected_revision:
-                raise SessionConflict(
-                    f"session {session.id} changed since revision {expected_revision}", session_id=session.id
-                )
+                raise conflict(session.id, expected_revision)
             revision = expected_revision + 1
             if appended and appended[0][1].seq < stored.next_seq:
                 raise ValueError(f"appended message seq {appended[0][1].seq} is already stored")

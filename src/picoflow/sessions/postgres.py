@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from picoflow.exceptions import SessionConflict, StoreError
+from picoflow.exceptions import StoreError
 from picoflow.messages import Message
 from picoflow.sessions import _rows
 from picoflow.sessions.base import LogRecord, Session, SessionInfo, SessionStatus
@@ -167,19 +167,9 @@ class PostgresStore:
     ) -> int:
         prepared = _rows.prepare_save(session, expected_revision, appended)
         params = {
-            "id": session.id,
-            "flow": session.flow,
-            "status": session.status,
-            "principal": session.principal,
-            "current_step": session.current_step,
-            "revision": prepared.revision,
-            "turns": session.turns,
-            "created_at": session.created_at,
-            "updated_at": session.updated_at,
+            **_rows.session_columns(session, prepared, expected_revision),
             "namespaces": prepared.namespaces,
             "starts": prepared.starts,
-            "document": prepared.document,
-            "expected": expected_revision,
             "seqs": [m.seq for m in prepared.messages],
             "message_namespaces": [m.namespace for m in prepared.messages],
             "bodies": [m.body for m in prepared.messages],
@@ -192,16 +182,10 @@ class PostgresStore:
                 cursor = await conn.execute(query, params)
             except UniqueViolation:
                 # The session row is written with ON CONFLICT DO NOTHING, so this is a message.
-                raise ValueError(
-                    f"session {session.id}: an appended message reuses a seq already stored"
-                ) from None
+                raise _rows.seq_reused(session.id) from None
             rows = await cursor.fetchall()
         if rows[0][0] != 1:
-            if expected_revision is None:
-                raise SessionConflict(f"session {session.id} already exists", session_id=session.id)
-            raise SessionConflict(
-                f"session {session.id} changed since revision {expected_revision}", session_id=session.id
-            )
+            raise _rows.conflict(session.id, expected_revision)
         session.revision = prepared.revision
         return prepared.revision
 

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from picoflow.exceptions import SessionConflict, StoreError
+from picoflow.exceptions import StoreError
 from picoflow.messages import Message
 from picoflow.sessions import _rows
 from picoflow.sessions.base import LogRecord, Session, SessionInfo, SessionStatus
@@ -118,19 +118,9 @@ class SQLiteStore:
         appended: Sequence[tuple[str, Message]] = (),
     ) -> int:
         prepared = _rows.prepare_save(session, expected_revision, appended)
-        row: dict[str, object] = {
-            "id": session.id,
-            "flow": session.flow,
-            "status": session.status,
-            "principal": session.principal,
-            "current_step": session.current_step,
-            "revision": prepared.revision,
-            "turns": session.turns,
-            "created_at": session.created_at,
-            "updated_at": session.updated_at,
+        row = {
+            **_rows.session_columns(session, prepared, expected_revision),
             "live": json.dumps(dict(zip(prepared.namespaces, prepared.starts, strict=True))),
-            "document": prepared.document,
-            "expected": expected_revision,
         }
         messages = [(session.id, m.seq, m.namespace, m.body) for m in prepared.messages]
         await self._write(self._save, session.id, expected_revision, row, messages)
@@ -201,22 +191,16 @@ class SQLiteStore:
                 try:
                     conn.execute(_INSERT, row)
                 except sqlite3.IntegrityError:
-                    raise SessionConflict(
-                        f"session {session_id} already exists", session_id=session_id
-                    ) from None
+                    raise _rows.conflict(session_id, expected) from None
             elif conn.execute(_UPDATE, row).rowcount != 1:
-                raise SessionConflict(
-                    f"session {session_id} changed since revision {expected}", session_id=session_id
-                )
+                raise _rows.conflict(session_id, expected)
             try:
                 conn.executemany(
                     "INSERT INTO picoflow_messages (session_id, seq, namespace, body) VALUES (?, ?, ?, ?)",
                     messages,
                 )
             except sqlite3.IntegrityError:
-                raise ValueError(
-                    f"session {session_id}: an appended message reuses a seq already stored"
-                ) from None
+                raise _rows.seq_reused(session_id) from None
 
         self._transaction(write)
 

@@ -246,11 +246,7 @@ class Explore(LeavesOnRequest):
         if "capture_choices" not in response.tool_names():
             return None
         problem = _one_search(response)
-        said = [
-            message.content
-            for message in self.messages
-            if message.role == "user" and message.kind in (None, "forwarded")
-        ]
+        said = self._guest_said()
         if problem or not mentions_dates(said):
             return problem or (
                 "the guest has not given any dates yet. Ask for their check-in and check-out dates."
@@ -273,13 +269,16 @@ class Explore(LeavesOnRequest):
     def _search_now(self) -> str | None:
         """Why a text reply is wrong: the guest said "search" (with dates known) and nothing searched."""
         latest = unanswered_question(self.messages)
-        said = [m.content for m in self.messages if m.role == "user" and m.kind in (None, "forwarded")]
-        if latest is None or not _SEARCH.search(latest) or not mentions_dates(said):
+        if latest is None or not _SEARCH.search(latest) or not mentions_dates(self._guest_said()):
             return None
         return (
             "the guest asked to search: call capture_choices now, with what they said and any change "
             "they asked for."
         )
+
+    def _guest_said(self) -> list[str]:
+        """Everything the guest wrote in this step, oldest first."""
+        return [message.content for message in self.messages if message.is_from_user]
 
     def _off_track(self, reply: str) -> str | None:
         """Why a reply does not move the questions on: it asks again for what the guest gave, or
@@ -296,8 +295,7 @@ class Explore(LeavesOnRequest):
         problem = check_in_problem(criteria.check_in)
         if problem:
             raise ToolError(problem)
-        said = [m.content for m in self.messages if m.role == "user" and m.kind in (None, "forwarded")]
-        criteria = as_the_guest_said(criteria, said)
+        criteria = as_the_guest_said(criteria, self._guest_said())
         self.state["criteria"] = criteria
         quotes = criteria.search()
         if not quotes:

@@ -112,7 +112,7 @@ def answered(messages: Sequence[Message]) -> list[Topic]:
     for message in messages:
         if message.role == "assistant" and not message.tool_calls:
             question = _question_of(message.content)
-        elif message.role == "user" and message.kind in (None, "forwarded"):
+        elif message.is_from_user:
             text = message.content
             for topic in TOPICS:
                 replied = topic.reply_counts and question and topic.asked(question)
@@ -137,7 +137,7 @@ def off_track(messages: Sequence[Message], reply: str) -> str | None:
     if question and _CONFIRMING.search(question) and not waiting:
         return None
     asked = [topic for topic in TOPICS if topic.asked(question)] if question else []
-    latest = _latest_guest_message(messages)
+    latest = next((message.content for message in reversed(messages) if message.is_from_user), "")
 
     def may_ask_again(topic: Topic) -> bool:
         # Only right after the guest gave it, with the reason said (a refused search is answered
@@ -171,13 +171,6 @@ def without_stock_refusal(reply: str) -> str:
     """``reply`` without a stock "I'm sorry, but I can't assist with that." when more follows it."""
     cleaned = _STOCK_REFUSAL.sub("", reply).strip()
     return cleaned or reply
-
-
-def _latest_guest_message(messages: Sequence[Message]) -> str:
-    for message in reversed(messages):
-        if message.role == "user" and message.kind in (None, "forwarded"):
-            return message.content
-    return ""
 
 
 def next_question(messages: Sequence[Message]) -> str:

@@ -128,7 +128,7 @@ class Lookup(LeavesOnRequest):
             return _lookup_hint(question) if asks and mentions_a_product(question) else None
         looked_up: set[Decimal] = set()
         for message in reversed(self.messages):
-            if message.role == "user" and message.kind in (None, "forwarded"):
+            if message.is_from_user:
                 break
             if message.role == "tool":
                 looked_up.update(dollar_amounts(message.content))
