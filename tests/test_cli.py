@@ -81,13 +81,15 @@ def test_graph_prints_mermaid_derived_from_the_code() -> None:
         '    Compare["Compare"]',
         '    Goodbye(["Goodbye"])',
         "    start --> Explore",
-        "    Explore -->|capture_choices| Present",
-        "    Explore -.->|terminate_session| Goodbye",
-        "    Present -->|search_again| Explore",
-        "    Present -->|go_compare| Compare",
-        "    Present -->|chosen_hotel| Goodbye",
-        "    Compare -->|resume_booking| Present",
-        "    Compare -->|chosen_hotel| Goodbye",
+        "    Explore -->|on_complete| Present",
+        "    Present -->|change_search| Explore",
+        "    Present -->|goodbye, book| Goodbye",
+        "    Present -->|show_list| Present",
+        "    Present -->|compare| Compare",
+        "    Compare -->|change_search| Explore",
+        "    Compare -->|goodbye, book| Goodbye",
+        "    Compare -->|show_list| Present",
+        "    Compare -->|compare| Compare",
         "    classDef current fill:#fde68a,stroke:#b45309,stroke-width:2px",
         "    class Compare current",
     ]
@@ -102,7 +104,7 @@ def test_chat_plays_the_hotel_conversation_then_sessions_show_it(tmp_path: Path)
     chat = invoke("chat", "hotel", "--store", store, "--model", model, input=said)
     assert chat.exit_code == 0, chat.output
     out = chat.output
-    assert "Is your stay in Portland?" in out
+    assert "Is your stay in the Portland area?" in out
     assert "Hampton Inn Portland-Airport" in out and "$440.50" in out  # the price comparison table
     assert "Your booking is confirmed." in out and SHERWOOD in out
     assert "The conversation is complete." in out
@@ -116,11 +118,14 @@ def test_chat_plays_the_hotel_conversation_then_sessions_show_it(tmp_path: Path)
     shown = invoke("sessions", "show", session_id, "--store", store)
     assert shown.exit_code == 0, shown.output
     text = shown.output
-    assert "steps visited  Explore → Present → Explore → Present → Compare → Present → Goodbye" in text
+    assert (
+        "steps visited  Explore → Present → Explore → Present → Explore → Present → Compare → Present"
+        " → Goodbye" in text
+    )
     assert "status         completed" in text
     assert "14 (revision 14)" in text
     assert "model calls" in text and "tool calls" in text
-    assert "user: Hi" in text and "chosen_hotel(" in text and "capture_choices" in text
+    assert "user: Hi" in text and "Your booking is confirmed." in text and '"action": "change_search"' in text
 
     assert invoke("sessions", "list", "--store", store, "--status", "running").output.strip() == "no sessions"
     missing = invoke("sessions", "show", "nope", "--store", store)
@@ -128,14 +133,15 @@ def test_chat_plays_the_hotel_conversation_then_sessions_show_it(tmp_path: Path)
 
 
 def test_chat_new_quit_and_failures(tmp_path: Path) -> None:
-    # Greetings that ask the hotel flow's first question, as its Explore step requires.
-    greetings = ["Hello! Is your stay in Portland?", "Hi again. Is your stay in Portland?"]
+    # The hotel flow's model only reads each message; code writes the greeting.
+    greetings = ['{"found": []}', '{"found": []}']
     model = write_script(tmp_path / "script.json", greetings)
     result = invoke(
         "chat", "hotel", "--store", "memory://", "--model", model, input="hi\n/new\nhello\nmore\n/quit\n"
     )
     assert result.exit_code == 0, result.output
-    assert "Hello!" in result.output and "new conversation" in result.output and "Hi again." in result.output
+    assert result.output.count("Hello! I can help you find a hotel") == 2
+    assert "new conversation" in result.output
     # The script ran out on the third message: a clear error, and the chat goes on until /quit.
     assert "could not" in result.output.lower() or "unavailable" in result.output.lower()
     assert invoke("chat", "nope", "--store", "memory://").exit_code == 1

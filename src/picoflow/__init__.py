@@ -18,14 +18,17 @@ from picoflow.memory import Compaction
 from picoflow.messages import Message
 from picoflow.outcomes import Direct, Go, Outcome, Reject, Stay, direct, direct_to, go, stay
 from picoflow.prompts import Prompt
-from picoflow.step import LogicStep, Step, TerminateStep
+from picoflow.slots import Ask, Extraction, SlotStep, ask, merge_slots
+from picoflow.step import LogicStep, Step, TerminateStep, since_last_user
 from picoflow.tools import ValidCall, declare_tool, tool, tools
 from picoflow.usage import Usage, UsageLimits
 
 __all__ = [
+    "Ask",
     "Caller",
     "Compaction",
     "Direct",
+    "Extraction",
     "Flow",
     "FlowDefinitionError",
     "FlowEngine",
@@ -39,6 +42,7 @@ __all__ = [
     "RunContext",
     "RunError",
     "SessionConflict",
+    "SlotStep",
     "Stay",
     "Step",
     "TerminateStep",
@@ -50,10 +54,13 @@ __all__ = [
     "UsageLimitExceeded",
     "UsageLimits",
     "ValidCall",
+    "ask",
     "declare_tool",
     "direct",
     "direct_to",
     "go",
+    "merge_slots",
+    "since_last_user",
     "stay",
     "tool",
     "tools",

@@ -352,7 +352,9 @@ class Turn(FlowRuntime, StepRuntime):
         namespace = self.session.namespace(spec.namespace)
         if namespace.summary:
             system = f"{system}\n\n## Summary of the earlier conversation\n{namespace.summary}"
-        messages = namespace.messages
+        messages: Sequence[Message] = namespace.messages
+        if "history" in spec.overrides:
+            messages = await self._hook(step, "history", step.history, messages)
         return ModelRequest(
             system=system,
             messages=[*messages, *extra] if extra else list(messages),
@@ -430,10 +432,14 @@ class Turn(FlowRuntime, StepRuntime):
             parsed: Any = None
             if spec.output is not None and not response.tool_calls and spec.cls.output is not None:
                 try:
-                    parsed = spec.cls.output.model_validate_json(_strip_fences(response.text))
-                except ValidationError as error:
+                    parsed = spec.cls.parse_output(_strip_fences(response.text))
+                except ValueError as error:
                     problems.append("output did not match the schema")
-                    text = describe_validation_error(error, tool=spec.output.name)
+                    text = (
+                        describe_validation_error(error, tool=spec.output.name)
+                        if isinstance(error, ValidationError)
+                        else str(error)
+                    )
                     extra.extend(
                         _correction(
                             response,

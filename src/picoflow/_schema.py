@@ -11,7 +11,7 @@ from typing import Any, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
-from pydantic_core import core_schema
+from pydantic_core import ErrorDetails, core_schema
 
 from picoflow.context import RunContext
 from picoflow.exceptions import FlowDefinitionError
@@ -204,15 +204,19 @@ def _redact(message: str, value: Any) -> str:
     return message
 
 
+def redact_error_message(item: ErrorDetails) -> str:
+    """The message of one validation error, with the submitted value taken out where it could appear."""
+    text = item["msg"]
+    return _redact(text, item.get("input")) if _may_quote_input(item["type"]) else text
+
+
 def describe_validation_error(error: ValidationError, *, tool: str, limit: int = 8) -> str:
     """Say which field broke which rule, so the model can fix its call — never the submitted value."""
     lines: list[str] = []
     items = error.errors(include_url=False, include_context=False)
     for item in items[:limit]:
         where = _loc(tuple(item["loc"])) or "arguments"
-        text = item["msg"]
-        if _may_quote_input(item["type"]):
-            text = _redact(text, item.get("input"))
+        text = redact_error_message(item)
         lines.append(f"- {where}: {text}")
     if len(items) > limit:
         lines.append(f"- ... and {len(items) - limit} more problems")

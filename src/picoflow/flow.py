@@ -141,7 +141,16 @@ class FlowRuntime:
         raise NotImplementedError
 
 
-HOOKS = ("prompt", "on_enter", "on_exit", "on_crossing", "on_response", "check_response", "active_tools")
+HOOKS = (
+    "prompt",
+    "on_enter",
+    "on_exit",
+    "on_crossing",
+    "on_response",
+    "check_response",
+    "active_tools",
+    "history",
+)
 
 
 def _overrides(cls: type, attribute: str, base: type) -> bool:

@@ -195,6 +195,26 @@ class Step:
         """Names of the tools to expose now; None exposes all of them."""
         return None
 
+    def history(self, memory: Sequence[Message]) -> Sequence[Message]:
+        """What of this step's memory the model is shown in the next request (default: all of it).
+
+        Override it to show less, e.g. ``since_last_user(memory)`` for a step whose model only needs
+        the user's latest words: a small local model then reads a short prompt each turn. Keep a tool
+        call and its results together (``since_last_user`` does).
+        """
+        return memory
+
+    @classmethod
+    def parse_output(cls, text: str) -> Any:
+        """Turn the model's final answer into the value ``on_response`` gets (when ``output`` is set).
+
+        Raise ``ValueError`` (a pydantic ``ValidationError`` is one) to have the model answer again;
+        the message is sent to it as the correction, so it must not quote the answer.
+        """
+        if cls.output is None:
+            return text
+        return cls.output.model_validate_json(text)
+
     # --- hooks -------------------------------------------------------------------------------
 
     def on_enter(self) -> Any:
@@ -269,6 +289,24 @@ class TerminateStep(Step):
         if messages and messages[-1].role == "user":
             return None
         return "I'm done, thank you."
+
+
+def since_last_user(memory: Sequence[Message], *, before: int = 0) -> Sequence[Message]:
+    """The messages from the user's latest one on, plus up to ``before`` messages just before it.
+
+    ``before=1`` keeps the question the user answered. Messages before the user's are taken only
+    while they are plain replies, so a tool call is never shown without its results.
+    """
+    start = next((i for i in range(len(memory) - 1, -1, -1) if memory[i].is_from_user), None)
+    if start is None:
+        return memory
+    while before > 0 and start > 0:
+        previous = memory[start - 1]
+        if previous.role != "assistant" or previous.tool_calls:
+            break
+        start -= 1
+        before -= 1
+    return memory[start:]
 
 
 def validate_namespace(name: str, where: str) -> str | None:

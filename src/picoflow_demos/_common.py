@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import weakref
 from collections.abc import Collection, MutableMapping, Sequence
 from datetime import date
 from decimal import ROUND_HALF_UP, Decimal
@@ -22,10 +21,6 @@ _LEAVING = re.compile(
     r"|(end|close|stop) (the|this|our) (chat|conversation|session))\b|^\W*stop\W*$",
     re.IGNORECASE,
 )
-# The user message each live step object last corrected a reply to (see correct_once).
-_corrected: weakref.WeakKeyDictionary[Step, int] = weakref.WeakKeyDictionary()
-_refused: weakref.WeakKeyDictionary[Step, int] = weakref.WeakKeyDictionary()
-_NUMBERED = re.compile(r"^\s*(?:hotel|no\.?|number)?\s*#?\s*(\d{1,3})\s*\.?\s*$", re.IGNORECASE)
 
 
 def today_from(variable: str) -> date:
@@ -59,12 +54,6 @@ def usd_cents(total_cents: int) -> str:
 def dollar_amounts(text: str) -> list[Decimal]:
     """Every ``$1,234.56``-style amount written in ``text``."""
     return [Decimal(whole.replace(",", "") + (cents or "")) for whole, cents in _DOLLARS.findall(text)]
-
-
-def list_number(text: str) -> int | None:
-    """The list position a model or user wrote instead of a name ("2", "#2", "hotel 2"), if any."""
-    match = _NUMBERED.match(text)
-    return int(match.group(1)) if match else None
 
 
 def unanswered_question(messages: Sequence[Message], *, forwarded: bool = True) -> str | None:
@@ -142,29 +131,9 @@ def goodbye_check(step: Step, response: ModelResponse) -> Reject | None:
 
 
 def correct_once(step: Step, reason: str | None) -> Reject | None:
-    """``Reject(reason)`` if nothing was refused yet for the user's latest message; else None.
+    """``Reject(reason)`` on the first attempt at answering the user's message; None after that.
 
     For corrections that steer rather than protect: another one for the same message could use up
     the step's attempts and fail the turn, which is worse for the user than an imperfect reply.
-    (The step object lives for one turn; the mark is keyed by the message all the same.)
     """
-    if reason is None or _latest(step) == _corrected.get(step):
-        return None
-    _corrected[step] = _latest(step)
-    return Reject(reason)
-
-
-def refuse(step: Step, reason: str) -> Reject:
-    """``Reject(reason)``, noted so that no steering correction follows for the same user message."""
-    _corrected[step] = _refused[step] = _latest(step)
-    return Reject(reason)
-
-
-def was_refused(step: Step) -> bool:
-    """Whether a response to the user's latest message was refused with ``refuse`` (not steered)."""
-    return _refused.get(step) == _latest(step)
-
-
-def _latest(step: Step) -> int:
-    messages = step.messages
-    return messages[-1].seq if messages else -1
+    return Reject(reason) if reason is not None and step.attempt == 1 else None

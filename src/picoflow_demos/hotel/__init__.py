@@ -1,7 +1,7 @@
 """The hotel demo: find, compare and book a hotel in the Portland, Oregon area."""
 
 from picoflow_demos.hotel.criteria import Criteria
-from picoflow_demos.hotel.flow import Booking, Compare, Explore, Goodbye, HotelFlow, Present
+from picoflow_demos.hotel.flow import Booking, Compare, Explore, Goodbye, GuestRequest, HotelFlow, Present
 from picoflow_demos.hotel.pricing import HotelQuote, quote_hotels
 
 __all__ = [
@@ -10,6 +10,7 @@ __all__ = [
     "Criteria",
     "Explore",
     "Goodbye",
+    "GuestRequest",
     "HotelFlow",
     "HotelQuote",
     "Present",

@@ -1,23 +1,28 @@
-"""What the guest is looking for, as one validated value.
+"""What the guest is looking for: the slots the Explore step fills, with the rules every value must keep.
 
-The rules a search must satisfy live here, next to the fields, so a model that proposes a stay
-ending before it starts, a budget upside down or an amenity we don't track gets told exactly
-which rule it broke and what is allowed, and can fix its call. Nothing is silently dropped.
+The model reads each message into a partial ``Criteria``; the rules below run on every merge, so
+a stay ending before it starts, a check-in in the past or a budget upside down is refused with a
+reason (given to the model once, then to the guest) and the answers already given are kept.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
 from datetime import date, timedelta
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from picoflow_demos._common import today_from
 from picoflow_demos.hotel.pricing import (
-    AMENITIES,
-    ROOM_TYPES,
+    AMENITY_LABELS,
     Amenity,
     HotelQuote,
     RoomType,
@@ -27,6 +32,7 @@ from picoflow_demos.hotel.pricing import (
 
 TODAY_VARIABLE = "HOTEL_FLOW_CURRENT_DATE"
 MAX_NIGHTS = 30
+BOOKING_HORIZON = 500
 
 
 def today() -> date:
@@ -34,148 +40,144 @@ def today() -> date:
     return today_from(TODAY_VARIABLE)
 
 
-def _canonical(values: Any, allowed: tuple[str, ...], what: str) -> Any:
-    """Fix the case and spacing of known names; refuse unknown ones, listing every allowed name.
+def long_date(day: date) -> str:
+    return f"{day:%A} {day:%B} {day.day}, {day.year}"
 
-    The refusal is raised here, for the whole list, rather than left to the ``Literal`` check of
-    each item: its message then names the position but never the submitted text.
+
+def calendar_day(value: Any) -> Any:
+    """A date from the parts a model reads off the guest's words; a missing year is the next such date.
+
+    Parts are easier for a small model than a format: "8/1/2027" is month 8, day 1, year 2027,
+    where asked for ISO it wrote 8012-08-01. The year rule lives here, in code, not in a prompt.
     """
-    if not isinstance(values, list):
-        return values
-    by_key = {name.lower().replace(" ", ""): name for name in allowed}
-    fixed: list[Any] = []
-    for position, value in enumerate(values, start=1):
-        if isinstance(value, str):
-            known = by_key.get(value.strip().lower().replace(" ", ""))
-            if known is None:
-                raise ValueError(
-                    f"item {position} is not a known {what}; use only these names: {', '.join(allowed)}"
-                )
-            value = known
-        if value not in fixed:
-            fixed.append(value)
-    return fixed
+    if not isinstance(value, dict):
+        return value
+    month, day, year = value.get("month"), value.get("day"), value.get("year")
+    if not isinstance(month, int) or not isinstance(day, int):
+        raise ValueError("give the month and the day as numbers")
+    try:
+        if isinstance(year, int):
+            return date(year, month, day)
+        current = today()
+        guess = date(current.year, month, day)
+        return guess if guess > current else date(current.year + 1, month, day)
+    except ValueError:
+        raise ValueError("that month has no such day") from None
+
+
+_DAY_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "month": {"type": "integer", "minimum": 1, "maximum": 12},
+        "day": {"type": "integer", "minimum": 1, "maximum": 31},
+        "year": {"anyOf": [{"type": "integer"}, {"type": "null"}], "description": "null when not said"},
+    },
+    "required": ["month", "day", "year"],
+    "additionalProperties": False,
+}
+CalendarDay = Annotated[date, BeforeValidator(calendar_day), WithJsonSchema(_DAY_SCHEMA)]
 
 
 class Criteria(BaseModel):
-    """The guest's hotel search criteria."""
+    """What the guest said about their stay."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")
 
-    check_in: date = Field(description="Date of the first night, YYYY-MM-DD. Must be after today.")
-    check_out: date = Field(description="Departure date, YYYY-MM-DD. Must be after check_in.")
-    min_price: float | None = Field(
-        None, ge=0, description="Lowest nightly price in USD, if the guest gave one."
+    in_portland: bool | None = Field(
+        None, description="true when the guest says the stay is in the Portland area (a yes), false if not"
     )
+    check_in: CalendarDay | None = Field(None, description="Day of arrival (the first night)")
+    check_out: CalendarDay | None = Field(None, description="Day of departure")
     max_price: float | None = Field(
-        None, gt=0, description="Highest nightly price in USD, if the guest gave one."
+        None, gt=0, description="Highest price per night in USD (the guest says max, up to, under, at most)"
     )
-    room_types: list[RoomType] = Field(
-        default_factory=list, description="Wanted room types; empty means any.", max_length=3
+    min_price: float | None = Field(
+        None, ge=0, description="Lowest price per night in USD (the guest says min, at least, from, over)"
     )
-    amenities: list[Amenity] = Field(
-        default_factory=list, description="Required amenities, names from the list only.", max_length=23
+    room_types: list[RoomType] | None = Field(None, max_length=3, description="Room types the guest wants")
+    amenities: list[Amenity] | None = Field(
+        None,
+        max_length=23,
+        description="Amenities the guest needs (wifi is freeWiFi, parking is freeParking)",
     )
-    max_airport_miles: float | None = Field(
-        None, gt=0, description="Maximum distance to the airport in miles."
-    )
-    max_city_center_miles: float | None = Field(
-        None, gt=0, description="Maximum distance to the city center in miles."
-    )
+    max_airport_miles: float | None = Field(None, gt=0, description="Most miles from the airport")
+    max_city_center_miles: float | None = Field(None, gt=0, description="Most miles from the city center")
 
-    @field_validator("room_types", mode="before")
+    @field_validator("in_portland")
     @classmethod
-    def _room_type_names(cls, value: Any) -> Any:
-        return _canonical(value, ROOM_TYPES, "room type")
+    def _portland_only(cls, value: bool | None) -> bool | None:
+        if value is False:
+            raise ValueError("we only have hotels in the Portland, Oregon area")
+        return value
 
-    @field_validator("amenities", mode="before")
+    @field_validator("check_in")
     @classmethod
-    def _amenity_names(cls, value: Any) -> Any:
-        return _canonical(value, AMENITIES, "amenity")
+    def _after_today(cls, value: date | None) -> date | None:
+        if value is not None and value <= today():
+            raise ValueError(f"the check-in date must be after today, {long_date(today())}")
+        if value is not None and value > today() + timedelta(days=BOOKING_HORIZON):
+            raise ValueError(f"bookings open at most {BOOKING_HORIZON} days ahead")
+        return value
+
+    @field_validator("room_types", "amenities")
+    @classmethod
+    def _once_each(cls, values: list[str] | None) -> list[str] | None:
+        return list(dict.fromkeys(values)) if values is not None else None
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        if self.check_out <= self.check_in:
-            raise ValueError("check_out must be after check_in")
-        if self.check_out - self.check_in > timedelta(days=MAX_NIGHTS):
-            raise ValueError(f"a stay can be at most {MAX_NIGHTS} nights")
+        if self.check_in and self.check_out:
+            if self.check_out <= self.check_in:
+                raise ValueError("the check-out date must be after the check-in date")
+            if self.check_out - self.check_in > timedelta(days=MAX_NIGHTS):
+                raise ValueError(f"a stay can be at most {MAX_NIGHTS} nights")
         if self.min_price is not None and self.max_price is not None and self.min_price > self.max_price:
-            raise ValueError("min_price must not be more than max_price")
+            raise ValueError("the lowest nightly price must not be more than the highest")
         return self
 
     @property
     def nights(self) -> list[date]:
+        assert self.check_in and self.check_out, "a search needs both dates"
         return stay_nights(self.check_in, self.check_out)
 
     def search(self) -> list[HotelQuote]:
         """The priced hotels that match, in catalog order."""
+        assert self.check_in and self.check_out, "a search needs both dates"
         return quote_hotels(
             self.check_in,
             self.check_out,
-            room_types=self.room_types,
-            amenities=self.amenities,
+            room_types=self.room_types or [],
+            amenities=self.amenities or [],
             max_airport=self.max_airport_miles,
             max_city_center=self.max_city_center_miles,
             min_price=self.min_price,
             max_price=self.max_price,
         )
 
-
-def check_in_problem(check_in: date) -> str | None:
-    """Why this check-in date cannot be booked today, if it cannot."""
-    current = today()
-    if check_in <= current:
-        return (
-            f"check_in must be after today ({current.isoformat()}). Ask the user for a later check-in date; "
-            "do not search until they give one."
-        )
-    return None
-
-
-_DATE_WORDS = re.compile(
-    r"\d{1,4}[/.-]\d{1,2}|\b\d{1,2}(st|nd|rd|th)\b|\b(jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\b"
-    r"|\b(today|tonight|tomorrow|weekend|week|monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b",
-    re.IGNORECASE,
-)
-
-
-def mentions_dates(texts: Iterable[str]) -> bool:
-    """Whether any of the guest's messages gives a date, so a search is not run on invented ones."""
-    return any(_DATE_WORDS.search(text) for text in texts)
-
-
-def raw_check_in(args: Any) -> date | None:
-    """The check-in date inside a raw ``capture_choices`` argument object, if it is readable."""
-    criteria = args.get("criteria") if isinstance(args, dict) else None
-    value = criteria.get("check_in") if isinstance(criteria, dict) else None
-    if not isinstance(value, str):
-        return None
-    try:
-        return date.fromisoformat(value)
-    except ValueError:
-        return None
-
-
-_BUDGET = re.compile(
-    r"\b(?:(?P<max>max(?:imum)?|up to|under|below|at most|less than|no more than)"
-    r"|(?P<min>min(?:imum)?|at least|over|above|more than))\b\W{0,3}(?P<amount>\d[\d,]*(?:\.\d+)?)",
-    re.IGNORECASE,
-)
-
-
-def as_the_guest_said(criteria: Criteria, said: Iterable[str]) -> Criteria:
-    """``criteria`` with a budget limit the model swapped put back where the guest's words put it.
-
-    "max 700" sent as ``min_price=700`` is a slip small models make; the guest's words settle it,
-    so code fixes it rather than send the model round again.
-    """
-    limits: dict[str, set[float]] = {"max": set(), "min": set()}
-    for text in said:
-        for match in _BUDGET.finditer(text):
-            limits["max" if match.group("max") else "min"].add(float(match.group("amount").replace(",", "")))
-    low, high = criteria.min_price, criteria.max_price
-    if low is not None and low in limits["max"] and low not in limits["min"] and high is None:
-        return criteria.model_copy(update={"min_price": None, "max_price": low})
-    if high is not None and high in limits["min"] and high not in limits["max"] and low is None:
-        return criteria.model_copy(update={"min_price": high, "max_price": None})
-    return criteria
+    def summary(self) -> str:
+        """The criteria in one line, as the guest reads them above the list."""
+        assert self.check_in and self.check_out, "a summary needs both dates"
+        nights = len(self.nights)
+        parts = [
+            f"{self.check_in:%b} {self.check_in.day} to {self.check_out:%b} {self.check_out.day}, {nights} "
+            f"night{'s' if nights != 1 else ''}"
+        ]
+        if self.min_price is not None or self.max_price is not None:
+            low = f"${self.min_price:,.0f}" if self.min_price is not None else ""
+            high = f"${self.max_price:,.0f}" if self.max_price is not None else ""
+            parts.append(
+                f"{low} to {high} a night"
+                if low and high
+                else f"up to {high} a night"
+                if high
+                else f"from {low} a night"
+            )
+        if self.room_types:
+            parts.append(" or ".join(self.room_types))
+        if self.amenities:
+            parts.append(", ".join(AMENITY_LABELS.get(name, name) for name in self.amenities))
+        if self.max_airport_miles is not None:
+            parts.append(f"within {self.max_airport_miles:g} mi of the airport")
+        if self.max_city_center_miles is not None:
+            parts.append(f"within {self.max_city_center_miles:g} mi of the city center")
+        return "; ".join(parts)

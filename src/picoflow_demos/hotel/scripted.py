@@ -12,26 +12,32 @@ August 2027 and a check-in must be after today.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from picoflow.models import ToolCall
-
 CURRENT_DATE = "2027-07-15"
-
-SUITE_SEARCH: dict[str, Any] = {
-    "check_in": "2027-08-01",
-    "check_out": "2027-08-08",
-    "max_price": 700,
-    "room_types": ["suite"],
-    "amenities": ["freeWiFi", "freeParking"],
-}
-TWO_BEDS_SEARCH: dict[str, Any] = {**SUITE_SEARCH, "room_types": ["two beds"]}
 
 AIRPORT = "Hampton Inn Portland-Airport"
 CLACKAMAS = "Hampton Inn Portland/Clackamas"
 SHERWOOD = "Hampton Inn Sherwood Portland"
+
+
+def found(*items: tuple[str, str, Any]) -> str:
+    """Explore's answer: what the guest's message says, as ``(field, quoted words, value)`` items."""
+    return json.dumps(
+        {"found": [{"field": name, "quote": quote, "value": value} for name, quote, value in items]}
+    )
+
+
+def day(month: int, number: int, year: int | None = None) -> dict[str, int | None]:
+    return {"month": month, "day": number, "year": year}
+
+
+def wants(action: str, hotels: Sequence[int] = (), features: Sequence[str] = ()) -> str:
+    """Present's and Compare's answer: what the guest wants done with the list."""
+    return json.dumps({"hotels": list(hotels), "features": list(features), "action": action})
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,51 +49,31 @@ class ScriptedTurn:
 
 
 CONVERSATION: tuple[ScriptedTurn, ...] = (
-    ScriptedTurn(
-        "Hi", ["Hello! I can help you find a hotel in the Portland, Oregon area. Is your stay in Portland?"]
-    ),
-    ScriptedTurn("yes", ["Great. What are your check-in and check-out dates?"]),
+    ScriptedTurn("Hi", [found()]),
+    ScriptedTurn("yes", [found(("in_portland", "yes", True))]),
     ScriptedTurn(
         "8/1/2027 to 8/8/2027",
-        ["Check-in Sunday 2027-08-01, check-out Sunday 2027-08-08: 7 nights. What is your nightly budget?"],
+        [found(("check_in", "8/1/2027", day(8, 1, 2027)), ("check_out", "8/8/2027", day(8, 8, 2027)))],
     ),
-    ScriptedTurn("max 700", ["Up to $700 a night. Which room type: one bed, two beds or suite?"]),
-    ScriptedTurn(
-        "suite",
-        ["A suite. Any amenities you need? For example freeWiFi, freeParking, freeBreakfast or indoorPool."],
-    ),
+    ScriptedTurn("max 700", [found(("max_price", "max 700", 700))]),
+    ScriptedTurn("suite", [found(("room_types", "suite", ["suite"]))]),
     ScriptedTurn(
         "free wifi, parking",
-        ["Noted: freeWiFi and freeParking. Any maximum distance to the airport or the city center?"],
+        [found(("amenities", "free wifi", ["freeWiFi"]), ("amenities", "parking", ["freeParking"]))],
     ),
-    ScriptedTurn(
-        "none",
-        [
-            "Your search:\n- 2027-08-01 to 2027-08-08 (7 nights)\n- up to $700 a night\n- suite\n"
-            "- freeWiFi, freeParking\nShall I search?"
-        ],
-    ),
-    # The list and its question are written by code: the search is the turn's only model call.
-    ScriptedTurn("search", [ToolCall("capture_choices", {"criteria": SUITE_SEARCH})]),
+    # "none" answers the last question: code searches and lists; the reading is the only model call.
+    ScriptedTurn("none", [found()]),
+    ScriptedTurn("search", [wants("change_search"), found()]),
     ScriptedTurn(
         "change to 2 bed rooms, search",
-        [ToolCall("search_again", {}), ToolCall("capture_choices", {"criteria": TWO_BEDS_SEARCH})],
+        [wants("change_search"), found(("room_types", "2 bed rooms", ["two beds"]))],
     ),
-    ScriptedTurn(
-        "compare hotel 2,5,8 on price",
-        [
-            ToolCall("go_compare", {"hotels": [AIRPORT, CLACKAMAS, SHERWOOD]}),
-            ToolCall("generate_comparison", {"hotels": [AIRPORT, CLACKAMAS, SHERWOOD], "feature": "price"}),
-        ],
-    ),
-    ScriptedTurn("compare on amenities", [ToolCall("generate_comparison", {"feature": "amenities"})]),
-    ScriptedTurn(
-        "compare hotels 2,5 on price",
-        [ToolCall("generate_comparison", {"hotels": [AIRPORT, CLACKAMAS], "feature": "price"})],
-    ),
-    ScriptedTurn("resume booking", [ToolCall("resume_booking", {})]),
-    # The confirmation and the goodbye are written by code too.
-    ScriptedTurn("8", [ToolCall("chosen_hotel", {"hotel": SHERWOOD})]),
+    ScriptedTurn("compare hotel 2,5,8 on price", [wants("compare", [2, 5, 8], ["price"])]),
+    ScriptedTurn("compare on amenities", [wants("compare", [], ["amenities"])]),
+    ScriptedTurn("compare hotels 2,5 on price", [wants("compare", [2, 5], ["price"])]),
+    ScriptedTurn("resume booking", [wants("show_list")]),
+    # The confirmation is written by code too.
+    ScriptedTurn("8", [wants("book", [8])]),
 )
 
 
