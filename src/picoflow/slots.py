@@ -50,7 +50,8 @@ class Ask:
     question: str
     fields: tuple[str, ...]
     optional: bool = False
-    """Asked once: a reply giving none of its fields ("none", "no preference") answers it."""
+    """Asked once: whatever the reply, it is answered ("none", "no preference", or the user speaking
+    of something else all leave its fields unknown, and it is not asked again)."""
 
     @property
     def key(self) -> str:
@@ -60,8 +61,8 @@ class Ask:
 def ask(question: str, *fields: str, optional: bool = False) -> Ask:
     """The question that fills ``fields`` of the slots model, asked in code, word for word.
 
-    A required question is answered when all its fields are known. An ``optional`` one is answered
-    when any of its fields is known, or when the user replied to it without giving any.
+    A required question is answered when all its fields are known, and asked until they are. An
+    ``optional`` one is asked once: any reply answers it, whether it gives its fields or not.
     """
     if not question.strip():
         raise FlowDefinitionError("ask() needs the question's text")
@@ -260,7 +261,7 @@ class SlotStep(Step):
     Subclass it with ``slots`` (a Pydantic model whose fields all default to None: the partial
     value the model extracts each turn), ``questions`` (``ask(...)`` in the order to ask them) and
     ``on_complete(values)``, which gets the whole validated value and returns where to go next.
-    State: ``slots`` (known values), ``declined`` (optional questions answered with nothing) and
+    State: ``slots`` (known values), ``declined`` (optional questions replied to without their fields) and
     ``asking`` (the question the user's next message answers).
     """
 
@@ -374,7 +375,7 @@ class SlotStep(Step):
         merged = merge_slots(self.slots, self.known, response.given)
         self.state["slots"] = merged.values
         asking = next((q for q in self.questions if q.key == self.state.get("asking")), None)
-        if asking is not None and asking.optional and not response.given:
+        if asking is not None and asking.optional and not set(asking.fields) & set(response.given):
             self.state["declined"] = [*(self.state.get("declined") or ()), asking.key]
         if merged.problems and self._corrections() < self.max_corrections:
             rules = "\n".join(f"- {name}: {why}" for name, why in merged.problems.items())

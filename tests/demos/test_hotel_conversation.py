@@ -102,15 +102,15 @@ TRANSCRIPT = [
     "Explore | user: Hi",
     "Explore | assistant [direct]: Hello! I can help you find a hotel in the Portland, Oregon a",
     "Explore | user: yes",
-    "Explore | assistant [direct]: Noted. What are your check-in and check-out dates?",
+    "Explore | assistant [direct]: Great. What are your check-in and check-out dates?",
     "Explore | user: 8/1/2027 to 8/8/2027",
     "Explore | assistant [direct]: Check-in Sunday August 1, 2027, check-out Sunday August 8, 2",
     "Explore | user: max 700",
-    "Explore | assistant [direct]: Noted. Which room type would you like: one bed, two beds or ",
+    "Explore | assistant [direct]: Noted: up to $700 a night. Which room type would you like: o",
     "Explore | user: suite",
-    "Explore | assistant [direct]: Noted. Which amenities do you need? For example free WiFi, f",
+    "Explore | assistant [direct]: Noted: suite. Which amenities do you need? For example free ",
     "Explore | user: free wifi, parking",
-    "Explore | assistant [direct]: Noted. Any maximum distance to the airport or the city cente",
+    "Explore | assistant [direct]: Noted: Free Wi-Fi, Free parking. Any maximum distance to the",
     "Explore | user: none",
     "Present | assistant [direct]: **Aug 1 to Aug 8, 7 nights; up to $700 a night; suite; Free ",
     "Present | user: search",
@@ -149,12 +149,12 @@ async def test_every_reply_is_written_by_code(chat: Chat) -> None:
     assert all(result.ok for result in chat.results), [result.error for result in chat.results]
     assert [result.message for result in chat.results] == [
         "Hello! I can help you find a hotel in the Portland, Oregon area. Is your stay in the Portland area?",
-        "Noted. What are your check-in and check-out dates?",
+        "Great. What are your check-in and check-out dates?",
         "Check-in Sunday August 1, 2027, check-out Sunday August 8, 2027: 7 nights. "
         "What nightly budget do you have in mind: a minimum, a maximum or both?",
-        "Noted. Which room type would you like: one bed, two beds or suite?",
-        "Noted. Which amenities do you need? For example free WiFi, free parking or free breakfast.",
-        "Noted. Any maximum distance to the airport or the city center, in miles?",
+        "Noted: up to $700 a night. Which room type would you like: one bed, two beds or suite?",
+        "Noted: suite. Which amenities do you need? For example free WiFi, free parking or free breakfast.",
+        "Noted: Free Wi-Fi, Free parking. Any maximum distance to the airport or the city center, in miles?",
         f"{SUITE_SEARCH}\n\n{SUITES}\n\n{CHOOSE}",
         f"{SUITE_SEARCH}\n\n{SUITES}\n\n{CHOOSE}",
         f"{TWO_BEDS_SEARCH}\n\n{TWO_BEDS}\n\n{CHOOSE}",
@@ -188,7 +188,7 @@ async def test_each_request_shows_only_the_question_and_the_answer(chat: Chat) -
     # Explore: the question code asked, then the guest's words; never the earlier answers.
     [dates] = chat.turn_requests(3)
     assert request_lines(dates)[1:] == [
-        "assistant [direct]: Noted. What are your check-in and check-out dates?",
+        "assistant [direct]: Great. What are your check-in and check-out dates?",
         "user: 8/1/2027 to 8/8/2027",
     ]
     # Present and Compare: only the guest's latest words; the list is in the prompt, tables never sent.

@@ -36,7 +36,7 @@ from picoflow.messages import Message
 from picoflow.slots import EXTRACT_RULES
 from picoflow_demos._common import usd
 from picoflow_demos.hotel.criteria import Criteria, long_date, today
-from picoflow_demos.hotel.pricing import HotelQuote, stay_nights
+from picoflow_demos.hotel.pricing import AMENITY_LABELS, HotelQuote, stay_nights
 from picoflow_demos.hotel.tables import Feature, comparison, hotel_list, night_label
 
 EXPLORE = Prompt.file("explore.md")
@@ -102,7 +102,7 @@ class Explore(SlotStep):
     slots = Criteria
     intro = GREETING
     questions = [
-        ask("Is your stay in the Portland area?", "in_portland"),
+        ask("Is your stay in the Portland area?", "in_portland", optional=True),
         ask("What are your check-in and check-out dates?", "check_in", "check_out"),
         ask(
             "What nightly budget do you have in mind: a minimum, a maximum or both?",
@@ -128,13 +128,36 @@ class Explore(SlotStep):
         return f"{EXPLORE.render(today=f'{today():%A} {today().isoformat()}')}\n{EXTRACT_RULES}"
 
     def acknowledge(self, values: Criteria, accepted: Sequence[str]) -> str:
+        """What code understood, said back, so the guest can correct a misreading at once."""
+        said = ["Great."] if "in_portland" in accepted else []
         if values.check_in and values.check_out and {"check_in", "check_out"} & set(accepted):
             nights = len(values.nights)
-            return (
+            said.append(
                 f"Check-in {long_date(values.check_in)}, check-out {long_date(values.check_out)}: "
                 f"{nights} night{'s' if nights != 1 else ''}."
             )
-        return "Noted." if accepted else ""
+        noted = [
+            text
+            for name, text in (
+                ("max_price", values.max_price and f"up to ${values.max_price:,.0f} a night"),
+                ("min_price", values.min_price is not None and f"from ${values.min_price:,.0f} a night"),
+                ("room_types", values.room_types and " or ".join(values.room_types)),
+                ("amenities", values.amenities and ", ".join(AMENITY_LABELS[a] for a in values.amenities)),
+                (
+                    "max_airport_miles",
+                    values.max_airport_miles and f"within {values.max_airport_miles:g} mi of the airport",
+                ),
+                (
+                    "max_city_center_miles",
+                    values.max_city_center_miles
+                    and f"within {values.max_city_center_miles:g} mi of the city center",
+                ),
+            )
+            if name in accepted and isinstance(text, str)
+        ]
+        if noted:
+            said.append(f"Noted: {'; '.join(noted)}.")
+        return " ".join(said)
 
     def phrase(self, question: Ask, values: Criteria) -> str:
         if question.key == "check_in" and values.check_in and not values.check_out:

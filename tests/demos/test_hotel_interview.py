@@ -1,0 +1,203 @@
+"""The hotel interview and list with a scripted model: any order, all at once, misreadings, refusals.
+
+The model's readings are scripted; what is asserted is what code makes of them: which answers are
+kept, which are dropped as not the guest's, what the guest is asked or told, and what the search
+used.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from picoflow import FlowEngine
+from picoflow.models import ScriptedModel
+from picoflow_demos.hotel import HotelFlow
+from picoflow_demos.hotel.scripted import day, found, wants
+
+from .conftest import Chat
+
+PORTLAND = "Is your stay in the Portland area?"
+DATES = "What are your check-in and check-out dates?"
+BUDGET = "What nightly budget do you have in mind: a minimum, a maximum or both?"
+ROOM = "Which room type would you like: one bed, two beds or suite?"
+AMENITIES = "Which amenities do you need? For example free WiFi, free parking or free breakfast."
+DISTANCE = "Any maximum distance to the airport or the city center, in miles?"
+HELLO = "Hello! I can help you find a hotel in the Portland, Oregon area."
+ALL_AT_ONCE = "A suite from August 1 to August 8, up to 300 a night, with free wifi and parking"
+
+
+def chat_with(*script: str) -> Chat:
+    model = ScriptedModel(list(script))
+    return Chat(FlowEngine([HotelFlow], model=model), model, "hotel")
+
+
+async def explore_state(chat: Chat) -> dict[str, object]:
+    session = await chat.engine.store.load(chat.session_id or "")
+    assert session is not None
+    return dict(session.state_of("Explore"))
+
+
+async def test_everything_in_one_message_is_kept_and_searched() -> None:
+    chat = chat_with(
+        found(),
+        found(
+            ("room_types", "a suite", ["suite"]),
+            ("check_in", "August 1", day(8, 1)),
+            ("check_out", "August 8", day(8, 8)),
+            ("max_price", "up to 300", 300),
+            ("amenities", "free wifi", ["freeWiFi"]),
+            ("amenities", "parking", ["freeParking"]),
+        ),
+        found(),
+    )
+    replies = [result.message for result in await chat.say_all(["Hi", ALL_AT_ONCE, "none"])]
+    assert replies[0] == f"{HELLO} {PORTLAND}"
+    # The Portland question was asked once; a reply about the stay answers it. Only distance is left.
+    assert replies[1] == (
+        "Check-in Sunday August 1, 2027, check-out Sunday August 8, 2027: 7 nights. "
+        f"Noted: up to $300 a night; suite; Free Wi-Fi, Free parking. {DISTANCE}"
+    )
+    # No suite costs $300 or less a night in August: the budget is honoured, not dropped.
+    assert replies[2] == (
+        "No hotel matches Aug 1 to Aug 8, 7 nights; up to $300 a night; suite; Free Wi-Fi, Free parking. "
+        "Would you like to relax one of them: the budget, the room type, the amenities or the distance?"
+    )
+    assert (await explore_state(chat))["slots"] == {
+        "room_types": ["suite"],
+        "check_in": "2027-08-01",
+        "check_out": "2027-08-08",
+        "max_price": 300.0,
+        "amenities": ["freeWiFi", "freeParking"],
+    }
+    # Raising the budget later searches again with every other answer kept.
+    chat.model.extend([found(("max_price", "700", 700))])
+    result = await chat.say("ok, 700 then")
+    assert result.step == "Present"
+    assert result.message.startswith(
+        "**Aug 1 to Aug 8, 7 nights; up to $700 a night; suite; Free Wi-Fi, Free parking**\n\n1. "
+    )
+
+
+async def test_a_budget_given_early_is_not_asked_for_and_is_in_the_search() -> None:
+    chat = chat_with(
+        found(("max_price", "under $500", 500)),
+        found(("in_portland", "yes", True)),
+        found(("check_in", "8/1/2027", day(8, 1, 2027)), ("check_out", "8/3/2027", day(8, 3, 2027))),
+        found(("room_types", "two beds", ["two beds"])),
+        found(),
+        found(),
+    )
+    said = ["Hi, under $500 a night please", "yes", "8/1/2027 to 8/3/2027", "two beds", "nothing", "no"]
+    replies = [result.message for result in await chat.say_all(said)]
+    assert replies[:5] == [
+        f"{HELLO} Noted: up to $500 a night. {PORTLAND}",
+        f"Great. {DATES}",
+        f"Check-in Sunday August 1, 2027, check-out Tuesday August 3, 2027: 2 nights. {ROOM}",
+        f"Noted: two beds. {AMENITIES}",
+        DISTANCE,
+    ]
+    assert BUDGET not in " ".join(replies)
+    assert replies[5].startswith("**Aug 1 to Aug 3, 2 nights; up to $500 a night; two beds**")
+    session = await chat.engine.store.load(chat.session_id or "")
+    assert session is not None
+    quotes = session.state_of("Present")["hotels"]
+    assert quotes and all(float(night) <= 500 for quote in quotes for night in quote["nightly"])
+
+
+async def test_values_the_guest_did_not_write_are_dropped() -> None:
+    # A small model answers "Hi" with a whole plausible stay, or reads "2,5,8" as a price of 258.
+    chat = chat_with(
+        found(("check_in", "next week", day(7, 20)), ("max_price", "Hi", 300)),
+        found(("in_portland", "yes", True), ("max_price", "yes 2,5,8", 258)),
+    )
+    first, second = await chat.say_all(["Hi", "yes 2,5,8"])
+    assert first.message == f"{HELLO} {PORTLAND}"
+    assert second.message == f"Great. {DATES}"
+    assert (await explore_state(chat))["slots"] == {"in_portland": True}
+
+
+async def test_a_past_check_in_goes_back_to_the_model_once_then_to_the_guest() -> None:
+    past = found(("check_in", "7/1", day(7, 1, 2027)), ("check_out", "7/4", day(7, 4, 2027)))
+    chat = chat_with(found(("in_portland", "yes", True)), past, past)
+    await chat.say("yes")
+    result = await chat.say("7/1 to 7/4")
+    assert result.message == (
+        f"Sorry, the check-in date must be after today, Thursday July 15, 2027. {DATES}"
+    )
+    assert result.usage.model_calls == 2
+    [_, retry] = chat.turn_requests(2)
+    correction = retry.messages[-1]
+    assert (
+        correction.kind == "correction"
+        and "check_in: the check-in date must be after today" in correction.content
+    )
+    assert "7/1" not in correction.content and "2027-07-01" not in correction.content
+    # The check-out alone was valid and is kept; only the dates question is asked again.
+    assert (await explore_state(chat))["slots"] == {"in_portland": True, "check_out": "2027-07-04"}
+
+
+async def test_a_stay_outside_portland_is_refused_with_the_reason() -> None:
+    no = found(("in_portland", "no, Seattle", False))
+    chat = chat_with(no, no)
+    result = await chat.say("no, Seattle")
+    assert result.message == f"{HELLO} Sorry, we only have hotels in the Portland, Oregon area. {PORTLAND}"
+    assert "in_portland" not in (await explore_state(chat))["slots"]
+
+
+@pytest.fixture
+async def listed() -> Chat:
+    chat = chat_with(
+        found(
+            ("check_in", "8/1/2027", day(8, 1, 2027)),
+            ("check_out", "8/8/2027", day(8, 8, 2027)),
+            ("room_types", "suite", ["suite"]),
+        ),
+        found(),
+        found(),
+        found(),
+        found(),
+    )
+    for text in ["suite 8/1/2027 to 8/8/2027", "yes", "no", "no", "no"]:
+        result = await chat.say(text)
+    assert result.step == "Present", result.message
+    return chat
+
+
+async def test_the_list_answers_what_the_guest_asks(listed: Chat) -> None:
+    listed.model.extend(
+        [
+            wants("book", [40]),
+            wants("book", []),
+            wants("compare", [1, 3], ["amenities", "price"]),
+            wants("other"),
+            wants("goodbye"),
+        ]
+    )
+    replies = [
+        result.message
+        for result in await listed.say_all(["40", "book it", "compare 1 and 3", "what about pools?", "bye"])
+    ]
+    session = await listed.engine.store.load(listed.session_id or "")
+    assert session is not None
+    names = [hotel["name"] for hotel in session.state_of("Present")["hotels"]]
+    assert replies[0].startswith(
+        f"The list has hotels 1 to {len(names)}. Which hotel would you like to book?"
+    )
+    assert (
+        replies[1] == f"Which hotel would you like to book? Give one number from the list, 1 to {len(names)}."
+    )
+    assert replies[2].startswith(f"| Amenity | #1 {names[0]} | #3 {names[2]} |")
+    assert "| Night | #1 " in replies[2] and replies[2].endswith("Another comparison or ready to book?")
+    assert replies[3].startswith("I can book one of these hotels, compare them on price")
+    assert replies[4] == "Thank you for visiting. Goodbye, and you are welcome back any time!"
+    assert [result.step for result in listed.results[-5:]] == [
+        "Present",
+        "Present",
+        "Compare",
+        "Present",
+        "Goodbye",
+    ]
+    assert listed.results[-1].completed
+    session = await listed.engine.store.load(listed.session_id or "")
+    assert session is not None and session.status == "completed"
+    assert "booking" not in session.state_of("Goodbye")
