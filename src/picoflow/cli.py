@@ -31,12 +31,14 @@ from rich.table import Table
 import picoflow
 from picoflow.context import Caller
 from picoflow.engine import FlowEngine, TurnResult
+from picoflow.evals import SCRIPTED, EvalResult, ScenarioError, load_scenarios, run_eval
+from picoflow.evals.report import ProgressPrinter, print_result, write_report
 from picoflow.events import StepEntered, ToolCalled, TurnEvent
 from picoflow.exceptions import PicoflowError
 from picoflow.flow import Flow
 from picoflow.messages import Message, ToolCall
 from picoflow.models import Model, ScriptedModel
-from picoflow.models.catalog import default_selection
+from picoflow.models.catalog import as_selection, create_model, default_selection
 from picoflow.sessions.base import SessionStatus, SessionStore
 from picoflow.sessions.factory import open_store
 
@@ -396,6 +398,62 @@ def graph(
     if flow not in specs:
         raise _fail(f"no flow named {flow!r}; known: {', '.join(specs)}")
     typer.echo(flow_mermaid(specs[flow], current=step), nl=False)
+
+
+@app.command("eval")
+def eval_scenarios(
+    scenarios: Annotated[Path, typer.Argument(help="A scenario file (YAML) or a folder of them.")],
+    flow: Annotated[str | None, typer.Option(help="Flow of the scenarios whose file names none.")] = None,
+    model: ModelOpt = None,
+    runs: Annotated[int, typer.Option(min=1, help="Plays of each scenario, each in a fresh session.")] = 1,
+    min_pass: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Share of runs that must pass; exit status 1 below it.")
+    ] = 1.0,
+    report: Annotated[Path | None, typer.Option(help="Write the whole result to this JSON file.")] = None,
+    judge: Annotated[
+        str | None, typer.Option(help="Model that scores judge: criteria (a --model selection).")
+    ] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(help="Session store URL (default: in memory, so your sessions stay untouched)."),
+    ] = None,
+    flows: FlowsOpt = None,
+) -> None:
+    """Play scenario files against a model, run after run, and measure how often the flow behaves.
+
+    --model scripted plays each turn's scripted: responses from the scenario files.
+    """
+    try:
+        loaded = load_scenarios(scenarios)
+        flow_classes = load_flows(flows)
+        chosen = SCRIPTED if (model or "").strip() == SCRIPTED else build_model(model)
+        referee = build_model(judge)
+        if isinstance(referee, str):
+            referee = create_model(as_selection(referee))
+        opened = open_store(store) if store else None
+    except (ScenarioError, CliError, PicoflowError, ValueError) as exc:
+        raise _fail(str(exc), code=2) from None
+
+    async def work() -> EvalResult:
+        try:
+            return await run_eval(
+                loaded, flow_classes, model=chosen, runs=runs, judge=referee, default_flow=flow,
+                store=opened, on_turn=ProgressPrinter(console, runs),
+            )  # fmt: skip
+        finally:
+            if opened is not None:
+                await opened.close()
+
+    try:
+        result = asyncio.run(work())
+    except (ScenarioError, PicoflowError, ValueError) as exc:
+        raise _fail(str(exc), code=2) from None
+    print_result(console, result, min_pass)
+    if report is not None:
+        write_report(result, report)
+        console.print(f"[dim]report written to {escape(str(report))}[/dim]")
+    if result.pass_rate < min_pass:
+        raise typer.Exit(1)
 
 
 # --- sessions and the database -----------------------------------------------------------------------

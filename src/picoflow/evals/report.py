@@ -1,0 +1,117 @@
+"""Showing an eval: a line per turn while it runs, then a table per scenario, and the JSON report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from picoflow.evals.results import EvalResult, ScenarioResult, Timing, TurnRecord
+from picoflow.evals.scenario import Scenario
+
+__all__ = ["ProgressPrinter", "print_result", "write_report"]
+
+
+class ProgressPrinter:
+    """Prints each turn as soon as it is checked: a local model may take minutes per run."""
+
+    def __init__(self, console: Console, runs: int) -> None:
+        self.console = console
+        self.runs = runs
+
+    def __call__(self, scenario: Scenario, run: int, turn: TurnRecord) -> None:
+        mark = "[green]✓[/green]" if turn.passed else "[red]✗[/red]"
+        where = f"{escape(scenario.name)} run {run}/{self.runs} turn {turn.index}/{len(scenario.turns)}"
+        line = f"{mark} [dim]{where}[/dim] {turn.seconds:5.1f}s {escape(turn.step or '-')}"
+        if turn.failures:
+            line += " [red]" + escape(", ".join(check.name for check in turn.failures)) + "[/red]"
+        self.console.print(line)
+
+
+def print_result(console: Console, result: EvalResult, min_pass: float) -> None:
+    """A table per scenario (pass rate, most failed check and timings per turn), then the verdict."""
+    for scenario in result.scenarios:
+        _print_scenario(console, result, scenario)
+    if result.unscored:
+        console.print(
+            f"[yellow]note:[/yellow] {result.unscored} judge check(s) were not scored"
+            + (
+                "; pass --judge MODEL to score them"
+                if result.judge is None
+                else " (the judge gave no verdict)"
+            )
+        )
+    if result.judge is not None:
+        usage = result.judge_usage
+        spent = f"{usage.model_calls} calls, {usage.total_tokens:,} tokens"
+        console.print(f"[dim]judge {escape(result.judge)}: {spent}[/dim]")
+    verdict = "[green]PASS[/green]" if result.pass_rate >= min_pass else "[red]FAIL[/red]"
+    console.print(
+        f"{verdict} {result.runs_passed}/{result.runs} runs passed ({_percent(result.pass_rate)}); "
+        f"minimum {_percent(min_pass)}"
+    )
+
+
+def _print_scenario(console: Console, result: EvalResult, scenario: ScenarioResult) -> None:
+    title = (
+        f"{escape(scenario.scenario.name)} · flow {escape(scenario.flow)} · model {escape(result.model)} · "
+        f"{len(scenario.runs)} run(s)"
+    )
+    # No vertical rules: the table fits 80 columns (a log file) and grows on a wide terminal.
+    table = Table(title=title, box=box.SIMPLE_HEAD)
+    table.add_column("#", justify="right", no_wrap=True, min_width=2)
+    table.add_column("user", overflow="ellipsis", no_wrap=True, min_width=12, max_width=40, ratio=2)
+    table.add_column("passed", no_wrap=True)
+    for heading in ("median s", "p90 s", "max s", "calls"):
+        table.add_column(heading, justify="right", no_wrap=True)
+    table.add_column("failed most", overflow="fold", min_width=12, ratio=3)
+    for index, turn in enumerate(scenario.scenario.turns, 1):
+        records = scenario.turns_at(index)
+        passed = sum(record.passed for record in records)
+        rate = f"{passed}/{len(records)} {_percent(scenario.turn_pass_rate(index))}"
+        worst = scenario.most_failed(index)
+        timing = Timing.of([record.seconds for record in records])
+        calls = sum(record.usage.model_calls for record in records) / len(records) if records else 0.0
+        table.add_row(
+            str(index),
+            escape(turn.user),
+            rate if passed == len(records) else f"[red]{rate}[/red]",
+            *_seconds(timing),
+            f"{calls:.1f}",
+            escape(f"{worst[0]} ({worst[1]}×)") if worst else "",
+        )
+    console.print(table)
+    runs = f"{scenario.runs_passed}/{len(scenario.runs)} ({_percent(scenario.pass_rate)})"
+    console.print(f"  runs passed     {runs}")
+    timing, later = scenario.timing(), scenario.timing(skip_first=True)
+    if timing is not None:
+        median, p90, slowest = _seconds(timing)
+        after = f"; median without the first turn {later.median:.2f}s" if later else ""
+        console.print(f"  turn time       median {median}s, p90 {p90}s, max {slowest}s{after}")
+    usage = scenario.usage()
+    console.print(
+        f"  usage           {usage.model_calls} model call(s), {usage.tool_calls} tool call(s), "
+        f"{usage.total_tokens:,} tokens ({usage.input_tokens:,} in + {usage.output_tokens:,} out)"
+    )
+
+
+def write_report(result: EvalResult, path: Path) -> None:
+    """The whole result as JSON: per run, per turn, every failed check with expected and actual."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        json.dumps(result.as_json(), indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8"
+    )
+
+
+def _seconds(timing: Timing | None) -> tuple[str, str, str]:
+    if timing is None:
+        return ("-", "-", "-")
+    return (f"{timing.median:.2f}", f"{timing.p90:.2f}", f"{timing.max:.2f}")
+
+
+def _percent(rate: float) -> str:
+    return f"{rate:.0%}"

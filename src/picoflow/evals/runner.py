@@ -1,0 +1,274 @@
+"""Playing scenarios against a flow, run after run, and checking every turn.
+
+Each run plays every turn of a scenario in a fresh session. A failed turn does not stop the run:
+the later turns are still played and checked, so each turn's pass rate means something on its
+own. All runs share one engine (so a local model is loaded once) and one store, an in-memory one
+unless the caller passes another, so an eval never touches an application's sessions.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from picoflow.engine import FlowEngine, TurnResult
+from picoflow.evals.checks import Check, Observation, check_turn
+from picoflow.evals.judge import Judge, render_transcript
+from picoflow.evals.results import EvalResult, RunRecord, ScenarioResult, TurnRecord
+from picoflow.evals.scenario import Scenario, ScenarioError, Turn
+from picoflow.exceptions import ScriptExhausted
+from picoflow.flow import Flow, FlowSpec
+from picoflow.messages import Message, ModelRequest, ModelResponse
+from picoflow.models.base import Model
+from picoflow.models.catalog import ModelSelection
+from picoflow.models.scripted import ScriptedModel
+from picoflow.sessions.base import SessionStore
+from picoflow.sessions.memory import MemoryStore
+from picoflow.usage import UsageLimits
+
+__all__ = ["SCRIPTED", "TurnReporter", "run_eval"]
+
+#: ``model=SCRIPTED`` plays each turn's ``scripted:`` responses from the scenario file.
+SCRIPTED = "scripted"
+
+#: Called after every turn with the scenario, the run number (1-based) and the turn's record.
+TurnReporter = Callable[[Scenario, int, TurnRecord], None]
+
+
+class _Playback(Model):
+    """Plays the ``scripted:`` responses of the turn being played, and notices what a turn left unused."""
+
+    name = "scripted:scenario"
+
+    def __init__(self) -> None:
+        self._script = ScriptedModel([], name=self.name)
+        self._turn = 0
+        self._given = 0
+
+    def start_run(self) -> None:
+        # One ScriptedModel per run keeps tool call ids unique within a session (call_1, call_2, ...).
+        self._script = ScriptedModel([], name=self.name)
+        self._turn = 0
+
+    def start_turn(self, turn: Turn) -> None:
+        self._turn += 1
+        self._given = len(turn.scripted)
+        self._script.extend(turn.script())
+
+    def leftover(self) -> int:
+        """Responses of this turn the flow did not ask for; dropped so the next turn starts in step."""
+        unused = self._script.remaining
+        del self._script.script[len(self._script.script) - unused :]
+        return unused
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        if self._script.remaining == 0:
+            raise ScriptExhausted(
+                f"turn {self._turn} has {self._given} scripted response(s) and step {request.step} asked "
+                "for one more",
+                step=request.step,
+            )
+        return await self._script.request(request)
+
+
+async def run_eval(
+    scenarios: Sequence[Scenario],
+    flows: Sequence[type[Flow]],
+    *,
+    model: Model | str | ModelSelection | None = None,
+    runs: int = 1,
+    judge: Model | None = None,
+    default_flow: str | None = None,
+    store: SessionStore | None = None,
+    deps: Any = None,
+    limits: UsageLimits | None = None,
+    on_turn: TurnReporter | None = None,
+) -> EvalResult:
+    """Play every scenario ``runs`` times and check each turn's expectations.
+
+    Args:
+        scenarios: From ``load_scenarios``.
+        flows: The flow classes the scenarios talk to.
+        model: The model of every step (``"local"``, ``"openai:gpt-4.1-mini"``, a ``Model``...);
+            ``SCRIPTED`` plays the scenarios' ``scripted:`` responses; None keeps each flow's own.
+        runs: Plays of each scenario, each in a fresh session.
+        judge: Scores ``judge:`` criteria; without one they are reported as not scored.
+        default_flow: The flow of scenarios that do not name one.
+        store: Where the sessions go (an in-memory store, closed at the end, by default).
+        deps: Application dependencies for the tools, as in ``FlowEngine``.
+        limits: Per-turn budgets overriding the flows' own.
+        on_turn: Told about every turn as soon as it is checked (progress output).
+
+    Raises ``ScenarioError`` before anything runs when a scenario names an unknown flow, step or tool.
+    """
+    if runs < 1:
+        raise ValueError("runs must be at least 1")
+    playback = _Playback() if model == SCRIPTED else None
+    engine = FlowEngine(
+        flows, store=store or MemoryStore(), model=playback or model, deps=deps, limits=limits
+    )
+    planned = [(scenario, _flow_of(engine, scenario, default_flow)) for scenario in scenarios]
+    for scenario, spec in planned:
+        _check_names(scenario, spec)
+        if playback is not None and not scenario.scripted:
+            raise ScenarioError(
+                f"{scenario.source}: no turn has scripted responses to play with the scripted model"
+            )
+    referee = Judge(judge) if judge is not None else None
+    result = EvalResult(
+        model=_describe(model), judge=judge.name if judge is not None else None, runs_per_scenario=runs
+    )
+    try:
+        for scenario, spec in planned:
+            records = []
+            for number in range(1, runs + 1):
+                records.append(await _play(engine, scenario, spec.name, number, playback, referee, on_turn))
+            result.scenarios.append(ScenarioResult(scenario, spec.name, tuple(records)))
+    finally:
+        if store is None:
+            await engine.store.close()
+    if referee is not None:
+        result.judge_usage = referee.usage
+    return result
+
+
+async def _play(
+    engine: FlowEngine,
+    scenario: Scenario,
+    flow: str,
+    number: int,
+    playback: _Playback | None,
+    judge: Judge | None,
+    on_turn: TurnReporter | None,
+) -> RunRecord:
+    caller = scenario.caller.caller()
+    session_id: str | None = None
+    committed = 0  # seq of the first message a turn may append: earlier ones belong to earlier turns
+    records: list[TurnRecord] = []
+    if playback is not None:
+        playback.start_run()
+    with _environment(scenario.env):
+        for index, turn in enumerate(scenario.turns, 1):
+            if playback is not None:
+                playback.start_turn(turn)
+            started = time.perf_counter()
+            result = await engine.run(flow, turn.user, session_id, context=caller)
+            seconds = time.perf_counter() - started
+            session_id = result.session_id or session_id
+            seen, messages = await _observe(engine, result, session_id, committed)
+            if seen.session is not None:
+                committed = seen.session.next_seq
+            checks = check_turn(turn.expect, seen)
+            if playback is not None and (unused := playback.leftover()):
+                checks.append(
+                    Check("scripted", "failed", len(turn.scripted), len(turn.scripted) - unused,
+                          f"{unused} scripted response(s) of this turn were not asked for")
+                )  # fmt: skip
+            transcript = render_transcript(messages)
+            for criterion in turn.expect.judge:
+                checks.append(await _judged(judge, criterion, transcript, result.message))
+            record = TurnRecord(
+                index=index,
+                user=turn.user,
+                reply=result.message,
+                step=seen.step,
+                completed=seen.completed,
+                seconds=seconds,
+                usage=result.usage,
+                checks=tuple(checks),
+                error=seen.error,
+            )
+            records.append(record)
+            if on_turn is not None:
+                on_turn(scenario, number, record)
+    return RunRecord(number, session_id, tuple(records))
+
+
+async def _observe(
+    engine: FlowEngine, result: TurnResult, session_id: str | None, committed: int
+) -> tuple[Observation, list[Message]]:
+    """What the turn left behind, and the session's whole transcript (for the judge)."""
+    session = await engine.store.load(session_id) if session_id else None
+    messages = await engine.store.transcript(session.id) if session is not None else []
+    detail = None
+    if result.error is not None and result.error.reference is not None:
+        # The reply holds the public text only; the record filed beside the session says what broke.
+        filed = await engine.store.errors(result.error.reference)
+        detail = filed[-1].message if filed else None
+    return Observation(result, session, [m for m in messages if m.seq >= committed], detail), messages
+
+
+async def _judged(judge: Judge | None, criterion: str, transcript: str, reply: str) -> Check:
+    name = f"judge: {criterion if len(criterion) <= 60 else criterion[:59] + '…'}"
+    if judge is None:
+        return Check(name, "unscored", criterion, None, "no judge model (--judge)")
+    verdict = await judge.score(criterion, transcript, reply)
+    if verdict.passed is None:
+        return Check(name, "unscored", criterion, None, verdict.reason)
+    outcome = "pass" if verdict.passed else "fail"
+    return Check(name, "passed" if verdict.passed else "failed", criterion, outcome, verdict.reason)
+
+
+@contextmanager
+def _environment(env: Mapping[str, str]) -> Iterator[None]:
+    """Set the scenario's variables for one run, ``{run_dir}`` made a fresh folder; restore them after."""
+    if not env:
+        yield
+        return
+    saved = {name: os.environ.get(name) for name in env}
+    with tempfile.TemporaryDirectory(prefix="picoflow-eval-") as run_dir:
+        try:
+            for name, value in env.items():
+                os.environ[name] = value.replace("{run_dir}", run_dir)
+            yield
+        finally:
+            for name, before in saved.items():
+                if before is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = before
+
+
+def _flow_of(engine: FlowEngine, scenario: Scenario, default_flow: str | None) -> FlowSpec:
+    name = scenario.flow or default_flow
+    if name is None:
+        raise ScenarioError(f"{scenario.source}: name the flow in the file (flow: ...) or with --flow")
+    known = {spec.name: spec for spec in engine.flows}
+    if name not in known:
+        raise ScenarioError(f"{scenario.source}: no flow named {name!r}; known: {', '.join(known) or 'none'}")
+    return known[name]
+
+
+def _check_names(scenario: Scenario, spec: FlowSpec) -> None:
+    """Refuse steps and tools the flow does not have: a typo would otherwise fail every run, slowly."""
+    steps = ", ".join(spec.steps)
+    tools = {name for step in spec.steps.values() for name in step.tools}
+    for index, turn in enumerate(scenario.turns, 1):
+        expect = turn.expect
+        named = [("expect.step", expect.step)] if expect.step is not None else []
+        named += [(f"expect.state.{path}", path.split(".", 1)[0]) for path in expect.state]
+        for field, step in named:
+            if step not in spec.steps:
+                raise ScenarioError(
+                    f"{scenario.where(index)}, {field}: no step {step!r} in flow {spec.name}; steps: {steps}"
+                )
+        for field, calls in (
+            ("tool_called", expect.tool_called),
+            ("tool_not_called", expect.tool_not_called),
+        ):
+            for call in calls:
+                if call.name not in tools:
+                    raise ScenarioError(
+                        f"{scenario.where(index)}, expect.{field}: no tool {call.name!r} in flow "
+                        f"{spec.name}; tools: {', '.join(sorted(tools))}"
+                    )
+
+
+def _describe(model: Model | str | ModelSelection | None) -> str:
+    if model is None:
+        return "each flow's own"
+    return model.name if isinstance(model, Model) else str(model)

@@ -1,0 +1,330 @@
+"""Scenario files: a conversation in YAML, with what each turn must achieve.
+
+```yaml
+name: refund-once
+flow: orders
+env: {ORDERS_FLOW_CURRENT_DATE: "2026-11-20", PICOFLOW_ORDERS_DB: "{run_dir}/orders.sqlite3"}
+caller: {principal: C-1001, visibilities: [partner], config: {}}
+turns:
+  - user: Please refund order 40004
+    scripted: [{tool: refund_order, args: {order_id: 40004}}]
+    expect:
+      step: ApproveRefund
+      state: {ApproveRefund.order_id: 40004, Support.refund: {$absent: true}}
+      tool_called: {name: refund_order, args: {order_id: 40004}, ok: true}
+```
+
+``load_scenarios`` (``picoflow.evals.loading``) validates files whole before anything runs; a mistake
+is a ``ScenarioError`` naming the file, the turn and the field. Value matchers (``state`` values and
+tool ``args``) are described in ``picoflow.evals.checks``.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+from picoflow.context import Caller
+from picoflow.messages import ToolCall
+
+__all__ = [
+    "CallerSpec",
+    "CountRange",
+    "Expectations",
+    "Scenario",
+    "ScenarioError",
+    "ScriptedCall",
+    "ToolExpectation",
+    "Turn",
+]
+
+#: Operators a matcher mapping may use instead of a literal value.
+OPERATORS = frozenset({"$absent", "$regex", "$exact"})
+
+
+class ScenarioError(Exception):
+    """A scenario that cannot be played; the message names the file, the turn and the field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CallerSpec(_Strict):
+    """Who talks to the flow: becomes ``picoflow.context.Caller``."""
+
+    principal: str | None = None
+    visibilities: list[str] = Field(default_factory=list)
+    config: dict[str, Any] = Field(default_factory=dict)
+
+    def caller(self) -> Caller:
+        return Caller(principal=self.principal, visibilities=frozenset(self.visibilities), config=self.config)
+
+
+class ScriptedCall(_Strict):
+    """One tool call of a scripted model response."""
+
+    tool: str = Field(min_length=1)
+    args: dict[str, Any] = Field(default_factory=dict)
+
+    def tool_call(self) -> ToolCall:
+        return ToolCall(self.tool, self.args)
+
+
+class ToolExpectation(_Strict):
+    """A tool call to look for among the calls the model made this turn."""
+
+    name: str = Field(min_length=1)
+    args: dict[str, Any] | None = None
+    """Matched as a subset: only the keys given are compared (see ``checks.matches``)."""
+    ok: bool | None = None
+    """True: the call was accepted and ran; False: it was refused (bad arguments, ``ToolError``)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _name_alone(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @field_validator("args")
+    @classmethod
+    def _valid_matchers(cls, args: dict[str, Any] | None) -> dict[str, Any] | None:
+        if args is not None:
+            check_matcher(args)
+        return args
+
+    def label(self) -> str:
+        return self.name
+
+
+class CountRange(_Strict):
+    """A count: an integer for an exact number, or ``{min, max}`` (either may be left out)."""
+
+    min: int | None = Field(None, ge=0)
+    max: int | None = Field(None, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _exact(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return {"min": value, "max": value}
+        return value
+
+    @model_validator(mode="after")
+    def _ordered(self) -> CountRange:
+        if self.min is None and self.max is None:
+            raise ValueError("give min, max or both")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError("min must not be above max")
+        return self
+
+    def holds(self, count: int) -> bool:
+        return (self.min is None or count >= self.min) and (self.max is None or count <= self.max)
+
+    def describe(self) -> str:
+        if self.min == self.max:
+            return str(self.min)
+        if self.min is None:
+            return f"at most {self.max}"
+        if self.max is None:
+            return f"at least {self.min}"
+        return f"{self.min} to {self.max}"
+
+
+def _listed(value: Any) -> Any:
+    """Let a single item stand for a list of one (``reply_contains: "(?i)yes"``)."""
+    return [value] if isinstance(value, str | dict) else value
+
+
+class Expectations(_Strict):
+    """What must hold after a turn. Every field is optional; an empty ``expect`` only needs no error."""
+
+    step: str | None = None
+    """The session's current step after the turn."""
+    completed: bool | None = None
+    state: dict[str, Any] = Field(default_factory=dict)
+    """``"<Step>.<key>[.<key>|.<index>...]": matcher`` on the steps' durable state."""
+    reply_contains: list[str] = Field(default_factory=list)
+    """Regular expressions that must each match the reply (``re.search``; ``(?i)`` ignores case)."""
+    reply_not_contains: list[str] = Field(default_factory=list)
+    tool_called: list[ToolExpectation] = Field(default_factory=list)
+    """Each must match a call the model made this turn."""
+    tool_not_called: list[ToolExpectation] = Field(default_factory=list)
+    """None may match a call the model made this turn."""
+    model_calls: CountRange | None = None
+    judge: list[str] = Field(default_factory=list)
+    """Criteria a judge model scores the reply against (``--judge``); not scored without one."""
+
+    _as_lists = field_validator(
+        "reply_contains", "reply_not_contains", "tool_called", "tool_not_called", "judge", mode="before"
+    )(_listed)
+
+    @field_validator("reply_contains", "reply_not_contains")
+    @classmethod
+    def _regexes(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
+        return patterns
+
+    @field_validator("state")
+    @classmethod
+    def _paths(cls, state: dict[str, Any]) -> dict[str, Any]:
+        for path, expected in state.items():
+            if not all(path.split(".")):
+                raise ValueError(f"{path!r}: a state path is <Step>.<key>[.<key>|.<index>...]")
+            try:
+                check_matcher(expected)
+            except ValueError as exc:
+                raise ValueError(f"{path}: {exc}") from None
+        return state
+
+    @field_validator("judge")
+    @classmethod
+    def _criteria(cls, criteria: list[str]) -> list[str]:
+        if not all(criterion.strip() for criterion in criteria):
+            raise ValueError("a judge criterion cannot be empty")
+        return criteria
+
+
+ScriptItem = str | ScriptedCall | list[ScriptedCall]
+
+
+class Turn(_Strict):
+    """One user message, the scripted model's responses during that turn, and its expectations."""
+
+    user: str = Field(min_length=1)
+    scripted: list[ScriptItem] = Field(default_factory=list)
+    """Model responses played with ``--model scripted``, in order: a text reply, ``{tool, args}``,
+    or a list of those (parallel calls) — the format of ``--model scripted:FILE.json``."""
+    expect: Expectations = Field(default_factory=Expectations)
+
+    @field_validator("scripted", mode="before")
+    @classmethod
+    def _script_shape(cls, items: Any) -> Any:
+        # Checked by hand: a union's error lists every alternative, which tells a scenario writer little.
+        if not isinstance(items, list):
+            raise ValueError("scripted is a list of model responses")
+        for position, item in enumerate(items, 1):
+            calls = item if isinstance(item, list) else [item]
+            if isinstance(item, str) or (calls and all(_is_call(call) for call in calls)):
+                continue
+            extra = sorted(
+                {str(key) for call in calls if isinstance(call, dict) for key in call} - {"tool", "args"}
+            )
+            unknown = f"unknown key(s) {', '.join(extra)}; " if extra else ""
+            raise ValueError(
+                f"response {position}: {unknown}write a text reply, {{tool: name, args: {{...}}}}, or a "
+                "list of such tool calls"
+            )
+        return items
+
+    def script(self) -> list[str | ToolCall | list[ToolCall]]:
+        """The responses as ``ScriptedModel`` items."""
+        return [
+            item
+            if isinstance(item, str)
+            else [call.tool_call() for call in item]
+            if isinstance(item, list)
+            else item.tool_call()
+            for item in self.scripted
+        ]
+
+
+def _is_call(value: Any) -> bool:
+    return isinstance(value, ScriptedCall) or (
+        isinstance(value, dict)
+        and isinstance(value.get("tool"), str)
+        and set(value) <= {"tool", "args"}
+        and isinstance(value.get("args", {}), dict)
+    )
+
+
+class Scenario(_Strict):
+    """A conversation to play against a flow, run after run, each in a fresh session."""
+
+    name: str = Field(min_length=1)
+    flow: str | None = None
+    """The flow to talk to; ``--flow`` (``default_flow=``) names it when the file does not."""
+    description: str = ""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Environment variables set only while a run plays (restored after); ``{run_dir}`` in a value
+    becomes a fresh empty folder of that run, e.g. for a database file the flow creates."""
+    caller: CallerSpec = Field(default_factory=CallerSpec)
+    turns: list[Turn] = Field(min_length=1)
+
+    _source: str = PrivateAttr(default="<scenario>")
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_text(cls, env: Any) -> Any:
+        # YAML reads 2027-07-15 as a date and 3 as a number; a variable's value is their text.
+        if not isinstance(env, dict):
+            return env
+        converted: dict[Any, Any] = {}
+        for key, value in env.items():
+            if isinstance(value, bool) or not isinstance(value, str | int | float | date):
+                raise ValueError(f"{key}: an environment value is text, a number or a date")
+            converted[key] = value.isoformat() if isinstance(value, date | datetime) else str(value)
+        return converted
+
+    @property
+    def source(self) -> str:
+        """The file (and document) the scenario was read from."""
+        return self._source
+
+    def with_source(self, source: str) -> Scenario:
+        """This scenario, read from ``source`` (named in error messages and reports)."""
+        copy = self.model_copy()
+        copy._source = source
+        return copy
+
+    @property
+    def scripted(self) -> bool:
+        """Whether any turn has scripted model responses."""
+        return any(turn.scripted for turn in self.turns)
+
+    def where(self, turn: int | None = None) -> str:
+        """``file: turn 3 ("Please refund…")`` for error messages (``turn`` is 1-based)."""
+        if turn is None:
+            return self.source
+        return f"{self.source}: turn {turn} ({short(self.turns[turn - 1].user)})"
+
+
+def check_matcher(value: Any) -> None:
+    """Refuse a mapping that uses ``$`` operators wrongly (anywhere inside ``value``)."""
+    if isinstance(value, list):
+        for item in value:
+            check_matcher(item)
+        return
+    if not isinstance(value, dict):
+        return
+    operators = [key for key in value if isinstance(key, str) and key.startswith("$")]
+    if not operators:
+        for item in value.values():
+            check_matcher(item)
+        return
+    if len(value) != 1 or operators[0] not in OPERATORS:
+        raise ValueError(
+            f"a matcher is one of {{$absent: true|false}}, {{$regex: pattern}}, {{$exact: value}}; "
+            f"got keys {sorted(map(str, value))}"
+        )
+    operator, operand = operators[0], value[operators[0]]
+    if operator == "$absent" and not isinstance(operand, bool):
+        raise ValueError("$absent takes true (the key is missing) or false (present, any value)")
+    if operator == "$regex":
+        if not isinstance(operand, str):
+            raise ValueError("$regex takes a regular expression")
+        try:
+            re.compile(operand)
+        except re.error as exc:
+            raise ValueError(f"{operand!r} is not a regular expression: {exc}") from None
+
+
+def short(text: str, width: int = 40) -> str:
+    text = " ".join(text.split())
+    return repr(text if len(text) <= width else text[: width - 1] + "…")

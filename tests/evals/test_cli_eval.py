@@ -1,0 +1,140 @@
+"""``picoflow eval`` through typer's CliRunner: the shipped scenarios, exit codes, report, judge, store."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import picoflow_demos
+from picoflow import cli
+from picoflow.sessions import SQLiteStore
+
+runner = CliRunner()
+SHIPPED = Path(picoflow_demos.__file__).parent / "scenarios"
+SHOP = "tests.evals.shop:ShopFlow"
+
+BASKET = """\
+name: basket
+turns:
+  - user: two apples please
+    scripted: [{tool: add, args: {item: apple, quantity: 2}}]
+    expect: {reply_contains: "Added 2 apple", step: Shop}
+  - user: and a pear
+    scripted: [{tool: add, args: {item: pear}}]
+    expect: {reply_contains: "(?i)banana", judge: The reply confirms the pear.}
+"""
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli.console, "width", 200)
+    for name in ("PICOFLOW_FLOWS", "PICOFLOW_STORE", "PICOFLOW_MODEL", "PICOFLOW_ORDERS_DB"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def invoke(*args: str) -> Any:
+    return runner.invoke(cli.app, ["eval", *args])
+
+
+def basket(tmp_path: Path, text: str = BASKET) -> str:
+    path = tmp_path / "basket.yaml"
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_the_shipped_scenarios_pass_with_their_scripted_responses(tmp_path: Path) -> None:
+    """What CI runs: every scenario shipped with the demos, played with its scripted responses."""
+    report = tmp_path / "report.json"
+    result = invoke(str(SHIPPED), "--model", "scripted", "--runs", "2", "--report", str(report))
+    assert result.exit_code == 0, result.output
+    written = json.loads(report.read_text(encoding="utf-8"))
+    shipped = {
+        s["name"]: (s["flow"], s["runs_passed"], [t["pass_rate"] for t in s["turns"]])
+        for s in written["scenarios"]
+    }
+    # Two runs of each: the second orders run refunds order 40004 again, in a database of its own.
+    assert shipped["orders-support"] == ("orders", 2, [1.0] * 7)
+    assert shipped["products-lookup"] == ("products", 2, [1.0] * 4)
+    assert written["runs_passed"] == written["runs"] == 2 * len(shipped)
+    lines = result.output.splitlines()
+    progress = [line.split("  ")[0] for line in lines if line.startswith(("✓", "✗"))]
+    assert [line for line in progress if "products-lookup" in line] == [
+        f"✓ products-lookup run {run}/2 turn {turn}/4" for run in (1, 2) for turn in range(1, 5)
+    ]
+    assert len(progress) == sum(len(turns) * 2 for _, _, turns in shipped.values())
+    assert all(line.startswith("✓") for line in progress)
+    assert lines[-2:] == [
+        f"PASS {2 * len(shipped)}/{2 * len(shipped)} runs passed (100%); minimum 100%",
+        f"report written to {report}",
+    ]
+    assert "PICOFLOW_ORDERS_DB" not in os.environ and "ORDERS_FLOW_CURRENT_DATE" not in os.environ
+
+
+def test_the_exit_status_follows_the_minimum_pass_rate(tmp_path: Path) -> None:
+    failing = invoke(basket(tmp_path), "--flows", SHOP, "--flow", "shop", "--model", "scripted")
+    assert failing.exit_code == 1, failing.output
+    assert "✗ basket run 1/1 turn 2/2" in failing.output and "reply_contains: (?i)banana" in failing.output
+    assert failing.output.splitlines()[-1] == "FAIL 0/1 runs passed (0%); minimum 100%"
+    tolerated = invoke(
+        basket(tmp_path), "--flows", SHOP, "--flow", "shop", "--model", "scripted", "--min-pass", "0"
+    )
+    assert (
+        tolerated.exit_code == 0
+        and tolerated.output.splitlines()[-1] == "PASS 0/1 runs passed (0%); minimum 0%"
+    )
+
+
+def test_a_judge_scores_the_criteria(tmp_path: Path) -> None:
+    judged = invoke(
+        basket(tmp_path), "--flows", SHOP, "--flow", "shop", "--model", "scripted",
+        "--judge", "python:tests.evals.shop:approving", "--min-pass", "0",
+    )  # fmt: skip
+    assert judged.exit_code == 0, judged.output
+    assert "not scored" not in judged.output
+    assert "judge function:approving: 1 calls, " in judged.output
+
+
+def test_sessions_go_to_the_store_given(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'eval.sqlite3'}"
+    stored = invoke(
+        basket(tmp_path), "--flows", SHOP, "--flow", "shop", "--model", "scripted", "--store", url
+    )
+    assert stored.exit_code == 1, stored.output
+    sessions = asyncio.run(SQLiteStore(tmp_path / "eval.sqlite3").list_sessions())
+    assert [(info.flow, info.turns) for info in sessions] == [("shop", 2)]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["missing.yaml"], "error: missing.yaml: no such file or folder"),
+        (["{bad}"], "error: {bad}: turn 1 ('hi'), expect.stepp: unknown field; expected one of: step,"),
+        (["{basket}", "--flows", SHOP], "error: {basket}: name the flow in the file (flow: ...) or with"),
+        (["{basket}", "--flows", SHOP, "--flow", "shoe"], "error: {basket}: no flow named 'shoe'"),
+        (["{basket}", "--flows", SHOP, "--model", "nope:x"], "error: unknown model provider 'nope'"),
+        (
+            ["{basket}", "--flows", SHOP, "--judge", "python:no:judge"],
+            "error: cannot load the model python:no",
+        ),
+        (["{basket}", "--flows", "nowhere:Flow"], "error: cannot import nowhere"),
+    ],
+)
+def test_a_bad_setup_exits_with_status_2(tmp_path: Path, args: list[str], message: str) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("flow: shop\nturns: [{user: hi, expect: {stepp: Shop}}]\n", encoding="utf-8")
+    names = {"{bad}": str(bad), "{basket}": basket(tmp_path)}
+    result = invoke(*[names.get(arg, arg) for arg in args])
+    assert result.exit_code == 2, result.output
+    assert " ".join(result.output.split()).startswith(message.format(bad=bad, basket=names["{basket}"]))
+
+
+def test_options_are_checked_before_anything_runs(tmp_path: Path) -> None:
+    for option, value in (("--min-pass", "1.5"), ("--runs", "0")):
+        refused = invoke(basket(tmp_path), "--flows", SHOP, "--model", "scripted", option, value)
+        assert refused.exit_code == 2 and f"Invalid value for '{option}'" in refused.output

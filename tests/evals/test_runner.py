@@ -1,0 +1,199 @@
+"""Playing runs: pass rates over runs, failed turns that do not stop a run, environments, scripts, names."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from picoflow.evals import SCRIPTED, Check, ScenarioError, load_scenarios, run_eval
+from picoflow.evals.scenario import Scenario
+from picoflow.messages import ModelRequest, ToolCall
+from picoflow.models import FunctionModel
+
+from .shop import ShopFlow
+
+THREE_TURNS = """\
+flow: shop
+turns:
+  - user: hello
+    expect: {reply_contains: "^Hello"}
+  - user: two apples please
+    expect: {tool_called: {name: add, args: {item: apple}}, step: Shop}
+  - user: thanks
+    expect: {reply_contains: welcome}
+"""
+
+
+def scenarios(tmp_path: Path, text: str) -> list[Scenario]:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(text, encoding="utf-8")
+    return load_scenarios(path)
+
+
+def last_user_words(request: ModelRequest) -> str:
+    return next(m.content for m in reversed(request.messages) if m.role == "user")
+
+
+class Moody:
+    """A shop assistant that forgets the tool in runs 2 and 4 and is rude at the end of run 4."""
+
+    def __init__(self) -> None:
+        self.run = 0
+
+    def __call__(self, request: ModelRequest) -> Any:
+        said = last_user_words(request)
+        if said == "hello":
+            self.run += 1
+            return "Hello there!"
+        if said == "two apples please":
+            return "Sorry, no apples today." if self.run in (2, 4) else ToolCall("add", {"item": "apple"})
+        return "Bye." if self.run == 4 else "You're welcome."
+
+
+async def test_pass_rates_per_turn_and_per_run(tmp_path: Path) -> None:
+    result = await run_eval(
+        scenarios(tmp_path, THREE_TURNS), [ShopFlow], model=FunctionModel(Moody()), runs=5
+    )
+    [shop] = result.scenarios
+    assert [run.passed for run in shop.runs] == [True, False, True, False, True]
+    assert (result.runs, result.runs_passed, result.pass_rate) == (5, 3, 0.6)
+    assert [shop.turn_pass_rate(turn) for turn in (1, 2, 3)] == [1.0, 0.6, 0.8]
+    assert [shop.most_failed(turn) for turn in (1, 2, 3)] == [
+        None,
+        ("tool_called: add", 2),
+        ("reply_contains: welcome", 1),
+    ]
+    # A failed turn does not stop its run: turn 3 of run 2 was played, and passed.
+    assert [len(run.turns) for run in shop.runs] == [3] * 5 and shop.runs[1].turns[2].passed
+    failed = shop.runs[3].turns[1]
+    assert (failed.reply, failed.step, failed.failures) == (
+        "Sorry, no apples today.",
+        "Shop",
+        [Check("tool_called: add", "failed", {"name": "add", "args": {"item": "apple"}}, [])],
+    )
+    assert shop.usage().model_calls == 5 + 5 + 5 and shop.usage().tool_calls == 3
+    assert len({run.session_id for run in shop.runs}) == 5  # a fresh session per run
+
+
+async def test_a_failed_turn_is_reported_and_the_run_goes_on(tmp_path: Path) -> None:
+    text = """\
+flow: shop
+turns:
+  - user: hi
+    scripted: []
+  - user: two apples please
+    scripted: [{tool: add, args: {item: apple}}, "an answer nobody asked for"]
+    expect: {reply_contains: Added}
+  - user: pay
+    scripted: [{tool: checkout}, "Bye"]
+    expect: {completed: true}
+"""
+    result = await run_eval(scenarios(tmp_path, text), [ShopFlow], model=SCRIPTED)
+    turns = result.scenarios[0].runs[0].turns
+    # Nothing was stored by the failed first turn: no step, and the next turn starts a session.
+    assert [(turn.passed, turn.error, turn.step, turn.completed) for turn in turns] == [
+        (
+            False,
+            "script_exhausted: turn 1 has 0 scripted response(s) and step Shop asked for one more",
+            None,
+            False,
+        ),
+        (False, None, "Shop", False),
+        (True, None, "Paid", True),
+    ]
+    assert turns[0].checks == (
+        Check(
+            "error",
+            "failed",
+            "no error",
+            "script_exhausted: turn 1 has 0 scripted response(s) and step Shop asked for one more",
+        ),
+    )
+    # The unused response is reported and dropped, so the next turn plays its own responses.
+    assert turns[1].checks == (
+        Check("reply_contains: Added", "passed", "Added", "Added 1 apple."),
+        Check("scripted", "failed", 2, 1, "1 scripted response(s) of this turn were not asked for"),
+    )
+
+
+async def test_the_environment_is_set_per_run_and_restored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SHOP_NOTE", "before")
+    monkeypatch.delenv("SHOP_EXTRA", raising=False)
+    seen: list[tuple[str, str, bool]] = []
+
+    def model(request: ModelRequest) -> Any:
+        if last_user_words(request) == "pay" and request.step == "Shop":
+            note = os.environ["SHOP_NOTE"]
+            seen.append((note, os.environ["SHOP_EXTRA"], Path(note).parent.is_dir()))
+            return ToolCall("checkout")
+        return "Goodbye!"
+
+    text = """\
+flow: shop
+env: {SHOP_NOTE: "{run_dir}/note.txt", SHOP_EXTRA: 7}
+turns:
+  - user: pay
+    expect: {state: {Paid.note: {$regex: "/note.txt$"}}}
+"""
+    result = await run_eval(scenarios(tmp_path, text), [ShopFlow], model=FunctionModel(model), runs=2)
+    assert result.pass_rate == 1.0
+    [(first, extra, existed), (second, _, _)] = seen
+    assert first != second and first.endswith("/note.txt") and extra == "7" and existed
+    assert not Path(first).parent.exists() and not Path(second).parent.exists()
+    assert os.environ["SHOP_NOTE"] == "before" and "SHOP_EXTRA" not in os.environ
+
+
+async def test_the_flow_comes_from_the_file_or_the_default(tmp_path: Path) -> None:
+    model = FunctionModel(lambda request: "Hello!")
+    plain = scenarios(tmp_path, "turns: [{user: hi, expect: {step: Shop}}]\n")
+    result = await run_eval(plain, [ShopFlow], model=model, default_flow="shop")
+    assert result.scenarios[0].flow == "shop" and result.pass_rate == 1.0
+    with pytest.raises(ScenarioError) as missing:
+        await run_eval(plain, [ShopFlow], model=model)
+    assert (
+        str(missing.value)
+        == f"{tmp_path / 'scenario.yaml'}: name the flow in the file (flow: ...) or with --flow"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("flow: shoe\nturns: [{user: hi}]\n", "FILE: no flow named 'shoe'; known: shop"),
+        (
+            "flow: shop\nturns: [{user: hi}, {user: there, expect: {step: Basket}}]\n",
+            "FILE: turn 2 ('there'), expect.step: no step 'Basket' in flow shop; steps: Shop, Paid",
+        ),
+        (
+            "flow: shop\nturns: [{user: hi, expect: {state: {Till.total: 1}}}]\n",
+            "FILE: turn 1 ('hi'), expect.state.Till.total: no step 'Till' in flow shop; steps: Shop, Paid",
+        ),
+        (
+            "flow: shop\nturns: [{user: hi, expect: {tool_not_called: [pay]}}]\n",
+            "FILE: turn 1 ('hi'), expect.tool_not_called: no tool 'pay' in flow shop; tools: add, checkout, "
+            "terminate_session",
+        ),
+    ],
+)
+async def test_names_the_flow_does_not_have_are_refused_before_anything_runs(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    model = FunctionModel(lambda request: pytest.fail("nothing may run"))
+    with pytest.raises(ScenarioError) as caught:
+        await run_eval(scenarios(tmp_path, text), [ShopFlow], model=model)
+    assert str(caught.value).replace(str(tmp_path / "scenario.yaml"), "FILE") == message
+
+
+async def test_the_scripted_model_needs_scripted_responses(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError) as caught:
+        await run_eval(scenarios(tmp_path, "flow: shop\nturns: [{user: hi}]\n"), [ShopFlow], model=SCRIPTED)
+    assert str(caught.value) == (
+        f"{tmp_path / 'scenario.yaml'}: no turn has scripted responses to play with the scripted model"
+    )
+    with pytest.raises(ValueError, match="runs must be at least 1"):
+        await run_eval([], [ShopFlow], runs=0)
