@@ -89,7 +89,7 @@ class TripFlow(Flow):
 
 SYSTEM = f"system: Plan the traveller's trip.\n\n{EXTRACT_RULES}"
 FORMAT_CORRECTION = f"Your answer must be one JSON object matching the required schema. {FORMAT_HINT}"
-AGE_RULE = "age: age: input should be less than or equal to 120"
+AGE_RULE = "age: input should be less than or equal to 120"
 DATE_RULE = "end: the end date must be after the start date"
 
 
@@ -794,7 +794,7 @@ def test_a_slots_field_without_a_default_is_refused() -> None:
         name: str
         age: int | None
 
-    with pytest.raises(FlowDefinitionError, match=r"must default to None .*name, age has no default"):
+    with pytest.raises(FlowDefinitionError, match=r"must default to None .*name, age does not"):
 
         class Bad(SlotStep):
             slots = Strict

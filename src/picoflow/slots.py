@@ -123,6 +123,10 @@ def _numbers(value: Any) -> set[float]:
         return set()
     if isinstance(value, int | float):
         return {float(value)}
+    if isinstance(value, str):  # "258" as text is still a number the user must have written
+        text = value.strip().lstrip("+-")
+        digits = text.replace(".", "", 1)
+        return {float(text)} if digits.isdigit() and digits.isascii() else set()
     if isinstance(value, Mapping):
         value = list(value.values())
     if isinstance(value, list):
@@ -186,21 +190,39 @@ def _reason(error: ValidationError, name: str) -> str:
 
 
 def merge_slots(model: type[BaseModel], known: Mapping[str, Any], given: Mapping[str, Any]) -> Merge:
-    """Merge ``given`` into ``known`` through ``model``'s validation, field by field.
+    """Merge ``given`` into ``known`` through ``model``'s validation, keeping what can be kept.
 
-    All of ``given`` is tried together first (a new check-in and check-out may only be valid
-    together); when that fails, each field is tried on its own, in order, and kept if the whole
-    value is still valid with it. Known values are replaced, never lost to a refused one.
+    The fields of ``given`` are tried together (a new check-in and check-out may only be valid
+    together); fields whose own rules fail are set aside and the rest tried together again. Only
+    a rule about the value as a whole (end before start) sends the merge field by field, in order,
+    each kept if the whole value is still valid with it. Known values are replaced, never lost to a
+    refused one.
     """
     fields = model.model_fields
     offered = {name: value for name, value in given.items() if name in fields and value is not None}
-    try:
-        return Merge(_known(model.model_validate({**known, **offered}), {**known, **offered}), tuple(offered))
-    except ValidationError:
-        pass
+    together = dict(offered)
+    while together:
+        candidate = {**known, **together}
+        try:
+            values = _known(model.model_validate(candidate), candidate)
+        except ValidationError as error:
+            wrong = {item["loc"][0] for item in error.errors() if item["loc"] and item["loc"][0] in together}
+            if not wrong:
+                break  # a rule of the whole value: find the field that breaks it, one at a time
+            together = {name: value for name, value in together.items() if name not in wrong}
+            continue
+        problems = {}
+        for name in offered.keys() - together.keys():
+            try:
+                model.model_validate({**values, name: offered[name]})
+            except ValidationError as error:
+                problems[name] = _reason(error, name)
+        return Merge(values, tuple(together), problems)
+    if not offered:
+        return Merge(dict(known))
     values = dict(known)
     accepted: list[str] = []
-    problems: dict[str, str] = {}
+    problems = {}
     for name, value in offered.items():
         candidate = {**values, name: value}
         try:
@@ -278,17 +300,21 @@ class SlotStep(Step):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        slots = cls.__dict__.get("slots")
+        slots = getattr(cls, "slots", None)
         if slots is None:
             return
         where = f"SlotStep {cls.__name__}"
         if not (isinstance(slots, type) and issubclass(slots, BaseModel)):
             raise FlowDefinitionError(f"{where}: `slots` must be a Pydantic model class")
-        required = [name for name, info in slots.model_fields.items() if info.is_required()]
+        required = [
+            name
+            for name, info in slots.model_fields.items()
+            if info.is_required() or info.default is not None
+        ]
         if required:
             raise FlowDefinitionError(
                 f"{where}: every field of {slots.__name__} must default to None (the model fills only what "
-                f"the user said); {', '.join(required)} has no default"
+                f"the user said); {', '.join(required)} does not"
             )
         for question in cls.questions:
             unknown = [name for name in question.fields if name not in slots.model_fields]
@@ -348,7 +374,8 @@ class SlotStep(Step):
             raise ValueError(FORMAT_HINT)
         read: list[Reading] = []
         for item in items:
-            if not isinstance(item, dict) or item.get("field") not in cls.slots.model_fields:
+            name = item.get("field") if isinstance(item, dict) else None
+            if not isinstance(name, str) or name not in cls.slots.model_fields:
                 raise ValueError(FORMAT_HINT)
             if not _blank(item.get("value")):
                 read.append(Reading(item["field"], str(item.get("quote") or ""), item["value"]))
@@ -378,7 +405,10 @@ class SlotStep(Step):
         if asking is not None and asking.optional and not set(asking.fields) & set(response.given):
             self.state["declined"] = [*(self.state.get("declined") or ()), asking.key]
         if merged.problems and self._corrections() < self.max_corrections:
-            rules = "\n".join(f"- {name}: {why}" for name, why in merged.problems.items())
+            rules = "\n".join(
+                f"- {why}" if why.startswith(f"{name}:") else f"- {name}: {why}"
+                for name, why in merged.problems.items()
+            )
             return stay(
                 "These fields were not accepted:\n"
                 f"{rules}\nAnswer again with those fields corrected, or null where the message gives none."
