@@ -128,7 +128,7 @@ TRANSCRIPT = [
     "Compare | user: compare hotels 2,5 on price",
     "Compare | assistant [direct]: | Night | #2 Hampton Inn Portland-Airport | #5 Hampton Inn P",
     "Compare | user: resume booking",
-    "Present | assistant [direct]: 1. **Hampton Inn & Suites Portland Tigard** (two beds): $2,4",
+    "Present | assistant [direct]: **Aug 1 to Aug 8, 7 nights; up to $700 a night; two beds; Fr",
     "Present | user: 8",
     "Goodbye | assistant [direct]: **Your booking is confirmed.**\n- Hotel: Hampton Inn Sherwood",
 ]
@@ -161,7 +161,7 @@ async def test_every_reply_is_written_by_code(chat: Chat) -> None:
         PRICE_2_5_8,
         AMENITIES_2_5_8,
         PRICE_2_5,
-        f"{TWO_BEDS}\n\n{CHOOSE}",
+        f"{TWO_BEDS_SEARCH}\n\n{TWO_BEDS}\n\n{CHOOSE}",
         BOOKED,
     ]
     assert [result.completed for result in chat.results] == [False] * 13 + [True]
@@ -231,7 +231,7 @@ async def test_final_state(chat: Chat) -> None:
         "introduced": True,
     }
     present = session.states["Present"]
-    assert set(present) == {"hotels", "check_in", "check_out", "compared", "feature"}
+    assert set(present) == {"hotels", "check_in", "check_out", "searched", "compared", "feature"}
     assert (present["compared"], present["feature"]) == ([2, 5], "price")
     assert [hotel["name"] for hotel in present["hotels"]][7] == "Hampton Inn Sherwood Portland"
     assert (present["check_in"], present["check_out"]) == ("2027-08-01", "2027-08-08")

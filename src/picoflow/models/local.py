@@ -188,6 +188,10 @@ class LocalModel(Model):
             payload["repeat_penalty"] = settings["repeat_penalty"]
         schema = answer_schema(request.tools, request.output, parallel=parallel)
         if schema is not None:
+            # A reading or a tool call has one right answer; sampling only adds misreadings
+            # ("8" read as "show the list" one time in five). Free text keeps its temperature.
+            if settings.get("temperature") is None:
+                payload["temperature"] = 0.0
             payload["response_format"] = {
                 "type": "json_schema",
                 "json_schema": {"name": "answer", "schema": schema},

@@ -171,9 +171,15 @@ class Explore(SlotStep):
                 f"No hotel matches {values.summary()}. Would you like to relax one of them: the budget, "
                 "the room type, the amenities or the distance?"
             )
-        found = f"**{values.summary()}**\n\n{choice_reply(quotes, len(values.nights))}"
+        searched = values.summary()
+        found = f"**{searched}**\n\n{choice_reply(quotes, len(values.nights))}"
         return direct_to(Present, found).with_state(
-            hotels=quotes, check_in=values.check_in, check_out=values.check_out, compared=[], feature=None
+            hotels=quotes,
+            check_in=values.check_in,
+            check_out=values.check_out,
+            searched=searched,
+            compared=[],
+            feature=None,
         )
 
 
@@ -239,7 +245,9 @@ class Present(Step):
         return direct_to(Goodbye, FAREWELL)
 
     def show_list(self, *, with_help: bool = False) -> Direct:
-        listing = choice_reply(self._listed(), len(self._nights()))
+        listing = (
+            f"**{self.state_of(Present)['searched']}**\n\n{choice_reply(self._listed(), len(self._nights()))}"
+        )
         return direct_to(Present, f"{HELP}\n\n{listing}" if with_help else listing)
 
     def _listed(self) -> list[HotelQuote]:
