@@ -95,9 +95,6 @@ class ToolExpectation(_Strict):
             check_matcher(args)
         return args
 
-    def label(self) -> str:
-        return self.name
-
 
 class CountRange(_Strict):
     """A count: an integer for an exact number, or ``{min, max}`` (either may be left out)."""
