@@ -45,6 +45,7 @@ format: install
 bench: install
 	$(PY) bench/overhead.py
 	$(PY) bench/store.py
+	$(PY) bench/long_session.py
 	$(PY) bench/http.py
 	$(PY) bench/hotel.py
 	$(PY) bench/local_model.py

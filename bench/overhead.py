@@ -7,7 +7,10 @@ interleaved turn by turn so that machine noise hits both alike. picoflow additio
 everything a framework must (session create + compare-and-swap save in a ``MemoryStore``,
 per-step memory, warnings, usage, hooks); the hand loop keeps a message list in a dict.
 
-    python bench/overhead.py [--turns 3000]
+    python bench/overhead.py [--turns 3000] [--context-window 8192]
+
+``--context-window`` gives picoflow's model a window (and 512 tokens of output reserve), as the
+catalog does for real models: every request is then estimated and fitted before it is sent.
 """
 
 from __future__ import annotations
@@ -117,9 +120,9 @@ async def hand_loop(
 # --- measurement ---------------------------------------------------------------------------------
 
 
-async def measure(turns: int, warmup: int) -> dict[str, list[float]]:
+async def measure(turns: int, warmup: int, window: int | None = None) -> dict[str, list[float]]:
     total = turns + warmup
-    pico_model = ScriptedModel(SCRIPT * total)
+    pico_model = ScriptedModel(SCRIPT * total, context_window=window, output_reserve=512 if window else 0)
     hand_model = ScriptedModel(SCRIPT * total)
     engine = FlowEngine([SupportFlow], model=pico_model)
     caller = Caller(principal="C-1")
@@ -160,9 +163,11 @@ def main() -> None:
     )
     parser.add_argument("--turns", type=int, default=3000)
     parser.add_argument("--warmup", type=int, default=300)
+    parser.add_argument("--context-window", type=int, default=None, help="fit requests to this window")
     args = parser.parse_args()
-    samples = asyncio.run(measure(args.turns, args.warmup))
-    print(f"per-turn time over {args.turns} turns (3 model calls, 1 tool run; µs)")
+    samples = asyncio.run(measure(args.turns, args.warmup, args.context_window))
+    window = f", requests fitted to {args.context_window:,} tokens" if args.context_window else ""
+    print(f"per-turn time over {args.turns} turns (3 model calls, 1 tool run; µs){window}")
     print(f"{'':<20}{'p50':>10}{'p99':>10}{'mean':>10}")
     for name, values in samples.items():
         print(

@@ -7,6 +7,7 @@ private working copy of the session: nothing reaches the store unless the whole 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -17,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json, to_jsonable_python
 
 from picoflow._schema import describe_validation_error
+from picoflow._window import Fitting, fits_at_a_glance, limits_for, shown
 from picoflow.context import INJECTED_NAMES, Caller, RunContext
 from picoflow.events import StepEntered, TextChunk, ToolCalled, ToolReturned, TurnEvent
 from picoflow.exceptions import (
@@ -155,6 +157,7 @@ class Turn(FlowRuntime, StepRuntime):
         is_error: bool = False,
         kind: MessageKind | None = None,
         reasoning: Sequence[Mapping[str, Any]] = (),
+        remembered_as: str | None = None,
     ) -> Message:
         """Append a message to ``namespace`` and to the turn's list of new messages."""
         session = self.session
@@ -172,6 +175,7 @@ class Turn(FlowRuntime, StepRuntime):
             session.next_seq,
             time.time(),
             tuple(reasoning),
+            remembered_as,
         )
         session.next_seq += 1
         live.append(message)
@@ -325,7 +329,8 @@ class Turn(FlowRuntime, StepRuntime):
             self.add(namespace, destination, "user", pending_user)
         if outcome.message is not None:
             self.add(namespace, destination, "user", outcome.message, kind="forwarded")
-        self.add(namespace, destination, "assistant", outcome.content, kind="direct")
+        note = outcome.remember
+        self.add(namespace, destination, "assistant", outcome.content, kind="direct", remembered_as=note)
         return outcome.content
 
     # --- asking the model ----------------------------------------------------------------------
@@ -352,7 +357,7 @@ class Turn(FlowRuntime, StepRuntime):
         namespace = self.session.namespace(spec.namespace)
         if namespace.summary:
             system = f"{system}\n\n## Summary of the earlier conversation\n{namespace.summary}"
-        messages: Sequence[Message] = namespace.messages
+        messages: Sequence[Message] = shown(namespace.messages)
         if "history" in spec.overrides:
             messages = await self._hook(step, "history", step.history, messages)
         return ModelRequest(
@@ -398,12 +403,17 @@ class Turn(FlowRuntime, StepRuntime):
         model = self.model_for(spec)
         self.session.models[spec.name] = model.name
         extra: list[Message] = []
+        window = limits_for(model, spec.cls.memory_budget)
         attempts = spec.cls.max_attempts
         problems: list[str] = []
         for attempt in range(1, attempts + 1):
             self.attempt = attempt
             self.limits.check_before_model_call(self.usage)
             request = await self._build_request(step, spec, extra)
+            if window is not None and not fits_at_a_glance(window, request):
+                rebuild = functools.partial(self._build_request, step, spec, extra)
+                fitting = Fitting(window, spec, model.name, self.session, rebuild, self.warn)
+                request = await fitting.fit(request, len(extra))
             response = await self._call_model(model, request, spec.name)
             usage = response.usage
             self.usage.add(usage)
@@ -663,7 +673,8 @@ class Turn(FlowRuntime, StepRuntime):
                 self.add(target_ns, target, "user", outcome.message, kind="forwarded")
         if isinstance(winner, Direct):
             namespace = self.spec.steps[destination].namespace
-            self.add(namespace, destination, "assistant", winner.content, kind="direct")
+            note = winner.remember
+            self.add(namespace, destination, "assistant", winner.content, kind="direct", remembered_as=note)
             return winner.content
         return None
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from picoflow._runner import Turn
 from picoflow._tracing import Tracing
 from picoflow._tracing import resolve as resolve_tracing
+from picoflow._window import TRIMMED
 from picoflow.context import Caller
 from picoflow.events import TurnEvent
 from picoflow.exceptions import (
@@ -58,6 +59,9 @@ logger = logging.getLogger("picoflow")
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 MAX_WARNINGS = 200
+#: Warnings a long session raises every few turns as a matter of course: the session keeps only the
+#: latest of each per step (each turn's result still lists its own), so its document stays small.
+LATEST_ONLY = frozenset({TRIMMED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -510,6 +514,9 @@ class FlowEngine:
         session.usage.add(turn.usage)
         session.updated_at = time.time()
         if turn.warnings:
+            superseded = {(w.code, w.step) for w in turn.warnings if w.code in LATEST_ONLY}
+            if superseded:
+                session.warnings[:] = [w for w in session.warnings if (w.code, w.step) not in superseded]
             session.warnings.extend(turn.warnings)
             del session.warnings[:-MAX_WARNINGS]
 

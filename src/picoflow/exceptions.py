@@ -104,6 +104,18 @@ class ScriptExhausted(ModelError):
     retryable = False
 
 
+class ContextWindowExceeded(RunError):
+    """Even the smallest request a step can send (its prompt, tools, the user's latest message and
+    what the turn added since, plus room for the answer) does not fit the model's context window.
+
+    Older memory has already been dropped; what is left cannot be, so the model is not called. The
+    stored session is unchanged, and a shorter message works.
+    """
+
+    kind = "context_window_exceeded"
+    public_message = "That message is too long for the assistant to read. Please send a shorter one."
+
+
 class ToolFailure(RunError):
     """A tool handler raised something other than ``ToolError``. The cause is chained, never shown."""
 

@@ -230,6 +230,9 @@ def _build_step(step_cls: type[Step], where: str, *, has_terminate: bool) -> Ste
         raise FlowDefinitionError(problem)
     if step_cls.max_attempts < 1:
         raise FlowDefinitionError(f"{where}: max_attempts must be at least 1")
+    budget = step_cls.memory_budget
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+        raise FlowDefinitionError(f"{where}: memory_budget must be None or a positive number of tokens")
     _check_hooks_are_methods(step_cls, where)
     tools, groups = collect_tools(step_cls, where=where)
     add_declared(tools, step_cls.declared_tools, where=where)

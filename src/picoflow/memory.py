@@ -54,24 +54,40 @@ async def compact(namespace: Namespace, policy: Compaction) -> bool:
     cut = safe_cut(messages, policy.keep_recent)
     if cut == 0:
         return False
-    evicted = messages[:cut]
-    summary = policy.summarize(evicted, namespace.summary)
+    await fold(namespace, cut, policy.summarize)
+    return True
+
+
+async def fold(namespace: Namespace, cut: int, summarize: Summarizer) -> None:
+    """Fold the first ``cut`` live messages of ``namespace`` into its summary (``cut`` must be a
+    safe cut: the kept part neither starts with a tool result nor is empty)."""
+    summary = summarize(namespace.messages[:cut], namespace.summary)
     if inspect.isawaitable(summary):
         summary = await summary
     if not isinstance(summary, str):
         raise TypeError(f"the summarizer returned {type(summary).__name__}, not str")
     namespace.summary = summary
-    namespace.messages = list(messages[cut:])
+    forget(namespace, cut)
+
+
+def forget(namespace: Namespace, cut: int) -> None:
+    """Drop the first ``cut`` live messages (a safe cut, keeping at least one): they leave memory,
+    and stay in the session's transcript."""
+    namespace.messages = list(namespace.messages[cut:])
     namespace.start = namespace.messages[0].seq
-    return True
 
 
 def model_summarizer(model: object, *, instructions: str | None = None) -> Summarizer:
-    """A summarizer that asks ``model`` (a ``picoflow.models.base.Model``) to write the summary."""
+    """A summarizer that asks ``model`` to write the summary: a ``picoflow.models.base.Model``, or a
+    selection such as ``"openai:gpt-4.1-nano"`` (checked now, its adapter created on first use)."""
     from picoflow.models.base import Model
+    from picoflow.models.catalog import ModelSelection, as_selection, create_model, validate_selection
 
-    if not isinstance(model, Model):
-        raise TypeError("model_summarizer needs a picoflow Model")
+    if isinstance(model, str | ModelSelection):
+        selection = as_selection(model)
+        validate_selection(selection)
+    elif not isinstance(model, Model):
+        raise TypeError("model_summarizer needs a picoflow Model or a model selection")
     prompt = instructions or (
         "Summarize the conversation below for the assistant who will continue it. Keep every fact, "
         "choice and open question the user gave; drop pleasantries. Answer with the summary only."
@@ -79,7 +95,7 @@ def model_summarizer(model: object, *, instructions: str | None = None) -> Summa
 
     async def summarize(messages: Sequence[Message], previous: str | None) -> str:
         lines = [f"Earlier summary: {previous}"] if previous else []
-        for message in messages:
+        for message in map(Message.as_remembered, messages):
             if message.role == "tool":
                 lines.append(f"[tool {message.name} result] {message.content}")
             elif message.tool_calls:
@@ -88,7 +104,8 @@ def model_summarizer(model: object, *, instructions: str | None = None) -> Summa
             else:
                 lines.append(f"{message.role}: {message.content}")
         request = ModelRequest(system=prompt, messages=[Message.user("\n".join(lines))])
-        response = await model.request(request)
+        writer = model if isinstance(model, Model) else create_model(selection)
+        response = await writer.request(request)
         return response.text.strip()
 
     return summarize

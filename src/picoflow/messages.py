@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from picoflow.usage import Usage
@@ -75,6 +75,9 @@ class Message:
     """For an assistant message: the provider's reasoning blocks (e.g. Anthropic thinking blocks with
     their signatures), kept verbatim because the provider wants them back while a tool loop goes on.
     Opaque to picoflow and never shown to users."""
+    remembered_as: str | None = None
+    """For a long reply the user saw whole (a table, a list): the short note the step's memory keeps
+    in its place. Requests send the note to the model; ``content`` stays whole in the transcript."""
 
     @property
     def is_from_user(self) -> bool:
@@ -101,6 +104,12 @@ class Message:
     ) -> Message:
         return Message("tool", content, tool_call_id=call.id, name=call.name, is_error=is_error, kind=kind)
 
+    def as_remembered(self) -> Message:
+        """This message as the step's memory shows it to a model: the note in place of the content."""
+        if self.remembered_as is None:
+            return self
+        return replace(self, content=self.remembered_as, remembered_as=None)
+
     def stamped(self, *, step: str, seq: int) -> Message:
         """A copy placed in a session: owning step, position and time set."""
         return Message(
@@ -115,6 +124,7 @@ class Message:
             seq,
             time.time(),
             self.reasoning,
+            self.remembered_as,
         )
 
 

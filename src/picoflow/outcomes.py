@@ -110,10 +110,23 @@ class Direct(Outcome):
     content: str
     target: type | str | None = None
     """Step the conversation moves to before the reply (``direct_to``); None stays where it is."""
+    remember: str | None = None
+    """What the step's memory keeps in place of ``content`` (see ``remember_as``); None keeps it all."""
 
     @property
     def target_name(self) -> str:
         return self.step if self.target is None else _step_name(self.target)
+
+    def remember_as(self, note: str) -> Direct:
+        """Show the user ``content`` whole but keep only ``note`` in the step's memory.
+
+        For a long reply written in code (a comparison table, a list): later requests send the model
+        the note ("Compared hotels 2, 5 and 8 on price.") instead of the whole text, while the
+        transcript keeps every word the user saw.
+        """
+        if not isinstance(note, str) or not note.strip():
+            raise ValueError("remember_as() needs a short note of what the reply showed")
+        return replace(self, remember=note.strip())
 
 
 def go(target: type | str) -> Go:

@@ -122,6 +122,10 @@ class Step:
     declared_tools: ClassVar[Sequence[ToolSpec]] = ()
     #: Optional compaction of this step's memory (see ``picoflow.memory.Compaction``).
     compaction: ClassVar[Compaction | None] = None
+    #: Most tokens (estimated) of messages this step's memory may hold; past it, the oldest exchanges
+    #: are folded into the summary (with ``compaction``) or dropped before the model is called. None:
+    #: only the model's context window bounds it.
+    memory_budget: ClassVar[int | None] = None
 
     is_logic: ClassVar[bool] = False
     is_terminal: ClassVar[bool] = False
@@ -197,6 +201,9 @@ class Step:
 
     def history(self, memory: Sequence[Message]) -> Sequence[Message]:
         """What of this step's memory the model is shown in the next request (default: all of it).
+
+        ``memory`` is as the model would see it: a reply kept with ``remember_as`` by its note
+        (``self.messages`` holds the whole text). What this returns is sent as it is.
 
         Override it to show less, e.g. ``since_last_user(memory)`` for a step whose model only needs
         the user's latest words: a small local model then reads a short prompt each turn. Keep a tool

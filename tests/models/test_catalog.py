@@ -8,13 +8,16 @@ import pickle
 import pytest
 
 from picoflow.exceptions import FlowDefinitionError
-from picoflow.models._specs import AnthropicParams, ModelSpec
+from picoflow.messages import Message, ModelRequest
+from picoflow.models import local
+from picoflow.models._specs import BUILTIN_SPECS, AnthropicParams, ModelSpec
 from picoflow.models.catalog import (
     DEFAULT_ANTHROPIC_MODEL,
     DEFAULT_OPENAI_MODEL,
     LOCAL_MODEL_NAME,
     ModelSelection,
     as_selection,
+    context_limits_of,
     create_model,
     default_selection,
     known_models,
@@ -22,6 +25,7 @@ from picoflow.models.catalog import (
     resolve,
     validate_selection,
 )
+from picoflow.models.openai import OpenAIModel
 
 SECRET = "sk-proj-SUPERSECRET0123456789"
 
@@ -90,12 +94,13 @@ def test_reasoning_effort_levels_depend_on_the_model() -> None:
 def test_unknown_parameters_are_refused_with_the_allowed_list() -> None:
     message = refused(ModelSelection.parse("openai:gpt-4.1-mini", temprature=0.2))
     assert message == (
-        "model openai:gpt-4.1-mini: unknown parameter 'temprature'; allowed: frequency_penalty, max_retries, "
-        "max_tokens, parallel_tool_calls, presence_penalty, seed, stop, temperature, timeout, top_p"
+        "model openai:gpt-4.1-mini: unknown parameter 'temprature'; allowed: context_window, "
+        "frequency_penalty, max_retries, max_tokens, parallel_tool_calls, presence_penalty, seed, stop, "
+        "temperature, timeout, top_p"
     )
     assert (
-        "allowed: max_retries, max_tokens, parallel_tool_calls, reasoning_effort, seed, timeout, verbosity"
-        in refused(ModelSelection.parse("openai:gpt-5-mini", logit_bias={}))
+        "allowed: context_window, max_retries, max_tokens, parallel_tool_calls, reasoning_effort, seed, "
+        "timeout, verbosity" in refused(ModelSelection.parse("openai:gpt-5-mini", logit_bias={}))
     )
 
 
@@ -244,3 +249,49 @@ def test_register_model_extends_the_catalog() -> None:
     validate_selection(ModelSelection.parse(f"anthropic:{name}", temperature=0.5))
     with pytest.raises(ValueError, match="cannot register"):
         register_model(ModelSpec(provider="openai-compatible", name="x", params=AnthropicParams))
+
+
+def window(selection: str, **params: object) -> tuple[int | None, int]:
+    limits = context_limits_of(ModelSelection.parse(selection, **params))
+    return limits.window, limits.output_reserve
+
+
+def test_the_catalog_knows_each_models_window_and_what_its_answer_needs() -> None:
+    assert window("local") == (local.DEFAULT_CONTEXT, local.DEFAULT_MAX_TOKENS) == (8192, 512)
+    assert window("local", n_ctx=4096, max_tokens=256) == (4096, 256)
+    assert window("openai:gpt-4.1-mini") == (1_047_576, 32_768)
+    assert window("openai:gpt-4o", max_tokens=1000) == (128_000, 1000)
+    # A lowered window caps the reserve at a quarter of it unless max_tokens says otherwise.
+    assert window("openai:gpt-4.1-mini", context_window=32_000) == (32_000, 8000)
+    assert window("openai:o3") == (200_000, 50_000)
+    assert window("anthropic:claude-haiku-4-5") == (200_000, 8192)
+    assert window("anthropic:claude-sonnet-4-5", thinking_budget=10_000) == (200_000, 18_192)
+    assert window("openai-compatible:llama3.1@http://localhost:11434/v1") == (None, 0)
+    assert window("openai-compatible:llama3.1@http://localhost:11434/v1", context_window=8192) == (8192, 2048)
+    assert all(spec.context_window for spec in BUILTIN_SPECS)
+
+
+def test_window_parameters_are_checked_when_the_flow_is_registered() -> None:
+    assert refused(ModelSelection.parse("openai:gpt-4o", context_window=200_000)) == (
+        "model openai:gpt-4o: context_window may not exceed the model's 128,000 tokens"
+    )
+    assert "parameter 'context_window': Input should be greater than or equal to 512" in refused(
+        ModelSelection.parse("openai-compatible:x@http://h/v1", context_window=100)
+    )
+    assert refused(ModelSelection.parse("local", n_ctx=1024, max_tokens=1024)) == (
+        "model local:qwen2.5-coder-1.5b-instruct-q4_k_m: max_tokens (1,024) must be smaller than the "
+        "1,024-token context window, which also holds the prompt"
+    )
+
+
+def test_created_models_carry_their_window_and_never_send_it() -> None:
+    url = "openai-compatible:qwen@http://127.0.0.1:9/v1"
+    served = create_model(ModelSelection.parse(url, context_window=4096, max_tokens=300))
+    assert (served.context_window, served.output_reserve) == (4096, 300)
+    assert isinstance(served, OpenAIModel)
+    kwargs = served.build_kwargs(ModelRequest(system="s", messages=[Message.user("hi")]))
+    assert kwargs["max_tokens"] == 300 and "extra_body" not in kwargs
+    embedded = create_model(ModelSelection.parse("local"))
+    assert (embedded.context_window, embedded.output_reserve) == (8192, 512)
+    unknown = create_model(ModelSelection.parse(url))
+    assert (unknown.context_window, unknown.output_reserve) == (None, 0)

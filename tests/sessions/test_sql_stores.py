@@ -3,19 +3,23 @@ driver trouble (locks, closed stores, unreachable servers) surfaces as a clear `
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+import psycopg
 import pytest
-from store_helpers import Appended, Backend, append, new_session, play_turn
+from store_helpers import Appended, Backend, append, erase, new_session, play_turn
 
 from picoflow.exceptions import SessionConflict, StoreError
 from picoflow.messages import Message, ToolCall
 from picoflow.sessions import PostgresStore, SessionStore, SQLiteStore, open_store
 from picoflow.sessions.base import LogRecord, Session, session_to_json
+from picoflow.sessions.postgres import _LOAD as postgres_load
+from picoflow.sessions.sqlite import _LOAD as sqlite_load
 
 
 def unstamped(session: Session, appended: Appended) -> Appended:
@@ -249,3 +253,36 @@ async def test_tool_calls_survive_with_raw_and_nested_arguments(sql_store: Sessi
     loaded = await sql_store.load("calls")
     assert loaded is not None
     assert loaded.memory["ask"].messages[0].tool_calls == tuple(calls)
+
+
+async def test_a_load_reads_live_memory_only_even_with_table_statistics(sql_backend: Backend) -> None:
+    """Once ANALYZE has run, a planner left to itself read a long session's whole transcript on every
+    load (PostgreSQL: a hash join over a scan; SQLite: a temporary index). Loads must stay one index
+    range scan per namespace, from its start."""
+    store = sql_backend.open()
+    session = new_session("long")
+    appended: Appended = []
+    for turn in range(600):
+        if turn % 5 == 0:
+            erase(session, "ask")
+        appended += play_turn(session, f"t{turn}")
+    await store.save(session, expected_revision=None, appended=appended)
+    if sql_backend.kind == "sqlite":
+        assert sql_backend.sqlite_path is not None
+        with contextlib.closing(sqlite3.connect(sql_backend.sqlite_path)) as conn:
+            conn.execute("ANALYZE")
+            plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sqlite_load, {"id": "long"})]
+        assert "SEARCH m USING INDEX picoflow_messages_live (session_id=? AND namespace=? AND seq>?)" in plan
+    else:
+        assert sql_backend.postgres_url is not None
+        query = postgres_load.replace("{p}", f'"{sql_backend.schema}".')
+        with psycopg.connect(sql_backend.postgres_url, autocommit=True) as conn:
+            conn.execute(f'ANALYZE "{sql_backend.schema}".picoflow_messages')
+            plan = [row[0] for row in conn.execute("EXPLAIN " + query, {"id": "long"}).fetchall()]
+        text = "\n".join(plan)
+        assert "Seq Scan on picoflow_messages" not in text and "Hash Join" not in text, text
+        assert any("Index Cond" in line and "seq >= ns.start" in line for line in plan), text
+    loaded = await store.load("long")
+    assert loaded is not None
+    assert loaded.memory["ask"].messages == session.memory["ask"].messages
+    assert len(loaded.memory["ask"].messages) == 20

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from store_helpers import Backend, append, erase, new_session, play_turn, tag_of
@@ -33,7 +34,8 @@ def full_session(session_id: str) -> tuple[Session, list[tuple[str, Message]]]:
     append(session, "explore", Message.assistant("thinking…", [call, raw], reasoning=thought), appended)
     append(session, "explore", Message.tool(call, MEGABYTE), appended)
     append(session, "explore", Message.tool(raw, "arguments are not an object", is_error=True), appended)
-    append(session, "explore", Message.assistant("סיכום: " + UNICODE, kind="direct"), appended)
+    summed_up = Message("assistant", "סיכום: " + UNICODE, kind="direct", remembered_as="Summed up 🌍 \x00")
+    append(session, "explore", summed_up, appended)
     append(session, "present", Message.user("next ➡", kind="forwarded"), appended)
     append(session, "present", Message.assistant("ok", kind="crossing"), appended)
     # Compaction: the two oldest explore messages leave the live window, a summary replaces them.
@@ -452,3 +454,37 @@ async def test_memory_emptied_without_moving_start_stays_empty(store: SessionSto
     assert again is not None
     assert again.memory["ask"].messages == [message for _, message in appended]
     assert len(await store.transcript("cleared-1")) == 8
+
+
+async def test_a_remembered_reply_keeps_its_whole_text_beside_its_note(backend: Backend) -> None:
+    store = backend.open()
+    session = new_session("note-1")
+    appended = play_turn(session, "t1")
+    table = "| Night | #2 | #5 |\n" + "| Sun 8/1/2027 | $440.50 | $380.88 |\n" * 300
+    note = "Compared hotels 2 and 5 on price."
+    reply = append(session, "ask", Message("assistant", table, kind="direct", remembered_as=note), appended)
+    await store.save(session, expected_revision=None, appended=appended)
+
+    loaded = await store.load("note-1")
+    assert loaded is not None
+    assert loaded.memory["ask"].messages[-1] == reply
+    assert (reply.content, reply.remembered_as) == (table, note)
+    assert (await store.transcript("note-1"))[-1] == reply
+    assert session_to_json(loaded) == session_to_json(session)
+    if backend.url is None:
+        return
+    # A message row written before messages had notes reads back without one.
+    [(body,)] = backend.sql(
+        "SELECT CAST(body AS TEXT) FROM {p}picoflow_messages WHERE session_id = ? AND seq = 0", ("note-1",)
+    )
+    older = json.loads(body)
+    assert older.pop("remembered_as") is None
+    cast = "?::json" if backend.kind == "postgres" else "?"
+    backend.sql(
+        f"UPDATE {{p}}picoflow_messages SET body = {cast} WHERE session_id = ? AND seq = 0",
+        (json.dumps(older), "note-1"),
+    )
+    again = await store.load("note-1")
+    assert again is not None
+    assert again.memory["ask"].messages[0] == loaded.memory["ask"].messages[0]
+    assert again.memory["ask"].messages[0].remembered_as is None

@@ -103,8 +103,9 @@ class RetryPolicy:
         return self.backoff(retry)
 
 
-#: Parameters of the adapter itself (how it calls the provider), never sent to the provider.
-ADAPTER_KNOBS = ("timeout", "max_retries")
+#: Parameters of picoflow's side of a call (how the adapter calls the provider, how large a request
+#: the runner builds), never sent to the provider.
+ADAPTER_KNOBS = ("timeout", "max_retries", "context_window")
 
 
 def split_params(

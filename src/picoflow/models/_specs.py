@@ -27,6 +27,12 @@ class NetworkParams(_Params):
 
     timeout: float | None = Field(None, gt=0, le=3600, description="seconds per attempt")
     max_retries: int | None = Field(None, ge=0, le=10, description="extra attempts on 429/5xx/network errors")
+    context_window: int | None = Field(
+        None,
+        ge=512,
+        le=10_000_000,
+        description="tokens one call holds (prompt and answer): the server's window, or less to cap cost",
+    )
 
 
 class OpenAIChatParams(NetworkParams):
@@ -106,6 +112,11 @@ class ModelSpec:
     exclusive_sampling: bool = False
     """``temperature`` and ``top_p`` may not be set together."""
     default_max_tokens: int | None = None
+    """``max_tokens`` the adapter sends when the selection gives none."""
+    context_window: int | None = None
+    """Tokens one call holds, prompt and answer together; None when unknown (requests are not fitted)."""
+    max_output: int | None = None
+    """Most tokens the model writes in one answer (reasoning included)."""
     description: str = ""
 
     @property
@@ -125,16 +136,24 @@ def _reasoning_refusals(name: str, efforts: tuple[str, ...]) -> dict[str, str]:
     }
 
 
-def _openai_chat(name: str, description: str) -> ModelSpec:
+def _openai_chat(name: str, window: int, max_output: int, description: str) -> ModelSpec:
     refused = {
         "reasoning_effort": f"openai:{name} is not a reasoning model; reasoning_effort is not accepted"
     }
     return ModelSpec(
-        provider="openai", name=name, params=OpenAIChatParams, refused=refused, description=description
+        provider="openai",
+        name=name,
+        params=OpenAIChatParams,
+        refused=refused,
+        context_window=window,
+        max_output=max_output,
+        description=description,
     )
 
 
-def _openai_reasoning(name: str, efforts: tuple[str, ...], description: str) -> ModelSpec:
+def _openai_reasoning(
+    name: str, efforts: tuple[str, ...], window: int, max_output: int, description: str
+) -> ModelSpec:
     params = GPT5Params if name.startswith("gpt-5") else OpenAIReasoningParams
     return ModelSpec(
         provider="openai",
@@ -142,6 +161,8 @@ def _openai_reasoning(name: str, efforts: tuple[str, ...], description: str) -> 
         params=params,
         reasoning_efforts=efforts,
         refused=_reasoning_refusals(name, efforts),
+        context_window=window,
+        max_output=max_output,
         description=description,
     )
 
@@ -151,7 +172,7 @@ _GPT51_EFFORTS = ("none", "low", "medium", "high")
 _O_EFFORTS = ("low", "medium", "high")
 
 
-def _anthropic(name: str, *, native: bool, max_tokens: int, description: str) -> ModelSpec:
+def _anthropic(name: str, *, native: bool, max_tokens: int, max_output: int, description: str) -> ModelSpec:
     return ModelSpec(
         provider="anthropic",
         name=name,
@@ -159,42 +180,76 @@ def _anthropic(name: str, *, native: bool, max_tokens: int, description: str) ->
         structured_output="native" if native else "tool",
         exclusive_sampling=True,
         default_max_tokens=max_tokens,
+        context_window=_CLAUDE_WINDOW,
+        max_output=max_output,
         description=description,
     )
 
 
+_GPT4O_WINDOW = 128_000
+_GPT41_WINDOW = 1_047_576
+_GPT5_WINDOW = 400_000
+_O_WINDOW = 200_000
+# Claude's 1M-token window is a beta that needs a request header picoflow does not send.
+_CLAUDE_WINDOW = 200_000
+
+
 BUILTIN_SPECS: tuple[ModelSpec, ...] = (
-    _openai_chat("gpt-4o", "GPT-4o chat model"),
-    _openai_chat("gpt-4o-mini", "small GPT-4o chat model"),
-    _openai_chat("gpt-4.1", "GPT-4.1 chat model"),
-    _openai_chat("gpt-4.1-mini", "small GPT-4.1 chat model (default with OPENAI_API_KEY)"),
-    _openai_chat("gpt-4.1-nano", "smallest GPT-4.1 chat model"),
-    _openai_reasoning("gpt-5", _GPT5_EFFORTS, "GPT-5 reasoning model"),
-    _openai_reasoning("gpt-5-mini", _GPT5_EFFORTS, "small GPT-5 reasoning model"),
-    _openai_reasoning("gpt-5-nano", _GPT5_EFFORTS, "smallest GPT-5 reasoning model"),
-    _openai_reasoning("gpt-5.1", _GPT51_EFFORTS, "GPT-5.1 reasoning model"),
-    _openai_reasoning("o3", _O_EFFORTS, "o3 reasoning model"),
-    _openai_reasoning("o3-mini", _O_EFFORTS, "small o3 reasoning model"),
-    _openai_reasoning("o4-mini", _O_EFFORTS, "small o4 reasoning model"),
-    _anthropic("claude-opus-4-5", native=True, max_tokens=8192, description="Claude Opus 4.5"),
-    _anthropic("claude-opus-4-1", native=True, max_tokens=8192, description="Claude Opus 4.1"),
-    _anthropic("claude-opus-4-0", native=False, max_tokens=8192, description="Claude Opus 4"),
-    _anthropic("claude-opus-4-6", native=True, max_tokens=8192, description="Claude Opus 4.6"),
+    _openai_chat("gpt-4o", _GPT4O_WINDOW, 16_384, "GPT-4o chat model"),
+    _openai_chat("gpt-4o-mini", _GPT4O_WINDOW, 16_384, "small GPT-4o chat model"),
+    _openai_chat("gpt-4.1", _GPT41_WINDOW, 32_768, "GPT-4.1 chat model"),
+    _openai_chat(
+        "gpt-4.1-mini", _GPT41_WINDOW, 32_768, "small GPT-4.1 chat model (default with OPENAI_API_KEY)"
+    ),
+    _openai_chat("gpt-4.1-nano", _GPT41_WINDOW, 32_768, "smallest GPT-4.1 chat model"),
+    _openai_reasoning("gpt-5", _GPT5_EFFORTS, _GPT5_WINDOW, 128_000, "GPT-5 reasoning model"),
+    _openai_reasoning("gpt-5-mini", _GPT5_EFFORTS, _GPT5_WINDOW, 128_000, "small GPT-5 reasoning model"),
+    _openai_reasoning("gpt-5-nano", _GPT5_EFFORTS, _GPT5_WINDOW, 128_000, "smallest GPT-5 reasoning model"),
+    _openai_reasoning("gpt-5.1", _GPT51_EFFORTS, _GPT5_WINDOW, 128_000, "GPT-5.1 reasoning model"),
+    _openai_reasoning("o3", _O_EFFORTS, _O_WINDOW, 100_000, "o3 reasoning model"),
+    _openai_reasoning("o3-mini", _O_EFFORTS, _O_WINDOW, 100_000, "small o3 reasoning model"),
+    _openai_reasoning("o4-mini", _O_EFFORTS, _O_WINDOW, 100_000, "small o4 reasoning model"),
     _anthropic(
-        "claude-sonnet-4-6", native=True, max_tokens=8192, description="Claude Sonnet 4.6 (default with key)"
+        "claude-opus-4-5", native=True, max_tokens=8192, max_output=64_000, description="Claude Opus 4.5"
+    ),
+    _anthropic(
+        "claude-opus-4-1", native=True, max_tokens=8192, max_output=32_000, description="Claude Opus 4.1"
+    ),
+    _anthropic(
+        "claude-opus-4-0", native=False, max_tokens=8192, max_output=32_000, description="Claude Opus 4"
+    ),
+    _anthropic(
+        "claude-opus-4-6", native=True, max_tokens=8192, max_output=128_000, description="Claude Opus 4.6"
+    ),
+    _anthropic(
+        "claude-sonnet-4-6",
+        native=True,
+        max_tokens=8192,
+        max_output=64_000,
+        description="Claude Sonnet 4.6 (default with key)",
     ),
     _anthropic(
         "claude-sonnet-4-5",
         native=True,
         max_tokens=8192,
+        max_output=64_000,
         description="Claude Sonnet 4.5 (end of life 2026-11-30)",
     ),
-    _anthropic("claude-sonnet-4-0", native=False, max_tokens=8192, description="Claude Sonnet 4"),
-    _anthropic("claude-haiku-4-5", native=True, max_tokens=8192, description="Claude Haiku 4.5"),
+    _anthropic(
+        "claude-sonnet-4-0", native=False, max_tokens=8192, max_output=64_000, description="Claude Sonnet 4"
+    ),
+    _anthropic(
+        "claude-haiku-4-5", native=True, max_tokens=8192, max_output=64_000, description="Claude Haiku 4.5"
+    ),
     ModelSpec(
         provider="local",
         name=LOCAL_MODEL_NAME,
         params=LocalParams,
+        # The engine's defaults (models/local.py DEFAULT_CONTEXT and DEFAULT_MAX_TOKENS); n_ctx and
+        # max_tokens override them per selection.
+        default_max_tokens=512,
+        context_window=8192,
+        max_output=8192,
         description="embedded Qwen2.5-Coder-1.5B-Instruct (Apache-2.0), runs offline on CPU",
     ),
 )
@@ -208,3 +263,39 @@ def compatible_spec(name: str) -> ModelSpec:
 def normalized_params(spec: ModelSpec, params: Mapping[str, Any]) -> dict[str, Any]:
     """``params`` validated by ``spec`` (raises ``pydantic.ValidationError``), unset ones dropped."""
     return spec.params.model_validate(dict(params)).model_dump(exclude_none=True)
+
+
+@dataclass(frozen=True, slots=True)
+class ContextLimits:
+    """How many tokens one call may hold, and how many of them are kept for the answer."""
+
+    window: int | None
+    """Prompt and answer together; None when unknown (requests are then sent as they are)."""
+    output_reserve: int = 0
+    """Tokens kept free for the answer: the prompt may take ``window - output_reserve``."""
+
+
+def context_limits(spec: ModelSpec, params: Mapping[str, Any]) -> ContextLimits:
+    """The window and output reserve of ``spec`` with validated ``params`` (``normalized_params``).
+
+    The reserve is what the adapter lets the model write: ``max_tokens`` when given, else the
+    adapter's default, else the model's most but at most a quarter of the window (a model may write
+    that much, but an answer rarely does, and the prompt needs the room); extended thinking writes
+    its budget on top.
+    """
+    if spec.provider == "local":
+        window = params.get("n_ctx") or spec.context_window
+    else:
+        # A selection may lower the window (to cap a call's cost), never raise it past the model's.
+        asked = params.get("context_window")
+        known = spec.context_window
+        window = min(asked, known) if asked and known else asked or known
+    if not window:
+        return ContextLimits(None, 0)
+    reserve = int(params.get("max_tokens") or spec.default_max_tokens or 0)
+    if not reserve:
+        reserve = min(spec.max_output or window, window // 4)
+    thinking = params.get("thinking_budget")
+    if thinking and reserve <= thinking:
+        reserve = int(thinking) + (spec.default_max_tokens or reserve)
+    return ContextLimits(int(window), reserve)

@@ -46,6 +46,11 @@ class Model(ABC):
 
     #: ``"provider:name"``, as recorded in sessions and traces.
     name: str = "model"
+    #: Tokens one call holds, prompt and answer together. The catalog sets it for the models it
+    #: creates; None means unknown, and then requests are sent as they are, never trimmed.
+    context_window: int | None = None
+    #: Tokens of the window kept free for the answer (the selection's ``max_tokens`` or the model's).
+    output_reserve: int = 0
 
     @abstractmethod
     async def request(self, request: ModelRequest) -> ModelResponse:

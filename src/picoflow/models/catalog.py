@@ -28,8 +28,10 @@ from picoflow.models._specs import (
     DEFAULT_ANTHROPIC_MODEL,
     DEFAULT_OPENAI_MODEL,
     LOCAL_MODEL_NAME,
+    ContextLimits,
     ModelSpec,
     compatible_spec,
+    context_limits,
     normalized_params,
 )
 from picoflow.models.base import Model
@@ -39,9 +41,11 @@ __all__ = [
     "DEFAULT_ANTHROPIC_MODEL",
     "DEFAULT_OPENAI_MODEL",
     "LOCAL_MODEL_NAME",
+    "ContextLimits",
     "ModelSelection",
     "ModelSpec",
     "as_selection",
+    "context_limits_of",
     "create_model",
     "default_selection",
     "known_models",
@@ -255,7 +259,29 @@ def resolve(selection: ModelSelection) -> tuple[ModelSpec, dict[str, Any]]:
             )
     if spec.exclusive_sampling and "temperature" in params and "top_p" in params:
         raise FlowDefinitionError(f"model {selection}: set temperature or top_p, not both")
+    _check_window(selection, spec, params)
     return spec, params
+
+
+def _check_window(selection: ModelSelection, spec: ModelSpec, params: dict[str, Any]) -> None:
+    asked = params.get("context_window")
+    if asked and spec.context_window and asked > spec.context_window:
+        raise FlowDefinitionError(
+            f"model {selection}: context_window may not exceed the model's {spec.context_window:,} tokens"
+        )
+    limits = context_limits(spec, params)
+    if limits.window is not None and limits.output_reserve >= limits.window:
+        # The answer's tokens come out of the same window: nothing would be left for the prompt.
+        raise FlowDefinitionError(
+            f"model {selection}: max_tokens ({limits.output_reserve:,}) must be smaller than the "
+            f"{limits.window:,}-token context window, which also holds the prompt"
+        )
+
+
+def context_limits_of(selection: ModelSelection) -> ContextLimits:
+    """The context window of ``selection`` and the tokens kept for its answers (validated first)."""
+    spec, params = resolve(selection)
+    return context_limits(spec, params)
 
 
 def validate_selection(selection: ModelSelection) -> None:
@@ -276,7 +302,11 @@ def create_model(selection: ModelSelection) -> Model:
             validate_selection(selection)
             module_name, _, class_name = ADAPTERS[selection.provider].partition(":")
             adapter = getattr(importlib.import_module(module_name), class_name)
-            model = _instances[key] = adapter.from_selection(selection)
+            model = adapter.from_selection(selection)
+            # The catalog, not each adapter, knows windows: every adapter gets them the same way.
+            limits = context_limits_of(selection)
+            model.context_window, model.output_reserve = limits.window, limits.output_reserve
+            _instances[key] = model
     return model
 
 

@@ -24,8 +24,12 @@ def _estimate_tokens(text_length: int) -> int:
 
 
 class _RecordingModel(Model):
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, context_window: int | None, output_reserve: int) -> None:
+        if context_window is not None and not 0 <= output_reserve < context_window:
+            raise ValueError("output_reserve must be at least 0 and smaller than context_window")
         self.name = name
+        self.context_window = context_window
+        self.output_reserve = output_reserve if context_window is not None else 0
         self.requests: list[ModelRequest] = []
         self._next_id = 0
 
@@ -64,10 +68,19 @@ class ScriptedModel(_RecordingModel):
     ``ScriptedModel(["Hello!", ToolCall("search", {"q": "x"}), [ToolCall("a"), ToolCall("b")]])``.
     Tool calls without an id get ``call_1``, ``call_2``, ... Asking for more responses than the
     script holds raises ``ScriptExhausted`` (the turn fails with a clear error).
+    ``context_window`` and ``output_reserve`` play a model with that window (default: unlimited), so
+    a test sees its requests fitted as a real model's would be.
     """
 
-    def __init__(self, script: Iterable[Any], *, name: str = "scripted:test") -> None:
-        super().__init__(name)
+    def __init__(
+        self,
+        script: Iterable[Any],
+        *,
+        name: str = "scripted:test",
+        context_window: int | None = None,
+        output_reserve: int = 0,
+    ) -> None:
+        super().__init__(name, context_window, output_reserve)
         self.script: list[Any] = list(script)
         self._position = 0
 
@@ -92,12 +105,20 @@ class ScriptedModel(_RecordingModel):
 
 
 class FunctionModel(_RecordingModel):
-    """Answers each request with ``fn(request)`` (sync or async), which returns a script item."""
+    """Answers each request with ``fn(request)`` (sync or async), which returns a script item.
+
+    ``context_window`` and ``output_reserve`` as for ``ScriptedModel``.
+    """
 
     def __init__(
-        self, fn: Callable[[ModelRequest], Any | Awaitable[Any]], *, name: str = "function:test"
+        self,
+        fn: Callable[[ModelRequest], Any | Awaitable[Any]],
+        *,
+        name: str = "function:test",
+        context_window: int | None = None,
+        output_reserve: int = 0,
     ) -> None:
-        super().__init__(name)
+        super().__init__(name, context_window, output_reserve)
         self.fn = fn
 
     async def request(self, request: ModelRequest) -> ModelResponse:

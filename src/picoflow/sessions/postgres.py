@@ -69,14 +69,22 @@ _UPDATE = (
     + _ADD_MESSAGES
 )
 
-# One statement reads one snapshot, so the document and its live messages always match.
+# One statement reads one snapshot, so the document and its live messages always match. Each namespace
+# is read by a LATERAL subquery with an ORDER BY of its own, which the planner cannot merge into a
+# join: it runs as one index range scan from the namespace's start. As a plain join, once the table
+# has statistics, the planner guesses that ``seq >= start`` keeps a third of the session and reads
+# its whole transcript instead, so loads slowed down as a session grew old.
 _LOAD = """WITH head AS (SELECT namespaces, starts, document FROM {p}picoflow_sessions WHERE id = %(id)s)
 SELECT 0 AS part, -1::bigint AS seq, NULL::text AS namespace, document::text AS body FROM head
 UNION ALL
-SELECT 1, m.seq, m.namespace, m.body::text
+SELECT 1, m.seq, m.namespace, m.body
 FROM head
 CROSS JOIN LATERAL unnest(head.namespaces, head.starts) AS ns(name, start)
-JOIN {p}picoflow_messages AS m ON m.session_id = %(id)s AND m.namespace = ns.name AND m.seq >= ns.start
+CROSS JOIN LATERAL (
+    SELECT seq, namespace, body::text AS body FROM {p}picoflow_messages
+    WHERE session_id = %(id)s AND namespace = ns.name AND seq >= ns.start
+    ORDER BY seq
+) AS m
 ORDER BY part, seq"""
 
 

@@ -31,8 +31,10 @@ T = TypeVar("T")
 Synchronous = Literal["FULL", "NORMAL"]
 
 # One statement, so it reads one consistent snapshot even while another process commits. CROSS JOIN
-# fixes the join order (SQLite never reorders it), so each namespace is a range scan of the live index
-# instead of a walk over the session's whole transcript.
+# fixes the join order (SQLite never reorders it) and INDEXED BY the index, so each namespace is a
+# range scan of the live index instead of a walk over the session's whole transcript: once ANALYZE
+# has run (``PRAGMA optimize`` runs it too), SQLite otherwise builds a temporary index over every
+# message of the session on each load.
 _LOAD = """
 WITH head AS (SELECT live, document FROM picoflow_sessions WHERE id = :id)
 SELECT 0, -1, NULL, document FROM head
@@ -40,7 +42,7 @@ UNION ALL
 SELECT 1, m.seq, m.namespace, m.body
 FROM head
 CROSS JOIN json_each(head.live) AS ns
-CROSS JOIN picoflow_messages AS m
+CROSS JOIN picoflow_messages AS m INDEXED BY picoflow_messages_live
   ON m.session_id = :id AND m.namespace = ns.key AND m.seq >= ns.value
 ORDER BY 1, 2
 """

@@ -69,6 +69,24 @@ def choice_reply(quotes: Sequence[HotelQuote], nights: int) -> str:
     return f"{hotel_list(quotes, nights)}\n\n{CHOOSE}"
 
 
+# What memory keeps of a list or tables the guest was shown: what they were, and the question they
+# ended with, which the guest's next words answer. Present's prompt holds the list itself.
+
+
+def listed_note(quotes: Sequence[HotelQuote]) -> str:
+    return f"Showed the list of {len(quotes)} hotel{'s' if len(quotes) != 1 else ''}.\n\n{CHOOSE}"
+
+
+def compared_note(numbers: Sequence[int], features: Sequence[Feature]) -> str:
+    names = {"roomType": "room type"}
+    hotels = _joined([str(number) for number in numbers])
+    return f"Compared hotels {hotels} on {_joined([names.get(f, f) for f in features])}.\n\n{FOLLOW_UP}"
+
+
+def _joined(words: Sequence[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
 class Booking(BaseModel):
     """A confirmed booking, as kept in the session."""
 
@@ -173,7 +191,8 @@ class Explore(SlotStep):
             )
         searched = values.summary()
         found = f"**{searched}**\n\n{choice_reply(quotes, len(values.nights))}"
-        return direct_to(Present, found).with_state(
+        listing = direct_to(Present, found).remember_as(listed_note(quotes))
+        return listing.with_state(
             hotels=quotes,
             check_in=values.check_in,
             check_out=values.check_out,
@@ -248,7 +267,8 @@ class Present(Step):
         listing = (
             f"**{self.state_of(Present)['searched']}**\n\n{choice_reply(self._listed(), len(self._nights()))}"
         )
-        return direct_to(Present, f"{HELP}\n\n{listing}" if with_help else listing)
+        reply = direct_to(Present, f"{HELP}\n\n{listing}" if with_help else listing)
+        return reply.remember_as(listed_note(self._listed()))
 
     def _listed(self) -> list[HotelQuote]:
         return self.state_of(Present).get_as("hotels", list[HotelQuote]) or []
@@ -283,7 +303,8 @@ class Present(Step):
         chosen = [(number, listed[number - 1]) for number in numbers]
         tables = [comparison(feature, chosen, self._nights()) for feature in wanted]
         state.merge({"compared": list(numbers), "feature": wanted[-1]})
-        return direct_to(Compare, "\n\n".join([*tables, FOLLOW_UP]))
+        reply = direct_to(Compare, "\n\n".join([*tables, FOLLOW_UP]))
+        return reply.remember_as(compared_note(numbers, wanted))
 
 
 class Compare(Present):
