@@ -192,9 +192,18 @@ async def test_each_request_shows_only_the_question_and_the_answer(chat: Chat) -
         "user: 8/1/2027 to 8/8/2027",
     ]
     # Present and Compare: only the guest's latest words; the list is in the prompt, tables never sent.
-    for turn in (10, 11, 12, 13, 14):
+    # Present and Compare: the note of what the guest was shown, with the question they answer, then
+    # their words; the list is in the prompt and no table is ever sent back.
+    shown = {
+        10: "Showed the list of 9 hotels.\n\n" + CHOOSE,
+        11: "Compared hotels 2, 5 and 8 on price.\n\n" + FOLLOW_UP,
+        12: "Compared hotels 2, 5 and 8 on amenities.\n\n" + FOLLOW_UP,
+        13: "Compared hotels 2 and 5 on price.\n\n" + FOLLOW_UP,
+        14: "Showed the list of 9 hotels.\n\n" + CHOOSE,
+    }
+    for turn, note in shown.items():
         [request] = chat.turn_requests(turn)
-        assert [m.content for m in request.messages] == [CONVERSATION[turn - 1].user], turn
+        assert [m.content for m in request.messages] == [note, CONVERSATION[turn - 1].user], turn
         assert "8. Hampton Inn Sherwood Portland" in request.system
     # The prompt of a step never changes within a visit, so a local model reuses its prompt cache.
     explore = {request.system for request in chat.model.requests if request.step == "Explore"}

@@ -205,11 +205,10 @@ class Explore(SlotStep):
 class GuestRequest(BaseModel):
     """What the guest asks for in their latest message."""
 
-    hotels: list[int] = Field(
-        default_factory=list, max_length=10, description="List numbers of the hotels the guest names"
-    )
+    # Every field is required, so the model writes them in this order: the numbers the guest said
+    # come before the action they decide ("8" is read as hotels [8], then book).
+    hotels: list[int] = Field(max_length=10, description="List numbers of the hotels the guest names")
     features: list[Feature] = Field(
-        default_factory=list,
         max_length=4,
         description="What to compare: price (cost), roomType (rooms, beds), amenities, distance",
     )
@@ -230,8 +229,9 @@ class Present(Step):
         return CHOOSE_PROMPT.render(hotels=self._numbered_names())
 
     def history(self, memory: Sequence[Message]) -> Sequence[Message]:
-        # The list is in the prompt; the tables shown since would only cost prompt tokens.
-        return since_last_user(memory)
+        # The guest's words and what they answer ("8" answers "Which hotel would you like to
+        # book?"); lists and tables are remembered as short notes, and the list is in the prompt.
+        return since_last_user(memory, before=1)
 
     def on_response(self, request: GuestRequest) -> Outcome:
         said = self.last_user_message
