@@ -9,13 +9,21 @@ import pytest
 import picoflow_demos
 from picoflow import FlowEngine
 from picoflow.models import ScriptedModel
+from picoflow_demos.products.flow import HELP as PRODUCTS_HELP
 
 FIRST_MESSAGES = {"hotel": "Hi", "orders": "Hi", "products": "Hi"}
-# Explore's model only reads the message; code writes the greeting and the first question.
+# Explore's and Lookup's models only read the message; code writes the reply.
 FIRST_REPLIES = {
     "hotel": '{"found": []}',
     "orders": "Hello!",
-    "products": "Hello!",
+    "products": '{"codes": [], "words": [], "action": "other"}',
+}
+FIRST_SHOWN = {
+    "hotel": (
+        "Hello! I can help you find a hotel in the Portland, Oregon area. Is your stay in the Portland area?"
+    ),
+    "orders": "Hello!",
+    "products": PRODUCTS_HELP,
 }
 
 
@@ -50,12 +58,7 @@ async def test_first_request_is_small_enough_for_a_small_local_model(flow: str) 
     model = ScriptedModel([FIRST_REPLIES[flow]])
     engine = FlowEngine(picoflow_demos.FLOWS, model=model)
     result = await engine.run(flow, FIRST_MESSAGES[flow])
-    shown = (
-        "Hello! I can help you find a hotel in the Portland, Oregon area. Is your stay in the Portland area?"
-        if flow == "hotel"
-        else FIRST_REPLIES[flow]
-    )
-    assert result.ok and result.message == shown
+    assert result.ok and result.message == FIRST_SHOWN[flow]
     [request] = model.requests
     assert "{{" not in request.system  # every template slot was filled
     # System prompt, message and tool schemas together stay near 1,000 tokens.
