@@ -9,20 +9,21 @@ import pytest
 import picoflow_demos
 from picoflow import FlowEngine
 from picoflow.models import ScriptedModel
+from picoflow_demos.orders.flow import HELP as ORDERS_HELP
 from picoflow_demos.products.flow import HELP as PRODUCTS_HELP
 
 FIRST_MESSAGES = {"hotel": "Hi", "orders": "Hi", "products": "Hi"}
-# Explore's and Lookup's models only read the message; code writes the reply.
+# Each flow's first model only reads the message; code writes the reply.
 FIRST_REPLIES = {
     "hotel": '{"found": []}',
-    "orders": "Hello!",
+    "orders": '{"orders": [], "status": "any", "since": null, "until": null, "action": "other"}',
     "products": '{"codes": [], "words": [], "action": "other"}',
 }
 FIRST_SHOWN = {
     "hotel": (
         "Hello! I can help you find a hotel in the Portland, Oregon area. Is your stay in the Portland area?"
     ),
-    "orders": "Hello!",
+    "orders": ORDERS_HELP,
     "products": PRODUCTS_HELP,
 }
 

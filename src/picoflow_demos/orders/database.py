@@ -145,21 +145,17 @@ class OrdersDatabase:
         return int(row[0])
 
 
-_defaults: dict[Path, OrdersDatabase] = {}
-
-
 def default_database() -> OrdersDatabase:
     """The database at ``$PICOFLOW_ORDERS_DB`` (default ``./picoflow-orders.sqlite3``).
 
-    The file is created and seeded with the demo orders on first use.
+    The file is created and seeded with the demo orders on first use. Nothing is cached: an
+    ``OrdersDatabase`` is only its path (each call opens its own connection), so a changed
+    variable is seen at once.
     """
     path = Path(os.environ.get(DB_VARIABLE, "").strip() or DEFAULT_FILE).resolve()
-    database = _defaults.get(path)
-    if database is None:
-        if not path.exists():
-            _create_once(path)
-        database = _defaults[path] = OrdersDatabase(path)
-    return database
+    if not path.exists():
+        _create_once(path)
+    return OrdersDatabase(path)
 
 
 def _create_once(path: Path) -> None:

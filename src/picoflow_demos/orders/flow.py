@@ -1,47 +1,37 @@
-"""OrdersFlow: customer support over a real database, with refunds that need a human yes.
+"""OrdersFlow: customer support over a real database, with refunds that need the customer's yes.
 
-Support answers questions with read-only, customer-scoped tools. ``refund_order`` only proposes a
-refund: it moves the conversation to ApproveRefund and asks the customer, in words written by
-code, to confirm that order and amount. The refund runs when the customer's own next message is a
-clear yes — checked in code before the model's ``confirm_refund`` runs — and its result is told
-in code too. The customer always comes from the authenticated caller, never from the model or the
-conversation.
+The model reads; code decides. Each turn Support's model turns the customer's latest message into
+a small JSON value: the order numbers it writes, a status, a date range and what the customer
+wants. Code keeps only what the customer's words bear out, looks the orders up (always for the
+signed-in caller, never a customer the model or the conversation names) and writes every reply
+from the database. A refund is asked in code for one order and amount; ApproveRefund's model only
+reads the answer as yes, no or unclear, and code refunds on a yes, once per order.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
-from collections.abc import Mapping
+import calendar
+from collections.abc import Mapping, Sequence
 from datetime import date
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from picoflow import (
     Direct,
     Flow,
-    Go,
+    Outcome,
     Prompt,
-    Reject,
     RunContext,
     Step,
     TerminateStep,
-    ToolError,
     direct,
     direct_to,
-    go,
-    tool,
+    since_last_user,
 )
-from picoflow.messages import ModelResponse
-from picoflow_demos._common import (
-    LeavesOnRequest,
-    correct_once,
-    goodbye_check,
-    repeated_lookup,
-    unanswered_question,
-    usd_cents,
-)
+from picoflow.messages import Message
+from picoflow_demos._common import usd_cents
 from picoflow_demos.orders.database import Order, OrdersDatabase, Status, default_database, today
 
 SUPPORT = Prompt.file("support.md")
@@ -49,26 +39,82 @@ APPROVE = Prompt.file("approve.md")
 
 # The same words for "no such order" and "someone else's order": a caller must not be able to
 # probe which order numbers exist.
-NOT_FOUND = "No order with that number was found for this customer."
-ASK_WHICH_ORDERS = (
-    "Let me look that up first. Which order do you mean (its number), or which dates should I search?"
+NOT_FOUND = "No order #{order_id} was found for your account."
+NOT_SIGNED_IN = "Please sign in first: without a signed-in customer no order can be looked up."
+HELP = (
+    "I can look up your orders by number or by date, list them by status (pending, shipped or "
+    "refunded), and refund an order. For example: “status of order 40006” or “refunds since October 1”."
 )
-NOT_SIGNED_IN = "No customer is signed in, so no order can be looked up. Ask the user to sign in first."
-
-_YES = re.compile(
-    r"\b(yes|yeah|yep|yup|sure|ok|okay|confirm|confirmed|correct|absolutely|proceed"
-    r"|go ahead|do it|please do)\b",
-    re.IGNORECASE,
+ASK_DATES = (
+    "Which dates should I search? For example: “since October 1” or “between October 1 and November 1”."
 )
-_NO = re.compile(r"\b(no|nope|not|don'?t|do not|cancel|stop|wait|never)\b", re.IGNORECASE)
-_ABOUT_ORDERS = re.compile(
-    r"\b(orders?|refund\w*|purchases?|bought|shipp\w*|pending|deliver\w*)\b|\d{5}", re.I
-)
+ASK_WHICH_REFUND = "Which order shall I refund? Give its number."
+FAREWELL = "Thank you for shopping with us. Goodbye!"
+LIMIT = 20
+# Searches without a start date reach back to the first order.
+EARLIEST = date(2000, 1, 1)
 
 
-def is_clear_yes(text: str) -> bool:
-    """A short, unhedged agreement ("yes", "ok, go ahead"), not "yes... no wait"."""
-    return bool(_YES.search(text)) and not _NO.search(text)
+class Day(BaseModel):
+    """A day as the customer writes it; the year is decided in code."""
+
+    month: int = Field(ge=1, le=12)
+    day: int = Field(ge=1, le=31)
+
+
+class CustomerRequest(BaseModel):
+    """What the customer asks for in their latest message."""
+
+    # Every field is required, so the model writes them in this order: what the message names
+    # (orders, status, dates) comes before the action it decides.
+    orders: list[int] = Field(max_length=5, description="Order numbers the customer writes, such as 40006")
+    status: Literal["any", "pending", "shipped", "refunded"] = Field(
+        description="The order status the customer asks about; any when they name none"
+    )
+    since: Day | None = Field(description="First day of the dates the customer gives; null when none")
+    until: Day | None = Field(description="Last day of the dates the customer gives; null when none")
+    action: Literal["order", "search", "refund", "goodbye", "other"] = Field(
+        description="order: about orders they give by number; search: their orders by date or status; "
+        "refund: refund an order; goodbye: the customer ends the conversation; other: anything else"
+    )
+
+
+class RefundAnswer(BaseModel):
+    """The customer's answer to the refund question."""
+
+    answer: Literal["yes", "no", "unclear"] = Field(
+        description="yes: they agree to this refund; no: they do not want it, or want something else; "
+        "unclear: anything else"
+    )
+
+
+def written_numbers(text: str) -> set[int]:
+    """Every whole number written with digits in ``text`` ("order 40006, Oct 1st" gives 40006 and 1)."""
+    return {int(run) for run in "".join(c if c.isdigit() else " " for c in text).split()}
+
+
+def status_said(status: str, text: str) -> bool:
+    """Whether the customer's words name ``status`` ("refunds", "refunded", "shipping", "pending")."""
+    return status[:4] in text.casefold()
+
+
+def day_said(day: Day, text: str) -> bool:
+    """Whether the customer wrote this day: its day number, and its month by name or number."""
+    month = calendar.month_name[day.month][:3].casefold()
+    written = written_numbers(text)
+    return day.day in written and (month in text.casefold() or day.month in written)
+
+
+def last_such_day(day: Day, current: date) -> date | None:
+    """The most recent such day that is not after ``current`` (None when the month has no such day)."""
+    for year in (current.year, current.year - 1):
+        try:
+            found = date(year, day.month, day.day)
+        except ValueError:
+            continue
+        if found <= current:
+            return found
+    return None
 
 
 def database_for(ctx: RunContext[Any]) -> OrdersDatabase:
@@ -76,153 +122,34 @@ def database_for(ctx: RunContext[Any]) -> OrdersDatabase:
     return ctx.deps if isinstance(ctx.deps, OrdersDatabase) else default_database()
 
 
-def customer_of(ctx: RunContext[Any]) -> str:
-    customer = ctx.customer_id
-    if not customer:
-        raise ToolError(NOT_SIGNED_IN)
-    return customer
+def order_line(order: Order) -> str:
+    amount, placed = usd_cents(order.total_cents), order.created.isoformat()
+    return f"Order #{order.id}: {order.status}, {amount}, placed {placed}."
 
 
-def order_view(order: Order) -> dict[str, Any]:
-    """An order as the model sees it (the customer id is left out: it is always the caller)."""
-    return {
-        "order": order.id,
-        "status": order.status,
-        "total": usd_cents(order.total_cents),
-        "placed": order.created.isoformat(),
-    }
-
-
-class Support(LeavesOnRequest):
-    """Answer the signed-in customer's questions about their orders."""
-
-    memory = "orders-support"
-    crossing_message = "Where does my refund request stand?"
-
-    def prompt(self) -> str:
-        latest = self.state.get("refund")
-        return SUPPORT.render(today=today().isoformat(), refund=_describe(latest) if latest else "none")
-
-    def check_response(self, response: ModelResponse) -> Reject | None:
-        refused = goodbye_check(self, response)
-        if refused is not None or response.tool_calls:
-            return refused
-        if self._guessed(response.text):
-            return correct_once(
-                self, "look the orders up with the tools first, and answer only from what they return."
-            )
-        return None
-
-    def on_response(self, response: str) -> str | Direct:
-        # Corrected once and still guessing: a question back is better than an invented order.
-        return direct(ASK_WHICH_ORDERS) if self._guessed(response) else response
-
-    def _guessed(self, reply: str) -> bool:
-        """Order facts (numbers, amounts, dates) with no lookup since the question are a guess.
-
-        Words forwarded from the approval step were acted on there; the outcome is in the prompt.
-        """
-        question = unanswered_question(self.messages, forwarded=False)
-        return question is not None and bool(_ABOUT_ORDERS.search(question)) and bool(re.search(r"\d", reply))
-
-    @tool
-    async def search_orders(
-        self,
-        since: date,
-        ctx: RunContext,
-        until: date | None = None,
-        status: Status | None = None,
-        limit: int = Field(10, ge=1, le=50),
-    ) -> dict[str, Any] | Direct:
-        """Search the customer's orders placed from `since` to `until` (both included), newest first.
-
-        Args:
-            since: First day, YYYY-MM-DD.
-            until: Last day, YYYY-MM-DD, on or after since. Leave it out to search up to today.
-            status: Only orders with this status.
-            limit: At most this many orders (1 to 50).
-        """
-        if until is not None and until < since:
-            raise ToolError(
-                "until must be on or after since: the search runs from since to until. Swap the dates "
-                "if they were reversed, or leave until out to search up to today."
-            )
-        customer = customer_of(ctx)
-        orders, more = await asyncio.to_thread(
-            database_for(ctx).search, customer, since, until, status, limit
-        )
-        if repeated_lookup(self.state, self.messages, f"search {since} {until} {status} {limit}"):
-            return direct(_search_reply(orders, more, since, until, status))
-        return {"orders": [order_view(order) for order in orders], "more_results": more}
-
-    @tool
-    async def get_order(self, order_id: int, ctx: RunContext) -> dict[str, Any] | Direct:
-        """Show one of the customer's orders.
-
-        Args:
-            order_id: The order number.
-        """
-        order = await asyncio.to_thread(database_for(ctx).get, customer_of(ctx), order_id)
-        if order is None:
-            raise ToolError(NOT_FOUND)
-        if repeated_lookup(self.state, self.messages, f"order {order_id}"):
-            return direct(_order_line(order))
-        return order_view(order)
-
-    # One refund at a time: the customer confirms exactly the order the approval step names.
-    @tool(exclusive=True)
-    async def refund_order(self, order_id: int, ctx: RunContext) -> Direct | str:
-        """Start a full refund of one of the customer's orders. The customer must then confirm it; this
-        call refunds nothing by itself.
-
-        Args:
-            order_id: The order number.
-        """
-        order = await asyncio.to_thread(database_for(ctx).get, customer_of(ctx), order_id)
-        if order is None:
-            raise ToolError(NOT_FOUND)
-        if order.status == "refunded":
-            return f"Order {order.id} has already been refunded; there is nothing more to refund."
-        refund = {"order_id": order.id, "total_cents": order.total_cents, "placed": order.created.isoformat()}
-        return (
-            direct_to(ApproveRefund, _confirm_question(refund))
-            .with_state(refund)
-            .with_tool_feedback("The customer is asked to confirm the refund.")
-        )
-
-
-def _order_line(order: Order) -> str:
-    placed = order.created.isoformat()
-    return f"Order #{order.id}: {order.status}, {usd_cents(order.total_cents)}, placed {placed}."
-
-
-def _search_reply(
-    orders: list[Order], more: bool, since: date, until: date | None, status: str | None
+def search_reply(
+    orders: Sequence[Order], more: bool, since: date | None, until: date | None, status: str | None
 ) -> str:
-    """The answer to a search, written in code (used when the model asks for the same search twice)."""
+    """The answer to a search, written from the database."""
     which = f"{status.capitalize()} orders" if status else "Orders"
-    span = f"from {since.isoformat()} to {until.isoformat()}" if until else f"since {since.isoformat()}"
+    if since and until:
+        span = f" from {since.isoformat()} to {until.isoformat()}"
+    elif since:
+        span = f" since {since.isoformat()}"
+    elif until:
+        span = f" until {until.isoformat()}"
+    else:
+        span = ""
     if not orders:
-        return f"No {which.lower()} placed {span}."
-    lines = [f"{which} placed {span}:", *(f"- {_order_line(order)}" for order in orders)]
+        return f"You have no {which.lower()} placed{span}." if span else f"You have no {which.lower()}."
+    lines = [f"{which} placed{span}:" if span else f"Your {which.lower()}:"]
+    lines.extend(f"- {order_line(order)}" for order in orders)
     if more:
-        lines.append("More orders match; ask for a shorter period to see them.")
+        lines.append(f"Those are the latest {len(orders)}; ask for a shorter period to see the others.")
     return "\n".join(lines)
 
 
-def _describe(refund: dict[str, Any]) -> str:
-    order, amount = refund["order_id"], usd_cents(refund["total_cents"])
-    if refund["status"] == "cancelled":
-        return f"the customer decided not to refund order {order}; nothing was refunded."
-    if refund["status"] == "already_refunded":
-        return f"order {order} ({amount}) had already been refunded on {refund['on']}; nothing more was paid."
-    return (
-        f"order {order} was refunded on {refund['on']}: {amount} goes back to the original payment "
-        "method within 5 to 10 business days."
-    )
-
-
-def _confirm_question(refund: Mapping[str, Any]) -> str:
+def confirm_question(refund: Mapping[str, Any]) -> str:
     # The question names the order and the amount exactly: the customer's yes is to these.
     return (
         f"Shall I refund order #{refund['order_id']} (placed {refund['placed']}, "
@@ -231,7 +158,7 @@ def _confirm_question(refund: Mapping[str, Any]) -> str:
     )
 
 
-def _refund_reply(refund: dict[str, Any]) -> str:
+def refund_reply(refund: Mapping[str, Any]) -> str:
     order, amount = refund["order_id"], usd_cents(refund["total_cents"])
     if refund["status"] == "already_refunded":
         return f"Order #{order} had already been refunded on {refund['on']}, so nothing more was paid."
@@ -241,13 +168,103 @@ def _refund_reply(refund: dict[str, Any]) -> str:
     )
 
 
-# Not a LeavesOnRequest: with only confirm_refund and cancel_refund offered, the embedded 1.5B model
-# answered a plain "yes" in words 4 times out of 6 runs; with the usual tool list it called
-# confirm_refund every time (6 of 6). goodbye_check still refuses an unasked terminate_session.
+class Support(Step):
+    """Answer the signed-in customer's questions about their orders."""
+
+    memory = "orders-support"
+    output = CustomerRequest
+    terminate_tool = False
+
+    def prompt(self) -> str:
+        return SUPPORT.text
+
+    def history(self, memory: Sequence[Message]) -> Sequence[Message]:
+        # The reading needs only the customer's latest words, not earlier lists of orders.
+        return since_last_user(memory)
+
+    async def on_response(self, request: CustomerRequest) -> Outcome:
+        said = self.last_user_message or ""
+        self.erase_memory()
+        if request.action == "goodbye":
+            return direct_to(OrdersGoodbye, FAREWELL)
+        # Only what the customer's own words bear out is acted on: a number, status or date the
+        # model read but the customer never wrote is its invention.
+        numbers = written_numbers(said)
+        order_ids = [order_id for order_id in dict.fromkeys(request.orders) if order_id in numbers]
+        status = request.status if request.status != "any" and status_said(request.status, said) else None
+        days = [day for day in (request.since, request.until) if day is not None]
+        if request.action not in ("refund", "search") and not (order_ids or status or days):
+            return direct(HELP)
+        customer = self.context.customer_id
+        if not customer:
+            return direct(NOT_SIGNED_IN)
+        if request.action == "refund":
+            return await self.start_refund(customer, order_ids)
+        if order_ids:
+            return await self.show_orders(customer, order_ids)
+        if any(not day_said(day, said) for day in days):
+            return direct(ASK_DATES)
+        since, until = (
+            last_such_day(day, today()) if day else None for day in (request.since, request.until)
+        )
+        if (request.since and since is None) or (request.until and until is None):
+            return direct(ASK_DATES)
+        return await self.search(customer, since, until, status)
+
+    async def show_orders(self, customer: str, order_ids: Sequence[int]) -> Direct:
+        database = database_for(self.context)
+        found = [
+            (order_id, await asyncio.to_thread(database.get, customer, order_id)) for order_id in order_ids
+        ]
+        self.state["shown"] = [order.id for _, order in found if order is not None]
+        return direct(
+            "\n".join(
+                order_line(order) if order else NOT_FOUND.format(order_id=order_id)
+                for order_id, order in found
+            )
+        )
+
+    async def search(
+        self, customer: str, since: date | None, until: date | None, status: Status | None
+    ) -> Direct:
+        turned = since is not None and until is not None and until < since
+        if turned:
+            # "between November 1 and October 1": the customer means the days in between.
+            since, until = until, since
+        database = database_for(self.context)
+        orders, more = await asyncio.to_thread(
+            database.search, customer, since or EARLIEST, until, status, LIMIT
+        )
+        self.state["shown"] = [order.id for order in orders]
+        reply = search_reply(orders, more, since, until, status)
+        return direct(
+            f"You gave the later date first, so I searched the days in between.\n{reply}" if turned else reply
+        )
+
+    async def start_refund(self, customer: str, order_ids: Sequence[int]) -> Direct:
+        shown = list(self.state.get("shown") or [])
+        if not order_ids and len(shown) == 1:
+            order_ids = shown  # "refund it" right after one order was shown
+        if len(order_ids) > 1:
+            listed = " or ".join(f"#{order_id}" for order_id in order_ids)
+            return direct(f"One refund at a time: which order first, {listed}?")
+        if not order_ids:
+            return direct(ASK_WHICH_REFUND)
+        order = await asyncio.to_thread(database_for(self.context).get, customer, order_ids[0])
+        if order is None:
+            return direct(NOT_FOUND.format(order_id=order_ids[0]))
+        if order.status == "refunded":
+            return direct(f"Order #{order.id} has already been refunded; there is nothing more to refund.")
+        refund = {"order_id": order.id, "total_cents": order.total_cents, "placed": order.created.isoformat()}
+        return direct_to(ApproveRefund, confirm_question(refund)).with_state(refund)
+
+
 class ApproveRefund(Step):
-    """Take the customer's answer to one refund; nothing is refunded without their clear yes."""
+    """Take the customer's answer to one refund; nothing is refunded without their yes."""
 
     memory = "orders-approval"
+    output = RefundAnswer
+    terminate_tool = False
 
     def on_enter(self) -> None:
         # Each approval starts clean, so a yes given to an earlier refund can never count for this one.
@@ -260,46 +277,31 @@ class ApproveRefund(Step):
             amount=usd_cents(self.state["total_cents"]),
         )
 
-    def check_response(self, response: ModelResponse) -> Reject | None:
-        if "confirm_refund" not in response.tool_names():
-            refused = goodbye_check(self, response)
-            if refused is not None or response.tool_calls:
-                return refused
-            return correct_once(self, self._unheeded())
-        if not self._customer_said_yes():
-            return Reject(
-                "the customer's latest message is not a clear yes to this refund. Ask them to confirm "
-                "with yes or no, and wait for their answer."
-            )
-        return None
+    def history(self, memory: Sequence[Message]) -> Sequence[Message]:
+        return since_last_user(memory)
 
-    def on_response(self, response: str) -> str | Direct:
-        # Corrected once and still only talking after a clear yes: nothing was refunded, and the
-        # customer must not read otherwise. The question is asked again, in code.
-        if self._unheeded() is None:
-            return response
-        return direct(f"Nothing has been refunded yet. {_confirm_question(self.state)}")
-
-    def _unheeded(self) -> str | None:
-        """Why a text reply is wrong: the customer's latest message is a clear yes."""
-        return "the customer said yes: call confirm_refund." if self._customer_said_yes() else None
-
-    def _customer_said_yes(self) -> bool:
-        for message in reversed(self.messages):
-            if message.role == "user":
-                # Only the customer's own words count, not a message the runtime added.
-                return message.kind is None and is_clear_yes(message.content)
-        return False
-
-    @tool(exclusive=True)
-    async def confirm_refund(self, ctx: RunContext) -> Direct:
-        """Refund the order now. Only after the customer clearly said yes in their latest message."""
+    async def on_response(self, reading: RefundAnswer) -> Outcome:
+        self.erase_memory()
         order_id = int(self.state["order_id"])
+        if reading.answer == "unclear":
+            return direct(f"Nothing has been refunded yet. {confirm_question(self.state)}")
+        if reading.answer == "no":
+            cancelled = {
+                "order_id": order_id,
+                "total_cents": self.state["total_cents"],
+                "status": "cancelled",
+            }
+            return direct_to(
+                Support, f"OK, order #{order_id} was not refunded. Anything else I can help with?"
+            ).with_state(refund=cancelled)
+        customer = self.context.customer_id
+        if not customer:
+            return direct(NOT_SIGNED_IN)
         result = await asyncio.to_thread(
-            database_for(ctx).refund, customer_of(ctx), order_id, reference=ctx.session_id
+            database_for(self.context).refund, customer, order_id, reference=self.session_id
         )
         if result.order is None or result.refunded_on is None:
-            raise ToolError(NOT_FOUND)
+            return direct_to(Support, NOT_FOUND.format(order_id=order_id))
         outcome = {
             "order_id": order_id,
             "total_cents": result.order.total_cents,
@@ -307,16 +309,7 @@ class ApproveRefund(Step):
             "on": result.refunded_on.isoformat(),
         }
         # What was paid back, and when, is told as the database says it.
-        return direct_to(Support, _refund_reply(outcome)).with_state(refund=outcome)
-
-    @tool
-    def cancel_refund(self) -> Go:
-        """The customer does not want this refund, or wants something else."""
-        outcome = {"order_id": self.state["order_id"], "total_cents": self.state["total_cents"]}
-        back = go(Support).with_state(refund={**outcome, "status": "cancelled"})
-        # Support hears the customer's own words, so "no, refund 40006 instead" is handled this turn.
-        said = self.last_user_message
-        return back.with_message(said) if said else back
+        return direct_to(Support, refund_reply(outcome)).with_state(refund=outcome)
 
 
 class OrdersGoodbye(TerminateStep):
