@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,8 @@ from typer.testing import CliRunner
 
 from picoflow import cli
 from picoflow.messages import ToolCall
+from picoflow.models import ScriptedModel
+from picoflow.models._readiness import LoadStatus, LoadTracker, Phase
 from picoflow_demos.hotel.scripted import CONVERSATION, CURRENT_DATE, SHERWOOD, model_script
 
 runner = CliRunner()
@@ -203,3 +206,103 @@ def test_serve_refuses_a_public_address_without_keys(monkeypatch: pytest.MonkeyP
 def test_version() -> None:
     result = invoke("--version")
     assert result.exit_code == 0 and result.output.startswith("picoflow 0.")
+
+
+# --- the embedded model's load, shown before it is needed ----------------------------------------
+
+
+class LoadingScript(ScriptedModel):
+    """A scripted model behind a load that goes through every phase when prepared."""
+
+    def __init__(self, script: list[Any], fail: str | None = None) -> None:
+        super().__init__(script, name="scripted:loading")
+        self.tracker = LoadTracker()
+        self.fail = fail
+        self.prepared: list[tuple[bool, str | None]] = []
+
+    @property
+    def load_status(self) -> LoadTracker:
+        return self.tracker
+
+    async def prepare(self, warm: Any = None, *, cache_name: str | None = None) -> LoadStatus:
+        self.prepared.append((warm is not None, cache_name))
+        total = 1_117_320_768
+        self.tracker.report(Phase.DOWNLOADING, done=0, total=total, part=1, parts=22)
+        self.tracker.report(Phase.DOWNLOADING, done=40_000_000, total=total, part=1, parts=22)
+        self.tracker.report(Phase.DOWNLOADING, done=312_400_000, total=total, part=7, parts=22)
+        self.tracker.report(Phase.CHECKING, done=0, total=total)
+        if self.fail:
+            self.tracker.report(Phase.FAILED, reason=self.fail)
+            return self.tracker.status
+        self.tracker.report(Phase.LOADING)
+        self.tracker.report(Phase.WARMING)
+        self.tracker.report(Phase.READY)
+        return self.tracker.status
+
+
+def test_chat_shows_the_model_loading_before_the_first_prompt(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = LoadingScript(['{"found": []}'])
+    monkeypatch.setattr(cli, "build_model", lambda choice: model)
+    result = invoke("chat", "hotel", "--store", "memory://", input="hi\n/quit\n")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    first_prompt = lines.index("model ready") + 1
+    assert lines[first_prompt - 6 : first_prompt] == [
+        "Downloading the offline model: 0 of 1,117 MB (part 1 of 22)",
+        "Downloading the offline model: 312 of 1,117 MB (part 7 of 22)",
+        "Checking the model file…",
+        "Loading the model…",
+        "Getting ready…",
+        "model ready",
+    ]
+    assert lines[first_prompt].startswith("you › ")
+    assert "Hello! I can help you find a hotel" in result.output
+    # The start step's prompt was read ahead, under the flow's name.
+    assert model.prepared == [(True, "hotel")]
+
+
+def test_chat_ends_when_the_model_cannot_be_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = LoadingScript([], fail="no network")
+    monkeypatch.setattr(cli, "build_model", lambda choice: model)
+    result = invoke("chat", "hotel", "--store", "memory://", input="hi\n")
+    assert result.exit_code == 1
+    assert result.output.splitlines()[-4:] == [
+        "Downloading the offline model: 0 of 1,117 MB (part 1 of 22)",
+        "Downloading the offline model: 312 of 1,117 MB (part 7 of 22)",
+        "Checking the model file…",
+        "error: The offline model could not be loaded: no network",
+    ]
+    assert "you ›" not in result.output
+
+
+def test_serve_loads_the_local_model_in_the_background_and_says_how_it_goes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import uvicorn
+
+    from picoflow.models.local import tracker_for
+
+    monkeypatch.setenv("PICOFLOW_MODEL_DIR", str(tmp_path))
+
+    def run(app: Any, **options: Any) -> None:
+        # What the application's lifespan would report while uvicorn runs.
+        assert app.state.picoflow.settings.prepare_models is True
+        tracker = tracker_for()
+        for done, part in ((0, 1), (30_000_000, 1), (60_000_000, 2)):
+            tracker.report(Phase.DOWNLOADING, done=done, total=1_117_320_768, part=part, parts=22)
+        tracker.report(Phase.LOADING)
+        tracker.report(Phase.WARMING)
+        tracker.report(Phase.READY)
+
+    monkeypatch.setattr(uvicorn, "run", run)
+    result = invoke("serve", "--store", "memory://", "--model", "local")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    start = lines.index("  loading the local model in the background; /readyz says when it is ready")
+    assert lines[start + 1 : start + 5] == [
+        "  model: Downloading the offline model: 0 of 1,117 MB (part 1 of 22)",
+        "  model: Downloading the offline model: 60 of 1,117 MB (part 2 of 22)",
+        "  model: Loading the model…",
+        "  model: Getting ready…",
+    ]
+    assert re.fullmatch(r"  model ready after \d+\.\d s", lines[start + 5])

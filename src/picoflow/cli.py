@@ -15,11 +15,11 @@ import importlib
 import json
 import os
 import sys
-import threading
+import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, TypeGuard, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeGuard, TypeVar
 
 import typer
 from rich.console import Console
@@ -41,6 +41,10 @@ from picoflow.models import Model, ScriptedModel
 from picoflow.models.catalog import as_selection, create_model, default_selection
 from picoflow.sessions.base import SessionStatus, SessionStore
 from picoflow.sessions.factory import open_store
+
+if TYPE_CHECKING:  # the server's modules need its extra; only `serve` imports them
+    from picoflow.models._readiness import LoadStatus, Preparable, Warm
+    from picoflow.server.readiness import Readiness
 
 __all__ = ["app", "main"]
 
@@ -222,7 +226,12 @@ def serve(
     ] = None,
     default_flow: Annotated[str | None, typer.Option(help="Flow the chat page opens first.")] = None,
     warm: Annotated[
-        bool, typer.Option("--warm/--no-warm", help="Load the local model before the first turn.")
+        bool,
+        typer.Option(
+            "--warm/--no-warm",
+            help="Load the local model when the server starts (/readyz tells when it is ready), "
+            "not with the first message.",
+        ),
     ] = True,
     log_level: Annotated[LogLevel, typer.Option(help="uvicorn log level.")] = LogLevel.info,
 ) -> None:
@@ -237,7 +246,12 @@ def serve(
         names = [spec.name for spec in engine.flows]
         first = default_flow or ("hotel" if "hotel" in names else None)
         settings = ServerSettings(
-            host=host, api_keys=keys, open_mode=open_mode, default_flow=first, close_engine=True
+            host=host,
+            api_keys=keys,
+            open_mode=open_mode,
+            default_flow=first,
+            close_engine=True,
+            prepare_models=warm,
         )
         server_app = create_app(engine, settings=settings)
     except UnsafeBind as exc:
@@ -252,33 +266,37 @@ def serve(
     console.print(f"  model      {escape(describe_model(model))}")
     console.print(f"  store      {escape(repr(engine.store))}")
     console.print(f"  auth       {f'{len(keys)} API key(s)' if keys else 'open (no API key needed)'}")
-    if warm and engine.flows:
-        _warm_local_model(engine)
+    _warm_local_model(server_app.state.picoflow.readiness, warm)
     uvicorn.run(server_app, host=host, port=port, log_level=log_level.value)
 
 
-def _warm_local_model(engine: FlowEngine) -> None:
-    """Start loading the embedded model now, so the first message does not wait for it (or its download)."""
-    spec = engine.flows[0]
-    try:
-        model = engine.model_for(spec, spec.steps[spec.start])
-    except PicoflowError:
+def _warm_local_model(readiness: Readiness, warm: bool) -> None:
+    """Say how loading the embedded model goes; the server's lifespan loads it and reads the default
+    flow's first prompt, so the first message does not wait for it (``/readyz`` and the page show it too)."""
+    if not readiness.needed:
         return
-    prepare = getattr(model, "engine", None)
-    if not model.name.startswith("local:") or not callable(prepare):
+    if not warm:
+        console.print("  [dim]the local model loads with the first message (--no-warm)[/dim]")
         return
-    console.print("  [dim]preparing the local model in the background (the first run downloads it)[/dim]")
+    console.print("  [dim]loading the local model in the background; /readyz says when it is ready[/dim]")
+    from picoflow.models._readiness import Phase
 
-    def load() -> None:
-        try:
-            asyncio.run(prepare())
-            # Reading the start step's long system prompt is most of a first turn's time on a CPU:
-            # do it now, while nobody waits.
-            asyncio.run(engine.warm(spec.name))
-        except Exception as exc:
-            errors.print(f"[yellow]the local model could not be prepared:[/yellow] {escape(str(exc))}")
+    started = time.monotonic()
+    shown: list[LoadStatus] = []
 
-    threading.Thread(target=load, name="picoflow-warm-model", daemon=True).start()
+    def show(status: LoadStatus) -> None:
+        # One line per phase (and per downloaded part), not one per megabyte.
+        if shown and (shown[-1].phase, shown[-1].part) == (status.phase, status.part):
+            return
+        shown.append(status)
+        if status.phase is Phase.READY:
+            console.print(f"  [green]model ready[/green] [dim]after {time.monotonic() - started:.1f} s[/dim]")
+        elif status.phase is Phase.FAILED:
+            console.print(f"  [red]model: {escape(status.message)}[/red]")
+        else:
+            console.print(f"  [dim]model: {escape(status.message)}[/dim]")
+
+    readiness.subscribe(show)
 
 
 @app.command()
@@ -306,6 +324,7 @@ def chat(
             console.print(f"[dim]{escape(spec.description)}[/dim]")
         console.print("[dim]/new starts over, /quit or Ctrl-D leaves[/dim]")
         try:
+            await _prepare_models(engine, spec.name)
             while True:
                 try:
                     text = console.input("[bold cyan]you ›[/bold cyan] ").strip()
@@ -335,6 +354,78 @@ def chat(
             console.print(f"[dim]session {session_id} (picoflow sessions show {session_id})[/dim]")
 
     _run(talk)
+
+
+async def _prepare_models(engine: FlowEngine, flow: str) -> None:
+    """Load the models of ``flow`` that need it (the embedded one) before the first prompt, showing how
+    far it is, and read the flow's first prompt; a model that cannot be loaded ends the chat."""
+    from picoflow.models._readiness import Phase, Preparable, preparable_models
+
+    spec = engine.flow(flow)
+    start = spec.steps[spec.start]
+    steps = [start, *(step for step in spec.steps.values() if step is not start and not step.is_logic)]
+    models: list[Model] = []
+    for step in steps:
+        try:
+            models.append(engine.model_for(spec, step))
+        except PicoflowError:
+            continue  # the turn reports it
+    first = models[0] if models and not start.is_logic else None
+    start_load = first.load_status if isinstance(first, Preparable) else None
+
+    async def warm() -> None:
+        await engine.warm(flow)
+
+    for model in preparable_models(models):
+        warmed = model.load_status is start_load
+        final = await _show_preparing(model, warm if warmed else None, flow if warmed else None)
+        if final.phase is Phase.FAILED:
+            raise CliError(final.message)
+        console.print("[dim]model ready[/dim]")
+
+
+async def _show_preparing(model: Preparable, warm: Warm | None, cache_name: str | None) -> LoadStatus:
+    """``model.prepare()`` with a progress bar on a terminal, else one line per phase."""
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
+
+    from picoflow.models._readiness import Phase
+
+    tracker = model.load_status
+    if console.is_terminal:
+        columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn())
+        with Progress(*columns, console=console, transient=True) as progress:
+            task = progress.add_task("Preparing the model…", total=None)
+
+            def update(status: LoadStatus) -> None:
+                measured = status.phase in (Phase.DOWNLOADING, Phase.CHECKING) and status.total
+                progress.update(
+                    task,
+                    description=escape(status.message),
+                    total=status.total if measured else None,
+                    completed=status.done or 0,
+                )
+
+            leave = tracker.subscribe(update)
+            update(tracker.status)
+            try:
+                return await model.prepare(warm, cache_name=cache_name)
+            finally:
+                leave()
+    shown: list[LoadStatus] = []
+
+    def line(status: LoadStatus) -> None:
+        # One line per phase (and per downloaded part), not one per megabyte.
+        if status.settled:  # said once prepare() returns
+            return
+        if not shown or (shown[-1].phase, shown[-1].part) != (status.phase, status.part):
+            shown.append(status)
+            console.print(f"[dim]{escape(status.message)}[/dim]")
+
+    leave = tracker.subscribe(line)
+    try:
+        return await model.prepare(warm, cache_name=cache_name)
+    finally:
+        leave()
 
 
 async def _turn(

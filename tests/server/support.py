@@ -4,23 +4,27 @@ The model answers from the user's words, so a test reads like the conversation i
 "who am I" makes the model call ``whoami`` (which reports the identity the tool was given),
 "table" returns a Markdown table through ``direct()``, "json" a JSON reply, "bye" ends the
 conversation, "down" makes the provider fail, "crash" makes a tool raise, and "wait" blocks
-until the test releases it.
+until the test releases it. ``LoadingDesk`` is the same model behind a load the test steps through.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
+import uvicorn
 
 from picoflow import Flow, FlowEngine, RunContext, Step, TerminateStep, direct, go, tool
 from picoflow.exceptions import ModelError, ModelHTTPError
 from picoflow.messages import ModelRequest
 from picoflow.models import FunctionModel, ToolCall
+from picoflow.models._readiness import LoadStatus, LoadTracker, Phase, Warm
 from picoflow.server import ServerSettings, create_app
 from picoflow.sessions import MemoryStore
 from picoflow.sessions.base import SessionStore
@@ -113,6 +117,40 @@ class DeskModel(FunctionModel):
         return f"echo: {last.content}"
 
 
+DOWNLOADING = LoadStatus(phase=Phase.DOWNLOADING, done=312_400_000, total=1_117_320_768, part=7, parts=22)
+
+
+class WatchedTracker(LoadTracker):
+    """A load status that tells the test when someone starts waiting for it."""
+
+    def __init__(self, status: LoadStatus) -> None:
+        super().__init__(status)
+        self.watched = threading.Event()
+
+    def subscribe(self, listener: Any) -> Any:
+        unsubscribe = super().subscribe(listener)
+        self.watched.set()
+        return unsubscribe
+
+
+class LoadingDesk(DeskModel):
+    """The desk model behind a load that the test moves through its phases (from any thread)."""
+
+    def __init__(self, status: LoadStatus = DOWNLOADING) -> None:
+        super().__init__()
+        self.tracker = WatchedTracker(status)
+        self.prepared: list[tuple[bool, str | None]] = []
+
+    @property
+    def load_status(self) -> LoadTracker:
+        return self.tracker
+
+    async def prepare(self, warm: Warm | None = None, *, cache_name: str | None = None) -> LoadStatus:
+        # Started by the server; the test, not this method, decides when the load is done.
+        self.prepared.append((warm is not None, cache_name))
+        return self.tracker.status
+
+
 def desk_engine(store: SessionStore | None = None, model: Any = None) -> FlowEngine:
     return FlowEngine([DeskFlow, OtherFlow], store=store or MemoryStore(), model=model or DeskModel())
 
@@ -140,3 +178,24 @@ def events_of(body: str) -> list[tuple[str, dict[str, Any]]]:
         if data:
             events.append((name, json.loads("\n".join(data))))
     return events
+
+
+@asynccontextmanager
+async def serving(engine: FlowEngine, **settings: object) -> AsyncIterator[str]:
+    """uvicorn on a free 127.0.0.1 port, in this event loop, with its lifespan."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    app = create_app(engine, settings=ServerSettings(**settings))  # type: ignore[arg-type]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        for _ in range(500):
+            if server.started:
+                break
+            await asyncio.sleep(0.01)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()

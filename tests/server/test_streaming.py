@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import httpx
-import uvicorn
 
-from picoflow import FlowEngine
-from picoflow.server import ServerSettings, create_app
+from picoflow.server import ServerSettings
 
-from .support import DeskModel, client_for, desk_engine, events_of
+from .support import DeskModel, client_for, desk_engine, events_of, serving
 
 
 async def test_a_streamed_turn_reports_steps_tools_text_and_the_result() -> None:
@@ -69,27 +64,6 @@ async def test_failures_before_the_stream_are_statuses_and_during_it_an_error_ev
 
 
 # --- a real server ------------------------------------------------------------------------------------
-
-
-@asynccontextmanager
-async def serving(engine: FlowEngine, **settings: object) -> AsyncIterator[str]:
-    """uvicorn on a free 127.0.0.1 port, in this event loop."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    app = create_app(engine, settings=ServerSettings(**settings))  # type: ignore[arg-type]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        for _ in range(500):
-            if server.started:
-                break
-            await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
 
 
 async def test_through_uvicorn_compat_api_and_incremental_events() -> None:

@@ -1,25 +1,34 @@
 """The embedded offline model: Qwen2.5-Coder-1.5B-Instruct (Apache-2.0) on llama.cpp, via ``xllamacpp``.
 
 It is the default when no provider is configured, so a fresh machine runs picoflow with no API key.
-llama.cpp runs in-process (``xllamacpp.Server``); one engine is loaded per process and shared by every
-``LocalModel``. Its calls block, so they run in a worker thread. Tool calling goes through the
-schema-constrained JSON protocol of ``_local_protocol``.
+llama.cpp runs in a child process (``xllamacpp.Server`` there, spoken to over 127.0.0.1); one engine
+is loaded per process and shared by every ``LocalModel``. Its calls block, so they run in a thread.
+Tool calling goes through the schema-constrained JSON protocol of ``_local_protocol``.
+
+Loading reports its phases into a ``LoadTracker`` (``LocalModel.load_status``), and
+``LocalModel.prepare`` loads the model and reads a flow's first prompt before anyone waits for it,
+keeping what it read on disk so that a restart does not read it again (``_prompt_cache``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import logging
 import os
 import threading
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from picoflow.exceptions import ModelError
 from picoflow.messages import ModelRequest, ModelResponse, ToolCall
-from picoflow.models._gguf import LocalModelUnavailable, ensure_model_file, model_dir
+from picoflow.models._gguf import MODEL_SHA256, LocalModelUnavailable, ensure_model_file, model_dir
+from picoflow.models._llama_process import LlamaProcess, LlamaProcessError
 from picoflow.models._local_protocol import ReplyStream, answer_schema, chat_messages, parse_answer
+from picoflow.models._prompt_cache import PromptCache, build_key, cache_folder
+from picoflow.models._readiness import LoadStatus, LoadTracker, Phase, Warm
 from picoflow.models._specs import LOCAL_MODEL_NAME
 from picoflow.models.base import Model, ResponseDone, StreamEvent, TextDelta, ToolCallDelta
 from picoflow.usage import Usage
@@ -27,10 +36,15 @@ from picoflow.usage import Usage
 if TYPE_CHECKING:
     from picoflow.models.catalog import ModelSelection
 
+logger = logging.getLogger("picoflow.models")
+T = TypeVar("T")
+
 DEFAULT_CONTEXT = 8192
 DEFAULT_MAX_TOKENS = 512
 DEFAULT_TEMPERATURE = 0.2
 _SAMPLING = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "seed": "seed"}
+_WORTH_SAVING = 32
+"""Prompt tokens a warm-up must have read anew before its slot is saved again (a few are always new)."""
 
 
 def choose_threads(load: float | None = None, cpus: int | None = None) -> int:
@@ -65,36 +79,63 @@ def batch_threads(threads: int, cpus: int | None = None) -> int:
 
 
 class LocalEngine:
-    """One loaded llama.cpp model. Thread-safe: requests queue inside llama.cpp."""
+    """One loaded llama.cpp model, in a child process (``_llama_process``). Thread-safe: requests
+    queue inside llama.cpp."""
 
     def __init__(self, path: Path, *, n_ctx: int, threads: int) -> None:
-        try:
-            import xllamacpp
-        except ImportError as error:
+        if importlib.util.find_spec("xllamacpp") is None:
             raise LocalModelUnavailable(
                 "the local model needs llama.cpp bindings: pip install 'picoflow[local]'"
-            ) from error
-        params = xllamacpp.CommonParams()
-        params.model.path = str(path)
-        params.n_ctx = n_ctx
-        params.n_parallel = 1
-        params.cpuparams.n_threads = threads
-        params.cpuparams_batch.n_threads = batch_threads(threads)
-        params.warmup = False
-        params.verbosity = 3 if os.environ.get("PICOFLOW_LOCAL_VERBOSE") else -1
+            )
+        folder = cache_folder(path.parent)
+        settings = {
+            "path": str(path),
+            "n_ctx": n_ctx,
+            "threads": threads,
+            "batch_threads": batch_threads(threads),
+            # llama.cpp joins this path and a file name without a separator.
+            "slot_save_path": f"{folder}{os.sep}",
+            "verbose": bool(os.environ.get("PICOFLOW_LOCAL_VERBOSE")),
+        }
+        try:
+            self.process = LlamaProcess(settings)
+        except LlamaProcessError as error:
+            raise LocalModelUnavailable(str(error)) from error
         self.path = path
         self.n_ctx = n_ctx
         self.threads = threads
-        self.server = xllamacpp.Server(params)
+        self.prompt_cache = PromptCache(
+            self.process.post, folder, build_key(MODEL_SHA256, n_ctx, self.process.version)
+        )
+
+    @property
+    def alive(self) -> bool:
+        """Whether llama.cpp's process still runs (it may have crashed or been killed)."""
+        return self.process.process.poll() is None
+
+    def close(self) -> None:
+        """Stop llama.cpp's process (it also stops by itself when this process exits)."""
+        self.process.close()
 
     def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
-        result: Any = self.server.handle_chat_completions(payload)
-        return _checked(result)
+        return _checked(self._post("/v1/chat/completions", payload))
 
     def chat_stream(self, payload: dict[str, Any], on_chunk: Any) -> None:
         """Stream ``payload``; ``on_chunk(chunk) -> bool`` returns True to stop generating."""
         streaming = {**payload, "stream": True, "stream_options": {"include_usage": True}}
-        self.server.handle_chat_completions(streaming, on_chunk)
+        try:
+            with self.process.stream("/v1/chat/completions", streaming) as chunks:
+                for chunk in chunks:
+                    if on_chunk(chunk):
+                        return
+        except LlamaProcessError as error:
+            raise ModelError(f"the local model is not running: {error}") from error
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return self.process.post(path, body)
+        except LlamaProcessError as error:
+            raise ModelError(f"the local model is not running: {error}") from error
 
 
 def _checked(result: Any) -> dict[str, Any]:
@@ -107,20 +148,79 @@ def _checked(result: Any) -> dict[str, Any]:
 
 _engines: dict[tuple[str, int], LocalEngine] = {}
 _engines_lock = threading.Lock()
+_trackers: dict[tuple[str, int], LoadTracker] = {}
+_trackers_lock = threading.Lock()
+
+
+def tracker_for(directory: Path | None = None, n_ctx: int = DEFAULT_CONTEXT) -> LoadTracker:
+    """The load status of the process-wide engine of ``directory`` and ``n_ctx``."""
+    key = (str(directory or model_dir()), n_ctx)
+    with _trackers_lock:
+        return _trackers.setdefault(key, LoadTracker())
 
 
 def load_engine(
-    directory: Path | None = None, *, n_ctx: int = DEFAULT_CONTEXT, threads: int | None = None
+    directory: Path | None = None,
+    *,
+    n_ctx: int = DEFAULT_CONTEXT,
+    threads: int | None = None,
+    then: Phase = Phase.READY,
 ) -> LocalEngine:
-    """The process-wide engine: the model is fetched, verified and loaded on first use only."""
+    """The process-wide engine: the model is fetched, verified and loaded on first use only.
+
+    The phases go to ``tracker_for(directory, n_ctx)``; once loaded it says ``then`` (``warming``
+    when the caller goes on to read a prompt, so readiness is not announced too early).
+    """
     folder = directory or model_dir()
+    key = (str(folder), n_ctx)
+    status = tracker_for(folder, n_ctx)
     with _engines_lock:
-        engine = _engines.get((str(folder), n_ctx))
+        engine = _engines.get(key)
+        if engine is not None and not engine.alive:
+            logger.warning("picoflow: llama.cpp's process had stopped; loading the model again")
+            engine.close()  # reaps the exited process
+            engine = None
         if engine is None:
-            verified = ensure_model_file(folder)
-            engine = LocalEngine(verified, n_ctx=n_ctx, threads=threads or choose_threads())
-            _engines[(str(folder), n_ctx)] = engine
+            try:
+                verified = ensure_model_file(folder, status=status)
+                status.report(Phase.LOADING)
+                engine = LocalEngine(verified, n_ctx=n_ctx, threads=threads or choose_threads())
+            except LocalModelUnavailable as exc:
+                status.report(Phase.FAILED, reason=str(exc))
+                raise
+            except Exception as exc:
+                logger.exception("picoflow: llama.cpp could not load the offline model")
+                status.report(Phase.FAILED, reason=f"llama.cpp could not load it ({type(exc).__name__})")
+                raise
+            _engines[key] = engine
+            status.report(then)
         return engine
+
+
+async def _in_daemon_thread(work: Callable[[], T]) -> T:
+    """``work()`` in a daemon thread: unlike ``asyncio.to_thread``, a server stopped in the middle
+    of a 1 GB download or a minute-long prompt exits at once instead of waiting for it."""
+    loop = asyncio.get_running_loop()
+    result: asyncio.Future[T] = loop.create_future()
+
+    def settle(value: T | None, error: BaseException | None) -> None:
+        if result.done():
+            return
+        if error is not None:
+            result.set_exception(error)
+        else:
+            result.set_result(value)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            value, error = work(), None
+        except BaseException as exc:
+            value, error = None, exc
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(settle, value, error)
+
+    threading.Thread(target=run, name="picoflow-local-model", daemon=True).start()
+    return await result
 
 
 def _usage(raw: Mapping[str, Any] | None) -> Usage:
@@ -149,6 +249,15 @@ class LocalModel(Model):
         self.last_timings: dict[str, float] = {}
         """llama.cpp's timing figures of the last answer (tokens/s of prompt and generation)."""
 
+    @property
+    def load_status(self) -> LoadTracker:
+        """How far loading the engine this model uses has got (shared by every model of the engine)."""
+        return tracker_for(self.model_dir, self._n_ctx)
+
+    @property
+    def _n_ctx(self) -> int:
+        return int(self.params.get("n_ctx") or DEFAULT_CONTEXT)
+
     @classmethod
     def from_selection(cls, selection: ModelSelection) -> LocalModel:
         from picoflow.models.catalog import resolve
@@ -164,13 +273,44 @@ class LocalModel(Model):
 
     async def engine(self) -> LocalEngine:
         """The loaded engine; the first call downloads, verifies and loads the model (progress on stderr)."""
-        settings = self.params
-        return await asyncio.to_thread(
-            load_engine,
-            self.model_dir,
-            n_ctx=int(settings.get("n_ctx") or DEFAULT_CONTEXT),
-            threads=settings.get("threads"),
+        return await _in_daemon_thread(
+            lambda: load_engine(self.model_dir, n_ctx=self._n_ctx, threads=self.params.get("threads"))
         )
+
+    async def prepare(self, warm: Warm | None = None, *, cache_name: str | None = None) -> LoadStatus:
+        """Load the model now, then run ``warm`` (a flow's first request); the final status.
+
+        With ``cache_name``, what ``warm`` made llama.cpp read is restored from the last start
+        before and saved after, so only a prompt that changed is read again.
+        """
+        status = self.load_status
+        try:
+            engine = await _in_daemon_thread(
+                lambda: load_engine(
+                    self.model_dir,
+                    n_ctx=self._n_ctx,
+                    threads=self.params.get("threads"),
+                    then=Phase.READY if warm is None else Phase.WARMING,
+                )
+            )
+        except Exception:
+            return status.status  # load_engine reported why
+        if warm is None:
+            return status.status
+        status.report(Phase.WARMING)
+        restored = cache_name is not None and await _in_daemon_thread(
+            lambda: engine.prompt_cache.restore(cache_name)
+        )
+        self.last_timings = {}
+        try:
+            await warm()
+        except Exception:  # warming only saves time later; the model itself is ready
+            logger.warning("picoflow: warming the offline model failed", exc_info=True)
+        read = int(self.last_timings.get("prompt_n") or 0)
+        if cache_name is not None and (not restored or read > _WORTH_SAVING):
+            await _in_daemon_thread(lambda: engine.prompt_cache.save(cache_name))
+        status.report(Phase.READY)
+        return status.status
 
     def build_payload(self, request: ModelRequest) -> dict[str, Any]:
         """The OpenAI-style chat request handed to llama.cpp."""
@@ -209,7 +349,8 @@ class LocalModel(Model):
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         engine = await self.engine()
-        result = await asyncio.to_thread(engine.chat, self.build_payload(request))
+        payload = self.build_payload(request)
+        result = await _in_daemon_thread(lambda: engine.chat(payload))
         self.last_timings = dict(result.get("timings") or {})
         choice = result["choices"][0]
         text = (choice.get("message") or {}).get("content") or ""
@@ -233,7 +374,7 @@ class LocalModel(Model):
             finally:
                 loop.call_soon_threadsafe(queue.put_nowait, None)
 
-        worker = asyncio.ensure_future(asyncio.to_thread(produce))
+        worker = asyncio.ensure_future(_in_daemon_thread(produce))
         constrained = bool(request.tools) or request.output is not None
         reply = ReplyStream()
         parts: list[str] = []

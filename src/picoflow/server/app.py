@@ -29,6 +29,7 @@ import picoflow
 from picoflow.engine import FlowEngine
 from picoflow.server import routes
 from picoflow.server.auth import Authenticator, check_bind, is_loopback
+from picoflow.server.readiness import Readiness
 from picoflow.server.routes import SESSION_HEADER, ServerState
 from picoflow.server.schemas import ApiError, ServerSettings
 
@@ -54,18 +55,32 @@ def create_app(engine: FlowEngine, *, settings: ServerSettings | None = None) ->
     settings = settings or ServerSettings()
     open_mode = check_bind(settings.host, has_keys=bool(settings.api_keys), open_flag=settings.open_mode)
     auth = Authenticator(settings.api_keys, open_mode=open_mode, open_principal=settings.open_principal)
-    state = ServerState(engine, settings, auth, settings.max_message_chars or engine.max_message_chars)
+    flows = [spec.name for spec in engine.flows]
+    first_flow = settings.default_flow if settings.default_flow in flows else (flows[0] if flows else None)
+    readiness = Readiness.of(engine, warm_flow=first_flow)
+    state = ServerState(
+        engine, settings, auth, settings.max_message_chars or engine.max_message_chars, readiness
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        yield
-        if settings.close_engine:
-            await engine.aclose()
+        # In the background: /healthcheck answers while the model downloads or loads.
+        if settings.prepare_models:
+            readiness.start()
+        try:
+            yield
+        finally:
+            await readiness.stop()
+            if settings.close_engine:
+                await engine.aclose()
 
     app = FastAPI(
         title=settings.title,
         version=picoflow.__version__,
-        description="Conversational flows over HTTP: PicoFlow-compatible `/ai/*` routes and the `/v1` API.",
+        description=(
+            "Conversational flows over HTTP: PicoFlow-compatible `/ai/*` routes and the `/v1` API. "
+            "`/healthcheck` answers as soon as the server runs; `/readyz` once its models are loaded."
+        ),
         lifespan=lifespan,
     )
     app.state.picoflow = state

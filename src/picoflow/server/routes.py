@@ -8,7 +8,6 @@ session is exactly as it was before the turn.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -18,15 +17,16 @@ from enum import Enum
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from picoflow.context import INJECTED_NAMES, Caller
-from picoflow.engine import SESSION_ID, FlowEngine, TurnFinished, TurnResult
-from picoflow.events import StepEntered, TextChunk, ToolCalled, ToolReturned, TurnEvent
+from picoflow.engine import SESSION_ID, FlowEngine, TurnResult
 from picoflow.exceptions import FlowNotFound
 from picoflow.flow import FlowSpec
+from picoflow.models._readiness import Phase
 from picoflow.server.auth import Authenticator, AuthError
 from picoflow.server.diagram import flow_mermaid, flow_svg
+from picoflow.server.readiness import Readiness, ReadyResponse, unavailable
 from picoflow.server.schemas import (
     DEFAULT_RETRY_AFTER,
     ApiError,
@@ -43,6 +43,7 @@ from picoflow.server.schemas import (
     TurnResponse,
     turn_error,
 )
+from picoflow.server.streams import event_stream
 from picoflow.sessions.base import Session, SessionStatus
 
 logger = logging.getLogger("picoflow.server")
@@ -58,6 +59,8 @@ class ServerState:
     settings: ServerSettings
     auth: Authenticator
     max_message_chars: int
+    readiness: Readiness
+    """The models the served flows need loaded, and how far they are."""
     streams: set[asyncio.Task[TurnResult]] = field(default_factory=set)
     """Turns still running for an event stream (kept referenced so a disconnect cannot drop them)."""
 
@@ -169,6 +172,29 @@ async def healthcheck() -> HealthResponse:
     return HealthResponse(timestamp=datetime.now(UTC).isoformat())
 
 
+@router.get(
+    "/readyz",
+    tags=COMPAT,
+    response_model=ReadyResponse,
+    responses={503: {"model": ReadyResponse, "description": "A model is still loading, or failed to load"}},
+)
+async def readyz(state: StateDep) -> JSONResponse:
+    """Whether the server can answer turns now: 200 once every model the served flows need is
+    loaded (at once for hosted models), else 503 with the progress (``downloading`` with bytes
+    done and total, ``checking``, ``loading``, ``warming``) or the reason it ``failed``."""
+    status = state.readiness.status()
+    body = ReadyResponse.model_validate(status.as_dict()).model_dump(mode="json", exclude_none=True)
+    code = 200 if status.phase is Phase.READY else 503
+    return JSONResponse(body, status_code=code, headers={"Cache-Control": "no-store"})
+
+
+async def _ready(state: ServerState, flow: str, session_id: str | None) -> None:
+    """Hold a turn until the models of its flow are loaded; a failed load fails it clearly."""
+    status = await state.readiness.wait(flow)
+    if status.phase is Phase.FAILED:
+        raise unavailable(session_id)
+
+
 @router.get("/ai/flows", tags=COMPAT, response_model=list[str], responses=ERRORS)
 async def ai_flows(state: StateDep, caller: CallerDep) -> list[str]:
     return [spec.name for spec in state.engine.flows]
@@ -185,6 +211,7 @@ async def ai_run(body: RunRequest, request: Request, state: StateDep, caller: Ca
     session_id = request.headers.get(SESSION_HEADER) or None
     message = _check_message(state, body.message)
     caller = _with_config(caller, body.config)
+    await _ready(state, body.flowName, session_id)
     result = await state.engine.run(body.flowName, message, session_id, context=caller)
     if (
         result.error is not None
@@ -362,7 +389,8 @@ async def _turn(
     message = _check_message(state, body.message)
     caller = _with_config(caller, body.config)
     if body.stream or "text/event-stream" in request.headers.get("accept", ""):
-        return _event_stream(state, flow, message, session_id, caller, render)
+        return event_stream(state, flow, message, session_id, caller, render)
+    await _ready(state, flow, session_id)
     result = await state.engine.run(flow, message, session_id, context=caller)
     if result.error is not None:
         raise turn_error(result.error, session_id)
@@ -372,81 +400,3 @@ async def _turn(
             payload, status_code=201, headers={"Location": f"/v1/sessions/{result.session_id}"}
         )
     return JSONResponse(payload)
-
-
-# --- Server-Sent Events ------------------------------------------------------------------------------
-
-
-def _sse(event: str, data: Any) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False, default=str)}\n\n".encode()
-
-
-def _event_data(event: TurnEvent) -> tuple[str, dict[str, Any]]:
-    if isinstance(event, StepEntered):
-        return "step", {"step": event.step, "previous": event.previous}
-    if isinstance(event, ToolCalled):
-        return "tool_call", {"step": event.step, "id": event.id, "name": event.name, "args": dict(event.args)}
-    if isinstance(event, ToolReturned):
-        return "tool_result", {
-            "step": event.step,
-            "id": event.id,
-            "name": event.name,
-            "content": event.content,
-            "is_error": event.is_error,
-        }
-    if isinstance(event, TextChunk):
-        return "text", {"step": event.step, "text": event.text}
-    raise TypeError(f"unknown turn event {type(event).__name__}")
-
-
-def _event_stream(
-    state: ServerState, flow: str, message: str, session_id: str | None, caller: Caller, render: str | None
-) -> StreamingResponse:
-    """Stream a turn: ``step``, ``tool_call``, ``tool_result`` and ``text`` events, then ``result``
-    (a TurnResponse) or ``error`` (``{"status": ..., "error": {...}}``).
-
-    The turn runs in its own task, so a client that disconnects mid-turn cannot leave it half done.
-    """
-    queue: asyncio.Queue[TurnEvent | TurnFinished | None] = asyncio.Queue()
-    task = asyncio.create_task(
-        state.engine.run(flow, message, session_id, context=caller, on_event=queue.put_nowait)
-    )
-    state.streams.add(task)
-
-    def finished(done: asyncio.Task[TurnResult]) -> None:
-        state.streams.discard(done)
-        queue.put_nowait(None if done.cancelled() or done.exception() else TurnFinished(done.result()))
-
-    task.add_done_callback(finished)
-
-    async def events() -> AsyncIterator[bytes]:
-        # Headers go out with the first chunk, so a client sees the stream open at once.
-        yield b": turn started\n\n"
-        while True:
-            try:
-                item = await asyncio.wait_for(queue.get(), state.settings.sse_heartbeat)
-            except TimeoutError:
-                yield b": still working\n\n"
-                continue
-            if item is None:
-                error = ApiError(500, "internal", "The assistant could not complete this turn.")
-                yield _sse("error", {"status": error.status, "error": error.detail()})
-                return
-            if isinstance(item, TurnFinished):
-                result = item.result
-                if result.error is not None:
-                    error = turn_error(result.error, session_id)
-                    yield _sse("error", {"status": error.status, "error": error.detail()})
-                else:
-                    yield _sse(
-                        "result", TurnResponse.from_result(result, flow, render).model_dump(mode="json")
-                    )
-                return
-            name, data = _event_data(item)
-            yield _sse(name, data)
-
-    return StreamingResponse(
-        events(),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )

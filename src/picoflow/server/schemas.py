@@ -76,6 +76,9 @@ class ServerSettings:
     """Serve the chat page at ``/``."""
     close_engine: bool = False
     """Close the engine (store and model connections) when the application shuts down."""
+    prepare_models: bool = True
+    """Load the models the flows need (the embedded one) when the application starts, and read the
+    default flow's first prompt; otherwise they load with the first turn. ``/readyz`` reports it."""
     sse_heartbeat: float = 15.0
     """Seconds between keep-alive comments on an event stream while a turn is working."""
     title: str = "picoflow"
@@ -96,6 +99,7 @@ STATUS_BY_KIND: Mapping[str, int] = {
     "flow_mismatch": 409,
     "model_unavailable": 503,
     "model_error": 503,
+    "local_model_unavailable": 503,
     "store_error": 503,
 }
 

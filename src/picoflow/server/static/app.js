@@ -14,6 +14,7 @@
     busy: $("busy"), busyText: $("busy-text"), completed: $("completed"), error: $("error"),
     composer: $("composer"), input: $("input"), send: $("send"), newChat: $("new-chat"),
     restart: $("restart"), auth: $("auth"), apiKey: $("api-key"), diagram: $("diagram"),
+    modelStatus: $("model-status"), modelStatusText: $("model-status-text"), modelProgress: $("model-progress"),
     step: $("current-step"), status: $("session-status"), turns: $("turns"), sessionId: $("session-id"),
     usage: {
       input: $("usage-input"), output: $("usage-output"), total: $("usage-total"),
@@ -164,6 +165,42 @@
     return message.role === "assistant" && message.content && (message.kind === null || message.kind === "direct");
   }
 
+  // --- the model loading ------------------------------------------------------------------------
+  //
+  // Until the server's model is loaded (downloaded, checked, read by llama.cpp), a line says how far
+  // it is. The message box stays usable: a message sent meanwhile waits on the server, whose event
+  // stream then reports the same status.
+
+  const POLL_MS = 1000;
+
+  function showModelStatus(status) {
+    const hidden = !status || status.status === "ready" || status.phase === "idle";
+    els.modelStatus.hidden = hidden;
+    if (hidden) return;
+    els.modelStatus.classList.toggle("failed", status.status === "failed");
+    els.modelStatusText.textContent = status.message;
+    const measured = status.total > 0 && (status.phase === "downloading" || status.phase === "checking");
+    els.modelProgress.hidden = !measured;
+    if (measured) {
+      els.modelProgress.max = status.total;
+      els.modelProgress.value = status.done || 0;
+    }
+  }
+
+  async function watchReadiness() {
+    let status = null;
+    try {
+      const response = await fetch("/readyz", { headers: headers(), cache: "no-store" });
+      status = await response.json();
+    } catch (_) {
+      // The server is restarting or unreachable: ask again.
+    }
+    if (status) showModelStatus(status);
+    if (!status || (status.status !== "ready" && status.status !== "failed")) {
+      setTimeout(watchReadiness, POLL_MS);
+    }
+  }
+
   // --- sessions ---------------------------------------------------------------------------------
 
   const storageKey = () => `picoflow.session.${state.flow.name}`;
@@ -236,6 +273,13 @@
       if (!response.ok) throw await failure(response);
       let failed = null;
       await readEvents(response, (name, data) => {
+        if (name === "status") {
+          showModelStatus(data);
+          setBusy(true, "Waiting for the model…");
+          return;
+        }
+        // Any other event means the model is ready (or the turn is over).
+        if (name !== "error") showModelStatus(null);
         if (name === "step") {
           els.step.textContent = data.step;
           setBusy(true, `Moving to ${data.step}…`);
@@ -319,5 +363,6 @@
   }
 
   if (config.authRequired && !sessionStorage.getItem("picoflow.apiKey")) els.auth.hidden = false;
+  watchReadiness();
   start();
 })();

@@ -1,0 +1,166 @@
+"""Which models the served flows must have loaded before they answer, loading them, and waiting for them.
+
+The embedded model takes from seconds to minutes to be ready (download, hash, load, reading the
+default flow's first prompt). The server starts that in the background when it starts, so
+``/healthcheck`` answers at once; ``/readyz`` reports the progress, the chat page shows it, and a
+turn that arrives early waits for the models of its flow instead of failing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from picoflow.engine import FlowEngine, TurnError
+from picoflow.exceptions import PicoflowError
+from picoflow.flow import FlowSpec
+from picoflow.models._gguf import LocalModelUnavailable
+from picoflow.models._readiness import LoadStatus, Phase, Preparable, Warm, overall, preparable_models
+from picoflow.models.base import Model
+from picoflow.server.schemas import ApiError, turn_error
+
+__all__ = ["Readiness", "ReadyResponse", "flow_models", "unavailable"]
+
+logger = logging.getLogger("picoflow.server")
+
+
+class ReadyResponse(BaseModel):
+    """``GET /readyz``: whether every model the served flows need is loaded, and if not, how far it is."""
+
+    status: Literal["ready", "loading", "failed"]
+    phase: Phase = Field(description="idle, downloading, checking, loading, warming, ready or failed")
+    done: int | None = Field(None, description="Bytes downloaded or checked so far.")
+    total: int | None = Field(None, description="Bytes to download or check.")
+    part: int | None = Field(None, description="Part being downloaded, from 1.")
+    parts: int | None = Field(None, description="Parts of the download.")
+    reason: str | None = Field(None, description="Why loading failed.")
+    message: str = Field(description="The status in words, as the chat page shows it.")
+
+
+def unavailable(session_id: str | None) -> ApiError:
+    """What a turn gets when its model failed to load: the error a turn on a missing model file gets."""
+    error = TurnError(LocalModelUnavailable.kind, LocalModelUnavailable.public_message)
+    return turn_error(error, session_id)
+
+
+def flow_models(engine: FlowEngine, spec: FlowSpec) -> list[Model]:
+    """The models the steps of ``spec`` call (a model that cannot be built is the turn's business)."""
+    models: list[Model] = []
+    for step in spec.steps.values():
+        if step.is_logic:
+            continue
+        try:
+            models.append(engine.model_for(spec, step))
+        except PicoflowError:
+            continue
+    return models
+
+
+def _warmer(engine: FlowEngine, flow: str) -> Warm:
+    async def warm() -> bool:
+        return await engine.warm(flow)
+
+    return warm
+
+
+@dataclass(slots=True)
+class _Load:
+    model: Preparable
+    warm: Warm | None
+    cache_name: str | None
+    task: asyncio.Task[LoadStatus] | None = None
+
+
+class Readiness:
+    """The loads the served flows need: started once, observed by ``/readyz``, awaited by turns."""
+
+    def __init__(self, loads: list[_Load], needs: dict[str, list[_Load]]) -> None:
+        self._loads = loads
+        self._needs = needs
+
+    @classmethod
+    def of(cls, engine: FlowEngine, warm_flow: str | None = None) -> Readiness:
+        """The loads of ``engine``'s flows; ``warm_flow``'s first prompt is read as part of its load.
+
+        Only one flow is warmed: llama.cpp keeps one processed prompt per slot, so warming a
+        second flow would push out the first.
+        """
+        loads: dict[int, _Load] = {}
+        needs: dict[str, list[_Load]] = {}
+        specs = {spec.name: spec for spec in engine.flows}
+        warm_spec = specs.get(warm_flow or "")
+        if warm_spec is not None and not warm_spec.steps[warm_spec.start].is_logic:
+            try:
+                # The very instance the warm-up calls, so its timings tell what it read.
+                start_model: list[Model] = [engine.model_for(warm_spec, warm_spec.steps[warm_spec.start])]
+            except PicoflowError:
+                start_model = []
+            for model in preparable_models(start_model):
+                loads[id(model.load_status)] = _Load(model, _warmer(engine, warm_spec.name), warm_spec.name)
+        for spec in specs.values():
+            for model in preparable_models(flow_models(engine, spec)):
+                load = loads.setdefault(id(model.load_status), _Load(model, None, None))
+                needs.setdefault(spec.name, []).append(load)
+        return cls(list(loads.values()), needs)
+
+    @property
+    def needed(self) -> bool:
+        """Whether any served flow needs a model loaded at all."""
+        return bool(self._loads)
+
+    def status(self, flow: str | None = None) -> LoadStatus:
+        """All served flows' models together, or those of ``flow``."""
+        loads = self._loads if flow is None else self._needs.get(flow, [])
+        return overall(load.model.load_status.status for load in loads)
+
+    def subscribe(self, listener: Callable[[LoadStatus], None]) -> Callable[[], None]:
+        """Call ``listener`` with the overall status whenever one of the loads changes."""
+        removers = [
+            load.model.load_status.subscribe(lambda _: listener(self.status())) for load in self._loads
+        ]
+
+        def unsubscribe() -> None:
+            for remove in removers:
+                remove()
+
+        return unsubscribe
+
+    def start(self) -> None:
+        """Start every load not started yet, in the background (call it from the event loop)."""
+        for load in self._loads:
+            if load.task is None:
+                load.task = asyncio.create_task(self._prepare(load), name="picoflow-prepare-model")
+
+    async def _prepare(self, load: _Load) -> LoadStatus:
+        try:
+            return await load.model.prepare(load.warm, cache_name=load.cache_name)
+        except Exception as exc:
+            logger.exception("picoflow.server: preparing %r failed", load.model)
+            tracker = load.model.load_status
+            if not tracker.status.settled:
+                tracker.report(Phase.FAILED, reason=f"{type(exc).__name__} while preparing the model")
+            return tracker.status
+
+    async def wait(self, flow: str, on_change: Callable[[LoadStatus], None] | None = None) -> LoadStatus:
+        """Wait until every model of ``flow`` is ready or one failed; ``on_change`` sees the way there."""
+        loads = self._needs.get(flow, [])
+        if not loads:
+            return LoadStatus(phase=Phase.READY)
+        self.start()  # an application run without its lifespan loads on first use
+        for load in loads:
+            status = await load.model.load_status.settled(on_change)
+            if status.phase is Phase.FAILED:
+                return status
+        return self.status(flow)
+
+    async def stop(self) -> None:
+        """Stop waiting for the loads (a load running in a thread ends with the process)."""
+        tasks = [load.task for load in self._loads if load.task is not None and not load.task.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
