@@ -65,14 +65,7 @@ def messages_tokens(messages: Iterable[Message]) -> int:
 
 def request_tokens(request: ModelRequest) -> int:
     """Estimated tokens of the prompt ``request`` makes: system prompt, tools, output schema, messages."""
-    total = REQUEST_TOKENS + text_tokens(request.system) + messages_tokens(request.messages)
-    if request.tools or request.output is not None:
-        total += FORMAT_TOKENS
-    for tool in request.tools:
-        total += _schema_tokens(tool)
-    if request.output is not None:
-        total += _schema_tokens(request.output)
-    return total
+    return REQUEST_TOKENS + text_tokens(request.system) + messages_tokens(request.messages) + _format(request)
 
 
 def request_ceiling(request: ModelRequest) -> int:
@@ -90,13 +83,15 @@ def request_ceiling(request: ModelRequest) -> int:
         total += MESSAGE_TOKENS + (len(text) if text.isascii() else (4 * len(text) + 2) // 3)
         if message.reasoning:
             total += message_tokens(message)
-    if request.tools or request.output is not None:
-        total += FORMAT_TOKENS
-    for tool in request.tools:
-        total += _schema_tokens(tool)
-    if request.output is not None:
-        total += _schema_tokens(request.output)
-    return total
+    return total + _format(request)
+
+
+def _format(request: ModelRequest) -> int:
+    """Tokens of the answer format: tool schemas, the output schema and the words around them."""
+    if not request.tools and request.output is None:
+        return 0
+    total = FORMAT_TOKENS + sum(_schema_tokens(tool) for tool in request.tools)
+    return total + (_schema_tokens(request.output) if request.output is not None else 0)
 
 
 def _ceiling(text: str) -> int:
