@@ -98,7 +98,7 @@ def refused(*rules: str) -> str:
     listed = "".join(f"- {rule}\n" for rule in rules)
     return (
         f"These fields were not accepted:\n{listed}"
-        "Answer again with those fields corrected, or null where the message gives none."
+        "Answer again with those items corrected, or without them where the message does not give them."
     )
 
 

@@ -411,7 +411,8 @@ class SlotStep(Step):
             )
             return stay(
                 "These fields were not accepted:\n"
-                f"{rules}\nAnswer again with those fields corrected, or null where the message gives none."
+                f"{rules}\nAnswer again with those items corrected, or without them where the message "
+                "does not give them."
             )
         values = self.values()
         refused = next(iter(merged.problems), None)
