@@ -1,10 +1,14 @@
 """A separate OS process for the multi-process store tests: ``python store_worker.py COMMAND ...``.
 
-* ``hammer URL SESSION_ID START_AT SECONDS NAME`` — from ``START_AT`` (unix time) on, load and save
-  turns on the session for ``SECONDS``; print ``{"won": [tags], "conflicts": n}``.
+* ``hammer URL SESSION_ID SECONDS NAME`` — once through the barrier (below), load and save turns on
+  the session for ``SECONDS``; print ``{"won": [tags], "conflicts": n}``.
 * ``crash URL SESSION_ID`` — save turns forever (each with a large tool result, so a kill often
   lands inside a write), printing each committed revision; the test kills it.
-* ``upgrade URL START_AT`` — run the store's migrations at ``START_AT``; print the versions applied.
+* ``upgrade URL`` — once through the barrier, run the store's migrations; print the versions applied.
+
+The barrier: a worker ready to start prints ``ready`` and waits for a line on its stdin, which the
+test writes to every worker only once all of them said ``ready``. So they start together however
+slowly each one started up — no wall-clock start time to miss on a busy machine.
 """
 
 from __future__ import annotations
@@ -21,14 +25,22 @@ from picoflow.sessions import SQLiteStore, open_store
 from picoflow.sessions.postgres import PostgresStore
 
 
-async def hammer(url: str, session_id: str, start_at: float, seconds: float, name: str) -> None:
+async def barrier() -> None:
+    """Tell the test this worker is ready, then wait until it says go."""
+    print("ready", flush=True)
+    await asyncio.to_thread(sys.stdin.readline)
+
+
+async def hammer(url: str, session_id: str, seconds: float, name: str) -> None:
     store = open_store(url)
     won: list[str] = []
     conflicts = 0
-    await store.load(session_id)  # connect and migrate before the clock starts
-    await asyncio.sleep(max(0.0, start_at - time.time()))
+    await store.load(session_id)  # connect and migrate before the barrier
+    await barrier()
+    # Only the length of the run is timed; both workers begin it at the barrier.
+    end = time.monotonic() + seconds
     attempt = 0
-    while time.time() < start_at + seconds:
+    while time.monotonic() < end:
         session = await store.load(session_id)
         assert session is not None
         tag = f"{name}-{attempt}"
@@ -57,10 +69,10 @@ async def crash(url: str, session_id: str) -> None:
         print(session.revision, flush=True)
 
 
-async def upgrade(url: str, start_at: float) -> None:
+async def upgrade(url: str) -> None:
     store = open_store(url)
     assert isinstance(store, SQLiteStore | PostgresStore)
-    await asyncio.sleep(max(0.0, start_at - time.time()))
+    await barrier()
     applied = await store.upgrade()
     await store.close()
     print(json.dumps(applied), flush=True)
@@ -69,14 +81,14 @@ async def upgrade(url: str, start_at: float) -> None:
 def main(argv: list[str]) -> None:
     command, *args = argv
     if command == "hammer":
-        url, session_id, start_at, seconds, name = args
-        asyncio.run(hammer(url, session_id, float(start_at), float(seconds), name))
+        url, session_id, seconds, name = args
+        asyncio.run(hammer(url, session_id, float(seconds), name))
     elif command == "crash":
         url, session_id = args
         asyncio.run(crash(url, session_id))
     elif command == "upgrade":
-        url, start_at = args
-        asyncio.run(upgrade(url, float(start_at)))
+        (url,) = args
+        asyncio.run(upgrade(url))
     else:
         raise SystemExit(f"unknown command {command!r}")
 

@@ -36,6 +36,7 @@ async def spawn() -> AsyncIterator[Spawn]:
             sys.executable,
             str(WORKER),
             *args,
+            stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
@@ -47,6 +48,21 @@ async def spawn() -> AsyncIterator[Spawn]:
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+async def release(workers: list[asyncio.subprocess.Process]) -> None:
+    """The barrier of ``store_worker.py``: once every worker printed ``ready``, tell them all to go."""
+    async with asyncio.timeout(60):
+        for worker in workers:
+            assert worker.stdout is not None
+            line = await worker.stdout.readline()
+            if line != b"ready\n":  # it died before the barrier: show why
+                assert worker.stderr is not None
+                raise AssertionError((await worker.stderr.read()).decode())
+    for worker in workers:
+        assert worker.stdin is not None
+        worker.stdin.write(b"go\n")
+        await worker.stdin.drain()
 
 
 async def finish(process: asyncio.subprocess.Process) -> str:
@@ -61,10 +77,8 @@ async def test_two_processes_hammering_one_session_lose_no_update(sql_backend: B
     session = new_session("shared-1")
     await store.save(session, expected_revision=None, appended=play_turn(session, "t1"))
 
-    start_at = str(time.time() + 2.5)
-    workers = [
-        await spawn("hammer", str(sql_backend.url), "shared-1", start_at, "1.5", f"p{n}") for n in (1, 2)
-    ]
+    workers = [await spawn("hammer", str(sql_backend.url), "shared-1", "1.5", f"p{n}") for n in (1, 2)]
+    await release(workers)
     results = [json.loads(await finish(worker)) for worker in workers]
 
     won = [tag for result in results for tag in result["won"]]
@@ -166,8 +180,8 @@ async def test_a_killed_writer_leaves_exactly_a_committed_turn(sql_backend: Back
 async def test_processes_upgrading_at_once_apply_each_migration_once(
     sql_backend: Backend, spawn: Spawn
 ) -> None:
-    start_at = str(time.time() + 2.0)
-    workers = [await spawn("upgrade", str(sql_backend.url), start_at) for _ in range(4)]
+    workers = [await spawn("upgrade", str(sql_backend.url)) for _ in range(4)]
+    await release(workers)
     applied = sorted([json.loads(await finish(worker)) for worker in workers])
 
     assert applied == [[], [], [], [1]]
