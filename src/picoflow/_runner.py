@@ -7,6 +7,7 @@ private working copy of the session: nothing reaches the store unless the whole 
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import time
@@ -25,6 +26,7 @@ from picoflow.exceptions import (
     AttemptsExhausted,
     HookFailure,
     ModelError,
+    ModelMisbehaved,
     RunError,
     ToolError,
     ToolFailure,
@@ -391,12 +393,23 @@ class Turn(FlowRuntime, StepRuntime):
                     emit(TextChunk(step, event.text))
                 elif isinstance(event, ResponseDone):
                     return event.response
-            raise ModelError(f"model {model.name} ended its stream without a response", step=step)
+            raise ModelMisbehaved(f"model {model.name} ended its stream without a response", step=step)
         except RunError as exc:
             exc.step = exc.step or step
             raise
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the turn itself is being cancelled: let it go
+            # A model that raises CancelledError on its own is misbehaving, not cancelling us.
+            raise ModelMisbehaved(f"model {model.name} raised CancelledError", step=step) from exc
         except Exception as exc:
-            raise ModelError(f"model {model.name} failed: {type(exc).__name__}: {exc}", step=step) from exc
+            failure = f"model {model.name} failed: {type(exc).__name__}: {exc}"
+            if isinstance(exc, TimeoutError | OSError):
+                # A timeout or a broken connection is an outage: a retry later may well succeed.
+                raise ModelError(failure, step=step) from exc
+            # Anything else escaping a model is its own fault, which a retry would meet again.
+            raise ModelMisbehaved(failure, step=step) from exc
 
     async def _ask(self, step: Step, spec: StepSpec) -> tuple[ModelResponse, Any]:
         """Ask the model until a response passes the empty check, the gate and the output schema."""

@@ -64,6 +64,18 @@ MAX_WARNINGS = 200
 LATEST_ONLY = frozenset({TRIMMED})
 
 
+def check_text(value: str, name: str) -> None:
+    """Refuse text no store can keep: a lone surrogate cannot be encoded as UTF-8 and PostgreSQL
+    cannot hold NUL. Checked before the model is called, so a refused message costs nothing and
+    changes nothing; raises ``InvalidInput`` naming the field (never echoing the value)."""
+    if "\x00" in value:
+        raise InvalidInput(f"{name} must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{name} must be valid Unicode text (it holds a lone surrogate)") from None
+
+
 @dataclass(frozen=True, slots=True)
 class TurnError:
     """Why a turn failed, in words safe for an end user, plus what a program needs to react."""
@@ -76,6 +88,8 @@ class TurnError:
     """Seconds to wait before retrying, when the provider said so."""
     reference: str | None = None
     """Session id the error record was filed under (also for a first turn that stored nothing)."""
+    status: int = 500
+    """HTTP status of the failure, from the error class (``RunError.status``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,6 +446,7 @@ class FlowEngine:
             raise InvalidInput("message is empty")
         if len(text) > self.max_message_chars:
             raise MessageTooLong(f"message is longer than {self.max_message_chars} characters")
+        check_text(text, "message")
         if session_id is not None and not SESSION_ID.match(session_id):
             raise InvalidInput("session id must be 1-128 letters, digits, '-' or '_'")
         return text
@@ -550,6 +565,7 @@ class FlowEngine:
                 exc.retryable,
                 exc.retry_after if isinstance(exc, ModelHTTPError) else None,
                 reference,
+                exc.status,
             ),
             warnings=tuple(record.message for record in turn.warnings) if turn else (),
         )

@@ -29,6 +29,9 @@ class RunError(PicoflowError):
     """A turn could not complete. The session keeps its last committed state."""
 
     kind: ClassVar[str] = "internal"
+    status: ClassVar[int] = 500
+    """HTTP status of this failure: 4xx the caller must change the request, 502 the model
+    misbehaved, 503 a dependency is down (retry later), 500 a bug."""
     retryable: ClassVar[bool] = False
     public_message: str = "The assistant could not complete this turn."
 
@@ -51,6 +54,7 @@ class UsageLimitExceeded(RunError):
     """A per-turn budget (model calls, tool calls or tokens) ran out."""
 
     kind = "usage_limit"
+    status = 422
 
     def __init__(self, limit: str, value: int, **where: str | None) -> None:
         super().__init__(f"turn exceeded its {limit} limit of {value}", **where)
@@ -66,15 +70,29 @@ class AttemptsExhausted(RunError):
     """Every attempt of a step produced a rejected, empty or malformed response."""
 
     kind = "attempts_exhausted"
+    status = 502
     public_message = "The assistant could not produce an acceptable answer. Please rephrase or try again."
 
 
 class ModelError(RunError):
-    """The model provider failed (network, protocol, configuration)."""
+    """The model provider is unavailable (network, timeouts, configuration): retry later."""
 
-    kind = "model_error"
+    kind = "model_unavailable"
+    status = 503
     retryable = True
     public_message = "The language model is unavailable right now. Please try again shortly."
+
+
+class ModelMisbehaved(ModelError):
+    """The model answered, but not usably: it raised, sent garbage, or a reply over the size cap.
+
+    Asking again later would meet the same model, so this is 502 and not retryable.
+    """
+
+    kind = "model_error"
+    status = 502
+    retryable = False
+    public_message = "The language model gave an unusable answer. Please rephrase or try again."
 
 
 class ModelHTTPError(ModelError):
@@ -113,6 +131,7 @@ class ContextWindowExceeded(RunError):
     """
 
     kind = "context_window_exceeded"
+    status = 413
     public_message = "That message is too long for the assistant to read. Please send a shorter one."
 
 
@@ -130,11 +149,13 @@ class HookFailure(RunError):
 
 class FlowNotFound(RunError):
     kind = "flow_not_found"
+    status = 404
     public_message = "No such flow."
 
 
 class SessionNotFound(RunError):
     kind = "session_not_found"
+    status = 404
     public_message = "No such session."
 
 
@@ -142,6 +163,7 @@ class SessionConflict(RunError):
     """Another turn committed to this session first (compare-and-swap on the revision failed)."""
 
     kind = "session_conflict"
+    status = 409
     retryable = True
     public_message = "This conversation was changed by another request. Please retry."
 
@@ -150,6 +172,7 @@ class StoreError(RunError):
     """The session store failed to load or save."""
 
     kind = "store_error"
+    status = 503
     retryable = True
     public_message = "The conversation could not be saved. Please try again."
 
@@ -158,6 +181,7 @@ class InvalidInput(RunError):
     """The caller's input was refused before the turn started (empty or oversized message, bad id)."""
 
     kind = "invalid_input"
+    status = 422
 
     @property
     def public_text(self) -> str:
@@ -166,12 +190,14 @@ class InvalidInput(RunError):
 
 class MessageTooLong(InvalidInput):
     kind = "message_too_long"
+    status = 413
 
 
 class SessionCompleted(RunError):
     """The session has ended (completed or aborted); it is never resumed."""
 
     kind = "session_completed"
+    status = 409
     public_message = "This conversation has ended. Start a new one."
 
 
@@ -179,6 +205,7 @@ class FlowMismatch(RunError):
     """The session belongs to another flow."""
 
     kind = "flow_mismatch"
+    status = 409
     public_message = "This conversation belongs to another flow."
 
 

@@ -157,6 +157,14 @@ _KIND_BY_STATUS = {404: "not_found", 405: "method_not_allowed", 413: "body_too_l
 
 async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
     status = exc.status_code
+    if status == 400:
+        # FastAPI answers 400 when it cannot decode a body at all (invalid UTF-8, nesting too deep
+        # for the JSON parser); to the client that is a malformed body like any other: 422.
+        problem = "is not valid JSON (UTF-8 text, nested at most a few hundred levels)"
+        return _error_response(
+            request,
+            ApiError(422, "invalid_input", f"invalid request: body {problem}", fields=[("body", problem)]),
+        )
     kind = _KIND_BY_STATUS.get(status, "http_error")
     message = exc.detail if isinstance(exc.detail, str) and status < 500 else HTTPStatus(status).phrase
     response = _error_response(request, ApiError(status, kind, message))

@@ -156,8 +156,9 @@ def _presented_key(connection: HTTPConnection) -> str | None:
         scheme, _, value = header.strip().partition(" ")
         if scheme.lower() == "bearer" and value.strip():
             return value.strip()
-        # Any other scheme (Basic, ...) is passed through whole and so never matches a key.
-        return header.strip()
+        # A bare key or another scheme (Basic, ...) is refused outright: accepting a bare key
+        # would teach clients a form that proxies and logs treat as an unknown, loggable header.
+        raise AuthError("the Authorization header must read 'Bearer <key>' (or send X-API-Key)")
     key = connection.headers.get("x-api-key", "").strip()
     return key or None
 

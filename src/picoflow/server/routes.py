@@ -20,8 +20,8 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from picoflow.context import INJECTED_NAMES, Caller
-from picoflow.engine import SESSION_ID, FlowEngine, TurnResult
-from picoflow.exceptions import FlowNotFound
+from picoflow.engine import SESSION_ID, FlowEngine, TurnResult, check_text
+from picoflow.exceptions import FlowNotFound, InvalidInput
 from picoflow.flow import FlowSpec
 from picoflow.models._readiness import Phase
 from picoflow.server.auth import Authenticator, AuthError
@@ -98,6 +98,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 router = APIRouter()
 
 
+MAX_OFFSET = 1_000_000_000
+"""Largest ``offset`` a listing accepts: far beyond any real listing, well inside a 64-bit integer."""
+
 # --- helpers -------------------------------------------------------------------------------------------
 
 
@@ -119,6 +122,11 @@ def _check_message(state: ServerState, message: str | None) -> str:
             f"message is longer than {state.max_message_chars} characters",
             fields=[("body.message", f"at most {state.max_message_chars} characters")],
         )
+    try:
+        # The engine's own rule, so HTTP, CLI and library callers are refused alike.
+        check_text(message, "message")
+    except InvalidInput as error:
+        raise ApiError(422, error.kind, error.message, fields=[("body.message", error.message)]) from None
     return message
 
 
@@ -311,7 +319,8 @@ async def list_sessions(
     flow: str | None = None,
     status: SessionStatus | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    # Bounded so a huge offset is a 422, not an overflow inside the store's 64-bit integers.
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> list[SessionSummary]:
     """The caller's own sessions, most recent first."""
     async with _store_errors():

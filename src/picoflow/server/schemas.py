@@ -23,7 +23,6 @@ from picoflow.sessions.base import Session
 from picoflow.usage import Usage
 
 __all__ = [
-    "STATUS_BY_KIND",
     "ApiError",
     "EndResponse",
     "ErrorBody",
@@ -89,20 +88,6 @@ class ServerSettings:
 DEFAULT_RETRY_AFTER = 5.0
 """Retry hint (seconds) for a 503 when the provider gave none."""
 
-STATUS_BY_KIND: Mapping[str, int] = {
-    "flow_not_found": 404,
-    "session_not_found": 404,
-    "invalid_input": 422,
-    "message_too_long": 413,
-    "session_conflict": 409,
-    "session_completed": 409,
-    "flow_mismatch": 409,
-    "model_unavailable": 503,
-    "model_error": 503,
-    "local_model_unavailable": 503,
-    "store_error": 503,
-}
-
 
 class ApiError(Exception):
     """A failure with its HTTP status; rendered by the app's exception handler."""
@@ -147,7 +132,8 @@ class ApiError(Exception):
 
 
 def turn_error(error: TurnError, session_id: str | None) -> ApiError:
-    status = STATUS_BY_KIND.get(error.kind, 500)
+    # The status comes from the error class (``RunError.status``), never from matching the kind.
+    status = error.status
     retry_after = error.retry_after
     if status == 503 and retry_after is None:
         retry_after = DEFAULT_RETRY_AFTER

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     from picoflow.server.routes import ServerState
 
 __all__ = ["event_stream"]
+
+logger = logging.getLogger("picoflow.server")
 
 
 def _sse(event: str, data: Any) -> bytes:
@@ -89,6 +92,17 @@ def event_stream(
     async def events() -> AsyncIterator[bytes]:
         # Headers go out with the first chunk, so a client sees the stream open at once.
         yield b": turn started\n\n"
+        try:
+            async for chunk in turn_events():
+                yield chunk
+        except Exception:
+            # An event that cannot be written (a model's text no encoder takes, a bug) must not
+            # drop the connection silently: every stream ends with a result or an error event.
+            logger.exception("picoflow: a turn's event stream failed")
+            error = ApiError(500, "internal", "The assistant could not complete this turn.")
+            yield _sse("error", {"status": error.status, "error": error.detail()})
+
+    async def turn_events() -> AsyncIterator[bytes]:
         while True:
             try:
                 item = await asyncio.wait_for(queue.get(), state.settings.sse_heartbeat)

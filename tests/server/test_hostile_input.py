@@ -1,0 +1,218 @@
+"""Hostile input on a real store: each case is refused with the right status and JSON error shape,
+before the model is called and without touching what is stored.
+
+Every test runs on SQLite and on PostgreSQL (127.0.0.1:5432, database ``test``, trust auth), each
+PostgreSQL run in a schema of its own that is dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from picoflow.engine import FlowEngine
+from picoflow.messages import ModelRequest
+from picoflow.server import ServerSettings
+from picoflow.sessions import open_store
+
+from .support import DeskModel, client_for, desk_engine, events_of
+
+POSTGRES_URL = os.environ.get("PICOFLOW_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+SURROGATE = b'{"message": "hi \\ud800 there"}'
+HALF_PAIR = b'{"message": "yes \\ud83d"}'
+NUL = b'{"message": "hi \\u0000 there"}'
+JSON = {"content-type": "application/json"}
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[FlowEngine]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'sessions.sqlite3'}"
+        schema = None
+    else:
+        schema = f"pf_test_{uuid.uuid4().hex[:16]}"
+        url = f"{POSTGRES_URL}?schema={schema}"
+    model = DeskModel()
+    built = desk_engine(store=open_store(url), model=model)
+    MODELS[built] = model
+    try:
+        yield built
+    finally:
+        await built.store.close()
+        del MODELS[built]
+        if schema is not None:
+            with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+MODELS: dict[FlowEngine, DeskModel] = {}
+"""The model of each engine under test, so a test can count the calls it received."""
+
+
+def model_of(engine: FlowEngine) -> DeskModel:
+    return MODELS[engine]
+
+
+async def snapshot(client: httpx.AsyncClient, session: str) -> tuple[Any, Any, Any]:
+    """Everything a client can read of the stored data: the session, its transcript and the list."""
+    return (
+        (await client.get(f"/v1/sessions/{session}")).json(),
+        (await client.get(f"/v1/sessions/{session}/messages")).json(),
+        (await client.get("/v1/sessions")).json(),
+    )
+
+
+def invalid_message(problem: str, session: str | None = None) -> dict[str, Any]:
+    return {
+        "error": {
+            "kind": "invalid_input",
+            "message": problem,
+            "retryable": False,
+            "retry_after": None,
+            "fields": [{"field": "body.message", "problem": problem}],
+            "session_id": session,
+        }
+    }
+
+
+SURROGATE_PROBLEM = "message must be valid Unicode text (it holds a lone surrogate)"
+NUL_PROBLEM = "message must not contain NUL characters"
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [(SURROGATE, SURROGATE_PROBLEM), (HALF_PAIR, SURROGATE_PROBLEM), (NUL, NUL_PROBLEM)],
+    ids=["surrogate", "half-pair", "nul"],
+)
+async def test_text_no_store_can_keep_is_422_before_the_model_on_every_route(
+    engine: FlowEngine, body: bytes, problem: str
+) -> None:
+    model = model_of(engine)
+    async with client_for(engine) as client:
+        session = (await client.post("/v1/flows/desk/sessions", json={"message": "hi"})).json()["session_id"]
+        before = await snapshot(client, session)
+        calls = len(model.requests)
+
+        new = await client.post("/v1/flows/desk/sessions", content=body, headers=JSON)
+        assert (new.status_code, new.json()) == (422, invalid_message(problem))
+        assert "retry-after" not in new.headers
+        turn = await client.post(f"/v1/sessions/{session}/turns", content=body, headers=JSON)
+        assert (turn.status_code, turn.json()) == (422, invalid_message(problem))
+        streamed = await client.post(
+            f"/v1/sessions/{session}/turns", content=body[:-1] + b', "stream": true}', headers=JSON
+        )
+        assert (streamed.status_code, streamed.json()) == (422, invalid_message(problem))
+        ai = await client.post(
+            "/ai/run",
+            content=body[:-1] + b', "flowName": "desk"}',
+            headers={**JSON, "CHAT_SESSION_ID": session},
+        )
+        assert ai.status_code == 422 and ai.json()["success"] is False
+
+        assert len(model.requests) == calls
+        assert await snapshot(client, session) == before
+
+
+async def test_the_library_gets_the_same_typed_refusal(engine: FlowEngine) -> None:
+    model = model_of(engine)
+    result = await engine.run("desk", "yes \ud83d")
+    assert result.error is not None and not result.ok
+    assert (result.error.kind, result.error.status, result.error.retryable, result.error.message) == (
+        "invalid_input",
+        422,
+        False,
+        SURROGATE_PROBLEM,
+    )
+    assert result.session_id is None and model.requests == []
+    assert await engine.store.list_sessions() == []
+
+
+async def test_an_offset_beyond_any_listing_is_422(engine: FlowEngine) -> None:
+    async with client_for(engine) as client:
+        huge = await client.get("/v1/sessions", params={"offset": "9223372036854775808"})
+        assert huge.status_code == 422
+        error = huge.json()["error"]
+        assert (error["kind"], [f["field"] for f in error["fields"]]) == ("invalid_input", ["query.offset"])
+
+
+async def test_a_model_raising_cancelled_error_is_a_502_json_error(engine: FlowEngine) -> None:
+    model = model_of(engine)
+    answer = model.answer
+
+    async def cancelling(request: ModelRequest) -> Any:
+        if "cancel" in request.messages[-1].content:
+            raise asyncio.CancelledError
+        return await answer(request)
+
+    model.fn = cancelling  # type: ignore[assignment]
+    async with client_for(engine) as client:
+        session = (await client.post("/v1/flows/desk/sessions", json={"message": "hi"})).json()["session_id"]
+        before = await snapshot(client, session)
+        failed = await client.post(f"/v1/sessions/{session}/turns", json={"message": "cancel"})
+        assert failed.status_code == 502 and "retry-after" not in failed.headers
+        assert failed.json() == {
+            "error": {
+                "kind": "model_error",
+                "message": "The language model gave an unusable answer. Please rephrase or try again.",
+                "retryable": False,
+                "retry_after": None,
+                "fields": [],
+                "session_id": session,
+            }
+        }
+        streamed = await client.post(
+            f"/v1/sessions/{session}/turns", json={"message": "cancel", "stream": True}
+        )
+        assert streamed.status_code == 200
+        assert events_of(streamed.text)[-1] == ("error", {"status": 502, "error": failed.json()["error"]})
+        assert await snapshot(client, session) == before
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b'{"message": "hi \xff there"}', b'{"message": ' + b"[" * 5000 + b"]" * 5000 + b"}"],
+    ids=["invalid-utf8", "deep-nesting"],
+)
+async def test_a_body_no_parser_reads_is_422_like_any_malformed_body(engine: FlowEngine, body: bytes) -> None:
+    model = model_of(engine)
+    async with client_for(engine) as client:
+        refused = await client.post("/v1/flows/desk/sessions", content=body, headers=JSON)
+        problem = "is not valid JSON (UTF-8 text, nested at most a few hundred levels)"
+        assert (refused.status_code, refused.json()) == (
+            422,
+            {
+                "error": {
+                    "kind": "invalid_input",
+                    "message": f"invalid request: body {problem}",
+                    "retryable": False,
+                    "retry_after": None,
+                    "fields": [{"field": "body", "problem": problem}],
+                    "session_id": None,
+                }
+            },
+        )
+        assert (await client.get("/v1/sessions")).json() == []
+    assert model.requests == []
+
+
+async def test_a_key_without_the_bearer_scheme_is_refused(engine: FlowEngine) -> None:
+    model = model_of(engine)
+    settings = ServerSettings(api_keys={"key-a": "alice"})
+    async with client_for(engine, settings) as client:
+        for header in ("key-a", "Token key-a", "Basic key-a"):
+            refused = await client.post(
+                "/v1/flows/desk/sessions", json={"message": "hi"}, headers={"Authorization": header}
+            )
+            assert refused.status_code == 401 and "key-a" not in refused.text
+            assert refused.json()["error"]["kind"] == "unauthorized"
+        bearer = await client.get("/v1/sessions", headers={"Authorization": "Bearer key-a"})
+        assert (bearer.status_code, bearer.json()) == (200, [])
+    assert model.requests == []
