@@ -3,19 +3,26 @@
 psycopg is imported only when a store is created, so ``picoflow`` works without the ``postgres``
 extra. The pool's connections run in autocommit mode: a save is one statement (session row and
 messages through data-modifying CTEs), which PostgreSQL runs as one transaction, in one round trip.
+
+When the database cannot be reached, a circuit breaker keeps requests from queueing behind connect
+attempts: the first failure opens it, and while it is open every call fails at once with
+``StoreUnavailable`` (HTTP 503 with Retry-After). After a backoff (0.5 s, doubling up to 2 s) one
+call tries a fresh pool (half-open); the calls arriving meanwhile wait for that one attempt rather
+than each making their own. Success closes the breaker, failure reopens it with a longer backoff.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from picoflow.exceptions import StoreError
 from picoflow.messages import Message
 from picoflow.sessions import _rows
-from picoflow.sessions.base import LogRecord, Session, SessionInfo, SessionStatus
+from picoflow.sessions.base import LogRecord, Session, SessionInfo, SessionStatus, StoreUnavailable
 from picoflow.sessions.migrations import check_postgres, check_schema_name, qualifier, upgrade_postgres
 
 if TYPE_CHECKING:
@@ -103,6 +110,37 @@ def _store_error(where: str, exc: Exception) -> StoreError:
     return StoreError(f"{where}: {type(exc).__name__}: {text}")
 
 
+class _Breaker:
+    """Whether calls may try the database: closed (yes), open until ``until`` (no), then one probe.
+
+    The backoff is short and capped so that turns work again within seconds of the database's
+    return; it only has to spare the database and the callers a storm of doomed connect attempts.
+    """
+
+    first_backoff = 0.5
+    max_backoff = 2.0
+
+    def __init__(self) -> None:
+        self.until: float | None = None  # monotonic time the open breaker lets a probe through
+        self.backoff = self.first_backoff
+
+    def blocked_for(self) -> float | None:
+        """Seconds left while open, else None (closed, or time for a probe)."""
+        if self.until is None:
+            return None
+        left = self.until - time.monotonic()
+        return left if left > 0 else None
+
+    def failed(self) -> None:
+        if self.until is not None:  # a failed probe: wait longer before the next one
+            self.backoff = min(self.backoff * 2, self.max_backoff)
+        self.until = time.monotonic() + self.backoff
+
+    def succeeded(self) -> None:
+        self.until = None
+        self.backoff = self.first_backoff
+
+
 class PostgresStore:
     """A ``SessionStore`` in PostgreSQL, shared safely by any number of processes and hosts.
 
@@ -149,6 +187,8 @@ class PostgresStore:
         self._opening: asyncio.Lock | None = None
         self._ready = False
         self._closed = False
+        self._breaker = _Breaker()
+        self._discarded: set[asyncio.Task[None]] = set()  # pools closing in the background
         p = qualifier(schema)
         self._create_sql = _CREATE.replace("{p}", p)
         self._update_sql = _UPDATE.replace("{p}", p)
@@ -246,12 +286,18 @@ class PostgresStore:
         )
         return _rows.decode_records(row[0] for row in rows)
 
+    async def ping(self) -> None:
+        """One ``SELECT 1`` (readiness checks); fails like any call while the database is down."""
+        await self._fetch("SELECT 1", ())
+
     async def close(self) -> None:
         """Close the pool. The store cannot be used afterwards."""
         self._closed = True
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
+        if self._discarded:
+            await asyncio.gather(*self._discarded, return_exceptions=True)
 
     async def upgrade(self) -> list[int]:
         """Apply missing schema migrations (what ``picoflow db upgrade`` runs); return their versions."""
@@ -269,29 +315,68 @@ class PostgresStore:
     async def _connection(self, *, ready: bool = True) -> AsyncIterator[AsyncConnection[TupleRow]]:
         """A pooled connection; driver failures surface as ``StoreError`` with the cause chained."""
         import psycopg
+        import psycopg_pool
         from psycopg_pool import PoolTimeout
 
         pool = await self._open_pool(ready=ready)
+        conn: AsyncConnection[TupleRow] | None = None
         try:
             async with pool.connection() as conn:
                 yield conn
         except PoolTimeout as exc:
-            raise StoreError(f"{self._where}: no connection available ({exc})") from exc
+            # Every connection busy, or none can be made: the pool cannot tell, so neither can we.
+            # Treated as an outage; a busy pool recovers at the next probe, 0.5 s later.
+            self._lost(pool)
+            raise self._unavailable(f"no connection within {self._connect_timeout:g}s") from exc
         except psycopg.Error as exc:
+            # A statement error leaves its connection open; a lost server closes it (PoolClosed:
+            # the pool was discarded by another caller's failure meanwhile).
+            if conn is None or conn.closed or conn.broken or isinstance(exc, psycopg_pool.PoolClosed):
+                self._lost(pool)
+                raise self._unavailable(f"connection lost: {type(exc).__name__}") from exc
             raise _store_error(self._where, exc) from exc
+        else:
+            self._breaker.succeeded()
+
+    def _unavailable(self, why: str) -> StoreUnavailable:
+        return StoreUnavailable(f"{self._where}: {why}", retry_after=self._breaker.blocked_for())
+
+    def _lost(self, pool: Pool) -> None:
+        """The database is unreachable: open the breaker and drop the pool for a fresh one later.
+
+        A fresh pool rather than the old one's own reconnecting, whose backoff grows to minutes:
+        the probe's new pool connects at once when the database is back.
+        """
+        self._breaker.failed()
+        if self._pool is pool:
+            self._pool = None
+            task = asyncio.create_task(pool.close(timeout=1.0), name="picoflow-close-pool")
+            self._discarded.add(task)
+            task.add_done_callback(self._discarded.discard)
 
     async def _open_pool(self, *, ready: bool) -> Pool:
         if self._pool is not None and (self._ready or not ready):
             return self._pool
+        if self._breaker.blocked_for() is not None:
+            raise self._unavailable("the database was unreachable moments ago")
         if self._opening is None:
             self._opening = asyncio.Lock()
         async with self._opening:
             if self._closed:
                 raise StoreError(f"{self!r} is closed")
+            # Callers that queued behind an attempt which failed share its outcome: the breaker
+            # it opened fails them now, instead of each making a connect attempt of its own.
+            if self._breaker.blocked_for() is not None:
+                raise self._unavailable("the database was unreachable moments ago")
             if self._pool is None:
-                self._pool = await self._new_pool()
+                try:
+                    self._pool = await self._new_pool()
+                except StoreUnavailable:
+                    self._breaker.failed()
+                    raise
             if ready and not self._ready:
                 await self._prepare_schema(self._pool)
+            self._breaker.succeeded()
             return self._pool
 
     async def _new_pool(self) -> Pool:
@@ -304,18 +389,23 @@ class PostgresStore:
             kwargs={"autocommit": True},
             min_size=self._min_size,
             max_size=self._max_size,
+            # A checkout waits no longer than a connect may take: past that the database is down.
+            timeout=self._connect_timeout,
             open=False,
             name="picoflow",
         )
         try:
             await pool.open(wait=True, timeout=self._connect_timeout)
         except PoolTimeout as exc:
-            await pool.close()
-            raise StoreError(f"cannot connect to {self._where} within {self._connect_timeout:g}s") from exc
+            await pool.close(timeout=1.0)
+            raise StoreUnavailable(
+                f"cannot connect to {self._where} within {self._connect_timeout:g}s"
+            ) from exc
         return pool
 
     async def _prepare_schema(self, pool: Pool) -> None:
         import psycopg
+        from psycopg_pool import PoolTimeout
 
         try:
             async with pool.connection() as conn:
@@ -323,6 +413,9 @@ class PostgresStore:
                     await upgrade_postgres(conn, self.schema, self._where)
                 else:
                     await check_postgres(conn, self.schema, self._where)
+        except PoolTimeout as exc:
+            self._lost(pool)
+            raise self._unavailable(f"no connection within {self._connect_timeout:g}s") from exc
         except psycopg.Error as exc:
             raise _store_error(self._where, exc) from exc
         self._ready = True
