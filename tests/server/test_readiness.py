@@ -174,7 +174,7 @@ async def test_readyz_is_in_the_openapi_document() -> None:
         "$ref": "#/components/schemas/ReadyResponse"
     }
     assert set(document["components"]["schemas"]["ReadyResponse"]["properties"]) == {
-        "status", "phase", "done", "total", "part", "parts", "reason", "message",
+        "status", "phase", "done", "total", "part", "parts", "reason", "store", "message",
     }  # fmt: skip
 
 

@@ -24,7 +24,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from picoflow.sessions import PostgresStore
+from picoflow.server.store_check import StoreCheck, store_check
+from picoflow.sessions import MemoryStore, PostgresStore
 from picoflow.sessions.base import StoreUnavailable
 
 from .support import client_for, desk_engine
@@ -172,3 +173,59 @@ async def test_requests_to_a_postgres_down_from_the_start_share_one_connect_atte
             assert slowest < 2 * CONNECT_TIMEOUT, f"the slowest 503 took {slowest:.2f}s"
     finally:
         await engine.aclose()
+
+
+async def test_readyz_reports_the_store_and_healthcheck_stays_liveness(cluster: Cluster) -> None:
+    store = PostgresStore(cluster.url, connect_timeout=CONNECT_TIMEOUT)
+    engine = desk_engine(store=store)
+    check = store_check(store)
+    assert check is not None
+    check.ttl = 0.0  # every probe pings here; the cache has a test of its own
+    try:
+        async with client_for(engine) as client:
+            ready = await client.get("/readyz")
+            assert (ready.status_code, ready.json()) == (
+                200,
+                {"status": "ready", "phase": "ready", "message": "Ready.", "store": "ok"},
+            )
+            await asyncio.to_thread(cluster.stop)
+            started = time.monotonic()
+            down = await client.get("/readyz")
+            assert time.monotonic() - started < CONNECT_TIMEOUT
+            assert (down.status_code, down.json()) == (
+                503,
+                {"status": "ready", "phase": "ready", "message": "Ready.", "store": "unavailable"},
+            )
+            assert (await client.get("/healthcheck")).status_code == 200
+
+            await asyncio.to_thread(cluster.start)
+            back = time.monotonic()
+            while (await client.get("/readyz")).status_code != 200:
+                assert time.monotonic() - back < 5, "/readyz still 503 5 s after PostgreSQL returned"
+                await asyncio.sleep(0.1)  # a load balancer's probe pace
+    finally:
+        await engine.aclose()
+
+
+async def test_store_pings_are_shared_and_cached() -> None:
+    pings = 0
+    release = asyncio.Event()
+
+    async def ping() -> None:
+        nonlocal pings
+        pings += 1
+        await release.wait()
+
+    check = StoreCheck(ping, timeout=60, ttl=3600)
+    probes = [asyncio.create_task(check.health()) for _ in range(5)]
+    release.set()
+    assert await asyncio.gather(*probes) == ["ok"] * 5
+    assert await check.health() == "ok"
+    assert pings == 1
+
+    async def failing() -> None:
+        raise OSError("connection refused")
+
+    refused = StoreCheck(failing, ttl=0)
+    assert [await refused.health(), await refused.health()] == ["unavailable", "unavailable"]
+    assert store_check(MemoryStore()) is None

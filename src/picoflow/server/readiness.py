@@ -39,6 +39,9 @@ class ReadyResponse(BaseModel):
     part: int | None = Field(None, description="Part being downloaded, from 1.")
     parts: int | None = Field(None, description="Parts of the download.")
     reason: str | None = Field(None, description="Why loading failed.")
+    store: Literal["ok", "unavailable"] | None = Field(
+        None, description="Whether the session store answers a ping (absent for in-process stores)."
+    )
     message: str = Field(description="The status in words, as the chat page shows it.")
 
 

@@ -43,6 +43,7 @@ from picoflow.server.schemas import (
     TurnResponse,
     turn_error,
 )
+from picoflow.server.store_check import store_check
 from picoflow.server.streams import event_stream
 from picoflow.sessions.base import Session, SessionStatus
 
@@ -184,15 +185,25 @@ async def healthcheck() -> HealthResponse:
     "/readyz",
     tags=COMPAT,
     response_model=ReadyResponse,
-    responses={503: {"model": ReadyResponse, "description": "A model is still loading, or failed to load"}},
+    responses={
+        503: {
+            "model": ReadyResponse,
+            "description": "A model is still loading or failed to load, or the session store is down",
+        }
+    },
 )
 async def readyz(state: StateDep) -> JSONResponse:
     """Whether the server can answer turns now: 200 once every model the served flows need is
     loaded (at once for hosted models), else 503 with the progress (``downloading`` with bytes
-    done and total, ``checking``, ``loading``, ``warming``) or the reason it ``failed``."""
+    done and total, ``checking``, ``loading``, ``warming``) or the reason it ``failed``; also 503
+    while the session store does not answer its ping (``store``: ``unavailable``)."""
     status = state.readiness.status()
-    body = ReadyResponse.model_validate(status.as_dict()).model_dump(mode="json", exclude_none=True)
-    code = 200 if status.phase is Phase.READY else 503
+    check = store_check(state.engine.store)
+    store = None if check is None else await check.health()
+    body = ReadyResponse.model_validate({**status.as_dict(), "store": store}).model_dump(
+        mode="json", exclude_none=True
+    )
+    code = 200 if status.phase is Phase.READY and store != "unavailable" else 503
     return JSONResponse(body, status_code=code, headers={"Cache-Control": "no-store"})
 
 
