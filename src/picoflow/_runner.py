@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,12 +20,14 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json, to_jsonable_python
 
 from picoflow._schema import describe_validation_error
+from picoflow._text import check_text
 from picoflow._window import Fitting, fits_at_a_glance, limits_for, shown
 from picoflow.context import INJECTED_NAMES, Caller, RunContext
 from picoflow.events import StepEntered, TextChunk, ToolCalled, ToolReturned, TurnEvent
 from picoflow.exceptions import (
     AttemptsExhausted,
     HookFailure,
+    InvalidInput,
     ModelError,
     ModelMisbehaved,
     RunError,
@@ -85,6 +88,7 @@ class Turn(FlowRuntime, StepRuntime):
         deps: Any,
         model_for: ModelFor,
         limits: UsageLimits,
+        max_reply_chars: int = 100_000,
         emit: Callable[[TurnEvent], None] | None = None,
         tracing: Tracing | None = None,
         trace_parent: Span | None = None,
@@ -96,6 +100,7 @@ class Turn(FlowRuntime, StepRuntime):
         self.deps = deps
         self.model_for = model_for
         self.limits = limits
+        self.max_reply_chars = max_reply_chars
         self.emit = emit
         self.tracing = tracing
         self._turn_span = trace_parent
@@ -437,6 +442,19 @@ class Turn(FlowRuntime, StepRuntime):
                 problems.append("empty response")
                 self.warn("empty_response", "the model returned an empty response", spec.name)
                 extra.append(Message.user(NUDGE, kind="nudge"))
+                continue
+            unusable = _unusable(response, self.max_reply_chars)
+            if unusable is not None:
+                # An oversize or unstorable reply is the model's to correct; it is never stored, and
+                # the correction quotes none of it (it may be megabytes, or not encodable at all).
+                problems.append(unusable)
+                self.warn("response_unusable", f"the model's response {unusable}", spec.name)
+                extra.extend(
+                    [
+                        Message.assistant("[response withheld]", kind="correction"),
+                        Message.user(f"Your response {unusable}. Answer again, briefly.", kind="correction"),
+                    ]
+                )
                 continue
             response.tool_calls = _unique_ids(response.tool_calls, self.session.next_seq)
             if spec.checks_response:
@@ -798,6 +816,24 @@ def _unique_ids(calls: list[ToolCall], seed: int) -> list[ToolCall]:
         seen.add(new_id)
         fixed[index] = ToolCall(call.name, call.args, new_id)
     return calls if fixed is None else fixed
+
+
+def _unusable(response: ModelResponse, max_chars: int) -> str | None:
+    """Why a response cannot be kept (too long, or text no store can hold), or None."""
+    # ensure_ascii=False keeps a lone surrogate raw, so the UTF-8 check below sees it.
+    texts = [response.text] + [
+        call.name + json.dumps(call.args, ensure_ascii=False, default=str) for call in response.tool_calls
+    ]
+    if sum(len(text) for text in texts) > max_chars:
+        return f"was longer than {max_chars} characters"
+    for text in texts:
+        try:
+            check_text(text, "text")
+        except InvalidInput:
+            return "held characters that cannot be stored (a lone surrogate or NUL)"
+        if "\\u0000" in text:  # an escaped NUL in JSON arguments, which PostgreSQL's jsonb refuses
+            return "held characters that cannot be stored (a lone surrogate or NUL)"
+    return None
 
 
 def _correction(response: ModelResponse, text: str) -> list[Message]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from picoflow._runner import Turn
+from picoflow._text import check_text as check_text  # the one input rule, public here
 from picoflow._tracing import Tracing
 from picoflow._tracing import resolve as resolve_tracing
 from picoflow._window import TRIMMED
@@ -62,18 +63,6 @@ MAX_WARNINGS = 200
 #: Warnings a long session raises every few turns as a matter of course: the session keeps only the
 #: latest of each per step (each turn's result still lists its own), so its document stays small.
 LATEST_ONLY = frozenset({TRIMMED})
-
-
-def check_text(value: str, name: str) -> None:
-    """Refuse text no store can keep: a lone surrogate cannot be encoded as UTF-8 and PostgreSQL
-    cannot hold NUL. Checked before the model is called, so a refused message costs nothing and
-    changes nothing; raises ``InvalidInput`` naming the field (never echoing the value)."""
-    if "\x00" in value:
-        raise InvalidInput(f"{name} must not contain NUL characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidInput(f"{name} must be valid Unicode text (it holds a lone surrogate)") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +121,7 @@ class FlowEngine:
         deps: Any = None,
         limits: UsageLimits | None = None,
         max_message_chars: int = 32_000,
+        max_reply_chars: int = 100_000,
         tracing: Any = None,
         trace_content: bool = False,
     ) -> None:
@@ -143,6 +133,9 @@ class FlowEngine:
             deps: Application dependencies handed to tools through ``RunContext.deps``.
             limits: Per-turn budgets overriding each flow's own ``limits``.
             max_message_chars: Longest user message accepted.
+            max_reply_chars: Longest model response accepted (its text plus its tool arguments); a
+                longer one is sent back as a correction and, if every attempt is too long, the turn
+                fails with ``AttemptsExhausted`` (502) and nothing is stored.
             tracing: OpenTelemetry: None traces when an SDK tracer provider is configured, False
                 never, or pass a ``Tracer``.
             trace_content: Put prompts, replies and tool arguments/results on spans (off by
@@ -152,6 +145,7 @@ class FlowEngine:
         self.deps = deps
         self.limits = limits
         self.max_message_chars = max_message_chars
+        self.max_reply_chars = max_reply_chars
         self._tracing_setting = tracing
         self._trace_content = trace_content
         self._tracing_cache: tuple[object, Tracing | None] | None = None
@@ -299,7 +293,9 @@ class FlowEngine:
                     await self.store.save(session, expected_revision=expected, appended=turn.appended)
                 except RunError:
                     raise
-                except Exception as exc:
+                except OSError as exc:
+                    # Only a failing connection or disk is an outage worth retrying; anything else
+                    # (an encoding error, a bug) falls through to the 500 of unexpected errors.
                     raise StoreError(
                         f"saving session {session.id} failed: {type(exc).__name__}: {exc}"
                     ) from exc
@@ -467,6 +463,7 @@ class FlowEngine:
             deps=caller.deps if caller.deps is not None else self.deps,
             model_for=lambda step: self.model_for(spec, step),
             limits=self.limits or spec.limits,
+            max_reply_chars=self.max_reply_chars,
             emit=on_event,
             tracing=tracing,
             trace_parent=span,

@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 from picoflow.engine import FlowEngine
+from picoflow.exceptions import AttemptsExhausted
 from picoflow.messages import ModelRequest
 from picoflow.server import ServerSettings
 from picoflow.sessions import open_store
@@ -61,13 +62,12 @@ def model_of(engine: FlowEngine) -> DeskModel:
     return MODELS[engine]
 
 
-async def snapshot(client: httpx.AsyncClient, session: str) -> tuple[Any, Any, Any]:
-    """Everything a client can read of the stored data: the session, its transcript and the list."""
-    return (
-        (await client.get(f"/v1/sessions/{session}")).json(),
-        (await client.get(f"/v1/sessions/{session}/messages")).json(),
-        (await client.get("/v1/sessions")).json(),
-    )
+async def snapshot(client: httpx.AsyncClient, session: str) -> tuple[Any, Any]:
+    """Everything a client can read of the stored data: the session with its transcript, and the list."""
+    whole = await client.get(f"/v1/sessions/{session}")
+    listing = await client.get("/v1/sessions")
+    assert whole.status_code == listing.status_code == 200
+    return whole.json(), listing.json()
 
 
 def invalid_message(problem: str, session: str | None = None) -> dict[str, Any]:
@@ -119,6 +119,7 @@ async def test_text_no_store_can_keep_is_422_before_the_model_on_every_route(
 
         assert len(model.requests) == calls
         assert await snapshot(client, session) == before
+    assert await engine.store.errors(session) == []
 
 
 async def test_the_library_gets_the_same_typed_refusal(engine: FlowEngine) -> None:
@@ -216,3 +217,69 @@ async def test_a_key_without_the_bearer_scheme_is_refused(engine: FlowEngine) ->
         bearer = await client.get("/v1/sessions", headers={"Authorization": "Bearer key-a"})
         assert (bearer.status_code, bearer.json()) == (200, [])
     assert model.requests == []
+
+
+UNUSABLE = {
+    "huge": "x" * 100_001,
+    "garbled": "here \ud800 it is",
+    "nul": "here \x00 it is",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UNUSABLE))
+async def test_a_reply_that_cannot_be_kept_is_asked_again_then_502(engine: FlowEngine, kind: str) -> None:
+    model = model_of(engine)
+    answer = model.answer
+
+    async def unusable(request: ModelRequest) -> Any:
+        if kind in request.messages[-1].content or request.messages[-1].kind == "correction":
+            return UNUSABLE[kind]
+        return await answer(request)
+
+    model.fn = unusable  # type: ignore[assignment]
+    async with client_for(engine) as client:
+        session = (await client.post("/v1/flows/desk/sessions", json={"message": "hi"})).json()["session_id"]
+        before = await snapshot(client, session)
+        calls = len(model.requests)
+        failed = await client.post(f"/v1/sessions/{session}/turns", json={"message": kind})
+        assert (failed.status_code, failed.json()) == (
+            502,
+            {
+                "error": {
+                    "kind": "attempts_exhausted",
+                    "message": AttemptsExhausted.public_message,
+                    "retryable": False,
+                    "retry_after": None,
+                    "fields": [],
+                    "session_id": session,
+                }
+            },
+        )
+        assert "retry-after" not in failed.headers
+        # Asked three times (the step's max_attempts); the correction never quotes the reply.
+        assert len(model.requests) == calls + 3
+        corrections = [m for m in model.requests[-1].messages if m.kind == "correction"]
+        assert [m.content for m in corrections] == [
+            "[response withheld]",
+            corrections[1].content,
+        ] * 2 and corrections[1].content.startswith("Your response ")
+        assert await snapshot(client, session) == before
+
+
+async def test_an_oversize_reply_corrected_on_the_next_attempt_is_kept(engine: FlowEngine) -> None:
+    model = model_of(engine)
+    answer = model.answer
+
+    async def once_too_long(request: ModelRequest) -> Any:
+        if request.messages[-1].kind == "correction":
+            return "short"
+        if "long" in request.messages[-1].content:
+            return "y" * 100_001
+        return await answer(request)
+
+    model.fn = once_too_long  # type: ignore[assignment]
+    async with client_for(engine) as client:
+        done = await client.post("/v1/flows/desk/sessions", json={"message": "long"})
+        assert (done.status_code, done.json()["message"]) == (201, "short")
+        stored = (await client.get(f"/v1/sessions/{done.json()['session_id']}")).json()
+        assert [m["content"] for m in stored["transcript"]] == ["long", "short"]

@@ -1,0 +1,20 @@
+"""The one rule for text picoflow will keep, shared by the engine (input), the runner (model replies)
+and the HTTP routes, so every caller is refused alike."""
+
+from __future__ import annotations
+
+from picoflow.exceptions import InvalidInput
+
+__all__ = ["check_text"]
+
+
+def check_text(value: str, name: str) -> None:
+    """Refuse text no store can keep: a lone surrogate cannot be encoded as UTF-8 and PostgreSQL
+    cannot hold NUL. Checked before the model is called, so a refused message costs nothing and
+    changes nothing; raises ``InvalidInput`` naming the field (never echoing the value)."""
+    if "\x00" in value:
+        raise InvalidInput(f"{name} must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{name} must be valid Unicode text (it holds a lone surrogate)") from None
