@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -14,6 +15,7 @@ from picoflow import cli
 from picoflow.messages import ToolCall
 from picoflow.models import ScriptedModel
 from picoflow.models._readiness import LoadStatus, LoadTracker, Phase
+from picoflow.server.protocol import HeaderDeadlineProtocol
 from picoflow_demos.hotel.scripted import CONVERSATION, CURRENT_DATE, SHERWOOD, model_script
 
 runner = CliRunner()
@@ -176,7 +178,17 @@ def test_serve_prints_the_url_and_runs_uvicorn(monkeypatch: pytest.MonkeyPatch, 
     assert result.exit_code == 0, result.output
     assert "chat page  http://127.0.0.1:8000/" in result.output
     assert "serving hotel, orders, products" in result.output and "model      local" in result.output
-    assert started["host"] == "127.0.0.1" and started["port"] == 8000 and started["log_level"] == "info"
+    options = {name: value for name, value in started.items() if name != "app"}
+    assert options == {
+        "host": "127.0.0.1",
+        "port": 8000,
+        "log_level": "info",
+        "timeout_keep_alive": 75,
+        "http": HeaderDeadlineProtocol,
+        "h11_max_incomplete_event_size": 16 * 1024,
+    }
+    # Idle connections outlive the clients' own expiry, so a client never reuses one being closed.
+    assert options["timeout_keep_alive"] > (httpx.Limits().keepalive_expiry or 0)
     assert started["app"].state.picoflow.settings.default_flow == "hotel"
 
 

@@ -239,6 +239,7 @@ def serve(
     import uvicorn
 
     from picoflow.server import ServerSettings, UnsafeBind, create_app, load_api_keys
+    from picoflow.server.protocol import uvicorn_options
 
     try:
         keys = load_api_keys()
@@ -267,7 +268,7 @@ def serve(
     console.print(f"  store      {escape(repr(engine.store))}")
     console.print(f"  auth       {f'{len(keys)} API key(s)' if keys else 'open (no API key needed)'}")
     _warm_local_model(server_app.state.picoflow.readiness, warm)
-    uvicorn.run(server_app, host=host, port=port, log_level=log_level.value)
+    uvicorn.run(server_app, host=host, port=port, log_level=log_level.value, **uvicorn_options())
 
 
 def _warm_local_model(readiness: Readiness, warm: bool) -> None:

@@ -8,7 +8,9 @@ PostgreSQL run in a schema of its own that is dropped afterwards.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import socket
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,14 +19,16 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+import uvicorn
 
 from picoflow.engine import FlowEngine
 from picoflow.exceptions import AttemptsExhausted
 from picoflow.messages import ModelRequest
-from picoflow.server import ServerSettings
+from picoflow.server import ServerSettings, create_app
+from picoflow.server.protocol import HeaderDeadlineProtocol, uvicorn_options
 from picoflow.sessions import open_store
 
-from .support import DeskModel, client_for, desk_engine, events_of
+from .support import DeskModel, client_for, desk_engine, events_of, serving
 
 POSTGRES_URL = os.environ.get("PICOFLOW_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 SURROGATE = b'{"message": "hi \\ud800 there"}'
@@ -283,3 +287,60 @@ async def test_an_oversize_reply_corrected_on_the_next_attempt_is_kept(engine: F
         assert (done.status_code, done.json()["message"]) == (201, "short")
         stored = (await client.get(f"/v1/sessions/{done.json()['session_id']}")).json()
         assert [m["content"] for m in stored["transcript"]] == ["long", "short"]
+
+
+async def test_a_half_sent_body_is_408_once_its_time_is_up(engine: FlowEngine) -> None:
+    model = model_of(engine)
+    async with serving(engine, body_timeout=0.3) as url:
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            b"POST /v1/flows/desk/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 100\r\nConnection: close\r\n\r\n"
+            b'{"message": '
+        )
+        await writer.drain()
+        # The server answers by itself once the deadline passes; the client never sends the rest.
+        response = await asyncio.wait_for(reader.read(), timeout=10)
+        writer.close()
+        head, _, body = response.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408 ")
+        assert json.loads(body)["error"] == {
+            "kind": "request_timeout",
+            "message": "the request body did not arrive within 0.3 seconds",
+            "retryable": False,
+            "retry_after": None,
+            "fields": [],
+            "session_id": None,
+        }
+        assert await engine.store.list_sessions() == []
+    assert model.requests == []
+
+
+class QuickHeaders(HeaderDeadlineProtocol):
+    header_timeout = 0.3
+
+
+async def test_half_sent_headers_are_cut_off_by_the_serving_protocol(engine: FlowEngine) -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.listen(8)  # connections queue until uvicorn accepts them: no need to wait for its start
+    options = {**uvicorn_options(), "http": QuickHeaders}
+    config = uvicorn.Config(create_app(engine), log_level="warning", lifespan="off", **options)
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /v1/flows/desk/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-")
+        await writer.drain()
+        # The server closes the connection without a response once the headers are late.
+        assert await asyncio.wait_for(reader.read(), timeout=10) == b""
+        writer.close()
+        # A client that sends its request in time is served as before.
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            assert (await client.post("/v1/flows/desk/sessions", json={"message": "hi"})).status_code == 201
+    finally:
+        server.should_exit = True
+        await task
+    assert config.timeout_keep_alive == 75 and config.h11_max_incomplete_event_size == 16 * 1024

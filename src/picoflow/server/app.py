@@ -7,6 +7,7 @@ while the details go to the log.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -92,7 +93,7 @@ def create_app(engine: FlowEngine, *, settings: ServerSettings | None = None) ->
         _add_page(app, state, open_mode)
 
     # Added innermost first: hosts, then CORS, then the 500 guard, then the body limit.
-    app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes, timeout=settings.body_timeout)
     app.add_middleware(_Guard)
     origins = settings.cors_origins
     app.add_middleware(
@@ -152,7 +153,13 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
     )
 
 
-_KIND_BY_STATUS = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large", 401: "unauthorized"}
+_KIND_BY_STATUS = {
+    408: "request_timeout",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "body_too_large",
+    401: "unauthorized",
+}
 
 
 async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
@@ -198,12 +205,20 @@ async def _send_json(send: Send, status: int, body: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-class _BodyLimit:
-    """413 for bodies over the limit, whether announced by Content-Length or streamed in chunks."""
+class _BodyTimeout(HTTPException):
+    def __init__(self, seconds: float) -> None:
+        super().__init__(408, f"the request body did not arrive within {seconds:g} seconds")
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+
+class _BodyLimit:
+    """413 for bodies over the limit, whether announced by Content-Length or streamed in chunks;
+    408 for a body still incomplete ``timeout`` seconds after the request began. uvicorn has no
+    body-read timeout of its own, so a client sending half a body would hold a worker forever."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout: float | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout = timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -215,11 +230,24 @@ class _BodyLimit:
                 await _send_json(send, 413, _json_message(413, "body_too_large", message))
                 return
         received = 0
+        loop = asyncio.get_running_loop()
+        deadline = None if self.timeout is None else loop.time() + self.timeout
+        body_done = False
 
         async def limited() -> Message:
-            nonlocal received
-            message = await receive()
+            nonlocal received, body_done
+            if body_done or deadline is None:
+                # After the body, receive() only waits for a disconnect (streams): no deadline.
+                message = await receive()
+            else:
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        message = await receive()
+                except TimeoutError:
+                    # An HTTPException, so FastAPI's body parsing re-raises it to our handler.
+                    raise _BodyTimeout(self.timeout or 0) from None
             if message["type"] == "http.request":
+                body_done = not message.get("more_body", False)
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
                     # An HTTPException, so FastAPI's body parsing re-raises it to our handler.
@@ -249,6 +277,16 @@ class _Guard:
 
         try:
             await self.app(scope, receive, tracking)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the request itself is being cancelled (shutdown, client gone)
+            # Raised by code, not by a cancellation: still a JSON error, never uvicorn's text 500.
+            logger.exception(
+                "picoflow.server: stray CancelledError on %s %s", scope.get("method"), scope.get("path")
+            )
+            if not started:
+                await _send_json(send, 500, _json_message(500, "internal", "Internal server error."))
         except Exception:
             logger.exception(
                 "picoflow.server: unhandled error on %s %s", scope.get("method"), scope.get("path")

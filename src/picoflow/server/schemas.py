@@ -63,6 +63,8 @@ class ServerSettings:
     """Longest user message accepted (413 beyond); ``None`` uses the engine's limit."""
     max_body_bytes: int = 1_048_576
     """Largest request body accepted (413 beyond)."""
+    body_timeout: float | None = 30.0
+    """Seconds a request's whole body may take to arrive (408 beyond); ``None``: no limit."""
     cors_origins: Sequence[str] | None = None
     """Origins allowed by CORS. ``None``: any origin when keys are required; in open mode only
     pages served from this machine, so a web site cannot drive a developer's local server."""
