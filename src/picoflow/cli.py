@@ -30,7 +30,7 @@ from rich.table import Table
 
 import picoflow
 from picoflow.context import Caller
-from picoflow.engine import FlowEngine, TurnResult
+from picoflow.engine import SESSION_ID, FlowEngine, TurnResult
 from picoflow.evals import SCRIPTED, EvalResult, ScenarioError, load_scenarios, run_eval
 from picoflow.evals.report import ProgressPrinter, print_result, write_report
 from picoflow.events import StepEntered, ToolCalled, TurnEvent
@@ -304,7 +304,8 @@ def _warm_local_model(readiness: Readiness, warm: bool) -> None:
 def chat(
     flow: Annotated[str, typer.Argument(help="Name of the flow to talk to.")],
     session: Annotated[
-        str | None, typer.Option(help="Continue this session instead of starting one.")
+        str | None,
+        typer.Option(help="Continue this session (its id or a unique prefix) instead of starting one."),
     ] = None,
     principal: Annotated[str, typer.Option(help="Who you are to the flow (RunContext.principal).")] = "local",
     store: StoreOpt = None,
@@ -319,7 +320,7 @@ def chat(
         raise _fail(str(exc)) from None
 
     async def talk() -> None:
-        session_id = session
+        session_id = None if session is None else await resolve_session_id(engine.store, session)
         console.rule(f"[bold]{escape(spec.name)}[/bold]")
         if spec.description:
             console.print(f"[dim]{escape(spec.description)}[/dim]")
@@ -589,6 +590,22 @@ def sessions_list(
     _run(lambda: _with_store(store, work))
 
 
+async def resolve_session_id(store: SessionStore, given: str) -> str:
+    """The id of the one stored session ``given`` starts (an exact id, or a unique prefix as git
+    takes); ``CliError`` when none or several match, listing a few of those."""
+    if not SESSION_ID.match(given):
+        raise CliError("a session id is 1-128 letters, digits, '-' or '_'")
+    if await store.load(given) is not None:
+        return given
+    matches = await store.find_ids(given, limit=6)
+    if not matches:
+        raise CliError(f"no session {given}")
+    if len(matches) > 1:
+        shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
+        raise CliError(f"{given} is ambiguous: it starts {shown}; give more characters")
+    return matches[0]
+
+
 @sessions_app.command("show")
 def sessions_show(
     session_id: Annotated[str, typer.Argument(metavar="ID", help="The session id.")],
@@ -597,11 +614,12 @@ def sessions_show(
     """Show a session: transcript, steps visited, usage, warnings and errors."""
 
     async def work(opened: SessionStore) -> None:
-        session = await opened.load(session_id)
+        found = await resolve_session_id(opened, session_id)
+        session = await opened.load(found)
         if session is None:
             raise CliError(f"no session {session_id}")
-        transcript = await opened.transcript(session_id)
-        failures = await opened.errors(session_id)
+        transcript = await opened.transcript(found)
+        failures = await opened.errors(found)
         console.rule(f"session {escape(session.id)}")
         facts = Table.grid(padding=(0, 2))
         for name, value in (

@@ -75,6 +75,9 @@ class MemoryStore:
         found.sort(key=lambda info: (-info.updated_at, info.id))
         return found[offset : offset + limit]
 
+    async def find_ids(self, prefix: str, limit: int = 10) -> list[str]:
+        return sorted(id_ for id_ in self._sessions if id_.startswith(prefix))[:limit]
+
     async def transcript(self, session_id: str) -> list[Message]:
         return list(self._transcripts.get(session_id, ()))
 

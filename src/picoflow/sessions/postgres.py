@@ -264,6 +264,15 @@ class PostgresStore:
         rows = await self._fetch(query, params)
         return [SessionInfo(*row) for row in rows]
 
+    async def find_ids(self, prefix: str, limit: int = 10) -> list[str]:
+        # left(), not LIKE: ids may hold '_', which LIKE reads as a wildcard.
+        query = (
+            f"SELECT id FROM {self._p}picoflow_sessions WHERE left(id, %s) = %s"
+            ' ORDER BY id COLLATE "C" LIMIT %s'
+        )
+        rows = await self._fetch(query, (len(prefix), prefix, limit))
+        return [row[0] for row in rows]
+
     async def transcript(self, session_id: str) -> list[Message]:
         rows = await self._fetch(
             f"SELECT body::text FROM {self._p}picoflow_messages WHERE session_id = %s ORDER BY seq",

@@ -148,6 +148,12 @@ class SQLiteStore:
         rows = await self._read(self._fetch, query, params)
         return [SessionInfo(*row) for row in rows]
 
+    async def find_ids(self, prefix: str, limit: int = 10) -> list[str]:
+        # substr, not LIKE: ids may hold '_', which LIKE reads as a wildcard.
+        query = "SELECT id FROM picoflow_sessions WHERE substr(id, 1, ?) = ? ORDER BY id LIMIT ?"
+        rows = await self._read(self._fetch, query, (len(prefix), prefix, limit))
+        return [row[0] for row in rows]
+
     async def transcript(self, session_id: str) -> list[Message]:
         rows = await self._read(
             self._fetch, "SELECT body FROM picoflow_messages WHERE session_id = ? ORDER BY seq", (session_id,)
