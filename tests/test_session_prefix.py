@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from typer.testing import CliRunner
 
+from picoflow import cli
 from picoflow.cli import app
 from picoflow.sessions import SessionStore, open_store
 from picoflow.sessions.base import Session
@@ -86,3 +87,25 @@ def test_sessions_show_takes_a_unique_prefix_and_names_an_ambiguous_one(tmp_path
     assert missing.exit_code == 1 and "no session 9" in missing.output
     exact = runner.invoke(app, ["sessions", "show", "1", "--store", url])
     assert exact.exit_code == 0 and "session 1" in exact.output
+
+
+def test_sessions_list_prints_whole_ids_on_a_narrow_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path / 'sessions.sqlite3'}"
+    session_id = str(uuid.uuid4())
+
+    async def prepare() -> None:
+        opened = open_store(url)
+        session = Session(
+            id=session_id, flow="hotel", current_step="ExploreTheCatalogue", principal="someone"
+        )
+        await opened.save(session, expected_revision=None)
+        await opened.close()
+
+    asyncio.run(prepare())
+    monkeypatch.setattr(cli.console, "width", 80)
+    listed = CliRunner().invoke(app, ["sessions", "list", "--store", url])
+    assert listed.exit_code == 0, listed.output
+    # Whole, on one line; the other columns are the ones cut.
+    assert session_id in listed.output

@@ -579,7 +579,12 @@ def sessions_list(
         if not infos:
             console.print("no sessions")
             return
-        table = Table("id", "flow", "status", "step", "turns", "principal", "updated")
+        table = Table()
+        # The id is never cut: it is what the other commands take, so a narrow terminal narrows the
+        # other columns instead.
+        table.add_column("id", no_wrap=True, min_width=max(len(info.id) for info in infos))
+        for name in ("flow", "status", "step", "turns", "principal", "updated"):
+            table.add_column(name)
         for info in infos:
             table.add_row(
                 info.id, info.flow, info.status, info.current_step, str(info.turns),
