@@ -22,7 +22,7 @@ import pytest
 import uvicorn
 
 from picoflow.engine import FlowEngine
-from picoflow.exceptions import AttemptsExhausted
+from picoflow.exceptions import AttemptsExhausted, ContextWindowExceeded
 from picoflow.messages import ModelRequest
 from picoflow.server import ServerSettings, create_app
 from picoflow.server.protocol import HeaderDeadlineProtocol, uvicorn_options
@@ -344,3 +344,29 @@ async def test_half_sent_headers_are_cut_off_by_the_serving_protocol(engine: Flo
         server.should_exit = True
         await task
     assert config.timeout_keep_alive == 75 and config.h11_max_incomplete_event_size == 16 * 1024
+
+
+async def test_a_message_too_long_for_the_models_window_is_413_before_the_model(engine: FlowEngine) -> None:
+    model = model_of(engine)
+    async with client_for(engine) as client:
+        session = (await client.post("/v1/flows/desk/sessions", json={"message": "hi"})).json()["session_id"]
+        before = await snapshot(client, session)
+        calls = len(model.requests)
+        model.context_window = 600  # tokens; the message below alone is about 1,000
+        refused = await client.post(f"/v1/sessions/{session}/turns", json={"message": "word " * 800})
+        assert (refused.status_code, refused.json()) == (
+            413,
+            {
+                "error": {
+                    "kind": "context_window_exceeded",
+                    "message": ContextWindowExceeded.public_message,
+                    "retryable": False,
+                    "retry_after": None,
+                    "fields": [],
+                    "session_id": session,
+                }
+            },
+        )
+        assert len(model.requests) == calls
+        model.context_window = None
+        assert await snapshot(client, session) == before

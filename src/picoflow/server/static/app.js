@@ -264,6 +264,9 @@
       ? `/v1/sessions/${encodeURIComponent(state.sessionId)}/turns?render=html`
       : `/v1/flows/${encodeURIComponent(state.flow.name)}/sessions?render=html`;
     let live = null;
+    // Text the model wrote alongside a tool call stays on the page, as the stored transcript shows
+    // it after a reload; it goes again if the turn fails, since a failed turn stores nothing.
+    const kept = [];
     try {
       const response = await fetch(path, {
         method: "POST",
@@ -284,6 +287,11 @@
           els.step.textContent = data.step;
           setBusy(true, `Moving to ${data.step}…`);
         } else if (name === "tool_call") {
+          if (live) {
+            live.closest("li").classList.remove("streaming");
+            kept.push(live);
+            live = null;
+          }
           setBusy(true, `Running ${data.name}…`);
         } else if (name === "text") {
           live = live || addMessage("assistant", { extraClass: "streaming" });
@@ -301,6 +309,7 @@
       if (failed) throw failed;
     } catch (error) {
       if (live) live.closest("li").remove();
+      for (const bubble of kept) bubble.closest("li").remove();
       addMessage("assistant", { text: error.message || "The request failed.", extraClass: "failed" });
       if (error.kind === "session_not_found") remember(null);
     } finally {
