@@ -119,6 +119,7 @@ class ScriptExhausted(ModelError):
     """A ``ScriptedModel`` was asked for more responses than its script holds."""
 
     kind = "script_exhausted"
+    status = 502  # the test's model misbehaved: no outage, nothing to retry
     retryable = False
 
 

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from picoflow.exceptions import StoreError
+from picoflow.exceptions import RunError, StoreError
 from picoflow.messages import Message
 from picoflow.sessions import _rows
 from picoflow.sessions.base import LogRecord, Session, SessionInfo, SessionStatus
@@ -313,5 +313,9 @@ class SQLiteStore:
             raise StoreError(f"{self!r} is closed") from None
         try:
             return await future
-        except (sqlite3.Error, OSError) as exc:
+        except (sqlite3.OperationalError, OSError) as exc:
+            # Locked, busy, disk or I/O trouble: an outage a later retry may get past.
             raise StoreError(f"{self!r}: {type(exc).__name__}: {exc}") from exc
+        except sqlite3.Error as exc:
+            # Integrity, data or programming errors are bugs, not outages: a 500, never retried.
+            raise RunError(f"{self!r}: {type(exc).__name__}: {exc}") from exc
