@@ -26,7 +26,8 @@ from picoflow.exceptions import AttemptsExhausted, ContextWindowExceeded
 from picoflow.messages import ModelRequest
 from picoflow.server import ServerSettings, create_app
 from picoflow.server.protocol import HeaderDeadlineProtocol, uvicorn_options
-from picoflow.sessions import open_store
+from picoflow.sessions import MemoryStore, open_store
+from picoflow.sessions.base import Session
 
 from .support import DeskModel, client_for, desk_engine, events_of, serving
 
@@ -370,3 +371,19 @@ async def test_a_message_too_long_for_the_models_window_is_413_before_the_model(
         assert len(model.requests) == calls
         model.context_window = None
         assert await snapshot(client, session) == before
+
+
+class UnencodableStore(MemoryStore):
+    """Saves fail the way a driver fails on text it cannot encode."""
+
+    async def save(self, session: Session, **options: Any) -> int:
+        raise UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed")
+
+
+async def test_a_save_failing_on_encoding_is_a_500_not_a_retryable_outage() -> None:
+    async with client_for(desk_engine(store=UnencodableStore())) as client:
+        failed = await client.post("/v1/flows/desk/sessions", json={"message": "hi"})
+        assert failed.status_code == 500 and "retry-after" not in failed.headers
+        error = failed.json()["error"]
+        assert (error["kind"], error["retryable"], error["retry_after"]) == ("internal", False, None)
+        assert "surrogate" not in failed.text
