@@ -359,9 +359,13 @@ class PostgresStore:
         self._breaker.failed()
         if self._pool is pool:
             self._pool = None
-            task = asyncio.create_task(pool.close(timeout=1.0), name="picoflow-close-pool")
-            self._discarded.add(task)
-            task.add_done_callback(self._discarded.discard)
+            self._discard(pool)
+
+    def _discard(self, pool: Pool) -> None:
+        """Close ``pool`` in the background: the callers waiting for an answer need not wait for it."""
+        task = asyncio.create_task(pool.close(timeout=1.0), name="picoflow-close-pool")
+        self._discarded.add(task)
+        task.add_done_callback(self._discarded.discard)
 
     async def _open_pool(self, *, ready: bool) -> Pool:
         if self._pool is not None and (self._ready or not ready):
@@ -406,7 +410,7 @@ class PostgresStore:
         try:
             await pool.open(wait=True, timeout=self._connect_timeout)
         except PoolTimeout as exc:
-            await pool.close(timeout=1.0)
+            self._discard(pool)
             raise StoreUnavailable(
                 f"cannot connect to {self._where} within {self._connect_timeout:g}s"
             ) from exc
