@@ -7,6 +7,7 @@ reason (given to the model once, then to the guest) and the answers already give
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import date, timedelta
 from typing import Annotated, Any, Self
 
@@ -154,6 +155,23 @@ class Criteria(BaseModel):
             max_price=self.max_price,
         )
 
+    def phrases(self, fields: Collection[str]) -> list[str]:
+        """The known criteria among ``fields`` (not the dates), as the guest reads them, in a fixed order.
+
+        Each price limit is said on its own ("up to $700 a night"); ``summary`` joins both.
+        """
+        said = {
+            "max_price": self.max_price is not None and budget(None, self.max_price),
+            "min_price": self.min_price is not None and budget(self.min_price, None),
+            "room_types": self.room_types and " or ".join(self.room_types),
+            "amenities": self.amenities and ", ".join(AMENITY_LABELS.get(a, a) for a in self.amenities),
+            "max_airport_miles": self.max_airport_miles is not None
+            and f"within {self.max_airport_miles:g} mi of the airport",
+            "max_city_center_miles": self.max_city_center_miles is not None
+            and f"within {self.max_city_center_miles:g} mi of the city center",
+        }
+        return [text for name, text in said.items() if name in fields and isinstance(text, str)]
+
     def summary(self) -> str:
         """The criteria in one line, as the guest reads them above the list."""
         assert self.check_in and self.check_out, "a summary needs both dates"
@@ -163,21 +181,13 @@ class Criteria(BaseModel):
             f"night{'s' if nights != 1 else ''}"
         ]
         if self.min_price is not None or self.max_price is not None:
-            low = f"${self.min_price:,.0f}" if self.min_price is not None else ""
-            high = f"${self.max_price:,.0f}" if self.max_price is not None else ""
-            parts.append(
-                f"{low} to {high} a night"
-                if low and high
-                else f"up to {high} a night"
-                if high
-                else f"from {low} a night"
-            )
-        if self.room_types:
-            parts.append(" or ".join(self.room_types))
-        if self.amenities:
-            parts.append(", ".join(AMENITY_LABELS.get(name, name) for name in self.amenities))
-        if self.max_airport_miles is not None:
-            parts.append(f"within {self.max_airport_miles:g} mi of the airport")
-        if self.max_city_center_miles is not None:
-            parts.append(f"within {self.max_city_center_miles:g} mi of the city center")
-        return "; ".join(parts)
+            parts.append(budget(self.min_price, self.max_price))
+        rest = ("room_types", "amenities", "max_airport_miles", "max_city_center_miles")
+        return "; ".join([*parts, *self.phrases(rest)])
+
+
+def budget(low: float | None, high: float | None) -> str:
+    """A nightly price range: "$100 to $700 a night", "up to $700 a night" or "from $100 a night"."""
+    if low is not None and high is not None:
+        return f"${low:,.0f} to ${high:,.0f} a night"
+    return f"up to ${high:,.0f} a night" if high is not None else f"from ${low:,.0f} a night"

@@ -36,7 +36,7 @@ from picoflow.messages import Message
 from picoflow.slots import EXTRACT_RULES
 from picoflow_demos._common import usd
 from picoflow_demos.hotel.criteria import Criteria, long_date, today
-from picoflow_demos.hotel.pricing import AMENITY_LABELS, HotelQuote, stay_nights
+from picoflow_demos.hotel.pricing import HotelQuote, stay_nights
 from picoflow_demos.hotel.tables import Feature, comparison, hotel_list, night_label
 
 EXPLORE = Prompt.file("explore.md")
@@ -154,25 +154,7 @@ class Explore(SlotStep):
                 f"Check-in {long_date(values.check_in)}, check-out {long_date(values.check_out)}: "
                 f"{nights} night{'s' if nights != 1 else ''}."
             )
-        noted = [
-            text
-            for name, text in (
-                ("max_price", values.max_price and f"up to ${values.max_price:,.0f} a night"),
-                ("min_price", values.min_price is not None and f"from ${values.min_price:,.0f} a night"),
-                ("room_types", values.room_types and " or ".join(values.room_types)),
-                ("amenities", values.amenities and ", ".join(AMENITY_LABELS[a] for a in values.amenities)),
-                (
-                    "max_airport_miles",
-                    values.max_airport_miles and f"within {values.max_airport_miles:g} mi of the airport",
-                ),
-                (
-                    "max_city_center_miles",
-                    values.max_city_center_miles
-                    and f"within {values.max_city_center_miles:g} mi of the city center",
-                ),
-            )
-            if name in accepted and isinstance(text, str)
-        ]
+        noted = values.phrases(accepted)
         if noted:
             said.append(f"Noted: {'; '.join(noted)}.")
         return " ".join(said)
