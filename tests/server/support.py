@@ -180,6 +180,19 @@ def events_of(body: str) -> list[tuple[str, dict[str, Any]]]:
     return events
 
 
+class _SignallingServer(uvicorn.Server):
+    """A uvicorn server that sets ``ready`` once it listens."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ready = asyncio.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            self.ready.set()
+
+
 @asynccontextmanager
 async def serving(engine: FlowEngine, **settings: object) -> AsyncIterator[str]:
     """uvicorn on a free 127.0.0.1 port, in this event loop, with its lifespan."""
@@ -187,13 +200,16 @@ async def serving(engine: FlowEngine, **settings: object) -> AsyncIterator[str]:
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     app = create_app(engine, settings=ServerSettings(**settings))  # type: ignore[arg-type]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = _SignallingServer(uvicorn.Config(app, log_level="warning", lifespan="on"))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        for _ in range(500):
-            if server.started:
-                break
-            await asyncio.sleep(0.01)
+        # Wait for the server to listen, or to fail starting: an event, not a time budget.
+        ready = asyncio.create_task(server.ready.wait())
+        await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
+        if task.done():
+            task.result()  # startup failed: its error, not a later connection refusal
+            raise RuntimeError("uvicorn stopped before it started serving")
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
