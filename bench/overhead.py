@@ -129,7 +129,7 @@ async def measure(turns: int, warmup: int, window: int | None = None) -> dict[st
     sessions: dict[int, list[Message]] = {}
 
     async def pico() -> str:
-        result = await engine.run("support", "Which orders were refunded since October 1st?", context=caller)
+        result = await engine.run("support", "Which orders were refunded since October 1st?", caller=caller)
         if not result.ok:
             raise RuntimeError(result.error)
         return result.message

@@ -153,7 +153,7 @@ async def test_faults_never_half_apply_and_never_book_twice(seed: int) -> None:
 
     session_id: str | None = None
     while session_id is None:
-        opened = await engine.run("bookings", "hello", context=caller)
+        opened = await engine.run("bookings", "hello", caller=caller)
         session_id = opened.session_id
 
     approvals_asked = 0
@@ -162,7 +162,7 @@ async def test_faults_never_half_apply_and_never_book_twice(seed: int) -> None:
         for message in (f"book item-{index}", "yes"):
             for _attempt in range(30):
                 before = await store.peek(session_id)
-                result = await engine.run("bookings", message, session_id, context=caller)
+                result = await engine.run("bookings", message, session_id, caller=caller)
                 if result.ok:
                     break
                 failures += 1

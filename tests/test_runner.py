@@ -92,7 +92,7 @@ async def test_bad_arguments_then_corrected_call_whole_transcript() -> None:
         ]
     )
     engine = engine_with(model)
-    result = await engine.run("support", "Which orders were refunded?", context=Caller(principal="C-1"))
+    result = await engine.run("support", "Which orders were refunded?", caller=Caller(principal="C-1"))
 
     assert result.ok and result.message == "Two orders were refunded: 3 and 2."
     assert result.usage.model_calls == 3 and result.usage.tool_calls == 1
@@ -120,7 +120,7 @@ async def test_bad_arguments_then_corrected_call_whole_transcript() -> None:
 async def test_unknown_tool_gets_a_tool_message_and_a_warning() -> None:
     model = ScriptedModel([ToolCall("delete_everything", {"really": True}), "Sorry, I can't do that."])
     engine = engine_with(model)
-    result = await engine.run("support", "Wipe my account", context=Caller(principal="C-1"))
+    result = await engine.run("support", "Wipe my account", caller=Caller(principal="C-1"))
 
     assert result.ok and result.message == "Sorry, I can't do that."
     assert result.warnings == ("hallucinated tool: delete_everything",)
@@ -144,7 +144,7 @@ async def test_two_parallel_calls_one_failing_each_gets_exactly_one_result() -> 
         ]
     )
     engine = engine_with(model)
-    result = await engine.run("support", "Cancel orders 1 and 3", context=Caller(principal="C-1"))
+    result = await engine.run("support", "Cancel orders 1 and 3", caller=Caller(principal="C-1"))
 
     assert result.ok
     assert await transcript_lines(engine, result.session_id or "") == [
@@ -170,7 +170,7 @@ async def test_context_injection_model_cannot_choose_the_customer() -> None:
         ]
     )
     engine = engine_with(model)
-    result = await engine.run("support", "Show refunds of customer C-2", context=Caller(principal="C-1"))
+    result = await engine.run("support", "Show refunds of customer C-2", caller=Caller(principal="C-1"))
 
     assert result.ok
     tool_result = model.requests[1].messages[-1]
@@ -506,7 +506,7 @@ async def test_empty_response_gets_a_nudge() -> None:
 async def test_model_call_budget_is_enforced() -> None:
     model = FunctionModel(lambda request: ToolCall("search_orders", {"since": "bad"}))
     engine = engine_with(model, SupportFlow, limits=UsageLimits(model_calls=4))
-    result = await engine.run("support", "loop forever", context=Caller(principal="C-1"))
+    result = await engine.run("support", "loop forever", caller=Caller(principal="C-1"))
     assert result.error is not None and result.error.kind == "usage_limit"
     assert result.message == "This request needed more work than one turn allows (model_calls limit of 4)."
     assert len(model.requests) == 4
@@ -515,7 +515,7 @@ async def test_model_call_budget_is_enforced() -> None:
 async def test_tool_call_budget_is_enforced() -> None:
     model = FunctionModel(lambda request: ToolCall("search_orders", {"since": "2026-01-01"}))
     engine = engine_with(model, SupportFlow, limits=UsageLimits(tool_calls=3, model_calls=None))
-    result = await engine.run("support", "loop", context=Caller(principal="C-1"))
+    result = await engine.run("support", "loop", caller=Caller(principal="C-1"))
     assert result.error is not None and result.error.kind == "usage_limit"
     assert result.usage.tool_calls == 3 and result.usage.model_calls == 4
 
@@ -880,8 +880,8 @@ async def test_unknown_flow_and_session_and_foreign_principal() -> None:
     assert (await engine.run("nope", "hi")).error.kind == "flow_not_found"  # type: ignore[union-attr]
     assert (await engine.run("support", "hi", "missing")).error.kind == "session_not_found"  # type: ignore[union-attr]
     assert (await engine.run("support", "hi", "bad id!")).error.kind == "invalid_input"  # type: ignore[union-attr]
-    mine = await engine.run("support", "hi", context=Caller(principal="alice"))
-    theirs = await engine.run("support", "hi", mine.session_id, context=Caller(principal="mallory"))
+    mine = await engine.run("support", "hi", caller=Caller(principal="alice"))
+    theirs = await engine.run("support", "hi", mine.session_id, caller=Caller(principal="mallory"))
     assert theirs.error is not None and theirs.error.kind == "session_not_found"
     assert await engine.get_session(mine.session_id or "", principal="mallory") is None
     assert await engine.delete_session(mine.session_id or "", principal="mallory") is False
@@ -985,6 +985,6 @@ async def test_hooks_see_the_run_context_and_the_attempt_number() -> None:
         steps = [Polite]
 
     engine = engine_with(ScriptedModel(["Hello.", "Hi.", "Hey."]), PoliteFlow, deps="db-handle")
-    result = await engine.run("polite", "hi", context=Caller(principal="ann"))
+    result = await engine.run("polite", "hi", caller=Caller(principal="ann"))
     assert result.ok and result.message == "Hey."
     assert seen == [(1, "db-handle", "ann"), (2, "db-handle", "ann"), (3, "db-handle", "ann")]

@@ -13,8 +13,10 @@ def check_text(value: str, name: str) -> None:
     cannot hold NUL. Checked before the model is called, so a refused message costs nothing and
     changes nothing; raises ``InvalidInput`` naming the field (never echoing the value)."""
     if "\x00" in value:
-        raise InvalidInput(f"{name} must not contain NUL characters")
+        raise InvalidInput(f"{name} must not contain NUL characters", field=name)
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise InvalidInput(f"{name} must be valid Unicode text (it holds a lone surrogate)") from None
+        raise InvalidInput(
+            f"{name} must be valid Unicode text (it holds a lone surrogate)", field=name
+        ) from None

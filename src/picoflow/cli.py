@@ -441,9 +441,7 @@ async def _turn(
             elif isinstance(event, ToolCalled):
                 status.update(f"[dim]running {escape(event.name)}…[/dim]")
 
-        return await engine.run(
-            flow, text, session_id, context=Caller(principal=principal), on_event=progress
-        )
+        return await engine.run(flow, text, session_id, caller=Caller(principal=principal), on_event=progress)
 
 
 def _print_reply(flow: str, result: TurnResult) -> None:

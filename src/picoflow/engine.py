@@ -15,7 +15,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -33,7 +33,6 @@ from picoflow.exceptions import (
     FlowNotFound,
     InvalidInput,
     MessageTooLong,
-    ModelHTTPError,
     RunError,
     SessionCompleted,
     SessionNotFound,
@@ -49,7 +48,8 @@ from picoflow.models.catalog import (
     default_selection,
     validate_selection,
 )
-from picoflow.sessions.base import LogRecord, Session, SessionStore
+from picoflow.sessions.base import LogRecord, Session, SessionInfo, SessionStatus, SessionStore
+from picoflow.sessions.health import StoreHealth, store_check
 from picoflow.sessions.memory import MemoryStore
 from picoflow.usage import Usage, UsageLimits
 
@@ -59,6 +59,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("picoflow")
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+MAX_OFFSET = 1_000_000_000
+"""Largest listing offset accepted: far beyond any real listing, well inside a 64-bit integer."""
 MAX_WARNINGS = 200
 #: Warnings a long session raises every few turns as a matter of course: the session keeps only the
 #: latest of each per step (each turn's result still lists its own), so its document stays small.
@@ -67,18 +69,38 @@ LATEST_ONLY = frozenset({TRIMMED})
 
 @dataclass(frozen=True, slots=True)
 class TurnError:
-    """Why a turn failed, in words safe for an end user, plus what a program needs to react."""
+    """Why a turn failed, in words safe for an end user, plus what a program needs to react.
 
-    kind: str
-    """Stable code: ``usage_limit``, ``model_unavailable``, ``session_conflict``, ``tool_failed``, ..."""
+    ``error_class`` is the class of the failure; ``kind``, ``status`` and ``retryable`` come from it,
+    so a program reacts with ``result.error.is_a(SessionNotFound)`` rather than by comparing strings.
+    """
+
+    error_class: type[RunError]
     message: str
-    retryable: bool = False
+    """Text safe to show an end user."""
     retry_after: float | None = None
-    """Seconds to wait before retrying, when the provider said so."""
+    """Seconds to wait before retrying, when the failing dependency said so."""
     reference: str | None = None
     """Session id the error record was filed under (also for a first turn that stored nothing)."""
-    status: int = 500
-    """HTTP status of the failure, from the error class (``RunError.status``)."""
+    field: str | None = None
+    """For refused input: which input broke the rule (``message``, ``session_id``)."""
+
+    @property
+    def kind(self) -> str:
+        """Stable code: ``usage_limit``, ``model_unavailable``, ``session_conflict``, ..."""
+        return self.error_class.kind
+
+    @property
+    def status(self) -> int:
+        """HTTP status of the failure."""
+        return self.error_class.status
+
+    @property
+    def retryable(self) -> bool:
+        return self.error_class.retryable
+
+    def is_a(self, *types: type[RunError]) -> bool:
+        return issubclass(self.error_class, types)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +146,7 @@ class FlowEngine:
         max_reply_chars: int = 100_000,
         tracing: Any = None,
         trace_content: bool = False,
+        before_turn: Callable[[FlowSpec], Awaitable[None]] | None = None,
     ) -> None:
         """
         Args:
@@ -140,6 +163,9 @@ class FlowEngine:
                 never, or pass a ``Tracer``.
             trace_content: Put prompts, replies and tool arguments/results on spans (off by
                 default: they may hold personal data).
+            before_turn: Awaited once the session of a turn is known, before its step runs; may
+                raise a ``RunError`` to refuse the turn (a server waits here for the flow's models
+                to load, and refuses with 503 when one failed).
         """
         self.store: SessionStore = store if store is not None else MemoryStore()
         self.deps = deps
@@ -148,6 +174,7 @@ class FlowEngine:
         self.max_reply_chars = max_reply_chars
         self._tracing_setting = tracing
         self._trace_content = trace_content
+        self.before_turn = before_turn
         self._tracing_cache: tuple[object, Tracing | None] | None = None
         self._override: Model | ModelSelection | None = None
         if isinstance(model, Model):
@@ -213,7 +240,7 @@ class FlowEngine:
         message: str,
         session_id: str | None = None,
         *,
-        context: Caller | None = None,
+        caller: Caller | None = None,
         on_event: Callable[[TurnEvent], None] | None = None,
     ) -> TurnResult:
         """Run one turn. Never raises for run-time failures: see ``TurnResult.error``.
@@ -222,11 +249,11 @@ class FlowEngine:
         """
         tracing = self._tracing()
         if tracing is None:
-            return await self._run(flow, message, session_id, context, on_event, None, None)
+            return await self._run(flow, message, session_id, caller, on_event, None, None)
         flow_name = flow if isinstance(flow, str) or flow is None else flow.name
         span = tracing.turn(flow_name or "session", session_id, message)
         try:
-            result = await self._run(flow, message, session_id, context, on_event, tracing, span)
+            result = await self._run(flow, message, session_id, caller, on_event, tracing, span)
         except BaseException as exc:
             tracing.fail(span, exc)
             raise
@@ -267,20 +294,24 @@ class FlowEngine:
         flow: str | type[Flow] | None,
         message: str,
         session_id: str | None,
-        context: Caller | None,
+        caller: Caller | None,
         on_event: Callable[[TurnEvent], None] | None,
         tracing: Tracing | None,
         span: Span | None,
     ) -> TurnResult:
-        caller = context or Caller()
+        caller = caller or Caller()
         turn: Turn | None = None
         reference = session_id
         try:
             spec = self.flow(flow) if flow is not None or session_id is None else None
-            text = self._check_input(message, session_id)
+            text = self.check_message(message)
+            if session_id is not None:
+                check_session_id(session_id)
             async with self._session_lock(session_id):
                 spec, session, expected = await self._open(spec, session_id, caller)
                 reference = session.id
+                if self.before_turn is not None:
+                    await self.before_turn(spec)
                 turn = self._turn(spec, session, caller, on_event, tracing, span)
                 session = await self._restore(turn, session)
                 if session is not turn.session:
@@ -289,16 +320,8 @@ class FlowEngine:
                 reply = await turn.run(text)
                 await turn.finish()
                 self._commit_locally(turn)
-                try:
+                async with _store_call(f"saving session {session.id}"):
                     await self.store.save(session, expected_revision=expected, appended=turn.appended)
-                except RunError:
-                    raise
-                except OSError as exc:
-                    # Only a failing connection or disk is an outage worth retrying; anything else
-                    # (an encoding error, a bug) falls through to the 500 of unexpected errors.
-                    raise StoreError(
-                        f"saving session {session.id} failed: {type(exc).__name__}: {exc}"
-                    ) from exc
             return TurnResult(
                 message=reply,
                 session_id=session.id,
@@ -325,7 +348,7 @@ class FlowEngine:
         message: str,
         session_id: str | None = None,
         *,
-        context: Caller | None = None,
+        caller: Caller | None = None,
     ) -> AsyncIterator[TurnEvent | TurnFinished]:
         """Run one turn, yielding its events as they happen and ``TurnFinished`` last.
 
@@ -334,7 +357,7 @@ class FlowEngine:
         """
         queue: asyncio.Queue[TurnEvent | TurnFinished | None] = asyncio.Queue()
         task = asyncio.ensure_future(
-            self.run(flow, message, session_id, context=context, on_event=queue.put_nowait)
+            self.run(flow, message, session_id, caller=caller, on_event=queue.put_nowait)
         )
         # The loop holds tasks weakly; keep this one alive even if the consumer walks away.
         self._background.add(task)
@@ -360,10 +383,10 @@ class FlowEngine:
         message: str,
         session_id: str | None = None,
         *,
-        context: Caller | None = None,
+        caller: Caller | None = None,
     ) -> TurnResult:
         """``run`` for code without an event loop (scripts, notebooks without one running)."""
-        return asyncio.run(self.run(flow, message, session_id, context=context))
+        return asyncio.run(self.run(flow, message, session_id, caller=caller))
 
     async def warm(self, flow: str | type[Flow], *, message: str = "Hello") -> bool:
         """Send the first request of a new session of ``flow`` once, answering at most one token.
@@ -390,42 +413,80 @@ class FlowEngine:
 
     # --- sessions -------------------------------------------------------------------------------
 
-    async def create_session(self, flow: str | type[Flow], *, context: Caller | None = None) -> Session:
+    async def create_session(self, flow: str | type[Flow], *, caller: Caller | None = None) -> Session:
         """Store a new, empty session of ``flow`` for the caller, before any message.
 
         Its start step is entered with the first turn. Raises ``FlowNotFound`` or ``StoreError``.
         """
         spec = self.flow(flow)
-        caller = context or Caller()
+        caller = caller or Caller()
         session = Session(
             id=str(uuid.uuid4()), flow=spec.name, current_step=spec.start, principal=caller.principal
         )
-        try:
+        async with _store_call("creating a session"):
             await self.store.save(session, expected_revision=None)
-        except RunError:
-            raise
-        except Exception as exc:
-            raise StoreError(f"creating a session failed: {type(exc).__name__}: {exc}") from exc
         return session.copy()
 
     async def get_session(self, session_id: str, *, principal: str | None = None) -> Session | None:
-        """The stored session, or None if unknown or owned by another principal."""
-        session = await self.store.load(session_id)
+        """The stored session, or None if unknown or owned by another principal.
+
+        Raises ``InvalidInput`` for a malformed id and ``StoreError`` when the store fails."""
+        check_session_id(session_id)
+        async with _store_call("loading session"):
+            session = await self.store.load(session_id)
         if session is None or not _may_access(session, principal):
             return None
         return session
 
     async def transcript(self, session_id: str, *, principal: str | None = None) -> list[Message] | None:
+        """Every message of the session in order (None if unknown or another principal's)."""
         if await self.get_session(session_id, principal=principal) is None:
             return None
-        return await self.store.transcript(session_id)
+        async with _store_call("reading a transcript"):
+            return await self.store.transcript(session_id)
+
+    async def list_sessions(
+        self,
+        *,
+        principal: str | None,
+        flow: str | None = None,
+        status: SessionStatus | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[SessionInfo]:
+        """The principal's sessions, most recent first. Raises ``InvalidInput`` for a limit outside
+        1..500 or an offset outside 0..``MAX_OFFSET``, ``StoreError`` when the store fails."""
+        if not 1 <= limit <= 500:
+            raise InvalidInput("limit must be between 1 and 500", field="limit")
+        if not 0 <= offset <= MAX_OFFSET:
+            raise InvalidInput(f"offset must be between 0 and {MAX_OFFSET}", field="offset")
+        async with _store_call("listing sessions"):
+            return await self.store.list_sessions(
+                flow=flow, status=status, principal=principal, limit=limit, offset=offset
+            )
+
+    async def find_sessions(self, id_or_prefix: str, *, limit: int = 6) -> list[str]:
+        """Ids of stored sessions equal to ``id_or_prefix`` or starting with it (at most ``limit``),
+        the exact match alone when there is one: what a command line needs to accept short ids."""
+        check_session_id(id_or_prefix)
+        async with _store_call("finding sessions"):
+            if await self.store.load(id_or_prefix) is not None:
+                return [id_or_prefix]
+            return await self.store.find_ids(id_or_prefix, limit=limit)
+
+    async def store_health(self) -> StoreHealth | None:
+        """``ok`` or ``unavailable`` from a short, briefly cached ping of the store; None for stores
+        that live in this process and need none (memory, SQLite)."""
+        check = store_check(self.store)
+        return None if check is None else await check.health()
 
     async def delete_session(self, session_id: str, *, principal: str | None = None) -> bool:
         """Delete a session (waits for a turn in progress on it). False if it did not exist."""
         async with self._session_lock(session_id):
             if await self.get_session(session_id, principal=principal) is None:
                 return False
-            return await self.store.delete(session_id)
+            async with _store_call(f"deleting session {session_id}"):
+                return await self.store.delete(session_id)
 
     async def aclose(self) -> None:
         await self.store.close()
@@ -434,17 +495,19 @@ class FlowEngine:
 
     # --- internals ------------------------------------------------------------------------------
 
-    def _check_input(self, message: str, session_id: str | None) -> str:
+    def check_message(self, message: object) -> str:
+        """The user's message as the turn will see it (stripped), or ``InvalidInput`` /
+        ``MessageTooLong`` naming the rule it breaks. Every turn runs this first."""
         if not isinstance(message, str):
-            raise InvalidInput(f"message must be text, not {type(message).__name__}")
+            raise InvalidInput(f"message must be text, not {type(message).__name__}", field="message")
         text = message.strip()
         if not text:
-            raise InvalidInput("message is empty")
+            raise InvalidInput("message is empty", field="message")
         if len(text) > self.max_message_chars:
-            raise MessageTooLong(f"message is longer than {self.max_message_chars} characters")
+            raise MessageTooLong(
+                f"message is longer than {self.max_message_chars} characters", field="message"
+            )
         check_text(text, "message")
-        if session_id is not None and not SESSION_ID.match(session_id):
-            raise InvalidInput("session id must be 1-128 letters, digits, '-' or '_'")
         return text
 
     def _turn(
@@ -478,12 +541,8 @@ class FlowEngine:
                 id=str(uuid.uuid4()), flow=spec.name, current_step=spec.start, principal=caller.principal
             )
             return spec, session, None
-        try:
+        async with _store_call(f"loading session {session_id}"):
             stored = await self.store.load(session_id)
-        except RunError:
-            raise
-        except Exception as exc:
-            raise StoreError(f"loading session {session_id} failed: {type(exc).__name__}: {exc}") from exc
         if stored is None or not _may_access(stored, caller.principal):
             raise SessionNotFound(f"no session {session_id} for this caller", session_id=session_id)
         if spec is None:
@@ -541,28 +600,27 @@ class FlowEngine:
         detail = str(exc)
         if exc.__cause__ is not None and type(exc.__cause__).__name__ not in detail:
             detail = f"{detail} (caused by {type(exc.__cause__).__name__})"
-        if reference is not None and exc.kind not in ("session_not_found", "invalid_input", "flow_not_found"):
+        if reference is not None and exc.recorded:
             record = LogRecord(exc.kind, detail, "error", step, (turn.session.turns + 1) if turn else None)
             try:
                 await self.store.record_error(reference, record)
             except Exception:
                 logger.exception("picoflow: could not record the error of session %s", reference)
         logger.warning("picoflow turn failed [%s] session=%s step=%s: %s", exc.kind, reference, step, detail)
-        stored_id = requested_id if exc.kind not in ("session_not_found", "invalid_input") else None
+        stored_id = requested_id if exc.keeps_session else None
         return TurnResult(
             message=exc.public_text,
             session_id=stored_id,
-            completed=exc.kind == "session_completed",
+            completed=isinstance(exc, SessionCompleted),
             content_type="text/plain",
             step=step if stored_id else None,
             usage=turn.usage if turn else Usage(),
             error=TurnError(
-                exc.kind,
+                type(exc),
                 exc.public_text,
-                exc.retryable,
-                exc.retry_after if isinstance(exc, ModelHTTPError) else None,
+                exc.retry_after,
                 reference,
-                exc.status,
+                exc.field if isinstance(exc, InvalidInput) else None,
             ),
             warnings=tuple(record.message for record in turn.warnings) if turn else (),
         )
@@ -586,6 +644,23 @@ class FlowEngine:
                 del self._locks[session_id]
             else:
                 self._locks[session_id] = (lock, users - 1)
+
+
+def check_session_id(session_id: str) -> None:
+    """Refuse an id no store could hold, before any store is asked."""
+    if not isinstance(session_id, str) or not SESSION_ID.match(session_id):
+        raise InvalidInput("session id must be 1-128 letters, digits, '-' or '_'", field="session_id")
+
+
+@asynccontextmanager
+async def _store_call(what: str) -> AsyncIterator[None]:
+    """Typed errors pass; an ``OSError`` is an outage; anything else is a bug (500)."""
+    try:
+        yield
+    except RunError:
+        raise
+    except OSError as exc:
+        raise StoreError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
 
 
 def _may_access(session: Session, principal: str | None) -> bool:

@@ -33,7 +33,15 @@ class RunError(PicoflowError):
     """HTTP status of this failure: 4xx the caller must change the request, 502 the model
     misbehaved, 503 a dependency is down (retry later), 500 a bug."""
     retryable: ClassVar[bool] = False
+    recorded: ClassVar[bool] = True
+    """Whether the failure is filed in the session's error log (not for a request that never
+    reached a session of the caller: an unknown session or flow, or refused input)."""
+    keeps_session: ClassVar[bool] = True
+    """Whether the result still names the session the caller asked for (not when there is none
+    for the caller, or the input was refused before it was looked at)."""
     public_message: str = "The assistant could not complete this turn."
+    retry_after: float | None = None
+    """Seconds to wait before retrying, when the failing dependency said so."""
 
     def __init__(self, message: str, *, session_id: str | None = None, step: str | None = None) -> None:
         super().__init__(message)
@@ -151,12 +159,15 @@ class HookFailure(RunError):
 class FlowNotFound(RunError):
     kind = "flow_not_found"
     status = 404
+    recorded = False
     public_message = "No such flow."
 
 
 class SessionNotFound(RunError):
     kind = "session_not_found"
     status = 404
+    recorded = False
+    keeps_session = False
     public_message = "No such session."
 
 
@@ -178,11 +189,29 @@ class StoreError(RunError):
     public_message = "The conversation could not be saved. Please try again."
 
 
+class StoreUnavailable(StoreError):
+    """The store cannot be reached right now (its database is down): retry after ``retry_after``."""
+
+    kind = "store_unavailable"
+    public_message = "Conversations cannot be saved right now. Please try again shortly."
+
+    def __init__(self, message: str, *, retry_after: float | None = None, **where: str | None) -> None:
+        super().__init__(message, **where)
+        self.retry_after = retry_after
+
+
 class InvalidInput(RunError):
     """The caller's input was refused before the turn started (empty or oversized message, bad id)."""
 
     kind = "invalid_input"
     status = 422
+    recorded = False
+    keeps_session = False
+
+    def __init__(self, message: str, *, field: str | None = None, **where: str | None) -> None:
+        super().__init__(message, **where)
+        self.field = field
+        """The input that broke the rule (``message``, ``session_id``, ...), when there is one."""
 
     @property
     def public_text(self) -> str:

@@ -43,7 +43,7 @@ class Chat:
 
     async def say(self, text: str) -> TurnResult:
         before = len(self.model.requests)
-        result = await self.engine.run(self.flow, text, self.session_id, context=self.context)
+        result = await self.engine.run(self.flow, text, self.session_id, caller=self.context)
         self.session_id = result.session_id or self.session_id
         self.results.append(result)
         self.requests_per_turn.append(self.model.requests[before:])

@@ -24,9 +24,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from picoflow.server.store_check import StoreCheck, store_check
+from picoflow.exceptions import StoreUnavailable
 from picoflow.sessions import MemoryStore, PostgresStore
-from picoflow.sessions.base import StoreUnavailable
+from picoflow.sessions.health import StoreCheck, store_check
 
 from .support import client_for, desk_engine
 

@@ -47,9 +47,7 @@ class ReadyResponse(BaseModel):
 
 def unavailable(session_id: str | None) -> ApiError:
     """What a turn gets when its model failed to load: the error a turn on a missing model file gets."""
-    error = TurnError(
-        LocalModelUnavailable.kind, LocalModelUnavailable.public_message, status=LocalModelUnavailable.status
-    )
+    error = TurnError(LocalModelUnavailable, LocalModelUnavailable.public_message)
     return turn_error(error, session_id)
 
 

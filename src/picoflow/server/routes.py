@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from picoflow.context import INJECTED_NAMES, Caller
 from picoflow.engine import SESSION_ID, FlowEngine, TurnResult, check_text
-from picoflow.exceptions import FlowNotFound, InvalidInput
+from picoflow.exceptions import FlowMismatch, FlowNotFound, InvalidInput, SessionCompleted
 from picoflow.flow import FlowSpec
 from picoflow.models._readiness import Phase
 from picoflow.server.auth import Authenticator, AuthError
@@ -43,9 +43,9 @@ from picoflow.server.schemas import (
     TurnResponse,
     turn_error,
 )
-from picoflow.server.store_check import store_check
 from picoflow.server.streams import event_stream
 from picoflow.sessions.base import Session, SessionStatus
+from picoflow.sessions.health import store_check
 
 logger = logging.getLogger("picoflow.server")
 
@@ -231,13 +231,9 @@ async def ai_run(body: RunRequest, request: Request, state: StateDep, caller: Ca
     message = _check_message(state, body.message)
     caller = _with_config(caller, body.config)
     await _ready(state, body.flowName, session_id)
-    result = await state.engine.run(body.flowName, message, session_id, context=caller)
-    if (
-        result.error is not None
-        and session_id
-        and result.error.kind in ("session_completed", "flow_mismatch")
-    ):
-        result = await state.engine.run(body.flowName, message, None, context=caller)
+    result = await state.engine.run(body.flowName, message, session_id, caller=caller)
+    if result.error is not None and session_id and result.error.is_a(SessionCompleted, FlowMismatch):
+        result = await state.engine.run(body.flowName, message, None, caller=caller)
     if result.error is not None:
         raise turn_error(result.error, result.session_id)
     headers = {SESSION_HEADER: result.session_id or ""}
@@ -411,7 +407,7 @@ async def _turn(
     if body.stream or "text/event-stream" in request.headers.get("accept", ""):
         return event_stream(state, flow, message, session_id, caller, render)
     await _ready(state, flow, session_id)
-    result = await state.engine.run(flow, message, session_id, context=caller)
+    result = await state.engine.run(flow, message, session_id, caller=caller)
     if result.error is not None:
         raise turn_error(result.error, session_id)
     payload = TurnResponse.from_result(result, flow, render).model_dump(mode="json")

@@ -73,7 +73,7 @@ def event_stream(
         ready = await state.readiness.wait(flow, on_change=waiting)
         if ready.phase is Phase.FAILED:
             raise unavailable(session_id)
-        return await state.engine.run(flow, message, session_id, context=caller, on_event=queue.put_nowait)
+        return await state.engine.run(flow, message, session_id, caller=caller, on_event=queue.put_nowait)
 
     task = asyncio.create_task(run())
     state.streams.add(task)

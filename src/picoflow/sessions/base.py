@@ -16,7 +16,6 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import TypeAdapter
 
-from picoflow.exceptions import StoreError
 from picoflow.messages import Message
 from picoflow.usage import Usage
 
@@ -28,22 +27,6 @@ def copy_json(value: Any) -> Any:
     if isinstance(value, list):
         return [copy_json(item) for item in value]
     return value
-
-
-class StoreUnavailable(StoreError):
-    """The store cannot be reached right now (its database is down): retry after ``retry_after``.
-
-    Defined here, not in ``picoflow.exceptions``, only while that module is being reworked.
-    """
-
-    kind = "store_unavailable"
-    status = 503
-    retryable = True
-    public_message = "Conversations cannot be saved right now. Please try again shortly."
-
-    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
 
 
 SessionStatus = Literal["running", "completed", "aborted"]

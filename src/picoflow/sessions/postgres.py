@@ -19,10 +19,10 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from picoflow.exceptions import StoreError
+from picoflow.exceptions import StoreError, StoreUnavailable
 from picoflow.messages import Message
 from picoflow.sessions import _rows
-from picoflow.sessions.base import LogRecord, Session, SessionInfo, SessionStatus, StoreUnavailable
+from picoflow.sessions.base import LogRecord, Session, SessionInfo, SessionStatus
 from picoflow.sessions.migrations import check_postgres, check_schema_name, qualifier, upgrade_postgres
 
 if TYPE_CHECKING:

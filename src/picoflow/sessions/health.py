@@ -1,4 +1,5 @@
-"""Whether the session store answers, for ``/readyz``: a cheap ping with a short timeout, cached briefly.
+"""Whether the session store answers, for readiness probes: a cheap ping with a short timeout,
+cached briefly.
 
 A readiness probe may come every second from each of several load balancers; without the cache each
 probe would be a database round trip, and while the database is down each would wait out its
@@ -19,7 +20,7 @@ from picoflow.sessions.base import SessionStore
 
 __all__ = ["StoreCheck", "store_check"]
 
-logger = logging.getLogger("picoflow.server")
+logger = logging.getLogger("picoflow")
 
 StoreHealth = Literal["ok", "unavailable"]
 
@@ -51,7 +52,7 @@ class StoreCheck:
             async with asyncio.timeout(self.timeout):
                 await self._ping()
         except Exception as exc:  # any failure means "not ready"; the reason goes to the log only
-            logger.warning("picoflow.server: the session store did not answer its ping: %s", exc)
+            logger.warning("picoflow: the session store did not answer its ping: %s", exc)
             result = "unavailable"
         self._result, self._checked_at = result, time.monotonic()
         return result
