@@ -480,7 +480,7 @@ def graph(
     flows: FlowsOpt = None,
 ) -> None:
     """Print the flow's steps and transitions as a Mermaid flowchart (derived from the code)."""
-    from picoflow.server.diagram import flow_mermaid
+    from picoflow.diagram import flow_mermaid
 
     try:
         specs = {spec.name: spec for spec in (f.spec() for f in load_flows(flows))}

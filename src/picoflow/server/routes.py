@@ -25,7 +25,7 @@ from picoflow.exceptions import FlowMismatch, FlowNotFound, InvalidInput, Sessio
 from picoflow.flow import FlowSpec
 from picoflow.models._readiness import Phase
 from picoflow.server.auth import Authenticator, AuthError
-from picoflow.server.diagram import flow_mermaid, flow_svg
+from picoflow.diagram import flow_mermaid, flow_svg
 from picoflow.server.readiness import Readiness, ReadyResponse, unavailable
 from picoflow.server.schemas import (
     DEFAULT_RETRY_AFTER,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from picoflow import Flow, LogicStep, Step, TerminateStep, go, tool
-from picoflow.server.diagram import flow_mermaid, flow_svg
+from picoflow.diagram import flow_mermaid, flow_svg
 from picoflow_demos.hotel import HotelFlow
 
 SVG = "{http://www.w3.org/2000/svg}"
