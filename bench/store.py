@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from picoflow.messages import Message, ToolCall
+from picoflow.session import Session
 from picoflow.sessions import PostgresStore, SessionStore, SQLiteStore
-from picoflow.sessions.base import Session
 from picoflow.sessions.sqlite import Synchronous
 
 CHECKPOINTS = (1, 10, 100, 1000)

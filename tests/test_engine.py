@@ -8,7 +8,7 @@ import pytest
 
 from picoflow import Flow, FlowDefinitionError, FlowEngine, Step
 from picoflow.models import ScriptedModel
-from picoflow.sessions.base import Session
+from picoflow.session import Session
 
 
 class Chat(Step):

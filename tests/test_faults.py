@@ -15,8 +15,8 @@ from picoflow import Caller, Flow, FlowEngine, RunContext, Step, ToolError, go, 
 from picoflow.exceptions import ModelError, ModelHTTPError
 from picoflow.messages import Message, ModelRequest, ModelResponse, ToolCall
 from picoflow.models import Model
+from picoflow.session import Session, session_to_json
 from picoflow.sessions import MemoryStore
-from picoflow.sessions.base import Session, session_to_json
 
 
 class Ledger:

@@ -8,7 +8,7 @@ from typing import Any
 from picoflow import Compaction, Flow, FlowEngine, Message, Step, go, tool
 from picoflow.memory import compact, safe_cut
 from picoflow.models import ScriptedModel, ToolCall
-from picoflow.sessions.base import Namespace
+from picoflow.session import Namespace
 from picoflow.testing import request_lines
 
 

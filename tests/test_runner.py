@@ -31,8 +31,8 @@ from picoflow import (
 )
 from picoflow.messages import ModelResponse
 from picoflow.models import FunctionModel, ModelRequest, ScriptedModel, ToolCall
+from picoflow.session import session_to_json
 from picoflow.sessions import MemoryStore
-from picoflow.sessions.base import session_to_json
 from picoflow.testing import request_lines, transcript_lines
 from picoflow.usage import Usage
 

@@ -19,8 +19,8 @@ from pydantic import BaseModel, Field
 from picoflow import Flow, FlowEngine, LogicStep, Step, ToolError, UsageLimits, direct, go, stay, tool, tools
 from picoflow.messages import Message, ModelRequest, ModelResponse, ToolCall
 from picoflow.models import FunctionModel
+from picoflow.session import session_to_json
 from picoflow.sessions import MemoryStore
-from picoflow.sessions.base import session_to_json
 
 settings.register_profile(
     "ci",

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from picoflow import cli
 from picoflow.cli import app
+from picoflow.session import Session
 from picoflow.sessions import SessionStore, open_store
-from picoflow.sessions.base import Session
 
 POSTGRES_URL = os.environ.get("PICOFLOW_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 IDS = ["0933f88d-b1", "0933f88d-c2", "0933f_x", "0933fAx", "1"]

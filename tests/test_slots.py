@@ -32,7 +32,7 @@ from picoflow import (
 )
 from picoflow._schema import json_schema, strict_variant
 from picoflow.models import ScriptedModel
-from picoflow.sessions.base import Session, session_to_json
+from picoflow.session import Session, session_to_json
 from picoflow.slots import EXTRACT_RULES, FORMAT_HINT, Merge, Reading, reading_of
 from picoflow.testing import request_lines, transcript_lines
 

@@ -11,7 +11,7 @@ from picoflow import Compaction, Flow, FlowDefinitionError, FlowEngine, Step, to
 from picoflow.memory import model_summarizer
 from picoflow.messages import Message, ModelRequest
 from picoflow.models import FunctionModel, ScriptedModel, ToolCall
-from picoflow.sessions.base import Session
+from picoflow.session import Session
 from picoflow.testing import transcript_lines
 from picoflow.tokens import request_ceiling, request_tokens, text_tokens
 

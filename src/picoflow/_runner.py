@@ -47,7 +47,7 @@ from picoflow.messages import (
 )
 from picoflow.models.base import Model, ResponseDone, TextDelta
 from picoflow.outcomes import EXECUTING_STEP, Direct, Go, Outcome, Reject, Stay
-from picoflow.sessions.base import LogRecord, Session
+from picoflow.session import LogRecord, Session
 from picoflow.step import LogicStep, Step, StepRuntime, StepState
 from picoflow.tools import ToolGroup, ToolSpec, ValidCall
 from picoflow.usage import Usage, UsageLimits

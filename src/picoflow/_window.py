@@ -19,7 +19,7 @@ from picoflow.exceptions import ContextWindowExceeded
 from picoflow.memory import fold, forget
 from picoflow.messages import Message, ModelRequest
 from picoflow.models.base import Model
-from picoflow.sessions.base import Namespace, Session
+from picoflow.session import Namespace, Session
 from picoflow.tokens import message_tokens, messages_tokens, request_ceiling, request_tokens
 
 if TYPE_CHECKING:

@@ -39,7 +39,8 @@ from picoflow.flow import Flow
 from picoflow.messages import Message, ToolCall
 from picoflow.models import Model, ScriptedModel
 from picoflow.models.catalog import as_selection, create_model, default_selection
-from picoflow.sessions.base import SessionStatus, SessionStore
+from picoflow.session import SessionStatus
+from picoflow.sessions.base import SessionStore
 from picoflow.sessions.factory import open_store
 
 if TYPE_CHECKING:  # the server's modules need its extra; only `serve` imports them

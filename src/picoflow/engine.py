@@ -48,7 +48,8 @@ from picoflow.models.catalog import (
     default_selection,
     validate_selection,
 )
-from picoflow.sessions.base import LogRecord, Session, SessionInfo, SessionStatus, SessionStore
+from picoflow.session import LogRecord, Session, SessionInfo, SessionStatus
+from picoflow.sessions.base import SessionStore
 from picoflow.sessions.health import StoreHealth, store_check
 from picoflow.sessions.memory import MemoryStore
 from picoflow.usage import Usage, UsageLimits

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from picoflow.context import Caller
     from picoflow.models.base import Model
     from picoflow.models.catalog import ModelSelection
-    from picoflow.sessions.base import Session
+    from picoflow.session import Session
 
 FLOW_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 STEP_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$")

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from picoflow.messages import Message, ModelRequest
-from picoflow.sessions.base import Namespace
+from picoflow.session import Namespace
 
 Summarizer = Callable[[Sequence[Message], str | None], Awaitable[str] | str]
 """``(messages to fold in, previous summary) -> new summary``."""

@@ -26,8 +26,8 @@ from picoflow.exceptions import AttemptsExhausted, ContextWindowExceeded
 from picoflow.messages import ModelRequest
 from picoflow.server import ServerSettings, create_app
 from picoflow.server.protocol import HeaderDeadlineProtocol, uvicorn_options
+from picoflow.session import Session
 from picoflow.sessions import MemoryStore, open_store
-from picoflow.sessions.base import Session
 
 from .support import DeskModel, client_for, desk_engine, events_of, serving
 

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 
 from picoflow.server import ServerSettings, create_app
+from picoflow.session import SessionInfo, SessionStatus
 from picoflow.sessions import MemoryStore
-from picoflow.sessions.base import SessionInfo, SessionStatus
 
 from .support import SECRET, TABLE, DeskModel, client_for, desk_engine
 

@@ -17,8 +17,8 @@ from urllib.parse import urlencode
 import psycopg
 
 from picoflow.messages import Message, ToolCall
+from picoflow.session import Session
 from picoflow.sessions import MemoryStore, SessionStore, open_store
-from picoflow.sessions.base import Session
 
 Appended = list[tuple[str, Message]]
 

@@ -16,8 +16,8 @@ from store_helpers import Appended, Backend, append, erase, new_session, play_tu
 
 from picoflow.exceptions import SessionConflict, StoreError
 from picoflow.messages import Message, ToolCall
+from picoflow.session import LogRecord, Session, session_to_json
 from picoflow.sessions import PostgresStore, SessionStore, SQLiteStore, open_store
-from picoflow.sessions.base import LogRecord, Session, session_to_json
 from picoflow.sessions.postgres import _LOAD as postgres_load
 from picoflow.sessions.sqlite import _LOAD as sqlite_load
 

@@ -10,8 +10,8 @@ from store_helpers import Backend, append, erase, new_session, play_turn, tag_of
 
 from picoflow.exceptions import SessionConflict
 from picoflow.messages import Message, ToolCall
+from picoflow.session import LogRecord, Namespace, Session, session_to_json
 from picoflow.sessions import SessionStore
-from picoflow.sessions.base import LogRecord, Namespace, Session, session_to_json
 from picoflow.usage import Usage
 
 UNICODE = 'héllo 😀👩🏽‍💻 مرحبا بالعالم שלום עולם 漢字 \u200f\u202e e\u0301 \x00 \t\n"quoted" \\ back'

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from picoflow.engine import TurnResult
 from picoflow.evals.scenario import Expectations, ToolExpectation
 from picoflow.messages import Message
-from picoflow.sessions.base import Session
+from picoflow.session import Session
 
 __all__ = ["Check", "CheckStatus", "Observation", "SeenCall", "check_turn", "lookup", "matches"]
 

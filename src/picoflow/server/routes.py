@@ -20,12 +20,12 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from picoflow.context import INJECTED_NAMES, Caller
+from picoflow.diagram import flow_mermaid, flow_svg
 from picoflow.engine import SESSION_ID, FlowEngine, TurnResult, check_text
 from picoflow.exceptions import FlowMismatch, FlowNotFound, InvalidInput, SessionCompleted
 from picoflow.flow import FlowSpec
 from picoflow.models._readiness import Phase
 from picoflow.server.auth import Authenticator, AuthError
-from picoflow.diagram import flow_mermaid, flow_svg
 from picoflow.server.readiness import Readiness, ReadyResponse, unavailable
 from picoflow.server.schemas import (
     DEFAULT_RETRY_AFTER,
@@ -44,7 +44,7 @@ from picoflow.server.schemas import (
     turn_error,
 )
 from picoflow.server.streams import event_stream
-from picoflow.sessions.base import Session, SessionStatus
+from picoflow.session import Session, SessionStatus
 from picoflow.sessions.health import store_check
 
 logger = logging.getLogger("picoflow.server")

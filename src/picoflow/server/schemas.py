@@ -19,7 +19,7 @@ from picoflow.flow import FlowSpec
 from picoflow.messages import Message
 from picoflow.server.auth import Identity
 from picoflow.server.render import render_reply
-from picoflow.sessions.base import Session
+from picoflow.session import Session
 from picoflow.usage import Usage
 
 __all__ = [

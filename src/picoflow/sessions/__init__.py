@@ -1,6 +1,7 @@
 """Session stores."""
 
-from picoflow.sessions.base import Session, SessionInfo, SessionStore
+from picoflow.session import Session, SessionInfo
+from picoflow.sessions.base import SessionStore
 from picoflow.sessions.factory import open_store, upgrade_store
 from picoflow.sessions.memory import MemoryStore
 from picoflow.sessions.postgres import PostgresStore

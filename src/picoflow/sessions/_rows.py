@@ -19,7 +19,7 @@ from pydantic_core import PydanticSerializationError
 
 from picoflow.exceptions import SessionConflict, StoreError
 from picoflow.messages import Message
-from picoflow.sessions.base import (
+from picoflow.session import (
     LOG_ADAPTER,
     MESSAGE_ADAPTER,
     MESSAGES_ADAPTER,

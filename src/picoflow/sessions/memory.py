@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from picoflow.messages import Message
+from picoflow.session import LogRecord, Session, SessionInfo, SessionStatus
 from picoflow.sessions._rows import check_page, check_save, conflict
-from picoflow.sessions.base import LogRecord, Session, SessionInfo, SessionStatus
 
 
 class MemoryStore:

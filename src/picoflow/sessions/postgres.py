@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from picoflow.exceptions import StoreError, StoreUnavailable
 from picoflow.messages import Message
+from picoflow.session import LogRecord, Session, SessionInfo, SessionStatus
 from picoflow.sessions import _rows
-from picoflow.sessions.base import LogRecord, Session, SessionInfo, SessionStatus
 from picoflow.sessions.migrations import check_postgres, check_schema_name, qualifier, upgrade_postgres
 
 if TYPE_CHECKING:

@@ -22,8 +22,8 @@ from typing import Any, Literal, TypeVar
 
 from picoflow.exceptions import RunError, StoreError
 from picoflow.messages import Message
+from picoflow.session import LogRecord, Session, SessionInfo, SessionStatus
 from picoflow.sessions import _rows
-from picoflow.sessions.base import LogRecord, Session, SessionInfo, SessionStatus
 from picoflow.sessions.migrations import check_sqlite, upgrade_sqlite
 
 T = TypeVar("T")

@@ -1,0 +1,169 @@
+"""The session document: the durable record of one conversation, as plain values (no I/O).
+
+A session is the durable record of one conversation with one flow. Memory is kept per namespace
+as the *live* suffix of that namespace's messages; every message ever appended also stays in the
+session's transcript (erasing or compacting memory never deletes history). Messages carry a
+session-wide ``seq``, so a store can persist them append-only: a turn hands the store exactly the
+messages it appended.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import TypeAdapter
+
+from picoflow.messages import Message
+from picoflow.usage import Usage
+
+
+def copy_json(value: Any) -> Any:
+    """Copy nested dicts and lists (JSON values); immutable leaves are shared. Much faster than deepcopy."""
+    if isinstance(value, dict):
+        return {key: copy_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [copy_json(item) for item in value]
+    return value
+
+
+SessionStatus = Literal["running", "completed", "aborted"]
+
+#: Bumped when the document's shape changes incompatibly; ``Flow.on_restore_session`` sees old ones.
+DOCUMENT_VERSION = 1
+
+
+@dataclass(slots=True)
+class Namespace:
+    """The live memory of one namespace."""
+
+    messages: list[Message] = field(default_factory=list)
+    start: int = 0
+    """Smallest ``seq`` still live: erasing or compacting moves it forward."""
+    summary: str | None = None
+    """Summary of the messages compaction removed from the live window."""
+
+
+@dataclass(slots=True)
+class LogRecord:
+    """A warning or error noted during a turn."""
+
+    code: str
+    message: str
+    level: Literal["warning", "error"] = "warning"
+    step: str | None = None
+    turn: int | None = None
+    at: float = field(default_factory=time.time)
+
+
+@dataclass(slots=True)
+class Session:
+    """The durable state of one conversation."""
+
+    id: str
+    flow: str
+    current_step: str
+    revision: int = 0
+    """0 until first saved; every committed turn adds one."""
+    status: SessionStatus = "running"
+    states: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per-step durable state (JSON values only)."""
+    memory: dict[str, Namespace] = field(default_factory=dict)
+    sequence: list[str] = field(default_factory=list)
+    """Steps entered, in order (the start step first)."""
+    usage: Usage = field(default_factory=Usage)
+    warnings: list[LogRecord] = field(default_factory=list)
+    principal: str | None = None
+    """Who owns the session; only that caller may continue or read it."""
+    prompts: dict[str, str] = field(default_factory=dict)
+    """Prompt overrides set by ``with_prompt``, per step, until the conversation leaves that step."""
+    models: dict[str, str] = field(default_factory=dict)
+    """Effective ``provider:name`` model used by each step that called one."""
+    turns: int = 0
+    next_seq: int = 0
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+    version: int = DOCUMENT_VERSION
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """Free-form, JSON-serialisable data for the application (never shown to the model)."""
+
+    def namespace(self, name: str) -> Namespace:
+        ns = self.memory.get(name)
+        if ns is None:
+            ns = self.memory[name] = Namespace(start=self.next_seq)
+        return ns
+
+    def state_of(self, step: str) -> dict[str, Any]:
+        state = self.states.get(step)
+        if state is None:
+            state = self.states[step] = {}
+        return state
+
+    def copy(self) -> Session:
+        """An independent copy: mutating it never touches this one. Messages are immutable and shared."""
+        return Session(
+            id=self.id,
+            flow=self.flow,
+            current_step=self.current_step,
+            revision=self.revision,
+            status=self.status,
+            states={step: copy_json(state) for step, state in self.states.items()},
+            memory={
+                name: Namespace(list(ns.messages), ns.start, ns.summary) for name, ns in self.memory.items()
+            },
+            sequence=list(self.sequence),
+            usage=self.usage.copy(),
+            warnings=list(self.warnings),
+            principal=self.principal,
+            prompts=dict(self.prompts),
+            models=dict(self.models),
+            turns=self.turns,
+            next_seq=self.next_seq,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+            version=self.version,
+            metadata=copy_json(self.metadata),
+        )
+
+    def info(self) -> SessionInfo:
+        return SessionInfo(
+            id=self.id,
+            flow=self.flow,
+            status=self.status,
+            current_step=self.current_step,
+            principal=self.principal,
+            revision=self.revision,
+            turns=self.turns,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """One line of a session listing."""
+
+    id: str
+    flow: str
+    status: SessionStatus
+    current_step: str
+    principal: str | None
+    revision: int
+    turns: int
+    created_at: float
+    updated_at: float
+
+
+SESSION_ADAPTER: TypeAdapter[Session] = TypeAdapter(Session)
+MESSAGE_ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)
+MESSAGES_ADAPTER: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
+LOG_ADAPTER: TypeAdapter[LogRecord] = TypeAdapter(LogRecord)
+
+
+def session_to_json(session: Session) -> bytes:
+    return SESSION_ADAPTER.dump_json(session)
+
+
+def session_from_json(data: bytes | str) -> Session:
+    return SESSION_ADAPTER.validate_json(data)
