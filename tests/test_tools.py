@@ -9,6 +9,8 @@ from pydantic import BaseModel, Field
 
 from picoflow import RunContext, Step, tool
 from picoflow.messages import ToolCall
+from picoflow.models.anthropic import anthropic_tool
+from picoflow.models.openai import openai_tool
 from picoflow.tools import collect_tools
 
 
@@ -50,7 +52,7 @@ def specs() -> dict[str, Any]:
 
 def test_schema_from_signature_with_constraints_and_docstring_args() -> None:
     sku = specs()["get_product_spec"]
-    assert sku.definition.openai_schema() == {
+    assert openai_tool(sku.definition) == {
         "type": "function",
         "function": {
             "name": "get_product_spec",
@@ -70,7 +72,7 @@ def test_schema_from_signature_with_constraints_and_docstring_args() -> None:
             "strict": True,
         },
     }
-    assert sku.definition.anthropic_schema() == {
+    assert anthropic_tool(sku.definition) == {
         "name": "get_product_spec",
         "description": "Read one product's full record.",
         "input_schema": sku.definition.parameters,

@@ -153,7 +153,7 @@ async def test_no_spans_and_no_tracer_work_without_a_configured_provider(
     engine = FlowEngine([TracedFlow], model=script())
     result = await engine.run("traced", "hi")
     assert result.ok and started == []
-    assert engine._tracing() is None
+    assert engine._tracing.current() is None
 
 
 async def test_auto_detects_a_configured_sdk_provider(

@@ -1,9 +1,9 @@
 """OpenTelemetry spans for turns, steps, model requests and tool calls (GenAI conventions).
 
-Tracing costs nothing unless an OpenTelemetry SDK tracer provider is configured (or a tracer is
-passed to the engine): the runner then holds ``None`` and skips every tracing branch. Message
-contents (prompts, replies, tool arguments and results) are left out unless ``capture_content``
-is enabled, because they may hold personal data.
+Tracing is one observer of a turn (``TracingObserver``). It costs nothing unless an OpenTelemetry
+SDK tracer provider is configured (or a tracer is passed to the engine): without one the engine
+adds no observer. Message contents (prompts, replies, tool arguments and results) are left out
+unless ``capture_content`` is enabled, because they may hold personal data.
 """
 
 from __future__ import annotations
@@ -12,10 +12,13 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from picoflow._run.observers import TurnObserver
+
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
     from picoflow.messages import ModelRequest, ModelResponse, ToolCall
+    from picoflow.results import TurnResult
 
 SYSTEM = "picoflow"
 
@@ -124,6 +127,93 @@ class Tracing:
         span.end()
 
 
+class TracingObserver(TurnObserver):
+    """The spans of one turn: the turn, a span per step run, and model and tool spans inside it."""
+
+    def __init__(self, tracing: Tracing) -> None:
+        self.tracing = tracing
+        self._turn: Span | None = None
+        self._session_id = ""
+        self._step: Span | None = None
+        self._step_name: str | None = None
+        self._model: Span | None = None
+        self._tools: dict[str, Span] = {}
+
+    def turn_started(self, flow: str, session_id: str | None, message: str) -> None:
+        self._turn = self.tracing.turn(flow, session_id, message)
+        self._session_id = session_id or ""
+
+    def session_opened(self, session_id: str) -> None:
+        self._session_id = session_id
+
+    def step_started(self, step: str) -> None:
+        if self._step_name == step:
+            return
+        if self._step is not None:
+            self._step.end()
+        self._step_name = step
+        self._step = self.tracing.step(self._turn, step, self._session_id)  # type: ignore[arg-type]
+
+    def model_started(self, step: str, model: str, request: ModelRequest) -> None:
+        self._model = self.tracing.model(self._step, model, request)
+
+    def model_finished(self, step: str, response: ModelResponse) -> None:
+        if self._model is not None:
+            self.tracing.model_done(self._model, response)
+            self._model = None
+
+    def model_failed(self, step: str, error: BaseException) -> None:
+        if self._model is not None:
+            self.tracing.fail(self._model, error)
+            self._model = None
+
+    def tool_started(self, step: str, call: ToolCall) -> None:
+        self._tools[call.id] = self.tracing.tool(self._step, call, step, self._session_id)
+
+    def tool_finished(self, step: str, call: ToolCall, content: str, is_error: bool) -> None:
+        span = self._tools.pop(call.id, None)
+        if span is not None:
+            self.tracing.tool_done(span, content, is_error)
+
+    def tool_failed(self, step: str, call: ToolCall, error: BaseException) -> None:
+        span = self._tools.pop(call.id, None)
+        if span is not None:
+            self.tracing.fail(span, error)
+
+    def turn_ended(self, error: BaseException | None) -> None:
+        if self._step is not None:
+            if error is None:
+                self._step.end()
+            else:
+                self.tracing.fail(self._step, error)
+            self._step = None
+            self._step_name = None
+
+    def turn_aborted(self, error: BaseException) -> None:
+        self.turn_ended(error)
+        if self._turn is not None:
+            self.tracing.fail(self._turn, error)
+            self._turn = None
+
+    def turn_finished(self, result: TurnResult) -> None:
+        span = self._turn
+        if span is None:
+            return
+        self._turn = None
+        if result.session_id:
+            span.set_attribute("gen_ai.conversation.id", result.session_id)
+        span.set_attribute("gen_ai.usage.input_tokens", result.usage.input_tokens)
+        span.set_attribute("gen_ai.usage.output_tokens", result.usage.output_tokens)
+        if result.error is not None:
+            self.tracing.fail(span, result.error.kind)
+            return
+        if self.tracing.capture_content:
+            span.set_attribute(
+                "gen_ai.output.messages", json.dumps([{"role": "assistant", "content": result.message}])
+            )
+        span.end()
+
+
 def resolve(setting: Any, *, capture_content: bool) -> Tracing | None:
     """``None``: trace only when an OpenTelemetry SDK provider is installed; ``False``: never;
     a ``Tracer``: use it."""
@@ -141,3 +231,39 @@ def resolve(setting: Any, *, capture_content: bool) -> Tracing | None:
     if setting is None and isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
         return None
     return Tracing(provider.get_tracer(SYSTEM), capture_content=capture_content)
+
+
+class TracingSetting:
+    """An engine's ``tracing=`` setting, resolved to a ``Tracing`` (or None) when a turn starts.
+
+    With None the globally configured OpenTelemetry provider is followed: configuring one after the
+    engine was built turns tracing on, and the lookup is cached per provider.
+    """
+
+    def __init__(self, setting: Any, *, capture_content: bool) -> None:
+        self.setting = setting
+        self.capture_content = capture_content
+        self._cache: tuple[object, Tracing | None] | None = None
+
+    def current(self) -> Tracing | None:
+        setting = self.setting
+        if setting is False:
+            return None
+        if setting is not None:
+            if self._cache is None:
+                self._cache = (setting, resolve(setting, capture_content=self.capture_content))
+            return self._cache[1]
+        try:
+            from opentelemetry import trace
+        except ImportError:
+            self.setting = False
+            return None
+        provider = trace.get_tracer_provider()
+        if self._cache is None or self._cache[0] is not provider:
+            self._cache = (provider, resolve(None, capture_content=self.capture_content))
+        return self._cache[1]
+
+    def observer(self) -> TracingObserver | None:
+        """A new observer for one turn, or None when nothing traces."""
+        tracing = self.current()
+        return None if tracing is None else TracingObserver(tracing)

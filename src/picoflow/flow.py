@@ -21,7 +21,8 @@ from picoflow._schema import iter_property_names, json_schema, strict_variant
 from picoflow.context import INJECTED_NAMES
 from picoflow.exceptions import FlowDefinitionError
 from picoflow.messages import OutputSchema, ToolDefinition
-from picoflow.step import LogicStep, Step, StepState, TerminateStep, validate_namespace
+from picoflow.runtime import FlowRuntime, StepState
+from picoflow.step import LogicStep, Step, TerminateStep, validate_namespace
 from picoflow.tools import ToolGroup, ToolSpec, add_declared, collect_tools
 from picoflow.usage import UsageLimits
 
@@ -129,16 +130,6 @@ class Flow:
         spec = _build(cls)
         cls._picoflow_spec = spec  # type: ignore[attr-defined]
         return spec
-
-
-class FlowRuntime:
-    """What a flow instance can reach during a turn (implemented by the runner)."""
-
-    session_id: str
-    caller: Caller
-
-    def state_for(self, step_name: str) -> StepState:  # pragma: no cover - interface
-        raise NotImplementedError
 
 
 HOOKS = (

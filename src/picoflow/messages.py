@@ -139,21 +139,6 @@ class ToolDefinition:
     strict: bool = False
     """The schema satisfies OpenAI's strict-mode rules, so constrained decoding may be asked for."""
 
-    def openai_schema(self) -> dict[str, Any]:
-        """This tool as an OpenAI Chat Completions ``tools`` entry."""
-        function: dict[str, Any] = {
-            "name": self.name,
-            "description": self.description,
-            "parameters": dict(self.parameters),
-        }
-        if self.strict:
-            function["strict"] = True
-        return {"type": "function", "function": function}
-
-    def anthropic_schema(self) -> dict[str, Any]:
-        """This tool as an Anthropic Messages API ``tools`` entry."""
-        return {"name": self.name, "description": self.description, "input_schema": dict(self.parameters)}
-
 
 @dataclass(frozen=True, slots=True)
 class OutputSchema:

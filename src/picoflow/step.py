@@ -9,91 +9,23 @@ must outlive the turn goes in ``self.state`` (durable, JSON values).
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterator, Mapping, MutableMapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, TypeAdapter
-from pydantic_core import to_jsonable_python
+from pydantic import BaseModel
 
 from picoflow.messages import Message, ModelResponse
 from picoflow.outcomes import Go, Outcome, Reject, go
+from picoflow.runtime import FlowView, StepRuntime, StepState
 from picoflow.tools import ToolSpec, tool
 
 if TYPE_CHECKING:
     from picoflow.context import Caller, RunContext
-    from picoflow.flow import Flow
     from picoflow.memory import Compaction
     from picoflow.models.base import Model
     from picoflow.models.catalog import ModelSelection
 
-T = TypeVar("T")
-
 NAMESPACE_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$")
-
-
-class StepRuntime(Protocol):
-    """What the runner offers a step instance during a turn."""
-
-    session_id: str
-    caller: Caller
-    flow: Flow
-    attempt: int
-
-    def context_for(self, step_name: str) -> RunContext[Any]: ...
-
-    def state_for(self, step_name: str) -> StepState: ...
-
-    def messages_of(self, namespace: str) -> Sequence[Message]: ...
-
-    def erase(self, namespace: str) -> None: ...
-
-    def terminate_target(self) -> str | None: ...
-
-
-class StepState(MutableMapping[str, Any]):
-    """A step's durable state: a mapping of JSON values.
-
-    Values are converted to JSON form when stored (a Pydantic model becomes a dict, a date an ISO
-    string), so what a step reads back is the same in this turn and in every later one, whatever
-    the store. ``get_as`` turns a stored value back into a typed object.
-    """
-
-    __slots__ = ("_data",)
-
-    def __init__(self, data: dict[str, Any]) -> None:
-        self._data = data
-
-    def __getitem__(self, key: str) -> Any:
-        return self._data[key]
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        self._data[key] = to_jsonable_python(value)
-
-    def __delitem__(self, key: str) -> None:
-        del self._data[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def __repr__(self) -> str:
-        return f"StepState({self._data!r})"
-
-    def get_as(self, key: str, kind: type[T], default: T | None = None) -> T | None:
-        """The value at ``key`` validated as ``kind`` (a Pydantic model, date, list[...], ...)."""
-        if key not in self._data:
-            return default
-        return TypeAdapter(kind).validate_python(self._data[key])
-
-    def merge(self, values: Mapping[str, Any]) -> None:
-        for key, value in values.items():
-            self[key] = value
-
-    @property
-    def raw(self) -> dict[str, Any]:
-        return self._data
 
 
 class Step:
@@ -146,7 +78,8 @@ class Step:
         return cls.memory or cls.name
 
     @property
-    def flow(self) -> Flow:
+    def flow(self) -> FlowView:
+        """The flow object of this turn (an instance of the step's ``Flow`` subclass)."""
         return self._runtime.flow
 
     @property

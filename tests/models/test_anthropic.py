@@ -12,7 +12,7 @@ from picoflow import Flow, FlowEngine, Step, tool
 from picoflow.exceptions import ModelError, ModelHTTPError
 from picoflow.messages import Message, ModelRequest, OutputSchema, ToolCall, ToolDefinition
 from picoflow.models._retry import RetryPolicy
-from picoflow.models.anthropic import AnthropicModel
+from picoflow.models.anthropic import AnthropicModel, anthropic_tool
 from picoflow.models.base import ResponseDone, TextDelta, ToolCallDelta
 from picoflow.models.catalog import ModelSelection, resolve
 from picoflow.sessions.factory import open_store
@@ -104,8 +104,8 @@ async def test_one_and_several_tool_calls() -> None:
         ("toolu_3", "weather", {"city": "Oslo"}),
     ]
     tools = server.bodies[0]["tools"]
-    assert tools[0] == {**SEARCH.anthropic_schema(), "strict": True}
-    assert tools[1] == WEATHER.anthropic_schema()
+    assert tools[0] == {**anthropic_tool(SEARCH), "strict": True}
+    assert tools[1] == anthropic_tool(WEATHER)
 
 
 async def test_tool_results_merge_into_one_alternating_user_turn() -> None:

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from picoflow.exceptions import ModelError
-from picoflow.messages import Message, ModelRequest, ModelResponse, OutputSchema, ToolCall
+from picoflow.messages import Message, ModelRequest, ModelResponse, OutputSchema, ToolCall, ToolDefinition
 from picoflow.models._retry import (
     Failure,
     RetryPolicy,
@@ -153,6 +153,11 @@ def usage_from_anthropic(usage: Any) -> Usage:
     return result
 
 
+def anthropic_tool(tool: ToolDefinition) -> dict[str, Any]:
+    """A tool as a Messages API ``tools`` entry."""
+    return {"name": tool.name, "description": tool.description, "input_schema": dict(tool.parameters)}
+
+
 class AnthropicModel(Model):
     """A Claude model behind the Anthropic Messages API."""
 
@@ -230,7 +235,7 @@ class AnthropicModel(Model):
         kwargs: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens, "messages": messages}
         if system:
             kwargs["system"] = system
-        tools = [self._tool_schema(tool.anthropic_schema(), tool.strict) for tool in request.tools]
+        tools = [self._tool_schema(anthropic_tool(tool), tool.strict) for tool in request.tools]
         output_tool = self.output_tool_name(request)
         if request.output is not None and output_tool is None:
             kwargs["output_config"] = {

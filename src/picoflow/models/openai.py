@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from picoflow.exceptions import ModelError
-from picoflow.messages import Message, ModelRequest, ModelResponse, ToolCall
+from picoflow.messages import Message, ModelRequest, ModelResponse, ToolCall, ToolDefinition
 from picoflow.models._retry import (
     ADAPTER_KNOBS,
     Failure,
@@ -93,6 +93,18 @@ def _new_call_id() -> str:
 
 def _schema_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", name)[:64] or "output"
+
+
+def openai_tool(tool: ToolDefinition) -> dict[str, Any]:
+    """A tool as a Chat Completions ``tools`` entry (``strict`` when its schema allows it)."""
+    function: dict[str, Any] = {
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": dict(tool.parameters),
+    }
+    if tool.strict:
+        function["strict"] = True
+    return {"type": "function", "function": function}
 
 
 def to_openai_messages(request: ModelRequest) -> list[dict[str, Any]]:
@@ -215,7 +227,7 @@ class OpenAIModel(Model):
         settings = {**self._params, **{k: v for k, v in request.settings.items() if k not in ADAPTER_KNOBS}}
         kwargs: dict[str, Any] = {"model": self.model, "messages": to_openai_messages(request)}
         if request.tools:
-            kwargs["tools"] = [tool.openai_schema() for tool in request.tools]
+            kwargs["tools"] = [openai_tool(tool) for tool in request.tools]
             if settings.get("parallel_tool_calls") is not None:
                 kwargs["parallel_tool_calls"] = settings["parallel_tool_calls"]
         if request.output is not None:

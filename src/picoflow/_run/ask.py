@@ -1,0 +1,275 @@
+"""Asking the model: build the step's request, send it, and keep asking until an answer passes
+the empty check, the size and storability check, the acceptance gate and the output schema.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError, to_json
+
+from picoflow._run.workspace import Workspace
+from picoflow._schema import describe_validation_error
+from picoflow._window import Fitting, fits_at_a_glance, limits_for, shown
+from picoflow.exceptions import AttemptsExhausted, HookFailure, ModelError, ModelMisbehaved, RunError
+from picoflow.flow import StepSpec
+from picoflow.messages import Message, ModelRequest, ModelResponse, ToolCall, ToolDefinition
+from picoflow.models.base import Model, ResponseDone, TextDelta
+from picoflow.outcomes import Reject
+from picoflow.step import Step
+
+NUDGE = "Your last response was empty. Answer the user, or call one of the available tools."
+
+
+def tools_for(step: Step, spec: StepSpec) -> Sequence[ToolDefinition]:
+    """The tools the step exposes now (``active_tools`` may narrow them turn by turn)."""
+    if not spec.dynamic_tools:
+        return spec.definitions
+    active = step.active_tools()
+    if active is None:
+        return spec.definitions
+    wanted = set(active)
+    return tuple(d for d in spec.definitions if d.name in wanted)
+
+
+async def build_request(ws: Workspace, step: Step, spec: StepSpec, extra: list[Message]) -> ModelRequest:
+    """The system prompt (rebuilt on every call), the step's memory, the corrections so far."""
+    override = ws.session.prompts.get(spec.name)
+    if override is not None:
+        system = override
+    elif "prompt" in spec.overrides:
+        system = await ws.hook(step, "prompt", step.prompt)
+    else:
+        system = spec.default_prompt
+    if not isinstance(system, str):
+        raise HookFailure(f"prompt() of step {spec.name} returned {type(system).__name__}, not str")
+    namespace = ws.session.namespace(spec.namespace)
+    if namespace.summary:
+        system = f"{system}\n\n## Summary of the earlier conversation\n{namespace.summary}"
+    messages: Sequence[Message] = shown(namespace.messages)
+    if "history" in spec.overrides:
+        messages = await ws.hook(step, "history", step.history, messages)
+    return ModelRequest(
+        system=system,
+        messages=[*messages, *extra] if extra else list(messages),
+        tools=tools_for(step, spec),
+        output=spec.output,
+        step=spec.name,
+        session_id=ws.session_id,
+    )
+
+
+async def call_model(ws: Workspace, model: Model, request: ModelRequest, step: str) -> ModelResponse:
+    """Send ``request``; whatever escapes the model becomes an outage or a misbehaviour."""
+    observer = ws.observer
+    observer.model_started(step, model.name, request)
+    try:
+        if observer.wants_text:
+            response = await _streamed(model, request, step, observer.text)
+        else:
+            response = await model.request(request)
+    except BaseException as exc:
+        error = _classified(exc, model, step)
+        observer.model_failed(step, error)
+        if error is exc:
+            raise
+        raise error from exc
+    observer.model_finished(step, response)
+    return response
+
+
+async def _streamed(model: Model, request: ModelRequest, step: str, text: Any) -> ModelResponse:
+    async for event in model.request_stream(request):
+        if isinstance(event, TextDelta):
+            text(step, event.text)
+        elif isinstance(event, ResponseDone):
+            return event.response
+    raise ModelMisbehaved(f"model {model.name} ended its stream without a response", step=step)
+
+
+def _classified(exc: BaseException, model: Model, step: str) -> BaseException:
+    if isinstance(exc, RunError):
+        exc.step = exc.step or step
+        return exc
+    if isinstance(exc, asyncio.CancelledError):
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            return exc  # the turn itself is being cancelled: let it go
+        # A model that raises CancelledError on its own is misbehaving, not cancelling us.
+        return ModelMisbehaved(f"model {model.name} raised CancelledError", step=step)
+    if not isinstance(exc, Exception):
+        return exc
+    failure = f"model {model.name} failed: {type(exc).__name__}: {exc}"
+    if isinstance(exc, TimeoutError | OSError):
+        # A timeout or a broken connection is an outage: a retry later may well succeed.
+        return ModelError(failure, step=step)
+    # Anything else escaping a model is its own fault, which a retry would meet again.
+    return ModelMisbehaved(failure, step=step)
+
+
+async def ask(ws: Workspace, step: Step, spec: StepSpec) -> tuple[ModelResponse, Any]:
+    """Ask the model until a response is acceptable; returns it with its parsed ``output``."""
+    model = ws.model_for(spec)
+    ws.session.models[spec.name] = model.name
+    extra: list[Message] = []
+    window = limits_for(model, spec.cls.memory_budget)
+    attempts = spec.cls.max_attempts
+    problems: list[str] = []
+    limits, usage = ws.limits, ws.usage
+    for attempt in range(1, attempts + 1):
+        ws.attempt = attempt
+        limits.check_before_model_call(usage)
+        request = await build_request(ws, step, spec, extra)
+        if window is not None and not fits_at_a_glance(window, request):
+            rebuild = functools.partial(build_request, ws, step, spec, extra)
+            fitting = Fitting(window, spec, model.name, ws.session, rebuild, ws.warn)
+            request = await fitting.fit(request, len(extra))
+        response = await call_model(ws, model, request, spec.name)
+        usage.add(response.usage)
+        if response.usage.model_calls == 0:
+            usage.model_calls += 1
+        limits.check_tokens(usage)
+        problem = await _problem(ws, step, spec, response)
+        if problem is None:
+            if spec.output is None or response.tool_calls or spec.cls.output is None:
+                return response, None
+            try:
+                return response, spec.cls.parse_output(_strip_fences(response.text))
+            except ValueError as error:
+                detail = (
+                    describe_validation_error(error, tool=spec.output.name)
+                    if isinstance(error, ValidationError)
+                    else str(error)
+                )
+                problem = (
+                    "output did not match the schema",
+                    _correction(
+                        response,
+                        "Your answer must be one JSON object matching the required schema. " + detail,
+                    ),
+                )
+        problems.append(problem[0])
+        extra.extend(problem[1])
+    raise AttemptsExhausted(
+        f"step {spec.name}: no acceptable model response in {attempts} attempts ({'; '.join(problems)})",
+        step=spec.name,
+    )
+
+
+async def _problem(
+    ws: Workspace, step: Step, spec: StepSpec, response: ModelResponse
+) -> tuple[str, list[Message]] | None:
+    """What is wrong with ``response`` and the messages that tell the model, or None."""
+    if response.is_empty:
+        ws.warn("empty_response", "the model returned an empty response", spec.name)
+        return "empty response", [Message.user(NUDGE, kind="nudge")]
+    unusable = _unusable(response, ws.max_reply_chars)
+    if unusable is not None:
+        # An oversize or unstorable reply is the model's to correct; it is never stored, and the
+        # correction quotes none of it (it may be megabytes, or not encodable at all).
+        ws.warn("response_unusable", f"the model's response {unusable}", spec.name)
+        return unusable, [
+            Message.assistant("[response withheld]", kind="correction"),
+            Message.user(f"Your response {unusable}. Answer again, briefly.", kind="correction"),
+        ]
+    if response.tool_calls:
+        response.tool_calls = _unique_ids(response.tool_calls, ws.session.next_seq)
+    if spec.checks_response:
+        verdict = await ws.hook(step, "check_response", step.check_response, response)
+        if isinstance(verdict, Reject):
+            ws.warn("response_rejected", verdict.reason, spec.name)
+            reason = f"Your response was not accepted: {verdict.reason}"
+            return f"rejected: {verdict.reason}", _correction(response, reason)
+        if verdict is not None:
+            raise HookFailure(
+                f"check_response() of step {spec.name} must return None or Reject(reason), "
+                f"not {type(verdict).__name__}",
+                step=spec.name,
+            )
+    return None
+
+
+def _unique_ids(calls: list[ToolCall], seed: int) -> list[ToolCall]:
+    """Give every call an id unique within the response (providers normally do; scripts may not)."""
+    seen: set[str] = set()
+    fixed: list[ToolCall] | None = None
+    for index, call in enumerate(calls):
+        if call.id and call.id not in seen:
+            seen.add(call.id)
+            continue
+        if fixed is None:
+            fixed = list(calls)
+        new_id = f"call_{seed}_{index}"
+        seen.add(new_id)
+        fixed[index] = ToolCall(call.name, call.args, new_id)
+    return calls if fixed is None else fixed
+
+
+UNSTORABLE = "held characters that cannot be stored (a lone surrogate or NUL)"
+
+
+def _unusable(response: ModelResponse, max_chars: int) -> str | None:
+    """Why a response cannot be kept (too long, or text no store can hold), or None.
+
+    The size is the text's characters plus each call's name and arguments as JSON."""
+    text = response.text
+    if not _storable(text):
+        return UNSTORABLE
+    size = len(text)
+    for call in response.tool_calls:
+        try:
+            encoded = to_json(call.args)
+        except PydanticSerializationError:  # a lone surrogate cannot be encoded
+            return UNSTORABLE
+        # An escaped NUL, which PostgreSQL's jsonb refuses; the walk tells it from an escaped backslash.
+        if b"\\u0000" in encoded and not _storable(call.args):
+            return UNSTORABLE
+        size += len(call.name) + len(encoded)
+    if size > max_chars:
+        return f"was longer than {max_chars} characters"
+    return None
+
+
+def _storable(value: Any) -> bool:
+    """Whether every string in a JSON value is free of NUL and lone surrogates."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            return False
+        if value.isascii():
+            return True
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+    if isinstance(value, Mapping):
+        return all(_storable(str(key)) and _storable(item) for key, item in value.items())
+    if isinstance(value, list | tuple):
+        return all(_storable(item) for item in value)
+    return True
+
+
+def _correction(response: ModelResponse, text: str) -> list[Message]:
+    """Messages showing the model its refused response and why, so the next attempt can do better."""
+    refused = Message.assistant(
+        response.text, response.tool_calls, kind="correction", reasoning=response.reasoning
+    )
+    if response.tool_calls:
+        return [refused] + [
+            Message.tool(call, f"Not run. {text}", is_error=True, kind="correction")
+            for call in response.tool_calls
+        ]
+    return [refused, Message.user(text, kind="correction")]
+
+
+def _strip_fences(text: str) -> str:
+    stripped = text.strip()
+    if stripped.startswith("```"):
+        stripped = stripped.split("\n", 1)[1] if "\n" in stripped else ""
+        if stripped.rstrip().endswith("```"):
+            stripped = stripped.rstrip()[:-3]
+    return stripped.strip()

@@ -1,0 +1,172 @@
+"""Whatever watches a turn — tracing, event streams, metrics — is a ``TurnObserver``.
+
+The loop calls the observer at fixed points and has one code path: a turn nobody watches calls
+``NO_OBSERVER``, whose methods do nothing. Observers see; they never change what the turn does,
+and they never see a value the caller was not entitled to (tool arguments reach an observer only
+after validation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from picoflow.events import StepEntered, TextChunk, ToolCalled, ToolReturned, TurnEvent
+
+if TYPE_CHECKING:
+    from picoflow.messages import ModelRequest, ModelResponse, ToolCall
+    from picoflow.results import TurnResult
+
+
+class TurnObserver:
+    """Receives what happens in one turn. Every method does nothing unless overridden."""
+
+    wants_text = False
+    """True when the observer wants the answer's text as it is generated (``text``): the model is
+    then asked to stream."""
+
+    def turn_started(self, flow: str, session_id: str | None, message: str) -> None:
+        """The engine took a turn of ``flow`` (``session_id`` None for a new session)."""
+
+    def session_opened(self, session_id: str) -> None:
+        """The turn's session is known (loaded, or created for a first turn)."""
+
+    def turn_finished(self, result: TurnResult) -> None:
+        """The turn is over, committed or failed: ``result`` is what the caller gets."""
+
+    def turn_aborted(self, error: BaseException) -> None:
+        """The turn was interrupted (cancelled) and gives no result."""
+
+    def step_started(self, step: str) -> None:
+        """The loop is about to run ``step`` (again: once per pass of the loop)."""
+
+    def step_entered(self, step: str, previous: str | None) -> None:
+        """The conversation moved into ``step``."""
+
+    def model_started(self, step: str, model: str, request: ModelRequest) -> None:
+        """``request`` is about to be sent to ``model``."""
+
+    def text(self, step: str, text: str) -> None:
+        """Part of the answer's text, as generated (only when ``wants_text``)."""
+
+    def model_finished(self, step: str, response: ModelResponse) -> None:
+        """The model answered (before the answer is checked)."""
+
+    def model_failed(self, step: str, error: BaseException) -> None:
+        """The model call raised."""
+
+    def tool_started(self, step: str, call: ToolCall) -> None:
+        """A validated tool call is about to run."""
+
+    def tool_finished(self, step: str, call: ToolCall, content: str, is_error: bool) -> None:
+        """The handler of ``call`` returned; ``content`` is what the model will be told."""
+
+    def tool_failed(self, step: str, call: ToolCall, error: BaseException) -> None:
+        """The handler of ``call`` raised something that fails the turn."""
+
+    def tool_answered(self, step: str, call: ToolCall, content: str, is_error: bool) -> None:
+        """The tool message answering ``call`` was written (every call gets exactly one)."""
+
+    def turn_ended(self, error: BaseException | None) -> None:
+        """The loop stopped (before the commit): ``error`` is None when it produced a reply."""
+
+
+NO_OBSERVER = TurnObserver()
+
+
+class Observers(TurnObserver):
+    """Several observers, each told everything in the order given."""
+
+    def __init__(self, observers: Sequence[TurnObserver]) -> None:
+        self.observers = tuple(observers)
+        self.wants_text = any(observer.wants_text for observer in observers)
+
+    def turn_started(self, flow: str, session_id: str | None, message: str) -> None:
+        for observer in self.observers:
+            observer.turn_started(flow, session_id, message)
+
+    def session_opened(self, session_id: str) -> None:
+        for observer in self.observers:
+            observer.session_opened(session_id)
+
+    def turn_finished(self, result: TurnResult) -> None:
+        for observer in self.observers:
+            observer.turn_finished(result)
+
+    def turn_aborted(self, error: BaseException) -> None:
+        for observer in self.observers:
+            observer.turn_aborted(error)
+
+    def step_started(self, step: str) -> None:
+        for observer in self.observers:
+            observer.step_started(step)
+
+    def step_entered(self, step: str, previous: str | None) -> None:
+        for observer in self.observers:
+            observer.step_entered(step, previous)
+
+    def model_started(self, step: str, model: str, request: ModelRequest) -> None:
+        for observer in self.observers:
+            observer.model_started(step, model, request)
+
+    def text(self, step: str, text: str) -> None:
+        for observer in self.observers:
+            observer.text(step, text)
+
+    def model_finished(self, step: str, response: ModelResponse) -> None:
+        for observer in self.observers:
+            observer.model_finished(step, response)
+
+    def model_failed(self, step: str, error: BaseException) -> None:
+        for observer in self.observers:
+            observer.model_failed(step, error)
+
+    def tool_started(self, step: str, call: ToolCall) -> None:
+        for observer in self.observers:
+            observer.tool_started(step, call)
+
+    def tool_finished(self, step: str, call: ToolCall, content: str, is_error: bool) -> None:
+        for observer in self.observers:
+            observer.tool_finished(step, call, content, is_error)
+
+    def tool_failed(self, step: str, call: ToolCall, error: BaseException) -> None:
+        for observer in self.observers:
+            observer.tool_failed(step, call, error)
+
+    def tool_answered(self, step: str, call: ToolCall, content: str, is_error: bool) -> None:
+        for observer in self.observers:
+            observer.tool_answered(step, call, content, is_error)
+
+    def turn_ended(self, error: BaseException | None) -> None:
+        for observer in self.observers:
+            observer.turn_ended(error)
+
+
+def combine(*observers: TurnObserver | None) -> TurnObserver:
+    """One observer telling each of ``observers`` (None entries skipped); ``NO_OBSERVER`` for none."""
+    present = [observer for observer in observers if observer is not None]
+    if not present:
+        return NO_OBSERVER
+    return present[0] if len(present) == 1 else Observers(present)
+
+
+class EventStream(TurnObserver):
+    """Turns what happens into ``TurnEvent`` values for ``engine.run(on_event=...)`` and streams."""
+
+    wants_text = True
+
+    def __init__(self, emit: Callable[[TurnEvent], Any]) -> None:
+        self.emit = emit
+
+    def step_entered(self, step: str, previous: str | None) -> None:
+        self.emit(StepEntered(step, previous))
+
+    def text(self, step: str, text: str) -> None:
+        self.emit(TextChunk(step, text))
+
+    def tool_started(self, step: str, call: ToolCall) -> None:
+        args = {} if isinstance(call.args, str) else dict(call.args)
+        self.emit(ToolCalled(step, call.id, call.name, args))
+
+    def tool_answered(self, step: str, call: ToolCall, content: str, is_error: bool) -> None:
+        self.emit(ToolReturned(step, call.id, call.name, content, is_error))

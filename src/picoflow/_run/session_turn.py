@@ -1,0 +1,269 @@
+"""One turn end to end around the loop: open the session, restore it, run the loop, commit it
+atomically, or turn a failure into a ``TurnResult`` — the stored session left exactly as it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from picoflow._run.loop import run_turn
+from picoflow._run.observers import TurnObserver
+from picoflow._run.workspace import Workspace
+from picoflow._window import TRIMMED
+from picoflow.context import Caller
+from picoflow.exceptions import (
+    FlowMismatch,
+    InvalidInput,
+    RunError,
+    SessionCompleted,
+    SessionNotFound,
+    StoreError,
+)
+from picoflow.flow import FlowSpec, StepSpec
+from picoflow.models.base import Model
+from picoflow.results import TurnError, TurnResult
+from picoflow.session import LogRecord, Session
+from picoflow.sessions.base import SessionStore
+from picoflow.usage import Usage, UsageLimits
+
+logger = logging.getLogger("picoflow")
+
+MAX_WARNINGS = 200
+#: Warnings a long session raises every few turns as a matter of course: the session keeps only the
+#: latest of each per step (each turn's result still lists its own), so its document stays small.
+LATEST_ONLY = frozenset({TRIMMED})
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRequest:
+    """A turn as the engine resolved it: the flow (None: the session's own), the checked text."""
+
+    spec: FlowSpec | None
+    text: str
+    session_id: str | None
+    caller: Caller
+
+
+class TurnHost(Protocol):
+    """What turns read from their engine, at each turn (so a changed setting applies at once)."""
+
+    store: SessionStore
+    deps: Any
+    limits: UsageLimits | None
+    max_reply_chars: int
+    before_turn: Callable[[FlowSpec], Awaitable[None]] | None
+
+    def flow(self, flow: str) -> FlowSpec: ...
+
+    def model_for(self, flow: FlowSpec, step: StepSpec) -> Model: ...
+
+
+class SessionTurns:
+    """Runs turns against the store, one at a time per session inside this process."""
+
+    def __init__(self, host: TurnHost) -> None:
+        self.host = host
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    async def take(self, request: TurnRequest, observer: TurnObserver) -> TurnResult:
+        host = self.host
+        ws: Workspace | None = None
+        reference = request.session_id
+        try:
+            async with self.session_lock(request.session_id):
+                spec, session, expected = await self._open(request)
+                reference = session.id
+                observer.session_opened(session.id)
+                if host.before_turn is not None:
+                    await host.before_turn(spec)
+                ws = self.workspace(spec, session, request.caller, observer)
+                if session.revision:
+                    self._restore(ws)
+                reply = await run_turn(ws, request.text)
+                await ws.finish()
+                session = ws.session
+                _commit_locally(ws)
+                async with store_call(f"saving session {session.id}"):
+                    await host.store.save(session, expected_revision=expected, appended=ws.appended)
+            return TurnResult(
+                message=reply,
+                session_id=session.id,
+                completed=session.status == "completed",
+                content_type=ws.content_type or "text/plain",
+                step=session.current_step,
+                usage=ws.usage,
+                warnings=tuple(record.message for record in ws.warnings),
+            )
+        except RunError as exc:
+            return await self.failed(exc, reference, request.session_id, ws)
+        except Exception as exc:
+            logger.exception("picoflow: unexpected error in a turn of session %s", reference)
+            wrapped = RunError(f"unexpected {type(exc).__name__}: {exc}")
+            wrapped.__cause__ = exc
+            return await self.failed(wrapped, reference, request.session_id, ws)
+        finally:
+            if ws is not None:
+                ws.release()
+
+    def workspace(
+        self, spec: FlowSpec, session: Session, caller: Caller, observer: TurnObserver
+    ) -> Workspace:
+        host = self.host
+        return Workspace(
+            spec=spec,
+            session=session,
+            caller=caller,
+            deps=caller.deps if caller.deps is not None else host.deps,
+            model_for=functools.partial(host.model_for, spec),
+            limits=host.limits or spec.limits,
+            max_reply_chars=host.max_reply_chars,
+            observer=observer,
+        )
+
+    async def _open(self, request: TurnRequest) -> tuple[FlowSpec, Session, int | None]:
+        """The session the turn works on: a new one, or the caller's stored one (still running)."""
+        spec, session_id, caller = request.spec, request.session_id, request.caller
+        if session_id is None:
+            assert spec is not None  # the engine resolves the flow of a new session up front
+            session = Session(
+                id=str(uuid.uuid4()), flow=spec.name, current_step=spec.start, principal=caller.principal
+            )
+            return spec, session, None
+        async with store_call(f"loading session {session_id}"):
+            stored = await self.host.store.load(session_id)
+        if stored is None or not may_access(stored, caller.principal):
+            raise SessionNotFound(f"no session {session_id} for this caller", session_id=session_id)
+        if spec is None:
+            spec = self.host.flow(stored.flow)
+        if stored.flow != spec.name:
+            raise FlowMismatch(f"session {session_id} belongs to flow {stored.flow}, not {spec.name}")
+        if stored.status != "running":
+            raise SessionCompleted(f"session {session_id} is {stored.status}", session_id=session_id)
+        if stored.current_step not in spec.steps:
+            raise FlowMismatch(
+                f"session {session_id} is in step {stored.current_step}, unknown to {spec.name}"
+            )
+        return spec, stored, stored.revision
+
+    @staticmethod
+    def _restore(ws: Workspace) -> None:
+        """Let the flow reset or migrate a stored session before the turn uses it."""
+        session = ws.session
+        try:
+            restored = ws.flow.on_restore_session(session)
+        except Exception as exc:
+            raise RunError(f"on_restore_session raised {type(exc).__name__}: {exc}") from exc
+        if restored is session:
+            return
+        if restored is None:
+            restored = Session(
+                id=session.id,
+                flow=session.flow,
+                current_step=ws.spec.start,
+                revision=session.revision,
+                principal=session.principal,
+                next_seq=session.next_seq,
+            )
+        elif not isinstance(restored, Session) or restored.id != session.id:
+            raise RunError("on_restore_session must return the session, a fresh Session with its id, or None")
+        # A replacement document continues the transcript: its messages must come after the stored ones.
+        restored.next_seq = max(restored.next_seq, session.next_seq)
+        ws.replace_session(restored)
+
+    async def failed(
+        self, exc: RunError, reference: str | None, requested_id: str | None, ws: Workspace | None
+    ) -> TurnResult:
+        """The result of a failed turn; the failure is filed with the session when it has one."""
+        step = exc.step or (ws.session.current_step if ws else None)
+        exc.session_id = exc.session_id or reference
+        exc.step = step
+        detail = str(exc)
+        if exc.__cause__ is not None and type(exc.__cause__).__name__ not in detail:
+            detail = f"{detail} (caused by {type(exc.__cause__).__name__})"
+        if reference is not None and exc.recorded:
+            record = LogRecord(exc.kind, detail, "error", step, (ws.session.turns + 1) if ws else None)
+            try:
+                await self.host.store.record_error(reference, record)
+            except Exception:
+                logger.exception("picoflow: could not record the error of session %s", reference)
+        logger.warning("picoflow turn failed [%s] session=%s step=%s: %s", exc.kind, reference, step, detail)
+        stored_id = requested_id if exc.keeps_session else None
+        field = exc.field if isinstance(exc, InvalidInput) else None
+        return TurnResult(
+            message=exc.public_text,
+            session_id=stored_id,
+            completed=isinstance(exc, SessionCompleted),
+            content_type="text/plain",
+            step=step if stored_id else None,
+            usage=ws.usage if ws else Usage(),
+            error=TurnError(type(exc), exc.public_text, exc.retry_after, reference, field),
+            warnings=tuple(record.message for record in ws.warnings) if ws else (),
+        )
+
+    def session_lock(self, session_id: str | None) -> AbstractAsyncContextManager[None]:
+        """Serialise turns of one session inside this process (the store's CAS covers the rest).
+        A new session needs no lock: nobody else knows its id yet."""
+        return _NO_LOCK if session_id is None else self._locked(session_id)
+
+    @asynccontextmanager
+    async def _locked(self, session_id: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(session_id, (None, 0))
+        if lock is None:
+            lock = asyncio.Lock()
+        self._locks[session_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[session_id]
+            if users <= 1:
+                del self._locks[session_id]
+            else:
+                self._locks[session_id] = (lock, users - 1)
+
+
+_NO_LOCK = nullcontext()
+
+
+def _commit_locally(ws: Workspace) -> None:
+    session = ws.session
+    session.turns += 1
+    session.usage.add(ws.usage)
+    session.updated_at = time.time()
+    if ws.warnings:
+        superseded = {(w.code, w.step) for w in ws.warnings if w.code in LATEST_ONLY}
+        if superseded:
+            session.warnings[:] = [w for w in session.warnings if (w.code, w.step) not in superseded]
+        session.warnings.extend(ws.warnings)
+        del session.warnings[:-MAX_WARNINGS]
+
+
+class store_call:  # used like a function: ``async with store_call("loading")``
+    """Around a store call: typed errors pass; an ``OSError`` is an outage (``StoreError``, 503);
+    anything else is a bug and stays what it is (the engine reports it as a 500)."""
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if isinstance(exc, OSError):
+            raise StoreError(f"{self.what} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def may_access(session: Session, principal: str | None) -> bool:
+    # A session created without a principal belongs to "nobody in particular": only callers without
+    # a principal may use it, so an authenticated caller can never reach an anonymous session.
+    return session.principal == principal

@@ -1,0 +1,113 @@
+"""What the runner offers steps and flows during a turn, and the durable state they keep.
+
+``Step`` and ``Flow`` objects live for one turn and reach everything through a runtime the runner
+implements (``picoflow._run.workspace.Workspace``). The protocols live here, below both, so the
+authoring modules never import each other or the runner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from pydantic import TypeAdapter
+from pydantic_core import to_jsonable_python
+
+if TYPE_CHECKING:
+    from picoflow.context import Caller, RunContext
+    from picoflow.messages import Message
+
+__all__ = ["FlowRuntime", "FlowView", "StepRuntime", "StepState"]
+
+T = TypeVar("T")
+
+
+class FlowView(Protocol):
+    """What every flow object offers (``Step.flow``); cast to your ``Flow`` subclass for more."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def caller(self) -> Caller: ...
+
+    def state_of(self, step: Any) -> StepState: ...
+
+
+class FlowRuntime(Protocol):
+    """What a flow instance can reach during a turn."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def caller(self) -> Caller: ...
+
+    def state_for(self, step_name: str) -> StepState: ...
+
+
+class StepRuntime(Protocol):
+    """What the runner offers a step instance during a turn."""
+
+    session_id: str
+    caller: Caller
+    attempt: int
+
+    @property
+    def flow(self) -> FlowView: ...
+
+    def context_for(self, step_name: str) -> RunContext[Any]: ...
+
+    def state_for(self, step_name: str) -> StepState: ...
+
+    def messages_of(self, namespace: str) -> Sequence[Message]: ...
+
+    def erase(self, namespace: str) -> None: ...
+
+    def terminate_target(self) -> str | None: ...
+
+
+class StepState(MutableMapping[str, Any]):
+    """A step's durable state: a mapping of JSON values.
+
+    Values are converted to JSON form when stored (a Pydantic model becomes a dict, a date an ISO
+    string), so what a step reads back is the same in this turn and in every later one, whatever
+    the store. ``get_as`` turns a stored value back into a typed object.
+    """
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self._data = data
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._data[key] = to_jsonable_python(value)
+
+    def __delitem__(self, key: str) -> None:
+        del self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"StepState({self._data!r})"
+
+    def get_as(self, key: str, kind: type[T], default: T | None = None) -> T | None:
+        """The value at ``key`` validated as ``kind`` (a Pydantic model, date, list[...], ...)."""
+        if key not in self._data:
+            return default
+        return TypeAdapter(kind).validate_python(self._data[key])
+
+    def merge(self, values: Mapping[str, Any]) -> None:
+        for key, value in values.items():
+            self[key] = value
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        return self._data
