@@ -1,0 +1,187 @@
+"""``picoflow chat``: talk to a flow in the terminal, after its model is loaded with a progress bar."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.json import JSON
+from rich.markdown import Markdown
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
+
+from picoflow.cli.loading import (
+    USER_ERRORS,
+    CliError,
+    FlowsOpt,
+    ModelOpt,
+    StoreOpt,
+    build_engine,
+    console,
+    fail,
+    resolve_session_id,
+    run,
+)
+from picoflow.context import Caller
+from picoflow.engine import FlowEngine, TurnResult
+from picoflow.events import StepEntered, ToolCalled, TurnEvent
+from picoflow.exceptions import PicoflowError
+from picoflow.models import Model
+from picoflow.models._readiness import LoadStatus, Phase, Preparable, Warm, preparable_models
+
+
+def chat(
+    flow: Annotated[str, typer.Argument(help="Name of the flow to talk to.")],
+    session: Annotated[
+        str | None,
+        typer.Option(help="Continue this session (its id or a unique prefix) instead of starting one."),
+    ] = None,
+    principal: Annotated[str, typer.Option(help="Who you are to the flow (RunContext.principal).")] = "local",
+    store: StoreOpt = None,
+    model: ModelOpt = None,
+    flows: FlowsOpt = None,
+) -> None:
+    """Chat with a flow in the terminal (/new starts over, /quit or Ctrl-D leaves)."""
+    try:
+        engine = build_engine(flows, store, model)
+        spec = engine.flow(flow)
+    except USER_ERRORS as exc:
+        raise fail(str(exc)) from None
+
+    async def talk() -> None:
+        try:
+            session_id = None if session is None else await resolve_session_id(engine, session)
+            console.rule(f"[bold]{escape(spec.name)}[/bold]")
+            if spec.description:
+                console.print(f"[dim]{escape(spec.description)}[/dim]")
+            console.print("[dim]/new starts over, /quit or Ctrl-D leaves[/dim]")
+            await _prepare_models(engine, spec.name)
+            session_id = await _converse(engine, spec.name, session_id, Caller(principal=principal))
+        finally:
+            await engine.aclose()
+        if session_id:
+            console.print(f"[dim]session {session_id} (picoflow sessions show {session_id})[/dim]")
+
+    run(talk)
+
+
+async def _converse(engine: FlowEngine, flow: str, session_id: str | None, caller: Caller) -> str | None:
+    """Turn after turn until the user leaves or the conversation completes; the last session's id."""
+    while True:
+        try:
+            text = console.input("[bold cyan]you ›[/bold cyan] ").strip()
+        except (EOFError, KeyboardInterrupt):
+            console.print()
+            return session_id
+        if not text:
+            continue
+        if text in ("/quit", "/exit"):
+            return session_id
+        if text == "/new":
+            session_id = None
+            console.print("[dim]new conversation[/dim]")
+            continue
+        result = await _turn(engine, flow, text, session_id, caller)
+        if result.error is not None:
+            console.print(f"[red]{escape(result.message)}[/red]")
+            continue
+        session_id = result.session_id
+        _print_reply(flow, result)
+        if result.completed:
+            console.print("[green]The conversation is complete.[/green]")
+            return session_id
+
+
+async def _prepare_models(engine: FlowEngine, flow: str) -> None:
+    """Load the models of ``flow`` that need it (the embedded one) before the first prompt, showing how
+    far it is, and read the flow's first prompt; a model that cannot be loaded ends the chat."""
+    spec = engine.flow(flow)
+    start = spec.steps[spec.start]
+    steps = [start, *(step for step in spec.steps.values() if step is not start and not step.is_logic)]
+    models: list[Model] = []
+    for step in steps:
+        try:
+            models.append(engine.model_for(spec, step))
+        except PicoflowError:
+            continue  # the turn reports it
+    first = models[0] if models and not start.is_logic else None
+    start_load = first.load_status if isinstance(first, Preparable) else None
+
+    async def warm() -> None:
+        await engine.warm(flow)
+
+    for model in preparable_models(models):
+        warmed = model.load_status is start_load
+        final = await _show_preparing(model, warm if warmed else None, flow if warmed else None)
+        if final.phase is Phase.FAILED:
+            raise CliError(final.message)
+        console.print("[dim]model ready[/dim]")
+
+
+async def _show_preparing(model: Preparable, warm: Warm | None, cache_name: str | None) -> LoadStatus:
+    """``model.prepare()`` with a progress bar on a terminal, else one line per phase."""
+    tracker = model.load_status
+    if console.is_terminal:
+        columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn())
+        with Progress(*columns, console=console, transient=True) as progress:
+            task = progress.add_task("Preparing the model…", total=None)
+
+            def update(status: LoadStatus) -> None:
+                measured = status.phase in (Phase.DOWNLOADING, Phase.CHECKING) and status.total
+                progress.update(
+                    task,
+                    description=escape(status.message),
+                    total=status.total if measured else None,
+                    completed=status.done or 0,
+                )
+
+            leave = tracker.subscribe(update)
+            update(tracker.status)
+            try:
+                return await model.prepare(warm, cache_name=cache_name)
+            finally:
+                leave()
+    shown: list[LoadStatus] = []
+
+    def line(status: LoadStatus) -> None:
+        # One line per phase (and per downloaded part), not one per megabyte.
+        if status.settled:  # said once prepare() returns
+            return
+        if not shown or (shown[-1].phase, shown[-1].part) != (status.phase, status.part):
+            shown.append(status)
+            console.print(f"[dim]{escape(status.message)}[/dim]")
+
+    leave = tracker.subscribe(line)
+    try:
+        return await model.prepare(warm, cache_name=cache_name)
+    finally:
+        leave()
+
+
+async def _turn(
+    engine: FlowEngine, flow: str, text: str, session_id: str | None, caller: Caller
+) -> TurnResult:
+    with console.status(f"[dim]{escape(flow)} is thinking…[/dim]", spinner="dots") as status:
+
+        def progress(event: TurnEvent) -> None:
+            if isinstance(event, StepEntered):
+                status.update(f"[dim]moving to {escape(event.step)}…[/dim]")
+            elif isinstance(event, ToolCalled):
+                status.update(f"[dim]running {escape(event.name)}…[/dim]")
+
+        return await engine.run(flow, text, session_id, caller=caller, on_event=progress)
+
+
+def _print_reply(flow: str, result: TurnResult) -> None:
+    console.print(f"[bold magenta]{escape(flow)} ›[/bold magenta] [dim]({escape(result.step or '')})[/dim]")
+    media = result.content_type.split(";", 1)[0].strip().lower()
+    if media.endswith("json"):
+        try:
+            console.print(JSON(result.message))
+            return
+        except ValueError:
+            pass
+    if media in ("text/plain", "text/markdown"):
+        console.print(Markdown(result.message))
+    else:
+        console.print(result.message, markup=False)

@@ -1,0 +1,119 @@
+"""The commands about the flows themselves: ``flows`` lists them, ``graph`` draws one (both derived from
+the code), ``eval`` measures how often they behave on scenario files."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from picoflow.cli.loading import (
+    USER_ERRORS,
+    CliError,
+    FlowsOpt,
+    ModelOpt,
+    build_model,
+    console,
+    fail,
+    load_flows,
+)
+from picoflow.diagram import flow_mermaid
+from picoflow.evals import SCRIPTED, EvalResult, ScenarioError, load_scenarios, run_eval
+from picoflow.evals.report import ProgressPrinter, print_result, write_report
+from picoflow.exceptions import PicoflowError
+from picoflow.flow import FlowSpec
+from picoflow.models.catalog import as_selection, create_model
+from picoflow.sessions import open_store
+
+
+def list_flows(flows: FlowsOpt = None) -> None:
+    """List the flows with their steps."""
+    table = Table("flow", "start", "steps", "description", title="flows")
+    for spec in _specs(flows).values():
+        summary = spec.description.splitlines()[0] if spec.description else ""
+        table.add_row(spec.name, spec.start, escape(", ".join(spec.steps)), escape(summary))
+    console.print(table)
+
+
+def graph(
+    flow: Annotated[str, typer.Argument(help="Name of the flow to draw.")],
+    step: Annotated[str | None, typer.Option(help="Highlight this step.")] = None,
+    flows: FlowsOpt = None,
+) -> None:
+    """Print the flow's steps and transitions as a Mermaid flowchart (derived from the code)."""
+    specs = _specs(flows)
+    if flow not in specs:
+        raise fail(f"no flow named {flow!r}; known: {', '.join(specs)}")
+    if step is not None and step not in specs[flow].steps:
+        raise fail(f"{flow} has no step {step!r}; its steps: {', '.join(specs[flow].steps)}")
+    typer.echo(flow_mermaid(specs[flow], current=step), nl=False)
+
+
+def _specs(flows: str | None) -> dict[str, FlowSpec]:
+    """The ``--flows`` built and validated, by name; a flow that cannot be loaded ends the command."""
+    try:
+        return {spec.name: spec for spec in (flow.spec() for flow in load_flows(flows))}
+    except (CliError, PicoflowError) as exc:
+        raise fail(str(exc)) from None
+
+
+def eval_scenarios(
+    scenarios: Annotated[Path, typer.Argument(help="A scenario file (YAML) or a folder of them.")],
+    flow: Annotated[str | None, typer.Option(help="Flow of the scenarios whose file names none.")] = None,
+    model: ModelOpt = None,
+    runs: Annotated[int, typer.Option(min=1, help="Plays of each scenario, each in a fresh session.")] = 1,
+    min_pass: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Share of runs that must pass; exit status 1 below it.")
+    ] = 1.0,
+    report: Annotated[Path | None, typer.Option(help="Write the whole result to this JSON file.")] = None,
+    judge: Annotated[
+        str | None, typer.Option(help="Model that scores judge: criteria (a --model selection).")
+    ] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(help="Session store URL (default: in memory, so your sessions stay untouched)."),
+    ] = None,
+    flows: FlowsOpt = None,
+) -> None:
+    """Play scenario files against a model, run after run, and measure how often the flow behaves.
+
+    --model scripted plays each turn's scripted: responses from the scenario files.
+    """
+    try:
+        loaded = load_scenarios(scenarios)
+        flow_classes = load_flows(flows)
+        chosen = SCRIPTED if (model or "").strip() == SCRIPTED else build_model(model)
+        referee = build_model(judge)
+        if isinstance(referee, str):
+            referee = create_model(as_selection(referee))
+        opened = open_store(store) if store else None
+    except (ScenarioError, *USER_ERRORS) as exc:
+        raise fail(str(exc), code=2) from None
+
+    async def work() -> EvalResult:
+        try:
+            return await run_eval(
+                loaded, flow_classes, model=chosen, runs=runs, judge=referee, default_flow=flow,
+                store=opened, on_turn=ProgressPrinter(console, runs),
+            )  # fmt: skip
+        finally:
+            if opened is not None:
+                await opened.close()
+
+    try:
+        result = asyncio.run(work())
+    except (ScenarioError, PicoflowError, ValueError) as exc:
+        raise fail(str(exc), code=2) from None
+    print_result(console, result, min_pass)
+    if report is not None:
+        try:
+            write_report(result, report)
+        except OSError as exc:
+            raise fail(f"cannot write the report {report}: {exc}", code=2) from None
+        console.print(f"[dim]report written to {escape(str(report))}[/dim]")
+    if result.pass_rate < min_pass:
+        raise typer.Exit(1)

@@ -1,0 +1,169 @@
+"""What every command shares: the ``--flows``/``--store``/``--model`` options, loading what they name
+into a ``FlowEngine``, and ending on a user's mistake with one red line and an exit code, never a
+traceback."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeGuard, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from picoflow.engine import FlowEngine
+from picoflow.exceptions import PicoflowError
+from picoflow.flow import Flow
+from picoflow.messages import ToolCall
+from picoflow.models import Model, ScriptedModel
+from picoflow.models.catalog import default_selection
+from picoflow.sessions import open_store
+
+T = TypeVar("T")
+
+console = Console(highlight=False)
+errors = Console(stderr=True, highlight=False)
+
+FlowsOpt = Annotated[
+    str | None,
+    typer.Option("--flows", envvar="PICOFLOW_FLOWS", help="Flows to load: module:Class[,module:Class]."),
+]
+_STORE_HELP = "Session store URL (default sqlite:///picoflow.sqlite3)."
+StoreOpt = Annotated[str | None, typer.Option("--store", envvar="PICOFLOW_STORE", help=_STORE_HELP)]
+_MODEL_HELP = "Model for every step: provider:name, local, scripted:FILE.json or python:module:attr."
+ModelOpt = Annotated[str | None, typer.Option("--model", envvar="PICOFLOW_MODEL", help=_MODEL_HELP)]
+
+
+class CliError(Exception):
+    """A problem the user can fix; printed without a traceback."""
+
+
+USER_ERRORS = (CliError, PicoflowError, ValueError)
+"""What a user's options, ids and files can cause: each ends the command with one line."""
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """The exit to raise after saying what went wrong (``raise fail(...) from None``)."""
+    # soft_wrap: one line whatever its length, for the terminal to fold and for logs and grep to keep whole.
+    errors.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
+    return typer.Exit(code)
+
+
+def run(work: Callable[[], Awaitable[T]]) -> T:
+    """Run a command's async part; a user's mistake (or the store's typed failure) ends it in one line."""
+    try:
+        return asyncio.run(work())  # type: ignore[arg-type]
+    except USER_ERRORS as exc:
+        raise fail(str(exc)) from None
+
+
+def load_flows(spec: str | None) -> list[type[Flow]]:
+    """Flow classes from ``module:Class,...`` (an attribute may also be a list of flows)."""
+    _import_from_working_folder()
+    items = [item.strip() for item in spec.split(",") if item.strip()] if spec else ["picoflow_demos:FLOWS"]
+    flows: list[type[Flow]] = []
+    for item in items:
+        module_name, sep, attribute = item.partition(":")
+        if not sep or not module_name or not attribute:
+            raise CliError(f"{item!r}: name flows as module:Class (e.g. myapp.flows:SupportFlow)")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            hint = " (the demo flows; pass --flows module:Class to serve your own)" if not spec else ""
+            raise CliError(f"cannot import {module_name}{hint}: {exc}") from None
+        value = getattr(module, attribute, None)
+        found = [f for f in (value if isinstance(value, list | tuple) else [value]) if _is_flow(f)]
+        if not found or (isinstance(value, list | tuple) and len(found) != len(value)):
+            raise CliError(f"{item} is not a Flow subclass (or a list of them)")
+        flows.extend(found)
+    return flows
+
+
+def _is_flow(value: object) -> TypeGuard[type[Flow]]:
+    return isinstance(value, type) and issubclass(value, Flow)
+
+
+def _import_from_working_folder() -> None:
+    # Like uvicorn: modules of the folder the command runs in are importable.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+
+def load_script(path: str) -> list[Any]:
+    """A script of replies: ``"text"``, ``{"tool": name, "args": {...}}``, or a list of such calls."""
+    try:
+        items = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CliError(f"cannot read the model script {path}: {exc}") from None
+    if not isinstance(items, list):
+        raise CliError(f"{path}: a model script is a JSON list of replies")
+
+    def call(item: Any) -> ToolCall:
+        if not isinstance(item, dict) or not isinstance(item.get("tool"), str):
+            raise CliError(f'{path}: a tool call is written {{"tool": "name", "args": {{...}}}}')
+        return ToolCall(item["tool"], item.get("args") or {})
+
+    return [
+        item if isinstance(item, str) else [call(c) for c in item] if isinstance(item, list) else call(item)
+        for item in items
+    ]
+
+
+def build_model(choice: str | None) -> Model | str | None:
+    """The ``--model`` choice: a model built here (scripted, python), a selection for the catalog, or
+    None for each flow's own."""
+    if not choice or not choice.strip():
+        return None
+    if choice.startswith("scripted:"):
+        return ScriptedModel(load_script(choice.removeprefix("scripted:")), name="scripted:cli")
+    if choice.startswith("python:"):
+        return _python_model(choice.removeprefix("python:"))
+    return choice.strip()
+
+
+def _python_model(target: str) -> Model:
+    """``module:attr``: a ``Model`` instance, or a function returning one (e.g. a FunctionModel)."""
+    _import_from_working_folder()
+    module_name, sep, attribute = target.partition(":")
+    if not sep or not module_name or not attribute:
+        raise CliError(f"python:{target}: name the model as python:module:attribute")
+    try:
+        value = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise CliError(f"cannot load the model python:{target}: {exc}") from None
+    model = value() if callable(value) and not isinstance(value, Model) else value
+    if not isinstance(model, Model):
+        raise CliError(f"python:{target} is not a picoflow Model (or a function returning one)")
+    return model
+
+
+def build_engine(flows: str | None, store: str | None, model: str | None) -> FlowEngine:
+    """The engine of the ``--flows``, ``--store`` and ``--model`` options."""
+    return FlowEngine(load_flows(flows), store=open_store(store), model=build_model(model))
+
+
+def store_engine(store: str | None) -> FlowEngine:
+    """An engine for commands that only read sessions: no flows to load, no model to build."""
+    return FlowEngine(store=open_store(store))
+
+
+async def resolve_session_id(engine: FlowEngine, given: str) -> str:
+    """The id of the one stored session ``given`` starts (an exact id, or a unique prefix as git
+    takes); ``CliError`` when none or several match, naming a few of those."""
+    matches = await engine.find_sessions(given, limit=6)
+    if not matches:
+        raise CliError(f"no session {given}")
+    if len(matches) > 1:
+        shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
+        raise CliError(f"{given} is ambiguous: it starts {shown}; give more characters")
+    return matches[0]
+
+
+def describe_model(choice: str | None) -> str:
+    return choice or f"each flow's own, else {default_selection()}"

@@ -1,0 +1,172 @@
+"""``picoflow sessions …`` reads stored sessions through a ``FlowEngine`` without flows;
+``picoflow db upgrade`` is the storage administrator's command and opens the store itself."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Annotated, TypeVar
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from picoflow.cli.loading import CliError, StoreOpt, console, resolve_session_id, run, store_engine
+from picoflow.engine import FlowEngine
+from picoflow.messages import Message
+from picoflow.session import LogRecord, Session, SessionInfo, SessionStatus
+from picoflow.sessions import open_store
+
+T = TypeVar("T")
+_Record = tuple[Session, list[Message], list[LogRecord]]
+
+sessions_app = typer.Typer(help="Inspect stored sessions.", no_args_is_help=True)
+db_app = typer.Typer(help="Manage the session store's schema.", no_args_is_help=True)
+
+_PAGE = 500
+"""The most sessions the engine lists at once; a longer listing is read page after page."""
+
+
+@sessions_app.command("list")
+def sessions_list(
+    store: StoreOpt = None,
+    flow: Annotated[str | None, typer.Option(help="Only this flow.")] = None,
+    status: Annotated[SessionStatus | None, typer.Option(help="running, completed or aborted.")] = None,
+    principal: Annotated[str | None, typer.Option(help="Only sessions of this principal.")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="How many, most recent first.")] = 20,
+) -> None:
+    """List stored sessions, most recent first."""
+
+    async def work(engine: FlowEngine) -> list[SessionInfo]:
+        infos: list[SessionInfo] = []
+        while len(infos) < limit:
+            wanted = min(_PAGE, limit - len(infos))
+            page = await engine.list_sessions(
+                principal=principal, flow=flow, status=status, limit=wanted, offset=len(infos)
+            )
+            infos.extend(page)
+            if len(page) < wanted:
+                break
+        return infos
+
+    infos = run(lambda: _with_engine(store, work))
+    if not infos:
+        console.print("no sessions")
+        return
+    table = Table()
+    # The id is never cut: it is what the other commands take, so a narrow terminal narrows the
+    # other columns instead.
+    table.add_column("id", no_wrap=True, min_width=max(len(info.id) for info in infos))
+    for name in ("flow", "status", "step", "turns", "principal", "updated"):
+        table.add_column(name)
+    for info in infos:
+        table.add_row(
+            info.id, info.flow, info.status, info.current_step, str(info.turns),
+            escape(info.principal or "-"), _when(info.updated_at),
+        )  # fmt: skip
+    console.print(table)
+
+
+@sessions_app.command("show")
+def sessions_show(
+    session_id: Annotated[str, typer.Argument(metavar="ID", help="The session id (or a unique prefix).")],
+    store: StoreOpt = None,
+) -> None:
+    """Show a session: transcript, steps visited, usage, warnings and errors."""
+
+    async def work(engine: FlowEngine) -> _Record:
+        found = await resolve_session_id(engine, session_id)
+        return await _read_session(engine, found)
+
+    session, transcript, failures = run(lambda: _with_engine(store, work))
+    console.rule(f"session {escape(session.id)}")
+    facts = Table.grid(padding=(0, 2))
+    for name, value in (
+        ("flow", session.flow),
+        ("status", session.status),
+        ("current step", session.current_step),
+        ("steps visited", " → ".join(session.sequence) or "-"),
+        ("principal", session.principal or "-"),
+        ("turns", f"{session.turns} (revision {session.revision})"),
+        ("created", _when(session.created_at)),
+        ("updated", _when(session.updated_at)),
+        ("models", ", ".join(f"{step}: {name}" for step, name in session.models.items()) or "-"),
+    ):
+        facts.add_row(f"[dim]{name}[/dim]", escape(value))
+    console.print(facts)
+    usage = session.usage
+    console.print(
+        f"[dim]usage[/dim]  {usage.input_tokens} in + {usage.output_tokens} out = "
+        f"{usage.total_tokens} tokens, {usage.model_calls} model calls, {usage.tool_calls} tool calls"
+    )
+    console.rule("transcript", style="dim")
+    for message in transcript:
+        console.print(_transcript_line(message))
+    if session.warnings:
+        console.rule("warnings", style="yellow")
+        for record in session.warnings:
+            console.print(f"[yellow]{escape(record.code)}[/yellow] {escape(record.message)}")
+    if failures:
+        console.rule("errors", style="red")
+        for record in failures:
+            where = f" in {record.step}" if record.step else ""
+            console.print(f"[red]{escape(record.code)}[/red]{escape(where)}: {escape(record.message)}")
+
+
+async def _read_session(engine: FlowEngine, session_id: str) -> _Record:
+    """The session whoever it belongs to, its transcript and its error records."""
+    # The engine reads a session on behalf of its principal, and keeps no error records; the operator at
+    # the terminal reads any session, so these three come from the engine's store until it offers them.
+    store = engine.store
+    session = await store.load(session_id)
+    if session is None:
+        raise CliError(f"no session {session_id}")
+    return session, await store.transcript(session_id), await store.errors(session_id)
+
+
+def _transcript_line(message: Message) -> str:
+    where = f"[dim]{escape(message.step or '')}[/dim] "
+    kind = f" [dim]({message.kind})[/dim]" if message.kind else ""
+    if message.role == "tool":
+        mark = "[red]✗[/red]" if message.is_error else "[green]✓[/green]"
+        return f"{where}{mark} [cyan]{escape(message.name or '')}[/cyan] → {escape(message.content)}"
+    if message.role == "assistant" and message.tool_calls:
+        calls = ", ".join(f"{call.name}({call.args_json()})" for call in message.tool_calls)
+        said = f"{escape(message.content)} " if message.content else ""
+        return f"{where}[magenta]assistant[/magenta]{kind}: {said}[cyan]→ {escape(calls)}[/cyan]"
+    color = "bold cyan" if message.role == "user" else "magenta"
+    return f"{where}[{color}]{message.role}[/{color}]{kind}: {escape(message.content)}"
+
+
+def _when(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S")
+
+
+async def _with_engine(store: str | None, work: Callable[[FlowEngine], Awaitable[T]]) -> T:
+    engine = store_engine(store)
+    try:
+        return await work(engine)
+    finally:
+        await engine.aclose()
+
+
+@db_app.command("upgrade")
+def db_upgrade(store: StoreOpt = None) -> None:
+    """Apply the session store's missing schema migrations."""
+
+    async def work() -> None:
+        opened = open_store(store, auto_upgrade=False)
+        try:
+            upgrade = getattr(opened, "upgrade", None)
+            if upgrade is None:
+                console.print(f"{opened!r} has no schema; nothing to upgrade")
+                return
+            applied: list[int] = await upgrade()
+            if applied:
+                console.print(f"{opened!r}: applied migration(s) {', '.join(map(str, applied))}")
+            else:
+                console.print(f"{opened!r}: already up to date")
+        finally:
+            await opened.close()
+
+    run(work)

