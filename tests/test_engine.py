@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 
 import pytest
 
-from picoflow import Flow, FlowDefinitionError, FlowEngine, Step
-from picoflow.models import ScriptedModel
+from picoflow import Flow, FlowDefinitionError, FlowEngine, Step, TurnResult
+from picoflow.messages import ModelRequest
+from picoflow.models import FunctionModel, ScriptedModel
 from picoflow.session import Session
 
 
@@ -77,3 +80,51 @@ async def test_warm_sends_the_first_request_of_a_new_session_and_stores_nothing(
     assert await engine.store.list_sessions() == []
     # A failing model is reported, not raised.
     assert await FlowEngine([IdleFlow], model=ScriptedModel([])).warm("idle") is False
+
+
+class Plain(Flow):
+    name = "plain"
+    steps = [Chat]
+
+
+def test_run_sync_keeps_one_event_loop_per_thread() -> None:
+    loops: list[int] = []
+
+    def answer(request: object) -> str:
+        loops.append(id(asyncio.get_running_loop()))
+        return "ok"
+
+    engine = FlowEngine([Plain], model=FunctionModel(answer))
+    first = engine.run_sync("plain", "one")
+    second = engine.run_sync("plain", "two", first.session_id)
+    assert first.ok and second.ok and loops[0] == loops[1]
+
+    other: list[TurnResult] = []
+    worker = threading.Thread(target=lambda: other.append(engine.run_sync("plain", "three")))
+    worker.start()
+    worker.join()
+    assert other[0].ok and loops[2] != loops[0]
+
+
+async def test_run_sync_refuses_to_run_inside_an_event_loop() -> None:
+    engine = FlowEngine([Plain], model=ScriptedModel(["never"]))
+    with pytest.raises(RuntimeError, match=r"await engine\.run"):
+        engine.run_sync("plain", "hi")
+
+
+def test_an_interrupted_sync_turn_is_cancelled_not_resumed_later() -> None:
+    calls: list[str] = []
+
+    async def answer(request: ModelRequest) -> str:
+        calls.append(request.messages[-1].content)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return "answered"
+
+    engine = FlowEngine([Plain], model=FunctionModel(answer))
+    with pytest.raises(KeyboardInterrupt):
+        engine.run_sync("plain", "first")
+    result = engine.run_sync("plain", "second")
+    assert result.message == "answered" and calls == ["first", "second"]
+    stored = asyncio.run(engine.list_sessions(principal=None))
+    assert [info.id for info in stored] == [result.session_id]

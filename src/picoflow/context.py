@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic
+from enum import Enum
+from typing import Any, Generic, Literal, TypeAlias
 
 from typing_extensions import TypeVar
 
@@ -23,6 +24,17 @@ DepsT = TypeVar("DepsT", default=Any)
 INJECTED_NAMES: frozenset[str] = frozenset(
     {"principal", "customer_id", "visibilities", "deps", "session_id", "usage"}
 )
+
+
+class _Anyone(Enum):
+    ANY = "any principal"
+
+
+ANY_PRINCIPAL = _Anyone.ANY
+"""For operators' tools (the command line): read sessions whatever principal they belong to."""
+
+PrincipalFilter: TypeAlias = "str | Literal[_Anyone.ANY] | None"
+"""Whose sessions a read may see: one principal's, the anonymous ones (None), or ``ANY_PRINCIPAL``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

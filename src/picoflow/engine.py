@@ -24,7 +24,7 @@ from picoflow._run.observers import EventStream, combine
 from picoflow._run.session_turn import SessionTurns, TurnRequest, may_access, store_call
 from picoflow._text import check_text as check_text  # the one input rule, public here
 from picoflow._tracing import TracingSetting
-from picoflow.context import Caller
+from picoflow.context import ANY_PRINCIPAL, Caller, PrincipalFilter
 from picoflow.events import TurnEvent
 from picoflow.exceptions import FlowDefinitionError, FlowNotFound, InvalidInput, MessageTooLong, RunError
 from picoflow.flow import Flow, FlowSpec, StepSpec
@@ -38,13 +38,14 @@ from picoflow.models.catalog import (
     validate_selection,
 )
 from picoflow.results import TurnError, TurnFinished, TurnResult
-from picoflow.session import Session, SessionInfo, SessionStatus
+from picoflow.session import LogRecord, Session, SessionInfo, SessionStatus
 from picoflow.sessions.base import SessionStore
 from picoflow.sessions.health import StoreHealth, store_check
 from picoflow.sessions.memory import MemoryStore
 from picoflow.usage import UsageLimits
 
 __all__ = [
+    "ANY_PRINCIPAL",
     "MAX_OFFSET",
     "FlowEngine",
     "TurnError",
@@ -243,7 +244,17 @@ class FlowEngine:
         Each thread keeps one event loop for all its calls, so connections the store and the
         models opened on the first call serve the next ones too.
         """
-        return _thread_runner().run(self.run(flow, message, session_id, caller=caller))
+        loop = _thread_loop()
+        task = loop.create_task(self.run(flow, message, session_id, caller=caller))
+        try:
+            return loop.run_until_complete(task)
+        except BaseException:
+            # Interrupted (Ctrl-C): the turn is abandoned with its loop, so no later call resumes it
+            # (nothing of it was committed); the next call starts a new loop.
+            task.cancel()
+            _local.loop = None
+            loop.close()
+            raise
 
     async def warm(self, flow: str | type[Flow], *, message: str = "Hello") -> bool:
         """Send the first request of a new session of ``flow`` once, answering at most one token.
@@ -284,8 +295,9 @@ class FlowEngine:
             await self.store.save(session, expected_revision=None)
         return session.copy()
 
-    async def get_session(self, session_id: str, *, principal: str | None = None) -> Session | None:
-        """The stored session, or None if unknown or owned by another principal.
+    async def get_session(self, session_id: str, *, principal: PrincipalFilter = None) -> Session | None:
+        """The stored session, or None if unknown or owned by another principal (``ANY_PRINCIPAL``
+        reads any session: for operators' tools, never for end users' requests).
 
         Raises ``InvalidInput`` for a malformed id and ``StoreError`` when the store fails."""
         check_session_id(session_id)
@@ -295,31 +307,45 @@ class FlowEngine:
             return None
         return session
 
-    async def transcript(self, session_id: str, *, principal: str | None = None) -> list[Message] | None:
+    async def transcript(self, session_id: str, *, principal: PrincipalFilter = None) -> list[Message] | None:
         """Every message of the session in order (None if unknown or another principal's)."""
         if await self.get_session(session_id, principal=principal) is None:
             return None
         async with store_call("reading a transcript"):
             return await self.store.transcript(session_id)
 
+    async def session_errors(
+        self, session_id: str, *, principal: PrincipalFilter = None
+    ) -> list[LogRecord] | None:
+        """The error records filed with the session, oldest first (None if unknown or another's)."""
+        if await self.get_session(session_id, principal=principal) is None:
+            return None
+        async with store_call("reading error records"):
+            return await self.store.errors(session_id)
+
     async def list_sessions(
         self,
         *,
-        principal: str | None,
+        principal: PrincipalFilter,
         flow: str | None = None,
         status: SessionStatus | None = None,
         limit: int = 50,
         offset: int = 0,
     ) -> list[SessionInfo]:
-        """The principal's sessions, most recent first. Raises ``InvalidInput`` for a limit outside
-        1..500 or an offset outside 0..``MAX_OFFSET``, ``StoreError`` when the store fails."""
+        """The principal's sessions, most recent first (every principal's for ``ANY_PRINCIPAL``, and,
+        as before, for None). Raises ``InvalidInput`` for a limit outside 1..500 or an offset
+        outside 0..``MAX_OFFSET``, ``StoreError`` when the store fails."""
         if not 1 <= limit <= 500:
             raise InvalidInput("limit must be between 1 and 500", field="limit")
         if not 0 <= offset <= MAX_OFFSET:
             raise InvalidInput(f"offset must be between 0 and {MAX_OFFSET}", field="offset")
         async with store_call("listing sessions"):
             return await self.store.list_sessions(
-                flow=flow, status=status, principal=principal, limit=limit, offset=offset
+                flow=flow,
+                status=status,
+                principal=None if principal is ANY_PRINCIPAL else principal,
+                limit=limit,
+                offset=offset,
             )
 
     async def find_sessions(self, id_or_prefix: str, *, limit: int = 6) -> list[str]:
@@ -337,7 +363,7 @@ class FlowEngine:
         check = store_check(self.store)
         return None if check is None else await check.health()
 
-    async def delete_session(self, session_id: str, *, principal: str | None = None) -> bool:
+    async def delete_session(self, session_id: str, *, principal: PrincipalFilter = None) -> bool:
         """Delete a session (waits for a turn in progress on it). False if it did not exist."""
         async with self._turns.session_lock(session_id):
             if await self.get_session(session_id, principal=principal) is None:
@@ -375,9 +401,17 @@ def check_session_id(session_id: str) -> None:
 _local = threading.local()
 
 
-def _thread_runner() -> asyncio.Runner:
-    runner: asyncio.Runner | None = getattr(_local, "runner", None)
-    if runner is None:
-        runner = _local.runner = asyncio.Runner()
-        atexit.register(runner.close)
-    return runner
+def _thread_loop() -> asyncio.AbstractEventLoop:
+    """This thread's event loop for ``run_sync``: made on first use, reused after (a bare
+    ``run_until_complete`` costs a fraction of ``asyncio.run``, which builds and closes a loop)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise RuntimeError("run_sync() cannot be called from a running event loop: await engine.run(...)")
+    loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = _local.loop = asyncio.new_event_loop()
+        atexit.register(loop.close)
+    return loop

@@ -18,7 +18,7 @@ from picoflow._run.loop import run_turn
 from picoflow._run.observers import TurnObserver
 from picoflow._run.workspace import Workspace
 from picoflow._window import TRIMMED
-from picoflow.context import Caller
+from picoflow.context import ANY_PRINCIPAL, Caller, PrincipalFilter
 from picoflow.exceptions import (
     FlowMismatch,
     InvalidInput,
@@ -263,7 +263,9 @@ class store_call:  # used like a function: ``async with store_call("loading")``
             raise StoreError(f"{self.what} failed: {type(exc).__name__}: {exc}") from exc
 
 
-def may_access(session: Session, principal: str | None) -> bool:
+def may_access(session: Session, principal: PrincipalFilter) -> bool:
+    if principal is ANY_PRINCIPAL:
+        return True
     # A session created without a principal belongs to "nobody in particular": only callers without
     # a principal may use it, so an authenticated caller can never reach an anonymous session.
     return session.principal == principal
