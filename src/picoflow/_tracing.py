@@ -244,6 +244,7 @@ class TracingSetting:
         self.setting = setting
         self.capture_content = capture_content
         self._cache: tuple[object, Tracing | None] | None = None
+        self._api: Any = None
 
     def current(self) -> Tracing | None:
         setting = self.setting
@@ -253,15 +254,18 @@ class TracingSetting:
             if self._cache is None:
                 self._cache = (setting, resolve(setting, capture_content=self.capture_content))
             return self._cache[1]
-        try:
-            from opentelemetry import trace
-        except ImportError:
-            self.setting = False
-            return None
-        provider = trace.get_tracer_provider()
-        if self._cache is None or self._cache[0] is not provider:
-            self._cache = (provider, resolve(None, capture_content=self.capture_content))
-        return self._cache[1]
+        if self._api is None:
+            try:
+                from opentelemetry import trace
+            except ImportError:
+                self.setting = False
+                return None
+            self._api = trace
+        provider = self._api.get_tracer_provider()
+        cache = self._cache
+        if cache is None or cache[0] is not provider:
+            cache = self._cache = (provider, resolve(None, capture_content=self.capture_content))
+        return cache[1]
 
     def observer(self) -> TracingObserver | None:
         """A new observer for one turn, or None when nothing traces."""

@@ -15,7 +15,6 @@ import dataclasses
 import logging
 import re
 import threading
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
@@ -38,7 +37,7 @@ from picoflow.models.catalog import (
     validate_selection,
 )
 from picoflow.results import TurnError, TurnFinished, TurnResult
-from picoflow.session import LogRecord, Session, SessionInfo, SessionStatus
+from picoflow.session import LogRecord, Session, SessionInfo, SessionStatus, new_session_id
 from picoflow.sessions.base import SessionStore
 from picoflow.sessions.health import StoreHealth, store_check
 from picoflow.sessions.memory import MemoryStore
@@ -289,7 +288,7 @@ class FlowEngine:
         spec = self.flow(flow)
         caller = caller or Caller()
         session = Session(
-            id=str(uuid.uuid4()), flow=spec.name, current_step=spec.start, principal=caller.principal
+            id=new_session_id(), flow=spec.name, current_step=spec.start, principal=caller.principal
         )
         async with store_call("creating a session"):
             await self.store.save(session, expected_revision=None)

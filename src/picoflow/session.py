@@ -9,6 +9,7 @@ messages it appended.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -17,6 +18,16 @@ from pydantic import TypeAdapter
 
 from picoflow.messages import Message
 from picoflow.usage import Usage
+
+
+def new_session_id() -> str:
+    """A random (version 4) UUID in its usual text form, made without ``uuid.UUID``'s overhead:
+    a new session costs one id, and ids must be unguessable, so they come from ``os.urandom``."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40
+    raw[8] = (raw[8] & 0x3F) | 0x80
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def copy_json(value: Any) -> Any:

@@ -120,7 +120,7 @@ async def _run_group(
 def _validated(ws: Workspace, spec: StepSpec, tool: ToolSpec, call: ToolCall) -> BaseModel | str:
     """The call's arguments validated, or the correction for the model (never quoting a value)."""
     args = call.args
-    if not isinstance(args, str) and INJECTED_NAMES.intersection(args):
+    if not isinstance(args, str) and not INJECTED_NAMES.isdisjoint(args):
         dropped = sorted(INJECTED_NAMES.intersection(args))
         ws.warn(
             "injected_argument_ignored",

@@ -8,7 +8,6 @@ import asyncio
 import functools
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from picoflow.exceptions import (
 from picoflow.flow import FlowSpec, StepSpec
 from picoflow.models.base import Model
 from picoflow.results import TurnError, TurnResult
-from picoflow.session import LogRecord, Session
+from picoflow.session import LogRecord, Session, new_session_id
 from picoflow.sessions.base import SessionStore
 from picoflow.usage import Usage, UsageLimits
 
@@ -134,7 +133,7 @@ class SessionTurns:
         if session_id is None:
             assert spec is not None  # the engine resolves the flow of a new session up front
             session = Session(
-                id=str(uuid.uuid4()), flow=spec.name, current_step=spec.start, principal=caller.principal
+                id=new_session_id(), flow=spec.name, current_step=spec.start, principal=caller.principal
             )
             return spec, session, None
         async with store_call(f"loading session {session_id}"):
