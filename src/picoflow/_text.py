@@ -3,9 +3,9 @@ and the HTTP routes, so every caller is refused alike."""
 
 from __future__ import annotations
 
-from picoflow.exceptions import InvalidInput
+from picoflow.exceptions import InvalidInput, MessageTooLong
 
-__all__ = ["check_text"]
+__all__ = ["check_message", "check_text"]
 
 
 def check_text(value: str, name: str) -> None:
@@ -20,3 +20,17 @@ def check_text(value: str, name: str) -> None:
         raise InvalidInput(
             f"{name} must be valid Unicode text (it holds a lone surrogate)", field=name
         ) from None
+
+
+def check_message(message: object, max_chars: int) -> str:
+    """A user's message as a turn sees it (stripped), or the rule it breaks: not text, empty, over
+    ``max_chars`` (``MessageTooLong``), or text no store can keep."""
+    if not isinstance(message, str):
+        raise InvalidInput(f"message must be text, not {type(message).__name__}", field="message")
+    text = message.strip()
+    if not text:
+        raise InvalidInput("message is empty", field="message")
+    if len(text) > max_chars:
+        raise MessageTooLong(f"message is longer than {max_chars} characters", field="message")
+    check_text(text, "message")
+    return text
