@@ -5,13 +5,17 @@ from __future__ import annotations
 import asyncio
 import uuid
 from pathlib import Path
+from unittest.mock import AsyncMock
 
 import pytest
 
 from picoflow import cli
 from picoflow.cli import sessions
+from picoflow.cli.loading import CliError
+from picoflow.engine import ANY_PRINCIPAL, FlowEngine
 from picoflow.session import LogRecord, Session
 from picoflow.sessions import open_store
+from picoflow.sessions.memory import MemoryStore
 
 from .support import invoke, stored_sessions
 
@@ -67,6 +71,24 @@ def test_sessions_show_warnings_and_errors_of_any_principal(tmp_path: Path) -> N
     assert "tool_failed in Present: search failed" in lines
 
 
+def test_sessions_show_refuses_a_session_deleted_while_it_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = FlowEngine(store=MemoryStore())
+    asyncio.run(
+        engine.store.save(
+            Session(id="s1", flow="hotel", current_step="Explore", principal="alice"), expected_revision=None
+        )
+    )
+
+    async def read() -> None:
+        await sessions._read_session(engine, "s1")
+
+    gone = AsyncMock(return_value=None)  # found and then, between two reads, deleted
+    monkeypatch.setattr(engine, "session_errors", gone)
+    with pytest.raises(CliError, match="no session s1"):
+        asyncio.run(read())
+    gone.assert_awaited_once_with("s1", principal=ANY_PRINCIPAL)
+
+
 def test_sessions_list_prints_whole_ids_on_a_narrow_terminal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -93,12 +115,13 @@ def test_sessions_list_filters_and_reads_a_long_listing_page_by_page(
             for n in range(5)
         ),
         Session(id="b0", flow="orders", current_step="Support", principal="bob", updated_at=50.0),
+        Session(id="n0", flow="orders", current_step="Support", updated_at=40.0),  # nobody's
     )
     # The engine lists at most 500 at once; a smaller page shows the listing is read in pages.
     monkeypatch.setattr(sessions, "_PAGE", 2)
     every = invoke("sessions", "list", "--store", url, "--limit", "1000")
     assert every.exit_code == 0, every.output
-    assert listed_ids(every.output) == ["b0", "s0", "s1", "s2", "s3", "s4"]
+    assert listed_ids(every.output) == ["b0", "n0", "s0", "s1", "s2", "s3", "s4"]  # every principal's
     some = invoke("sessions", "list", "--store", url, "--limit", "3", "--flow", "hotel")
     assert listed_ids(some.output) == ["s2", "s3", "s4"]  # the most recent
     bobs = invoke("sessions", "list", "--store", url, "--principal", "bob")

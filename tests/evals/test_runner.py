@@ -119,6 +119,29 @@ turns:
     )
 
 
+async def test_a_failed_turn_of_a_callers_stored_session_is_reported_with_its_detail(
+    tmp_path: Path,
+) -> None:
+    text = """\
+flow: shop
+caller: {principal: ann}
+turns:
+  - user: two apples please
+    scripted: [{tool: add, args: {item: apple}}]
+    expect: {tool_called: {name: add, args: {item: apple}}}
+  - user: more
+    scripted: []
+"""
+    result = await run_eval(scenarios(tmp_path, text), [ShopFlow], model=SCRIPTED)
+    first, second = result.scenarios[0].runs[0].turns
+    # The eval reads ann's session as an operator: its transcript shows the call, its records the failure.
+    assert (first.passed, first.step) == (True, "Shop")
+    assert (second.passed, second.step) == (False, "Shop")
+    assert (
+        second.error == "script_exhausted: turn 2 has 0 scripted response(s) and step Shop asked for one more"
+    )
+
+
 async def test_the_environment_is_set_per_run_and_restored(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,5 +1,6 @@
-"""``picoflow sessions …`` reads stored sessions through a ``FlowEngine`` without flows;
-``picoflow db upgrade`` is the storage administrator's command and opens the store itself."""
+"""``picoflow sessions …`` reads stored sessions through a ``FlowEngine`` without flows, as an
+operator's tool: every read names ``ANY_PRINCIPAL``. ``picoflow db upgrade`` is the storage
+administrator's command and opens the store itself."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from picoflow.cli.loading import CliError, StoreOpt, console, resolve_session_id, run, store_engine
-from picoflow.engine import FlowEngine
+from picoflow.engine import ANY_PRINCIPAL, FlowEngine
 from picoflow.messages import Message
 from picoflow.session import LogRecord, Session, SessionInfo, SessionStatus
 from picoflow.sessions import open_store
@@ -42,7 +43,11 @@ def sessions_list(
         while len(infos) < limit:
             wanted = min(_PAGE, limit - len(infos))
             page = await engine.list_sessions(
-                principal=principal, flow=flow, status=status, limit=wanted, offset=len(infos)
+                principal=ANY_PRINCIPAL if principal is None else principal,
+                flow=flow,
+                status=status,
+                limit=wanted,
+                offset=len(infos),
             )
             infos.extend(page)
             if len(page) < wanted:
@@ -115,13 +120,12 @@ def sessions_show(
 
 async def _read_session(engine: FlowEngine, session_id: str) -> _Record:
     """The session whoever it belongs to, its transcript and its error records."""
-    # The engine reads a session on behalf of its principal, and keeps no error records; the operator at
-    # the terminal reads any session, so these three come from the engine's store until it offers them.
-    store = engine.store
-    session = await store.load(session_id)
-    if session is None:
+    session = await engine.get_session(session_id, principal=ANY_PRINCIPAL)
+    transcript = await engine.transcript(session_id, principal=ANY_PRINCIPAL)
+    failures = await engine.session_errors(session_id, principal=ANY_PRINCIPAL)
+    if session is None or transcript is None or failures is None:  # unknown, or deleted meanwhile
         raise CliError(f"no session {session_id}")
-    return session, await store.transcript(session_id), await store.errors(session_id)
+    return session, transcript, failures
 
 
 def _transcript_line(message: Message) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from picoflow.engine import FlowEngine, TurnResult
+from picoflow.engine import ANY_PRINCIPAL, FlowEngine, TurnResult
 from picoflow.evals.checks import Check, Observation, check_turn
 from picoflow.evals.judge import Judge, render_transcript
 from picoflow.evals.results import EvalResult, RunRecord, ScenarioResult, TurnRecord
@@ -192,12 +192,19 @@ async def _observe(
     engine: FlowEngine, result: TurnResult, session_id: str | None, committed: int
 ) -> tuple[Observation, list[Message]]:
     """What the turn left behind, and the session's whole transcript (for the judge)."""
-    session = await engine.store.load(session_id) if session_id else None
-    messages = await engine.store.transcript(session.id) if session is not None else []
+    # The eval reads its own sessions as an operator would, whoever the scenario's caller is.
+    session = await engine.get_session(session_id, principal=ANY_PRINCIPAL) if session_id else None
+    messages = (
+        await engine.transcript(session.id, principal=ANY_PRINCIPAL) if session is not None else None
+    ) or []
     detail = None
     if result.error is not None and result.error.reference is not None:
         # The reply holds the public text only; the record filed beside the session says what broke.
-        filed = await engine.store.errors(result.error.reference)
+        filed = await engine.session_errors(result.error.reference, principal=ANY_PRINCIPAL)
+        if filed is None:
+            # A first turn that failed filed its record under the id of a session never saved, which
+            # the engine does not know: only the store has it (until session_errors covers that case).
+            filed = await engine.store.errors(result.error.reference)
         detail = filed[-1].message if filed else None
     return Observation(result, session, [m for m in messages if m.seq >= committed], detail), messages
 
