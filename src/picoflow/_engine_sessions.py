@@ -53,8 +53,13 @@ class StoredSessions:
     async def session_errors(
         self, session_id: str, *, principal: PrincipalFilter = None
     ) -> list[LogRecord] | None:
-        """The error records filed with the session, oldest first (None if unknown or another's)."""
-        if await self.get_session(session_id, principal=principal) is None:
+        """The error records filed with the session, oldest first (None if unknown or another's).
+
+        With ``ANY_PRINCIPAL`` the records are read even when no session was ever saved under the
+        id: a first turn that failed files its error under the id its session would have had."""
+        if principal is ANY_PRINCIPAL:
+            check_session_id(session_id)
+        elif await self.get_session(session_id, principal=principal) is None:
             return None
         async with store_call("reading error records"):
             return await self.store.errors(session_id)

@@ -200,11 +200,8 @@ async def _observe(
     detail = None
     if result.error is not None and result.error.reference is not None:
         # The reply holds the public text only; the record filed beside the session says what broke.
+        # (Also for a first turn that failed: its record is filed under the id of a session never saved.)
         filed = await engine.session_errors(result.error.reference, principal=ANY_PRINCIPAL)
-        if filed is None:
-            # A first turn that failed filed its record under the id of a session never saved, which
-            # the engine does not know: only the store has it (until session_errors covers that case).
-            filed = await engine.store.errors(result.error.reference)
         detail = filed[-1].message if filed else None
     return Observation(result, session, [m for m in messages if m.seq >= committed], detail), messages
 
