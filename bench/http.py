@@ -1,8 +1,10 @@
 """HTTP benchmark: turns per second and latency of picoflow's API next to a bare FastAPI endpoint.
 
-Run: ``.venv/bin/python bench/http.py`` (``--requests N`` per level, default 1,000; ``--store URL``,
-default ``memory://``). Each server runs in its own process (uvicorn, one worker, 127.0.0.1), so the
-load generator does not share a GIL with it. Targets, measured in the same run:
+Run: ``.venv/bin/python bench/http.py`` (``--requests N`` per level, default 1,000; ``--rounds N``,
+default 3, medians shown; ``--store URL``, default ``memory://``).
+
+Each server runs in its own process (uvicorn, one worker, 127.0.0.1), so the load generator does not
+share a GIL with it. Targets, measured in the same run:
 
 * ``bare FastAPI``: a POST endpoint that parses the same JSON body and returns a constant: the floor
   any FastAPI service pays for HTTP, routing and JSON.
@@ -17,6 +19,9 @@ Each session has its own keep-alive connection, like a browser tab. Two load gen
 minimal HTTP/1.1 client, whose cost is negligible so the figures are the server's, and httpx, whose
 per-request CPU cost exceeds a bare FastAPI endpoint's, so its rows mostly measure httpx itself.
 Server and load generator share the machine: run it on an otherwise idle one.
+
+The goal (issue 12): a picoflow turn reaches at least half of bare FastAPI's requests/s at every level
+with the keep-alive client; the last table gives the ratio per level.
 """
 
 from __future__ import annotations
@@ -261,9 +266,48 @@ def measure(target: Target, requests: int, store_url: str) -> dict[tuple[str, in
         child.wait(10)
 
 
+GOAL = 0.5
+"""A picoflow turn keeps at least this share of a bare FastAPI endpoint's requests/s, at every level
+(keep-alive HTTP/1.1 client): the HTTP layer and the engine together may cost at most as much as
+FastAPI's own floor (issue 12)."""
+
+Rows = dict[tuple[str, int], dict[str, float]]
+
+
+def median_rows(runs: list[Rows]) -> Rows:
+    """Per client and level, the round with the median rate (its latencies with it), and the errors
+    of every round."""
+    merged: Rows = {}
+    for key in runs[0]:
+        ordered = sorted((run[key] for run in runs), key=lambda row: row["rate"])
+        merged[key] = {**ordered[len(ordered) // 2], "errors": sum(row["errors"] for row in ordered)}
+    return merged
+
+
+def print_ratios(results: dict[str, Rows]) -> bool:
+    """The share of bare FastAPI's requests/s each picoflow target reaches; whether the goal is met."""
+    bare = results[TARGETS[0].label]
+    others = [target.label for target in TARGETS[1:]]
+    goal = f"picoflow turn >= {GOAL:.0%} of bare FastAPI at every level"
+    print(f"\npicoflow / bare FastAPI, keep-alive HTTP/1.1 client (goal: {goal})")
+    print(f"{'sessions':>8} {'bare/s':>9}" + "".join(f" {label + '/s':>22} {'ratio':>6}" for label in others))
+    met = True
+    for level in LEVELS:
+        line = f"{level:>8} {bare[('raw', level)]['rate']:>9.0f}"
+        for label in others:
+            ratio = results[label][("raw", level)]["rate"] / bare[("raw", level)]["rate"]
+            line += f" {results[label][('raw', level)]['rate']:>22.0f} {ratio:>6.0%}"
+            if label == TARGETS[1].label:
+                met = met and ratio >= GOAL
+        print(line)
+    print(f"goal {'met' if met else 'NOT met'}: {goal}")
+    return met
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--requests", type=int, default=1000, help="requests per concurrency level")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds over all targets; medians are shown")
     parser.add_argument("--store", default="memory://", help="session store URL for the picoflow server")
     parser.add_argument("--serve", choices=("bare", "picoflow"), help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -273,9 +317,15 @@ def main() -> None:
         return
 
     print(
-        f"picoflow HTTP benchmark: {args.requests} requests per level, store {args.store}, uvicorn 1 worker"
+        f"picoflow HTTP benchmark: {args.requests} requests per level, {args.rounds} round(s), "
+        f"store {args.store}, uvicorn 1 worker"
     )
-    results = {target.label: measure(target, args.requests, args.store) for target in TARGETS}
+    # Rounds alternate the servers, so a disturbance on the machine hits them alike.
+    runs: dict[str, list[Rows]] = {target.label: [] for target in TARGETS}
+    for _ in range(max(1, args.rounds)):
+        for target in TARGETS:
+            runs[target.label].append(measure(target, args.requests, args.store))
+    results = {label: median_rows(rounds) for label, rounds in runs.items()}
     for kind, title in (
         ("raw", "keep-alive HTTP/1.1 client (server-bound)"),
         ("httpx", "httpx.AsyncClient per session (client-bound: httpx costs more CPU than the server)"),
@@ -289,6 +339,7 @@ def main() -> None:
                     f"{label:<20} {level:>8} {row['rate']:>9.0f} {row['p50']:>8.2f} {row['p99']:>8.2f} "
                     f"{row['errors']:>7.0f}"
                 )
+    print_ratios(results)
 
 
 if __name__ == "__main__":

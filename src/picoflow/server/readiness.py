@@ -4,29 +4,36 @@ The embedded model takes from seconds to minutes to be ready (download, hash, lo
 default flow's first prompt). The server starts that in the background when it starts, so
 ``/healthcheck`` answers at once; ``/readyz`` reports the progress, the chat page shows it, and a
 turn that arrives early waits for the models of its flow instead of failing.
+
+The wait happens inside the engine's turn, in its ``before_turn`` hook (``ReadinessGate``), once the
+engine knows the turn's session and so its flow: the server never loads a session to find out. A
+turn the server starts carries a ``TurnWatch`` in its context, which tells the gate which server's
+models to wait for and tells the server what it learns on the way (the flow, the load's progress).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar, Token
+from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from picoflow.engine import FlowEngine, TurnError
+from picoflow.engine import FlowEngine
 from picoflow.exceptions import PicoflowError
 from picoflow.flow import FlowSpec
 from picoflow.models._gguf import LocalModelUnavailable
 from picoflow.models._readiness import LoadStatus, Phase, Preparable, Warm, overall, preparable_models
 from picoflow.models.base import Model
-from picoflow.server.schemas import ApiError, turn_error
 
-__all__ = ["Readiness", "ReadyResponse", "flow_models", "unavailable"]
+__all__ = ["READY", "Readiness", "ReadinessGate", "ReadyResponse", "TurnWatch", "flow_models"]
 
 logger = logging.getLogger("picoflow.server")
+
+READY = LoadStatus(phase=Phase.READY)
 
 
 class ReadyResponse(BaseModel):
@@ -43,12 +50,6 @@ class ReadyResponse(BaseModel):
         None, description="Whether the session store answers a ping (absent for in-process stores)."
     )
     message: str = Field(description="The status in words, as the chat page shows it.")
-
-
-def unavailable(session_id: str | None) -> ApiError:
-    """What a turn gets when its model failed to load: the error a turn on a missing model file gets."""
-    error = TurnError(LocalModelUnavailable, LocalModelUnavailable.public_message)
-    return turn_error(error, session_id)
 
 
 def flow_models(engine: FlowEngine, spec: FlowSpec) -> list[Model]:
@@ -151,9 +152,9 @@ class Readiness:
 
     async def wait(self, flow: str, on_change: Callable[[LoadStatus], None] | None = None) -> LoadStatus:
         """Wait until every model of ``flow`` is ready or one failed; ``on_change`` sees the way there."""
-        loads = self._needs.get(flow, [])
+        loads = self._needs.get(flow)
         if not loads:
-            return LoadStatus(phase=Phase.READY)
+            return READY
         self.start()  # an application run without its lifespan loads on first use
         for load in loads:
             status = await load.model.load_status.settled(on_change)
@@ -167,3 +168,87 @@ class Readiness:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+BeforeTurn = Callable[[FlowSpec], Awaitable[None]]
+
+
+_WATCH: ContextVar[TurnWatch | None] = ContextVar("picoflow_server_turn", default=None)
+"""The ``TurnWatch`` of the turn running in this context, if a server started it."""
+
+
+@dataclass(slots=True)
+class TurnWatch:
+    """One turn the server started, as the engine's ``before_turn`` sees it through the context.
+
+    Turns started inside ``with watch:`` (and in tasks created there) run under ``watch``.
+    """
+
+    readiness: Readiness
+    """The models of this server's flows."""
+    on_start: Callable[[], None] | None = None
+    """Called once the engine accepted the turn (its input, session and flow), before any wait:
+    an event stream opens here, so refusals before it are plain HTTP statuses."""
+    on_status: Callable[[LoadStatus], None] | None = None
+    """Sees each load status while the turn waits for its models (not the final one)."""
+    flow: str | None = None
+    """The turn's flow, once the engine knows it."""
+    _token: Token[TurnWatch | None] | None = field(default=None, init=False, repr=False)
+
+    def __enter__(self) -> TurnWatch:
+        self._token = _WATCH.set(self)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._token is not None:
+            _WATCH.reset(self._token)
+            self._token = None
+
+    async def started(self, spec: FlowSpec) -> None:
+        self.flow = spec.name
+        if self.on_start is not None:
+            self.on_start()
+        status = await self.readiness.wait(spec.name, on_change=self._progress)
+        if status.phase is Phase.FAILED:
+            # The error a turn on a missing model file gets, so a client sees one failure either way.
+            raise LocalModelUnavailable(f"the models of flow {spec.name} did not load: {status.reason}")
+
+    async def flow_of(
+        self, engine: FlowEngine, requested: str | None, session_id: str | None, principal: str | None
+    ) -> str:
+        """The flow of a turn that succeeded: as the engine told the gate. Only when something
+        replaced the gate on the engine is the session asked for it."""
+        if self.flow is not None:
+            return self.flow
+        if requested is not None:
+            return requested
+        session = None if session_id is None else await engine.get_session(session_id, principal=principal)
+        return "" if session is None else session.flow
+
+    def _progress(self, status: LoadStatus) -> None:
+        if self.on_status is not None and not status.settled:
+            self.on_status(status)
+
+
+class ReadinessGate:
+    """The engine's ``before_turn`` once a server serves it: a turn a server started waits for its
+    flow's models; then the hook the engine had before, if any, runs as it did.
+
+    Turns started elsewhere (the library, the CLI) carry no ``TurnWatch`` and pass straight on.
+    """
+
+    def __init__(self, then: BeforeTurn | None = None) -> None:
+        self.then = then
+
+    @classmethod
+    def install(cls, engine: FlowEngine) -> None:
+        """Put a gate in front of ``engine.before_turn`` (once, however many apps serve it)."""
+        if not isinstance(engine.before_turn, cls):
+            engine.before_turn = cls(engine.before_turn)
+
+    async def __call__(self, spec: FlowSpec) -> None:
+        watch = _WATCH.get()
+        if watch is not None:
+            await watch.started(spec)
+        if self.then is not None:
+            await self.then(spec)

@@ -7,17 +7,20 @@ engine; the identity comes from authentication only.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from picoflow.engine import TurnError, TurnResult
 from picoflow.flow import FlowSpec
 from picoflow.messages import Message
+from picoflow.results import TurnResult
 from picoflow.server.auth import Identity
+from picoflow.server.errors import DEFAULT_RETRY_AFTER as DEFAULT_RETRY_AFTER
+from picoflow.server.errors import ApiError as ApiError
+from picoflow.server.errors import run_error as run_error
+from picoflow.server.errors import turn_error as turn_error
 from picoflow.server.render import render_reply
 from picoflow.session import Session
 from picoflow.usage import Usage
@@ -43,6 +46,7 @@ __all__ = [
     "TurnResponse",
     "UsageOut",
     "WarningOut",
+    "run_error",
     "turn_error",
 ]
 
@@ -60,7 +64,8 @@ class ServerSettings:
     open_principal: str | None = "local"
     """Principal of keyless requests in open mode (owns the sessions they create)."""
     max_message_chars: int | None = None
-    """Longest user message accepted (413 beyond); ``None`` uses the engine's limit."""
+    """Longest user message accepted (413 beyond). ``create_app`` makes it the engine's
+    ``max_message_chars``, the one rule every caller of the engine meets; ``None`` keeps the engine's."""
     max_body_bytes: int = 1_048_576
     """Largest request body accepted (413 beyond)."""
     body_timeout: float | None = 30.0
@@ -86,68 +91,6 @@ class ServerSettings:
 
 
 # --- errors -------------------------------------------------------------------------------------------
-
-DEFAULT_RETRY_AFTER = 5.0
-"""Retry hint (seconds) for a 503 when the provider gave none."""
-
-
-class ApiError(Exception):
-    """A failure with its HTTP status; rendered by the app's exception handler."""
-
-    def __init__(
-        self,
-        status: int,
-        kind: str,
-        message: str,
-        *,
-        retryable: bool = False,
-        retry_after: float | None = None,
-        session_id: str | None = None,
-        fields: Iterable[tuple[str, str]] = (),
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.kind = kind
-        self.message = message
-        self.retryable = retryable
-        self.retry_after = retry_after
-        self.session_id = session_id
-        self.fields = list(fields)
-
-    def detail(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "message": self.message,
-            "retryable": self.retryable,
-            "retry_after": self.retry_after,
-            "fields": [{"field": where, "problem": problem} for where, problem in self.fields],
-            "session_id": self.session_id,
-        }
-
-    def headers(self) -> dict[str, str]:
-        headers: dict[str, str] = {}
-        if self.retry_after is not None:
-            headers["Retry-After"] = str(max(1, math.ceil(self.retry_after)))
-        if self.status == 401:
-            headers["WWW-Authenticate"] = 'Bearer realm="picoflow"'
-        return headers
-
-
-def turn_error(error: TurnError, session_id: str | None) -> ApiError:
-    # The status comes from the error class (``RunError.status``), never from matching the kind.
-    status = error.status
-    retry_after = error.retry_after
-    if status == 503 and retry_after is None:
-        retry_after = DEFAULT_RETRY_AFTER
-    # ``error.message`` is the engine's public text: never internals, never submitted values.
-    return ApiError(
-        status,
-        error.kind,
-        error.message,
-        retryable=error.retryable,
-        retry_after=retry_after,
-        session_id=session_id,
-    )
 
 
 class _Body(BaseModel):

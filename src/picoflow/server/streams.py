@@ -1,9 +1,14 @@
-"""A turn as Server-Sent Events: the models' load status while the turn waits for them, then the turn.
+"""A turn as Server-Sent Events, built on ``FlowEngine.run_stream``, with the models' load status
+while the turn waits for them.
 
 Events: ``status`` (the embedded model is still loading: ``{"status": "loading", "phase": ...,
 "message": ...}``, the same body as ``GET /readyz``), ``step``, ``tool_call``, ``tool_result``,
 ``text`` (when the provider streams), then ``result`` (a ``TurnResponse``) or ``error``
-(``{"status": ..., "error": {...}}``).
+(``{"status": ..., "error": {...}}``). Every stream ends with a ``result`` or an ``error`` event.
+
+The stream opens once the engine has accepted the turn (its ``before_turn`` gate runs): what the
+engine refuses before that (the message, an unknown session or flow, an ended session) is a plain
+HTTP status, as for a turn that is not streamed.
 """
 
 from __future__ import annotations
@@ -12,125 +17,128 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Final
 
 from fastapi.responses import StreamingResponse
 
 from picoflow.context import Caller
-from picoflow.engine import TurnFinished, TurnResult
 from picoflow.events import StepEntered, TextChunk, ToolCalled, ToolReturned, TurnEvent
-from picoflow.models._readiness import LoadStatus, Phase
-from picoflow.server.readiness import unavailable
-from picoflow.server.schemas import ApiError, TurnResponse, turn_error
+from picoflow.models._readiness import LoadStatus
+from picoflow.results import TurnFinished
+from picoflow.server.errors import ApiError, v1_error
+from picoflow.server.readiness import TurnWatch
+from picoflow.server.schemas import TurnResponse
+from picoflow.server.state import ServerState
 
-if TYPE_CHECKING:
-    from picoflow.server.routes import ServerState
-
-__all__ = ["event_stream"]
+__all__ = ["stream_turn"]
 
 logger = logging.getLogger("picoflow.server")
+
+
+class _Started:
+    """The engine accepted the turn: the stream may open."""
+
+
+STARTED: Final = _Started()
+Item = TurnEvent | TurnFinished | LoadStatus | _Started | None
+"""What a stream reads; None: the turn ended without a result (cancelled, or a bug)."""
 
 
 def _sse(event: str, data: Any) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False, default=str)}\n\n".encode()
 
 
-def _event_data(event: TurnEvent) -> tuple[str, dict[str, Any]]:
+def _error_event(error: ApiError) -> bytes:
+    return _sse("error", {"status": error.status, "error": error.detail()})
+
+
+def _internal() -> ApiError:
+    return ApiError(500, "internal", "The assistant could not complete this turn.")
+
+
+def _event(event: TurnEvent) -> bytes:
     if isinstance(event, StepEntered):
-        return "step", {"step": event.step, "previous": event.previous}
+        return _sse("step", {"step": event.step, "previous": event.previous})
     if isinstance(event, ToolCalled):
-        return "tool_call", {"step": event.step, "id": event.id, "name": event.name, "args": dict(event.args)}
+        return _sse(
+            "tool_call", {"step": event.step, "id": event.id, "name": event.name, "args": dict(event.args)}
+        )
     if isinstance(event, ToolReturned):
-        return "tool_result", {
-            "step": event.step,
-            "id": event.id,
-            "name": event.name,
-            "content": event.content,
-            "is_error": event.is_error,
-        }
+        data = {"step": event.step, "id": event.id, "name": event.name, "content": event.content}
+        return _sse("tool_result", {**data, "is_error": event.is_error})
     if isinstance(event, TextChunk):
-        return "text", {"step": event.step, "text": event.text}
+        return _sse("text", {"step": event.step, "text": event.text})
     raise TypeError(f"unknown turn event {type(event).__name__}")
 
 
-Item = TurnEvent | LoadStatus | TurnFinished | ApiError | None
-
-
-def event_stream(
-    state: ServerState, flow: str, message: str, session_id: str | None, caller: Caller, render: str | None
+async def stream_turn(
+    state: ServerState,
+    flow: str | None,
+    message: str,
+    session_id: str | None,
+    caller: Caller,
+    render: str | None,
 ) -> StreamingResponse:
-    """Stream a turn, first waiting for the flow's models to be ready.
+    """Stream a turn of a new session of ``flow`` or of ``session_id``; raise ``ApiError`` for a
+    turn the engine refused before it started.
 
-    The turn runs in its own task, so a client that disconnects mid-turn cannot leave it half done.
+    The turn is read in a task of its own, held by the server: a client that disconnects cannot
+    leave it half done (``run_stream`` finishes a turn nobody listens to any more).
     """
-    queue: asyncio.Queue[Item] = asyncio.Queue()
+    items: asyncio.Queue[Item] = asyncio.Queue()
+    watch = TurnWatch(state.readiness, on_start=lambda: items.put_nowait(STARTED), on_status=items.put_nowait)
 
-    def waiting(status: LoadStatus) -> None:
-        if not status.settled:  # the turn's own events follow as soon as the model is ready
-            queue.put_nowait(status)
+    async def read() -> None:
+        with watch:  # this task's context, which the engine's turn inherits
+            try:
+                async for item in state.engine.run_stream(flow, message, session_id, caller=caller):
+                    items.put_nowait(item)
+            except asyncio.CancelledError:
+                items.put_nowait(None)
+                raise
+            except Exception:
+                logger.exception("picoflow.server: a streamed turn failed")
+                items.put_nowait(None)
 
-    async def run() -> TurnResult:
-        ready = await state.readiness.wait(flow, on_change=waiting)
-        if ready.phase is Phase.FAILED:
-            raise unavailable(session_id)
-        return await state.engine.run(flow, message, session_id, caller=caller, on_event=queue.put_nowait)
-
-    task = asyncio.create_task(run())
+    task = asyncio.create_task(read())
     state.streams.add(task)
-
-    def finished(done: asyncio.Task[TurnResult]) -> None:
-        state.streams.discard(done)
-        if done.cancelled():
-            queue.put_nowait(None)
-        elif isinstance(error := done.exception(), ApiError):
-            queue.put_nowait(error)
-        else:
-            queue.put_nowait(None if error else TurnFinished(done.result()))
-
-    task.add_done_callback(finished)
+    task.add_done_callback(state.streams.discard)
+    first = await items.get()
+    if isinstance(first, TurnFinished) and first.result.error is not None:
+        raise v1_error(first.result.error, session_id)
+    if first is None:
+        raise _internal()
 
     async def events() -> AsyncIterator[bytes]:
         # Headers go out with the first chunk, so a client sees the stream open at once.
         yield b": turn started\n\n"
         try:
-            async for chunk in turn_events():
-                yield chunk
+            item: Item = first
+            while not (item is None or isinstance(item, TurnFinished)):
+                if isinstance(item, LoadStatus):
+                    yield _sse("status", item.as_dict())
+                elif not isinstance(item, _Started):
+                    yield _event(item)
+                while True:
+                    try:
+                        item = await asyncio.wait_for(items.get(), state.settings.sse_heartbeat)
+                        break
+                    except TimeoutError:
+                        yield b": still working\n\n"
+            if item is None:
+                yield _error_event(_internal())
+                return
+            result = item.result
+            if result.error is not None:
+                yield _error_event(v1_error(result.error, session_id))
+                return
+            name = await watch.flow_of(state.engine, flow, session_id, caller.principal)
+            yield _sse("result", TurnResponse.from_result(result, name, render).model_dump(mode="json"))
         except Exception:
             # An event that cannot be written (a model's text no encoder takes, a bug) must not
             # drop the connection silently: every stream ends with a result or an error event.
-            logger.exception("picoflow: a turn's event stream failed")
-            error = ApiError(500, "internal", "The assistant could not complete this turn.")
-            yield _sse("error", {"status": error.status, "error": error.detail()})
-
-    async def turn_events() -> AsyncIterator[bytes]:
-        while True:
-            try:
-                item = await asyncio.wait_for(queue.get(), state.settings.sse_heartbeat)
-            except TimeoutError:
-                yield b": still working\n\n"
-                continue
-            if item is None:
-                error = ApiError(500, "internal", "The assistant could not complete this turn.")
-                yield _sse("error", {"status": error.status, "error": error.detail()})
-                return
-            if isinstance(item, ApiError):
-                yield _sse("error", {"status": item.status, "error": item.detail()})
-                return
-            if isinstance(item, LoadStatus):
-                yield _sse("status", item.as_dict())
-                continue
-            if isinstance(item, TurnFinished):
-                result = item.result
-                if result.error is not None:
-                    error = turn_error(result.error, session_id)
-                    yield _sse("error", {"status": error.status, "error": error.detail()})
-                else:
-                    yield _sse(
-                        "result", TurnResponse.from_result(result, flow, render).model_dump(mode="json")
-                    )
-                return
-            name, data = _event_data(item)
-            yield _sse(name, data)
+            logger.exception("picoflow.server: a turn's event stream failed")
+            yield _error_event(_internal())
 
     return StreamingResponse(
         events(),

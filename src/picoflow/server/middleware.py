@@ -1,0 +1,127 @@
+"""ASGI middleware of the application: the request body's size and time limits, and the last guard
+that turns any unexpected exception into a JSON 500 whose details only go to the log."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+__all__ = ["BodyLimit", "Guard"]
+
+logger = logging.getLogger("picoflow.server")
+
+
+class _BodyTooLarge(HTTPException):
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body is larger than {limit} bytes")
+
+
+def _json_message(status: int, kind: str, message: str) -> bytes:
+    return json.dumps(
+        {"error": {"kind": kind, "message": message, "retryable": False, "fields": []}}
+    ).encode()
+
+
+async def _send_json(send: Send, status: int, body: bytes) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class _BodyTimeout(HTTPException):
+    def __init__(self, seconds: float) -> None:
+        super().__init__(408, f"the request body did not arrive within {seconds:g} seconds")
+
+
+class BodyLimit:
+    """413 for bodies over the limit, whether announced by Content-Length or streamed in chunks;
+    408 for a body still incomplete ``timeout`` seconds after the request began. uvicorn has no
+    body-read timeout of its own, so a client sending half a body would hold a worker forever."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout: float | None = None) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+        self.timeout = timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
+                message = f"request body is larger than {self.max_bytes} bytes"
+                await _send_json(send, 413, _json_message(413, "body_too_large", message))
+                return
+        received = 0
+        loop = asyncio.get_running_loop()
+        deadline = None if self.timeout is None else loop.time() + self.timeout
+        body_done = False
+
+        async def limited() -> Message:
+            nonlocal received, body_done
+            if body_done or deadline is None:
+                # After the body, receive() only waits for a disconnect (streams): no deadline.
+                message = await receive()
+            else:
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        message = await receive()
+                except TimeoutError:
+                    # An HTTPException, so FastAPI's body parsing re-raises it to our handler.
+                    raise _BodyTimeout(self.timeout or 0) from None
+            if message["type"] == "http.request":
+                body_done = not message.get("more_body", False)
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    # An HTTPException, so FastAPI's body parsing re-raises it to our handler.
+                    raise _BodyTooLarge(self.max_bytes)
+            return message
+
+        await self.app(scope, limited, send)
+
+
+class Guard:
+    """Last line of defence: an unexpected exception becomes a plain 500, its details only logged."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the request itself is being cancelled (shutdown, client gone)
+            # Raised by code, not by a cancellation: still a JSON error, never uvicorn's text 500.
+            logger.exception(
+                "picoflow.server: stray CancelledError on %s %s", scope.get("method"), scope.get("path")
+            )
+            if not started:
+                await _send_json(send, 500, _json_message(500, "internal", "Internal server error."))
+        except Exception:
+            logger.exception(
+                "picoflow.server: unhandled error on %s %s", scope.get("method"), scope.get("path")
+            )
+            if not started:
+                await _send_json(send, 500, _json_message(500, "internal", "Internal server error."))

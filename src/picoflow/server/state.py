@@ -1,0 +1,120 @@
+"""What every route shares: the server's state, who is calling, and the errors routes document."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+from fastapi.responses import Response
+from fastapi.routing import APIRoute
+
+from picoflow.context import INJECTED_NAMES, Caller
+from picoflow.engine import FlowEngine
+from picoflow.server.auth import Authenticator, AuthError
+from picoflow.server.errors import SESSION_HEADER as SESSION_HEADER
+from picoflow.server.errors import ApiError
+from picoflow.server.readiness import Readiness
+from picoflow.server.schemas import ErrorBody, ServerSettings
+
+__all__ = [
+    "ERRORS",
+    "SESSION_HEADER",
+    "Access",
+    "AccessDep",
+    "ApiRoute",
+    "ServerState",
+    "access_of",
+    "state_of",
+    "with_config",
+]
+
+
+@dataclass(slots=True)
+class ServerState:
+    """What the routes share, kept on ``app.state.picoflow``."""
+
+    engine: FlowEngine
+    settings: ServerSettings
+    auth: Authenticator
+    readiness: Readiness
+    """The models the served flows need loaded, and how far they are."""
+    streams: set[asyncio.Task[None]] = field(default_factory=set)
+    """Event streams still running (kept referenced so a disconnect cannot drop their turn)."""
+
+
+def state_of(request: Request) -> ServerState:
+    state: ServerState = request.app.state.picoflow
+    return state
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """An authenticated request: the server it reached and who is calling."""
+
+    state: ServerState
+    caller: Caller
+
+    @property
+    def engine(self) -> FlowEngine:
+        return self.state.engine
+
+
+ACCESS = "picoflow.access"
+"""Where ``ApiRoute`` leaves the ``Access`` of a request, in its ASGI scope."""
+
+
+class ApiRoute(APIRoute):
+    """A route of the API: the caller is authenticated before anything else of the request is read,
+    so a request without valid credentials learns nothing, not even what a valid body looks like."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handle = super().get_route_handler()
+
+        async def authenticated(request: Request) -> Response:
+            state = state_of(request)
+            try:
+                request.scope[ACCESS] = Access(state, state.auth.caller(request))
+            except AuthError as exc:
+                raise ApiError(401, "unauthorized", str(exc)) from None
+            return await handle(request)
+
+        return authenticated
+
+
+def access_of(request: Request) -> Access:
+    """The ``Access`` of a request to an ``ApiRoute``."""
+    access: Access = request.scope[ACCESS]
+    return access
+
+
+async def _access(request: Request) -> Access:
+    return access_of(request)
+
+
+AccessDep = Annotated[Access, Depends(_access)]
+
+
+def with_config(caller: Caller, config: Mapping[str, Any] | None) -> Caller:
+    """The caller with a request's free-form config; the identity comes from authentication only,
+    not even through the config."""
+    if not config and not caller.config:
+        return caller  # most requests send none: nothing to copy
+    clean = {key: value for key, value in (config or {}).items() if key not in INJECTED_NAMES}
+    return replace(caller, config=clean)
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": text}
+    for status, text in {
+        401: "Missing or invalid API key",
+        404: "Unknown flow or session (or a session of another principal)",
+        409: "Concurrent turn on the session, or the session has ended",
+        413: "Message or request body too large",
+        422: "Malformed request",
+        503: "Model provider unavailable (see Retry-After)",
+    }.items()
+}
+"""Error statuses every authenticated route documents."""

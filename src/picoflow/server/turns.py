@@ -1,0 +1,102 @@
+"""One turn over HTTP: the request's message goes to the engine as it came, and the engine's
+``TurnResult`` comes back as the response or as an ``ApiError``.
+
+The engine checks the message, loads the session (once) and refuses what it must; the server only
+translates: an unknown or malformed session id in the URL is a 404, refused input names the body
+field it came in, and any other failure has the status of its error class.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from pydantic import TypeAdapter, ValidationError
+
+from picoflow.server.errors import v1_error
+from picoflow.server.readiness import TurnWatch
+from picoflow.server.schemas import TurnRequest, TurnResponse
+from picoflow.server.state import Access, access_of, with_config
+from picoflow.server.streams import stream_turn
+
+__all__ = ["add_turn", "create_session", "render_of", "run_turn", "turn_parameters"]
+
+# The turn routes, the busiest, read their path segment and ``render`` from the request themselves
+# and declare them for the OpenAPI document only (``turn_parameters``): FastAPI resolves each
+# declared parameter at a cost comparable to the rest of the route (measured with bench/http.py).
+# Only the body goes through FastAPI; the caller is authenticated by the route (``ApiRoute``).
+
+RENDER_DOC = "'html' adds safe HTML renderings of replies."
+_RENDER: TypeAdapter[Literal["html"] | None] = TypeAdapter(Literal["html"] | None)
+
+
+async def add_turn(body: TurnRequest, request: Request) -> Response:
+    """Continue a conversation. ``stream: true`` (or ``Accept: text/event-stream``) streams the turn."""
+    session_id: str = request.path_params["session_id"]
+    return await run_turn(access_of(request), request, None, session_id, body, render_of(request))
+
+
+async def create_session(body: TurnRequest, request: Request) -> Response:
+    """Start a conversation with its first message; the reply carries the new session id."""
+    flow: str = request.path_params["flow"]
+    return await run_turn(access_of(request), request, flow, None, body, render_of(request))
+
+
+def render_of(request: Request) -> Literal["html"] | None:
+    """The ``render`` query parameter, refused (422) as FastAPI would refuse it."""
+    if not request.scope["query_string"]:
+        return None  # the usual case, without parsing anything
+    value = request.query_params.get("render")
+    if value is None:
+        return None
+    if value == "html":
+        return "html"
+    try:
+        return _RENDER.validate_python(value)
+    except ValidationError as exc:
+        problems = [{**error, "loc": ("query", "render", *error["loc"])} for error in exc.errors()]
+        raise RequestValidationError(problems) from None
+
+
+def turn_parameters(path_parameter: str) -> dict[str, Any]:
+    """The OpenAPI ``parameters`` of a turn route, as FastAPI would have written them."""
+    title = path_parameter.replace("_", " ").title()
+    render = {**_RENDER.json_schema(), "description": RENDER_DOC, "title": "Render"}
+    return {
+        "parameters": [
+            {
+                "name": path_parameter,
+                "in": "path",
+                "required": True,
+                "schema": {"type": "string", "title": title},
+            },
+            {"name": "render", "in": "query", "required": False, "schema": render, "description": RENDER_DOC},
+        ]
+    }
+
+
+async def run_turn(
+    access: Access,
+    request: Request,
+    flow: str | None,
+    session_id: str | None,
+    body: TurnRequest,
+    render: str | None,
+) -> Response:
+    """A turn of a new session of ``flow``, or of ``session_id``; streamed when the client asks."""
+    caller = with_config(access.caller, body.config)
+    if body.stream or "text/event-stream" in request.headers.get("accept", ""):
+        return await stream_turn(access.state, flow, body.message, session_id, caller, render)
+    with TurnWatch(access.state.readiness) as watch:
+        result = await access.engine.run(flow, body.message, session_id, caller=caller)
+    if result.error is not None:
+        raise v1_error(result.error, session_id)
+    flow = await watch.flow_of(access.engine, flow, session_id, caller.principal)
+    # Serialised by pydantic-core straight to JSON: no intermediate dict, no second encoder.
+    content = TurnResponse.from_result(result, flow, render).model_dump_json()
+    if session_id is None:
+        headers = {"Location": f"/v1/sessions/{result.session_id}"}
+        return Response(content, status_code=201, media_type="application/json", headers=headers)
+    return Response(content, media_type="application/json")
