@@ -178,7 +178,8 @@ class UsageOut(BaseModel):
 
     @classmethod
     def from_usage(cls, usage: Usage) -> UsageOut:
-        return cls(**usage.as_dict())
+        # Read by pydantic-core from the attributes: no intermediate dict on the hot path.
+        return cls.model_validate(usage, from_attributes=True)
 
 
 class TurnResponse(BaseModel):
