@@ -21,13 +21,7 @@ from picoflow.flow import FlowSpec
 from picoflow.server import compat
 from picoflow.server.errors import ApiError, engine_call, not_found
 from picoflow.server.readiness import ReadyResponse
-from picoflow.server.schemas import (
-    FlowOut,
-    RunResponse,
-    SessionOut,
-    SessionSummary,
-    TurnResponse,
-)
+from picoflow.server.schemas import FlowOut, RunResponse, SessionOut, SessionSummary, TurnResponse
 from picoflow.server.state import ERRORS, Access, AccessDep, ApiRoute
 from picoflow.server.turns import RENDER_DOC, add_turn, create_session, turn_parameters
 from picoflow.session import Session, SessionStatus

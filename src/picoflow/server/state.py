@@ -46,6 +46,7 @@ class ServerState:
 
 
 def state_of(request: Request) -> ServerState:
+    """The state of the application that received ``request``."""
     state: ServerState = request.app.state.picoflow
     return state
 
@@ -67,8 +68,10 @@ ACCESS = "picoflow.access"
 
 
 class ApiRoute(APIRoute):
-    """A route of the API: the caller is authenticated before anything else of the request is read,
-    so a request without valid credentials learns nothing, not even what a valid body looks like."""
+    """A route of the API: the caller is authenticated before anything else of the request is read
+    (body, parameters), so a request without valid credentials gets a 401 whatever else it holds.
+
+    Not a FastAPI dependency: resolving one costs more per request than authenticating."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handle = super().get_route_handler()
