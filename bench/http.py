@@ -1,10 +1,11 @@
 """HTTP benchmark: turns per second and latency of picoflow's API next to a bare FastAPI endpoint.
 
 Run: ``.venv/bin/python bench/http.py`` (``--requests N`` per level, default 1,000; ``--rounds N``,
-default 3, medians shown; ``--store URL``, default ``memory://``).
+default 3; ``--store URL``, default ``memory://``).
 
 Each server runs in its own process (uvicorn, one worker, 127.0.0.1), so the load generator does not
-share a GIL with it. Targets, measured in the same run:
+share a GIL with it. All three run for the whole benchmark; in each round the targets are measured
+back to back at each level, and the tables show medians over the rounds. Targets:
 
 * ``bare FastAPI``: a POST endpoint that parses the same JSON body and returns a constant: the floor
   any FastAPI service pays for HTTP, routing and JSON.
@@ -243,35 +244,54 @@ async def run_level(port: int, kind: str, target: Target, sessions: int, request
     }
 
 
-def measure(target: Target, requests: int, store_url: str) -> dict[tuple[str, int], dict[str, float]]:
-    """Every client and concurrency level against one server process."""
-    port = free_port()
-    child = subprocess.Popen(
-        [sys.executable, __file__, "--serve", target.server, "--port", str(port), "--store", store_url],
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+Rows = dict[tuple[str, int], dict[str, float]]
+"""Per (client, sessions): the rate, latencies and errors of one measurement."""
 
-    async def load() -> dict[tuple[str, int], dict[str, float]]:
-        await wait_until_up(f"http://127.0.0.1:{port}")
-        return {
-            (kind, level): await run_level(port, kind, target, level, requests)
-            for kind in CLIENTS
-            for level in LEVELS
-        }
+
+def measure(requests: int, store_url: str, rounds: int) -> dict[str, list[Rows]]:
+    """Every target, client and level, ``rounds`` times, each target in its own server process.
+
+    Within a round the targets are measured back to back at each level, so the figures a ratio
+    compares are seconds apart and a disturbance on the machine hits them alike.
+    """
+    ports = {target.label: free_port() for target in TARGETS}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    children = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--serve", target.server, "--port", str(port), "--store", store_url],
+            env=env,
+        )
+        for target in TARGETS
+        for port in [ports[target.label]]
+    ]
+
+    async def load() -> dict[str, list[Rows]]:
+        for port in ports.values():
+            await wait_until_up(f"http://127.0.0.1:{port}")
+        runs: dict[str, list[Rows]] = {target.label: [] for target in TARGETS}
+        for _ in range(rounds):
+            for target in TARGETS:
+                runs[target.label].append({})
+            for kind in CLIENTS:
+                for level in LEVELS:
+                    for target in TARGETS:
+                        row = await run_level(ports[target.label], kind, target, level, requests)
+                        runs[target.label][-1][(kind, level)] = row
+        return runs
 
     try:
         return asyncio.run(load())
     finally:
-        child.terminate()
-        child.wait(10)
+        for child in children:
+            child.terminate()
+        for child in children:
+            child.wait(10)
 
 
 GOAL = 0.5
 """A picoflow turn keeps at least this share of a bare FastAPI endpoint's requests/s, at every level
 (keep-alive HTTP/1.1 client): the HTTP layer and the engine together may cost at most as much as
 FastAPI's own floor (issue 12)."""
-
-Rows = dict[tuple[str, int], dict[str, float]]
 
 
 def median_rows(runs: list[Rows]) -> Rows:
@@ -284,18 +304,28 @@ def median_rows(runs: list[Rows]) -> Rows:
     return merged
 
 
-def print_ratios(results: dict[str, Rows]) -> bool:
+def median_ratio(runs: dict[str, list[Rows]], label: str, level: int) -> float:
+    """The median over rounds of a target's rate over bare FastAPI's, measured in the same round."""
+    bare = runs[TARGETS[0].label]
+    key = ("raw", level)
+    ratios = sorted(run[key]["rate"] / base[key]["rate"] for run, base in zip(runs[label], bare, strict=True))
+    return ratios[len(ratios) // 2]
+
+
+def print_ratios(runs: dict[str, list[Rows]]) -> bool:
     """The share of bare FastAPI's requests/s each picoflow target reaches; whether the goal is met."""
+    results = {label: median_rows(rounds) for label, rounds in runs.items()}
     bare = results[TARGETS[0].label]
     others = [target.label for target in TARGETS[1:]]
     goal = f"picoflow turn >= {GOAL:.0%} of bare FastAPI at every level"
     print(f"\npicoflow / bare FastAPI, keep-alive HTTP/1.1 client (goal: {goal})")
+    print("rates: medians over rounds; ratio: median over rounds of the ratio within a round")
     print(f"{'sessions':>8} {'bare/s':>9}" + "".join(f" {label + '/s':>22} {'ratio':>6}" for label in others))
     met = True
     for level in LEVELS:
         line = f"{level:>8} {bare[('raw', level)]['rate']:>9.0f}"
         for label in others:
-            ratio = results[label][("raw", level)]["rate"] / bare[("raw", level)]["rate"]
+            ratio = median_ratio(runs, label, level)
             line += f" {results[label][('raw', level)]['rate']:>22.0f} {ratio:>6.0%}"
             if label == TARGETS[1].label:
                 met = met and ratio >= GOAL
@@ -320,11 +350,7 @@ def main() -> None:
         f"picoflow HTTP benchmark: {args.requests} requests per level, {args.rounds} round(s), "
         f"store {args.store}, uvicorn 1 worker"
     )
-    # Rounds alternate the servers, so a disturbance on the machine hits them alike.
-    runs: dict[str, list[Rows]] = {target.label: [] for target in TARGETS}
-    for _ in range(max(1, args.rounds)):
-        for target in TARGETS:
-            runs[target.label].append(measure(target, args.requests, args.store))
+    runs = measure(args.requests, args.store, max(1, args.rounds))
     results = {label: median_rows(rounds) for label, rounds in runs.items()}
     for kind, title in (
         ("raw", "keep-alive HTTP/1.1 client (server-bound)"),
@@ -339,7 +365,7 @@ def main() -> None:
                     f"{label:<20} {level:>8} {row['rate']:>9.0f} {row['p50']:>8.2f} {row['p99']:>8.2f} "
                     f"{row['errors']:>7.0f}"
                 )
-    print_ratios(results)
+    print_ratios(runs)
 
 
 if __name__ == "__main__":
