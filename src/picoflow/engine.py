@@ -19,7 +19,7 @@ from typing import Any
 
 from picoflow._engine_sessions import MAX_OFFSET, StoredSessions, check_session_id
 from picoflow._run.loop import first_request
-from picoflow._run.observers import EventStream, combine
+from picoflow._run.observers import NO_OBSERVER, EventStream, combine
 from picoflow._run.session_turn import SessionTurns, TurnRequest, store_call
 from picoflow._text import check_message
 from picoflow._text import check_text as check_text  # the one input rule, public here
@@ -170,7 +170,12 @@ class FlowEngine(StoredSessions):
 
         ``flow`` may be None when ``session_id`` is given: the session knows its flow.
         """
-        observer = combine(self._tracing.observer(), EventStream(on_event) if on_event is not None else None)
+        tracer = self._tracing.observer()
+        observer = (
+            NO_OBSERVER
+            if tracer is None and on_event is None
+            else combine(tracer, EventStream(on_event) if on_event is not None else None)
+        )
         flow_name = flow if isinstance(flow, str) or flow is None else flow.name
         observer.turn_started(flow_name or "session", session_id, message)
         try:

@@ -77,6 +77,8 @@ class FlowSpec:
     terminate: str | None
     limits: UsageLimits
     transitions: tuple[Transition, ...]
+    compacting: tuple[StepSpec, ...] = ()
+    """The steps whose memory is compacted after a turn that touched it."""
 
 
 class Flow:
@@ -195,6 +197,7 @@ def _build(cls: type[Flow]) -> FlowSpec:
         terminate=terminate,
         limits=cls.limits,
         transitions=unique,
+        compacting=tuple(spec for spec in specs.values() if spec.cls.compaction is not None),
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -63,25 +64,6 @@ async def build_request(ws: Workspace, step: Step, spec: StepSpec, extra: list[M
     )
 
 
-async def call_model(ws: Workspace, model: Model, request: ModelRequest, step: str) -> ModelResponse:
-    """Send ``request``; whatever escapes the model becomes an outage or a misbehaviour."""
-    observer = ws.observer
-    observer.model_started(step, model.name, request)
-    try:
-        if observer.wants_text:
-            response = await _streamed(model, request, step, observer.text)
-        else:
-            response = await model.request(request)
-    except BaseException as exc:
-        error = _classified(exc, model, step)
-        observer.model_failed(step, error)
-        if error is exc:
-            raise
-        raise error from exc
-    observer.model_finished(step, response)
-    return response
-
-
 async def _streamed(model: Model, request: ModelRequest, step: str, text: Any) -> ModelResponse:
     async for event in model.request_stream(request):
         if isinstance(event, TextDelta):
@@ -119,7 +101,7 @@ async def ask(ws: Workspace, step: Step, spec: StepSpec) -> tuple[ModelResponse,
     window = limits_for(model, spec.cls.memory_budget)
     attempts = spec.cls.max_attempts
     problems: list[str] = []
-    limits, usage = ws.limits, ws.usage
+    limits, usage, observer = ws.limits, ws.usage, ws.observer
     for attempt in range(1, attempts + 1):
         ws.attempt = attempt
         limits.check_before_model_call(usage)
@@ -128,30 +110,34 @@ async def ask(ws: Workspace, step: Step, spec: StepSpec) -> tuple[ModelResponse,
             rebuild = functools.partial(build_request, ws, step, spec, extra)
             fitting = Fitting(window, spec, model.name, ws.session, rebuild, ws.warn)
             request = await fitting.fit(request, len(extra))
-        response = await call_model(ws, model, request, spec.name)
+        observer.model_started(spec.name, model.name, request)
+        try:
+            if observer.wants_text:
+                response = await _streamed(model, request, spec.name, observer.text)
+            else:
+                response = await model.request(request)
+        except BaseException as exc:
+            # Whatever escapes the model becomes an outage or a misbehaviour.
+            error = _classified(exc, model, spec.name)
+            observer.model_failed(spec.name, error)
+            if error is exc:
+                raise
+            raise error from exc
+        observer.model_finished(spec.name, response)
         usage.add(response.usage)
         if response.usage.model_calls == 0:
             usage.model_calls += 1
         limits.check_tokens(usage)
-        problem = await _problem(ws, step, spec, response)
+        problem = _problem(ws, spec, response)
+        if problem is None and spec.checks_response:
+            problem = await _gate(ws, step, spec, response)
         if problem is None:
             if spec.output is None or response.tool_calls or spec.cls.output is None:
                 return response, None
-            try:
-                return response, spec.cls.parse_output(_strip_fences(response.text))
-            except ValueError as error:
-                detail = (
-                    describe_validation_error(error, tool=spec.output.name)
-                    if isinstance(error, ValidationError)
-                    else str(error)
-                )
-                problem = (
-                    "output did not match the schema",
-                    _correction(
-                        response,
-                        "Your answer must be one JSON object matching the required schema. " + detail,
-                    ),
-                )
+            parsed = _parse(spec, response)
+            if isinstance(parsed, _Parsed):
+                return response, parsed.value
+            problem = parsed
         problems.append(problem[0])
         extra.extend(problem[1])
     raise AttemptsExhausted(
@@ -160,9 +146,7 @@ async def ask(ws: Workspace, step: Step, spec: StepSpec) -> tuple[ModelResponse,
     )
 
 
-async def _problem(
-    ws: Workspace, step: Step, spec: StepSpec, response: ModelResponse
-) -> tuple[str, list[Message]] | None:
+def _problem(ws: Workspace, spec: StepSpec, response: ModelResponse) -> tuple[str, list[Message]] | None:
     """What is wrong with ``response`` and the messages that tell the model, or None."""
     if response.is_empty:
         ws.warn("empty_response", "the model returned an empty response", spec.name)
@@ -178,19 +162,45 @@ async def _problem(
         ]
     if response.tool_calls:
         response.tool_calls = _unique_ids(response.tool_calls, ws.session.next_seq)
-    if spec.checks_response:
-        verdict = await ws.hook(step, "check_response", step.check_response, response)
-        if isinstance(verdict, Reject):
-            ws.warn("response_rejected", verdict.reason, spec.name)
-            reason = f"Your response was not accepted: {verdict.reason}"
-            return f"rejected: {verdict.reason}", _correction(response, reason)
-        if verdict is not None:
-            raise HookFailure(
-                f"check_response() of step {spec.name} must return None or Reject(reason), "
-                f"not {type(verdict).__name__}",
-                step=spec.name,
-            )
     return None
+
+
+async def _gate(
+    ws: Workspace, step: Step, spec: StepSpec, response: ModelResponse
+) -> tuple[str, list[Message]] | None:
+    """The step's acceptance gate: None accepts, ``Reject(reason)`` asks again with the reason."""
+    verdict = await ws.hook(step, "check_response", step.check_response, response)
+    if isinstance(verdict, Reject):
+        ws.warn("response_rejected", verdict.reason, spec.name)
+        reason = f"Your response was not accepted: {verdict.reason}"
+        return f"rejected: {verdict.reason}", _correction(response, reason)
+    if verdict is not None:
+        raise HookFailure(
+            f"check_response() of step {spec.name} must return None or Reject(reason), "
+            f"not {type(verdict).__name__}",
+            step=spec.name,
+        )
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Parsed:
+    value: Any
+
+
+def _parse(spec: StepSpec, response: ModelResponse) -> _Parsed | tuple[str, list[Message]]:
+    """The final answer parsed as the step's ``output``, or the correction asking for it again."""
+    assert spec.output is not None
+    try:
+        return _Parsed(spec.cls.parse_output(_strip_fences(response.text)))
+    except ValueError as error:
+        detail = (
+            describe_validation_error(error, tool=spec.output.name)
+            if isinstance(error, ValidationError)
+            else str(error)
+        )
+    text = "Your answer must be one JSON object matching the required schema. " + detail
+    return "output did not match the schema", _correction(response, text)
 
 
 def _unique_ids(calls: list[ToolCall], seed: int) -> list[ToolCall]:

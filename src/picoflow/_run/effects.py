@@ -36,7 +36,8 @@ async def apply_results(ws: Workspace, spec: StepSpec, results: list[CallResult]
     destination = ws.target(winner) if isinstance(winner, Go | Direct) else source
     ws.defer_erases()
     try:
-        await transition(ws, source, destination)  # (1)
+        if destination != source:
+            await transition(ws, source, destination)  # (1)
         for outcome in applied:  # (2) prompt, (3) state, (4) content type
             apply_effects(ws, outcome, destination if outcome is winner else source)
         namespace = spec.namespace
@@ -59,7 +60,8 @@ async def apply_results(ws: Workspace, spec: StepSpec, results: list[CallResult]
 async def apply_route(ws: Workspace, spec: StepSpec, outcome: Go) -> None:
     """Apply an outcome with no tool calls to answer (from ``run_logic`` or ``on_response``)."""
     destination = ws.target(outcome)
-    await transition(ws, spec.name, destination)
+    if destination != spec.name:
+        await transition(ws, spec.name, destination)
     apply_effects(ws, outcome, destination)
     if outcome.message is not None:
         ws.add(ws.spec.steps[destination].namespace, destination, "user", outcome.message, kind="forwarded")

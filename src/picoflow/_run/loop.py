@@ -30,16 +30,6 @@ from picoflow.step import LogicStep, Step
 
 async def run_turn(ws: Workspace, text: str) -> str:
     """Run the turn for the user's ``text``; returns the reply. Raises ``RunError`` on failure."""
-    try:
-        reply = await _loop(ws, text)
-    except BaseException as exc:
-        ws.observer.turn_ended(exc)
-        raise
-    ws.observer.turn_ended(None)
-    return reply
-
-
-async def _loop(ws: Workspace, text: str) -> str:
     session = ws.session
     if not session.sequence:
         await enter(ws, session.current_step, previous=None)

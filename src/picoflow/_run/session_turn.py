@@ -9,7 +9,7 @@ import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -76,22 +76,37 @@ class SessionTurns:
         host = self.host
         ws: Workspace | None = None
         reference = request.session_id
+        lock = None if reference is None else self._lock(reference)
+        held = False
         try:
-            async with self.session_lock(request.session_id):
-                spec, session, expected = await self._open(request)
-                reference = session.id
-                observer.session_opened(session.id)
-                if host.before_turn is not None:
-                    await host.before_turn(spec)
-                ws = self.workspace(spec, session, request.caller, observer)
-                if session.revision:
-                    self._restore(ws)
+            if lock is not None:
+                held = await lock.acquire()
+            if reference is None:
+                spec, session, expected = self._new(request)
+            else:
+                spec, session, expected = await self._load(request, reference)
+            reference = session.id
+            observer.session_opened(reference)
+            if host.before_turn is not None:
+                await host.before_turn(spec)
+            ws = self.workspace(spec, session, request.caller, observer)
+            if session.revision:
+                self._restore(ws)
+            try:
                 reply = await run_turn(ws, request.text)
-                await ws.finish()
-                session = ws.session
-                _commit_locally(ws)
-                async with store_call(f"saving session {session.id}"):
-                    await host.store.save(session, expected_revision=expected, appended=ws.appended)
+            except BaseException as exc:
+                observer.turn_ended(exc)
+                raise
+            observer.turn_ended(None)
+            if ws.compacting:
+                await ws.compact()
+            ws.normalize_states()
+            session = ws.session
+            _commit_locally(ws)
+            try:
+                await host.store.save(session, expected_revision=expected, appended=ws.appended)
+            except OSError as exc:  # an outage; a store's typed errors pass, anything else is a bug
+                raise StoreError(f"saving session {session.id} failed: {type(exc).__name__}: {exc}") from exc
             return TurnResult(
                 message=reply,
                 session_id=session.id,
@@ -99,7 +114,7 @@ class SessionTurns:
                 content_type=ws.content_type or "text/plain",
                 step=session.current_step,
                 usage=ws.usage,
-                warnings=tuple(record.message for record in ws.warnings),
+                warnings=tuple([record.message for record in ws.warnings]) if ws.warnings else (),
             )
         except RunError as exc:
             return await self.failed(exc, reference, request.session_id, ws)
@@ -111,6 +126,8 @@ class SessionTurns:
         finally:
             if ws is not None:
                 ws.release()
+            if lock is not None:
+                self._unlock(request.session_id or "", lock, held)
 
     def workspace(
         self, spec: FlowSpec, session: Session, caller: Caller, observer: TurnObserver
@@ -127,18 +144,20 @@ class SessionTurns:
             observer=observer,
         )
 
-    async def _open(self, request: TurnRequest) -> tuple[FlowSpec, Session, int | None]:
-        """The session the turn works on: a new one, or the caller's stored one (still running)."""
-        spec, session_id, caller = request.spec, request.session_id, request.caller
-        if session_id is None:
-            assert spec is not None  # the engine resolves the flow of a new session up front
-            session = Session(
-                id=new_session_id(), flow=spec.name, current_step=spec.start, principal=caller.principal
-            )
-            return spec, session, None
-        async with store_call(f"loading session {session_id}"):
+    @staticmethod
+    def _new(request: TurnRequest) -> tuple[FlowSpec, Session, None]:
+        spec = request.spec
+        assert spec is not None  # the engine resolves the flow of a new session up front
+        principal = request.caller.principal
+        session = Session(id=new_session_id(), flow=spec.name, current_step=spec.start, principal=principal)
+        return spec, session, None
+
+    async def _load(self, request: TurnRequest, session_id: str) -> tuple[FlowSpec, Session, int]:
+        """The caller's stored session, still running, of the requested flow."""
+        spec = request.spec
+        async with store_call("loading session", session_id):
             stored = await self.host.store.load(session_id)
-        if stored is None or not may_access(stored, caller.principal):
+        if stored is None or not may_access(stored, request.caller.principal):
             raise SessionNotFound(f"no session {session_id} for this caller", session_id=session_id)
         if spec is None:
             spec = self.host.flow(stored.flow)
@@ -207,29 +226,38 @@ class SessionTurns:
             warnings=tuple(record.message for record in ws.warnings) if ws else (),
         )
 
-    def session_lock(self, session_id: str | None) -> AbstractAsyncContextManager[None]:
-        """Serialise turns of one session inside this process (the store's CAS covers the rest).
-        A new session needs no lock: nobody else knows its id yet."""
-        return _NO_LOCK if session_id is None else self._locked(session_id)
+    def session_lock(self, session_id: str) -> AbstractAsyncContextManager[None]:
+        """Hold the turn lock of ``session_id`` (e.g. to delete it between turns)."""
+        return self._locked(session_id)
 
     @asynccontextmanager
     async def _locked(self, session_id: str) -> AsyncIterator[None]:
+        lock = self._lock(session_id)
+        held = False
+        try:
+            held = await lock.acquire()
+            yield
+        finally:
+            self._unlock(session_id, lock, held)
+
+    def _lock(self, session_id: str) -> asyncio.Lock:
+        """The lock serialising turns of one session inside this process (the store's CAS covers
+        other processes), with one more user until ``_unlock``. A new session needs none."""
         lock, users = self._locks.get(session_id, (None, 0))
         if lock is None:
             lock = asyncio.Lock()
         self._locks[session_id] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[session_id]
-            if users <= 1:
-                del self._locks[session_id]
-            else:
-                self._locks[session_id] = (lock, users - 1)
+        return lock
 
-
-_NO_LOCK = nullcontext()
+    def _unlock(self, session_id: str, lock: asyncio.Lock, held: bool) -> None:
+        """Release ``lock`` if this user got it (its wait may have been cancelled), one user less."""
+        if held:
+            lock.release()
+        _, users = self._locks[session_id]
+        if users <= 1:
+            del self._locks[session_id]
+        else:
+            self._locks[session_id] = (lock, users - 1)
 
 
 def _commit_locally(ws: Workspace) -> None:
@@ -249,17 +277,19 @@ class store_call:  # used like a function: ``async with store_call("loading")``
     """Around a store call: typed errors pass; an ``OSError`` is an outage (``StoreError``, 503);
     anything else is a bug and stays what it is (the engine reports it as a 500)."""
 
-    __slots__ = ("what",)
+    __slots__ = ("what", "where")
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, where: str = "") -> None:
         self.what = what
+        self.where = where
 
     async def __aenter__(self) -> None:
         return None
 
     async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         if isinstance(exc, OSError):
-            raise StoreError(f"{self.what} failed: {type(exc).__name__}: {exc}") from exc
+            what = f"{self.what} {self.where}" if self.where else self.what
+            raise StoreError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
 
 
 def may_access(session: Session, principal: PrincipalFilter) -> bool:

@@ -143,24 +143,25 @@ class Workspace:
     ) -> Message:
         """Append a message to ``namespace`` and to the turn's list of new messages."""
         session = self.session
+        seq = session.next_seq
         # Look the namespace up first: a new one must start at this message's seq.
-        live = session.namespace(namespace).messages
+        ns = session.memory.get(namespace) or session.namespace(namespace)
         message = Message(
             role,
             content,
-            tuple(tool_calls),
+            tool_calls if type(tool_calls) is tuple else tuple(tool_calls),
             call.id if call else None,
             call.name if call else None,
             is_error,
             step,
             kind,
-            session.next_seq,
+            seq,
             time.time(),
-            tuple(reasoning),
+            reasoning if type(reasoning) is tuple else tuple(reasoning),
             remembered_as,
         )
-        session.next_seq += 1
-        live.append(message)
+        session.next_seq = seq + 1
+        ns.messages.append(message)
         self.appended.append((namespace, message))
         self.touched.add(namespace)
         return message
@@ -213,18 +214,29 @@ class Workspace:
 
     # --- end of turn -----------------------------------------------------------------------------
 
-    async def finish(self) -> None:
-        """Compact memory where configured and bring every touched state back to JSON values."""
-        for step_name, spec in self.spec.steps.items():
+    @property
+    def compacting(self) -> bool:
+        """Whether a step whose memory this turn touched compacts it."""
+        return any(spec.namespace in self.touched for spec in self.spec.compacting)
+
+    async def compact(self) -> None:
+        """Compact the memory of the touched namespaces whose step asks for it."""
+        for spec in self.spec.compacting:
             policy = spec.cls.compaction
             if policy is None or spec.namespace not in self.touched:
                 continue
             try:
                 await compact(self.session.namespace(spec.namespace), policy)
             except Exception as exc:  # compaction is an optimisation; a failure must not lose the turn
-                self.warn("compaction_skipped", f"memory compaction skipped: {type(exc).__name__}", step_name)
+                self.warn("compaction_skipped", f"memory compaction skipped: {type(exc).__name__}", spec.name)
+
+    def normalize_states(self) -> None:
+        """Bring every state this turn reached back to JSON values (a step may have put a model or a
+        date inside a list it changed in place)."""
         for state in self._states.values():
             raw = state.raw
+            if not raw:
+                continue
             normalized = to_jsonable_python(raw)
             if normalized != raw:
                 raw.clear()
