@@ -7,6 +7,12 @@ each checkpoint k in 1, 10, 100 and 1,000 a group of sessions is grown to turn k
 k .. k+7 of every group are saved and timed, the groups interleaved; then every session's load is
 timed. Last, 50 sessions are played concurrently (load + save per turn) for turns/s.
 
+Then a persisted turn's cost (``--turn-rounds N``; ``--turn-only`` runs just this part): in one run,
+interleaved round by round, (a) a whole ``FlowEngine`` turn on ``MemoryStore``, (b) the same turn
+on ``SQLiteStore`` (default durability, a temporary file) and (c) a raw ``sqlite3`` commit of the
+rows that turn writes (the session row update and its message rows, one transaction, same schema
+and durability), checked against the goal (b) <= (a) + 1.5 x (c).
+
 PostgreSQL: ``$PICOFLOW_BENCH_POSTGRES`` or ``postgresql://postgres@127.0.0.1:5432/test``; the
 benchmark works in a schema of its own and drops it afterwards.
 """
@@ -15,22 +21,28 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import json
 import os
+import re
+import sqlite3
 import statistics
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-from picoflow.messages import Message, ToolCall
+from picoflow import Flow, FlowEngine, Step, tool
+from picoflow.messages import Message, ModelRequest, ToolCall
+from picoflow.models import FunctionModel
 from picoflow.session import Session
-from picoflow.sessions import PostgresStore, SessionStore, SQLiteStore
-from picoflow.sessions.sqlite import Synchronous
+from picoflow.sessions import MemoryStore, PostgresStore, SessionStore, SQLiteStore
+from picoflow.sessions.sqlite import SQLiteSave, Synchronous, save_rows
 
 CHECKPOINTS = (1, 10, 100, 1000)
 WINDOW = 8
@@ -184,11 +196,183 @@ async def bench(name: str, make: Callable[[], SessionStore], sessions: int) -> N
     report(name, samples)
 
 
+# --- a persisted turn's cost ----------------------------------------------------------------------
+
+TURN_SESSIONS = 40
+"""Sessions the turn rounds rotate over: each gets rounds / 40 turns, so memory stays conversation-sized."""
+
+
+class Desk(Step):
+    """You answer the customer's questions about their orders. Look every order up first."""
+
+    memory = "desk"
+
+    @tool
+    def lookup(self, order: int) -> dict[str, Any]:
+        """Look an order up by its number."""
+        items = [
+            {"sku": f"LUM-{order % 97:02d}-{n}", "name": "vibration sensor, 4-20 mA", "qty": n}
+            for n in (1, 2)
+        ]
+        return {"order": order, "status": "shipped", "carrier": "UPS", "placed": "2026-10-03", "items": items}
+
+
+class DeskFlow(Flow):
+    name = "desk"
+    steps = [Desk]
+
+
+def desk_agent(request: ModelRequest) -> ToolCall | str:
+    """Answers at once: looks the order of the question up, then answers."""
+    last = request.messages[-1]
+    number = int(re.findall(r"\d+", last.content)[0])
+    if last.role == "user":
+        return ToolCall("lookup", {"order": number})
+    return f"Order {number} has shipped with UPS; it left our warehouse on October 3."
+
+
+class Desks:
+    """An engine on one store, turning over ``TURN_SESSIONS`` sessions of the desk flow."""
+
+    def __init__(self, store: SessionStore) -> None:
+        self.model = FunctionModel(desk_agent)
+        self.engine = FlowEngine([DeskFlow], model=self.model, store=store)
+        self.sessions: list[str] = []
+        self.asked = 0
+
+    async def turn(self, index: int) -> None:
+        self.asked += 1
+        session_id = self.sessions[index] if index < len(self.sessions) else None
+        result = await self.engine.run("desk", f"Where is order {1000 + self.asked}?", session_id)
+        if not result.ok or result.session_id is None:
+            raise RuntimeError(f"turn failed: {result.error}")
+        if session_id is None:
+            self.sessions.append(result.session_id)
+        self.model.requests.clear()
+
+
+class RawCommit:
+    """Commits the rows of one stored turn with bare ``sqlite3`` on this thread: the same schema,
+    pragmas, values and statements as ``SQLiteStore`` (session row update conditioned on the
+    revision, then the message rows, in one ``BEGIN IMMEDIATE`` transaction), encoded beforehand."""
+
+    def __init__(self, path: Path, session: Session, turn: list[tuple[str, Message]]) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute("PRAGMA synchronous = FULL")
+        self.session = session
+        self.turn = turn
+
+    def rows(self) -> SQLiteSave:
+        """The next turn's rows: the revision moves on, the messages take fresh seqs."""
+        session = self.session
+        appended = [
+            (namespace, replace(message, seq=session.next_seq + n))
+            for n, (namespace, message) in enumerate(self.turn)
+        ]
+        session.next_seq += len(appended)
+        expected = session.revision
+        session.revision += 1
+        return save_rows(session, expected, appended)
+
+    def commit(self, rows: SQLiteSave) -> None:
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        updated = conn.execute(
+            "UPDATE picoflow_sessions SET flow = :flow, status = :status, principal = :principal,"
+            " current_step = :current_step, revision = :revision, turns = :turns,"
+            " updated_at = :updated_at, live = :live, document = :document"
+            " WHERE id = :id AND revision = :expected",
+            rows.session,
+        )
+        assert updated.rowcount == 1
+        conn.executemany(
+            "INSERT INTO picoflow_messages (session_id, seq, namespace, body) VALUES (?, ?, ?, ?)",
+            rows.messages,
+        )
+        conn.execute("COMMIT")
+
+
+async def persisted_turn(rounds: int) -> None:
+    """(a) memory turn, (b) SQLite turn, (c) raw commit of a turn's rows, interleaved round by round."""
+    samples: dict[str, list[float]] = {"memory": [], "sqlite": [], "raw": []}
+    with tempfile.TemporaryDirectory() as folder:
+        memory = Desks(MemoryStore())
+        store = SQLiteStore(Path(folder) / "turns.sqlite3")
+        sqlite = Desks(store)
+        try:
+            for index in range(TURN_SESSIONS):  # every session exists before the timing starts
+                await memory.turn(index)
+                await sqlite.turn(index)
+            stored = await store.load(sqlite.sessions[0])
+            assert stored is not None
+            transcript = await store.transcript(stored.id)
+            turn = [("desk", message) for message in transcript[-4:]]
+            # The raw commits go to a copy of the store's file: tables and indexes of the same size.
+            raw_path = Path(folder) / "raw.sqlite3"
+            with (
+                contextlib.closing(sqlite3.connect(store.path)) as source,
+                contextlib.closing(sqlite3.connect(raw_path)) as copy,
+            ):
+                source.backup(copy)
+            raw = RawCommit(raw_path, stored, turn)
+
+            async def raw_commit() -> None:
+                rows = raw.rows()
+                start = time.perf_counter()
+                raw.commit(rows)
+                samples["raw"].append((time.perf_counter() - start) * 1000)
+
+            async def timed_turn(name: str, desks: Desks, index: int) -> None:
+                start = time.perf_counter()
+                await desks.turn(index)
+                samples[name].append((time.perf_counter() - start) * 1000)
+
+            try:
+                for round_ in range(rounds):
+                    index = round_ % TURN_SESSIONS
+                    runs: list[Callable[[], Awaitable[None]]] = [
+                        functools.partial(timed_turn, "memory", memory, index),
+                        functools.partial(timed_turn, "sqlite", sqlite, index),
+                        raw_commit,
+                    ]
+                    shift = round_ % 3  # each kind goes first, second and third equally often
+                    for run in runs[shift:] + runs[:shift]:
+                        await run()
+            finally:
+                raw.conn.close()
+        finally:
+            await memory.engine.aclose()
+            await sqlite.engine.aclose()
+    a, b, c = (statistics.median(samples[name]) for name in ("memory", "sqlite", "raw"))
+    print(f"\nA persisted turn (desk flow: a tool call, 4 messages; {rounds} rounds, interleaved)")
+    for name, label in (
+        ("memory", "(a) engine turn on MemoryStore"),
+        ("sqlite", "(b) engine turn on SQLiteStore (FULL)"),
+        ("raw", "(c) raw sqlite3 commit of its rows"),
+    ):
+        values = samples[name]
+        print(
+            f"  {label:<40} p50 {statistics.median(values):6.3f} ms   p90 {percentile(values, 0.9):6.3f} ms"
+        )
+    budget = a + 1.5 * c
+    verdict = "meets" if b <= budget else "MISSES"
+    print(
+        f"  (b) {b:.3f} ms vs (a) + 1.5 x (c) = {budget:.3f} ms: {verdict} the goal"
+        f" ((b) - (a) = {(b - a) / c:.2f} x (c))"
+    )
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--sessions", type=int, default=20, help="sessions per checkpoint (default 20)")
     parser.add_argument("--skip-postgres", action="store_true")
+    parser.add_argument("--turn-rounds", type=int, default=600, help="rounds of the persisted-turn part")
+    parser.add_argument("--turn-only", action="store_true", help="run only the persisted-turn part")
     args = parser.parse_args()
+    if args.turn_only:
+        await persisted_turn(args.turn_rounds)
+        return
 
     sample = play_turn(Session(id="size", flow="hotel", current_step="explore"))
     chars = sum(len(m.content) + sum(len(c.args_json()) for c in m.tool_calls) for _, m in sample)
@@ -208,6 +392,7 @@ async def main() -> None:
             )
     if not args.skip_postgres:
         await bench_postgres(args.sessions)
+    await persisted_turn(args.turn_rounds)
 
 
 async def bench_postgres(sessions: int) -> None:

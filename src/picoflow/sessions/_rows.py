@@ -10,14 +10,16 @@ conversation already is.
 from __future__ import annotations
 
 import dataclasses
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
-from picoflow.exceptions import SessionConflict, StoreError
+from picoflow.exceptions import SessionConflict
 from picoflow.messages import Message
 from picoflow.session import (
     LOG_ADAPTER,
@@ -30,6 +32,11 @@ from picoflow.session import (
 )
 
 T = TypeVar("T")
+
+
+class Unreadable(RuntimeError):
+    """Stored data this version cannot read back (damaged, or written by something else). Not an
+    outage: reading it again fails the same way, so it surfaces as an internal error (500)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,25 +167,145 @@ def document_json(session: Session, revision: int) -> str:
     return _encode(SESSION_ADAPTER, stripped)
 
 
-def restore_session(document: str | bytes, live: Iterable[tuple[str, str]]) -> Session:
-    """Rebuild a session from its document and its live ``(namespace, body)`` rows in seq order."""
-    rows = list(live)
+Live = dict[str, tuple[list[int], list[str]]]
+"""A session's live messages as stored: per namespace, their seqs and bodies, in seq order."""
+
+
+def group_rows(rows: Iterable[Sequence[Any]]) -> tuple[str | None, Live]:
+    """Split the rows of a load, ``(seq, namespace, body)`` in any order, into the document (the
+    row without a namespace) and the live messages."""
+    document: str | None = None
+    groups: dict[str, list[tuple[int, str]]] = {}
+    for seq, namespace, body in rows:
+        if namespace is None:
+            document = body
+            continue
+        group = groups.get(namespace)
+        if group is None:
+            group = groups[namespace] = []
+        group.append((seq, body))
+    live: Live = {}
+    for namespace, group in groups.items():
+        group.sort()  # seqs are unique, so bodies are never compared; in order already, one pass
+        live[namespace] = ([seq for seq, _ in group], [body for _, body in group])
+    return document, live
+
+
+def restore_session(document: str | None, live: Live, decoded: DecodedMemory | None = None) -> Session:
+    """Rebuild a session from its document and its live messages.
+
+    ``decoded`` spares parsing the messages an earlier load of this session already parsed.
+    """
+    if document is None:
+        raise Unreadable("stored session is not readable: its document is missing")
     try:
         session = SESSION_ADAPTER.validate_json(document)
-        # One parse of a JSON array is much cheaper than one parse call per message.
-        messages = MESSAGES_ADAPTER.validate_json("[" + ",".join(body for _, body in rows) + "]")
     except ValidationError as exc:
-        raise StoreError(f"stored session is not readable: {exc}") from exc
-    for (namespace, _), message in zip(rows, messages, strict=True):
-        session.memory[namespace].messages.append(message)
+        raise Unreadable(f"stored session is not readable: {_describe(exc)}") from exc
+    for namespace, (_, bodies) in live.items():
+        held = session.memory.get(namespace)
+        if held is None:
+            raise Unreadable(
+                f"stored session is not readable: messages of an unknown namespace {namespace!r}"
+            )
+        if decoded is None:
+            held.messages.extend(_decode(bodies))
+        else:
+            held.messages.extend(decoded.messages(session.id, namespace, bodies))
     return session
+
+
+class DecodedMemory:
+    """The messages of recently loaded namespaces, with the stored bodies they were parsed from.
+
+    A conversation's next load reads the same live messages plus the few its last turn added, and
+    parsing them is most of a load's cost. When a load's bodies begin with the bodies parsed
+    before, those messages are reused and only the rest is parsed. What is kept is a function of
+    the stored text alone, so nothing can go stale; messages are immutable, so loads may share them.
+    Bounded by ``limit`` namespaces and ``max_chars`` of stored text.
+    """
+
+    def __init__(self, limit: int = 512, max_chars: int = 16_000_000) -> None:
+        self._entries: Bounded[tuple[str, str], tuple[list[str], tuple[Message, ...]]] = Bounded(
+            limit, max_chars
+        )
+
+    def messages(self, session_id: str, namespace: str, bodies: list[str]) -> tuple[Message, ...]:
+        key = (session_id, namespace)
+        known = self._entries.get(key)
+        if known is not None and bodies[: len(known[0])] == known[0]:  # same objects: pointer compares
+            rest = bodies[len(known[0]) :]
+            if not rest:
+                return known[1]
+            parsed = known[1] + tuple(_decode(rest))
+        else:
+            parsed = tuple(_decode(bodies))
+        self._entries.put(key, (bodies, parsed), sum(map(len, bodies)))
+        return parsed
+
+    def forget(self, session_id: str) -> None:
+        self._entries.drop(lambda key: key[0] == session_id)
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class Bounded(Generic[K, V]):
+    """A least-recently-used map bounded by entries and by the summed sizes given with them, safe
+    to use from several threads (loads may run on several: ``run_sync`` from many)."""
+
+    def __init__(self, limit: int, max_size: int) -> None:
+        self.limit = limit
+        self.max_size = max_size
+        self._entries: OrderedDict[K, tuple[V, int]] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None:
+                return None
+            self._entries.move_to_end(key)
+            return found[0]
+
+    def put(self, key: K, value: V, size: int) -> None:
+        with self._lock:
+            previous = self._entries.pop(key, None)
+            if previous is not None:
+                self._size -= previous[1]
+            if size > self.max_size // 4:
+                return  # one huge entry would push out all the others
+            self._entries[key] = (value, size)
+            self._size += size
+            while len(self._entries) > self.limit or self._size > self.max_size:
+                _, (_, dropped) = self._entries.popitem(last=False)
+                self._size -= dropped
+
+    def drop(self, which: Callable[[K], bool] | None = None) -> None:
+        """Forget the entries whose key ``which`` selects, or all of them."""
+        with self._lock:
+            for key in [key for key in self._entries if which is None or which(key)]:
+                self._size -= self._entries.pop(key)[1]
+
+
+def _decode(bodies: list[str]) -> list[Message]:
+    # One parse of a JSON array is much cheaper than one parse call per message.
+    try:
+        messages = MESSAGES_ADAPTER.validate_json("[" + ",".join(bodies) + "]")
+    except ValidationError as exc:
+        raise Unreadable(f"stored session is not readable: {_describe(exc)}") from exc
+    if len(messages) != len(bodies):
+        raise Unreadable("stored session is not readable: a message row holds more than one message")
+    return messages
 
 
 def decode_messages(bodies: Iterable[str]) -> list[Message]:
     try:
         return MESSAGES_ADAPTER.validate_json("[" + ",".join(bodies) + "]")
     except ValidationError as exc:
-        raise StoreError(f"stored message is not readable: {exc}") from exc
+        raise Unreadable(f"stored message is not readable: {_describe(exc)}") from exc
 
 
 def encode_record(record: LogRecord) -> str:
@@ -191,7 +318,7 @@ def decode_records(bodies: Iterable[str]) -> list[LogRecord]:
     try:
         return [LOG_ADAPTER.validate_json(body) for body in bodies]
     except ValidationError as exc:
-        raise StoreError(f"stored error record is not readable: {exc}") from exc
+        raise Unreadable(f"stored error record is not readable: {_describe(exc)}") from exc
 
 
 def listing_query(
@@ -213,10 +340,21 @@ def listing_query(
     return query, {**filters, "limit": limit, "offset": offset}
 
 
+MAX_INTEGER = 2**63 - 1
+"""The largest integer the SQL stores keep (a signed 64-bit column)."""
+
+
 def check_page(limit: int, offset: int) -> None:
     for name, value in (("limit", limit), ("offset", offset)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be an integer >= 0, not {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INTEGER:
+            raise ValueError(f"{name} must be an integer from 0 to 2**63 - 1, not {value!r}")
+
+
+def _describe(exc: ValidationError) -> str:
+    """The first problem, without the stored value it found (it may be private text)."""
+    first = exc.errors(include_url=False, include_context=False, include_input=False)[0]
+    where = ".".join(str(part) for part in first["loc"]) or "the top"
+    return f"{exc.error_count()} problem(s), first at {where}: {first['msg']}"
 
 
 def _encode(adapter: TypeAdapter[T], value: T) -> str:

@@ -13,7 +13,7 @@ SQLite accepts ``?synchronous=full|normal`` and ``?busy_timeout=SECONDS``; Postg
 from __future__ import annotations
 
 import os
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from picoflow.sessions.base import SessionStore
 from picoflow.sessions.memory import MemoryStore
@@ -93,8 +93,10 @@ def _postgres(url: str, auto_upgrade: bool) -> PostgresStore:
     schemas = [value for key, value in options if key == "schema"]
     if len(schemas) > 1:
         raise ValueError(f"{_redact(url)!r}: schema is given more than once")
-    # libpq rejects query parameters it does not know, so ours is taken out.
-    libpq = urlunsplit(parts._replace(query=urlencode([(k, v) for k, v in options if k != "schema"])))
+    # libpq rejects query parameters it does not know, so ours is taken out. Spaces as %20: libpq
+    # reads a "+" literally (``options=-c lock_timeout=200`` must survive).
+    passed = urlencode([(k, v) for k, v in options if k != "schema"], quote_via=quote)
+    libpq = urlunsplit(parts._replace(query=passed))
     return PostgresStore(libpq, schema=schemas[0] if schemas else None, auto_upgrade=auto_upgrade)
 
 

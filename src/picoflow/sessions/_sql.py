@@ -1,0 +1,109 @@
+"""What the SQL stores share: the ``SessionStore`` calls that differ only in their SQL text, written
+once over three driver primitives, and what a driver error that is not an outage becomes.
+
+A store failure is an outage (``StoreError``, 503, retry later) only when the database cannot be
+reached or is too busy right now; each store decides that from its driver's codes. Everything else
+the driver raises would fail again on a retry, so it must not read as "try again later": data the
+database refuses becomes a ``ValueError`` and any other fault a ``RuntimeError``, both chained to the
+driver's error, which the engine reports as an internal error (500).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from picoflow.messages import Message
+from picoflow.session import LogRecord, Session, SessionInfo, SessionStatus
+from picoflow.sessions import _rows
+
+Params = Sequence[object] | Mapping[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class Statements:
+    """A dialect's SQL for the shared calls, with its table names and parameter style."""
+
+    sessions: str
+    """The (qualified) sessions table."""
+    mark: Callable[[str], str]
+    """A named placeholder in the driver's style: ``:name`` or ``%(name)s``."""
+    find_ids: str
+    """Parameters: prefix length, prefix, limit."""
+    transcript: str
+    errors: str
+    record_error: str
+    """Parameters: session id, encoded record."""
+
+
+class SQLStore(ABC):
+    """The calls every SQL store makes the same way; subclasses supply SQL and the driver calls."""
+
+    statements: Statements
+
+    def __init__(self) -> None:
+        self._decoded = _rows.DecodedMemory()
+
+    async def load(self, session_id: str) -> Session | None:
+        found = await self._load_rows(session_id)
+        return None if found is None else _rows.restore_session(*found, self._decoded)
+
+    async def list_sessions(
+        self,
+        *,
+        flow: str | None = None,
+        status: SessionStatus | None = None,
+        principal: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[SessionInfo]:
+        filters: dict[str, str | None] = {"flow": flow, "status": status, "principal": principal}
+        query, params = _rows.listing_query(
+            self.statements.sessions, self.statements.mark, filters, limit, offset
+        )
+        return [SessionInfo(*row) for row in await self._fetch(query, params)]
+
+    async def find_ids(self, prefix: str, limit: int = 10) -> list[str]:
+        rows = await self._fetch(self.statements.find_ids, (len(prefix), prefix, limit))
+        return [row[0] for row in rows]
+
+    async def transcript(self, session_id: str) -> list[Message]:
+        rows = await self._fetch(self.statements.transcript, (session_id,))
+        return _rows.decode_messages(row[0] for row in rows)
+
+    async def record_error(self, session_id: str, record: LogRecord) -> None:
+        await self._execute(self.statements.record_error, (session_id, _rows.encode_record(record)))
+
+    async def errors(self, session_id: str) -> list[LogRecord]:
+        rows = await self._fetch(self.statements.errors, (session_id,))
+        return _rows.decode_records(row[0] for row in rows)
+
+    def _forget(self, session_id: str) -> None:
+        """Drop what loads of a deleted session parsed (only to free the memory: see ``DecodedMemory``)."""
+        self._decoded.forget(session_id)
+
+    @abstractmethod
+    async def _load_rows(self, session_id: str) -> tuple[str | None, _rows.Live] | None:
+        """The stored document and live messages (``_rows.group_rows``), or None if unknown."""
+
+    @abstractmethod
+    async def _fetch(self, query: str, params: Params) -> list[Any]:
+        """The rows of one read-only query."""
+
+    @abstractmethod
+    async def _execute(self, query: str, params: Params) -> None:
+        """One write statement, committed."""
+
+
+def refused(where: str, exc: BaseException, text: str) -> ValueError:
+    """The database refused a value (too large, out of range, a broken constraint): the same save
+    would be refused again, so this is the caller's data, not an outage."""
+    return ValueError(f"{where} refused the data: {type(exc).__name__}: {text}")
+
+
+def fault(where: str, exc: BaseException, text: str) -> RuntimeError:
+    """A driver error that is neither an outage nor refused data: a bug, a damaged database or a
+    schema changed behind the store's back."""
+    return RuntimeError(f"{where}: {type(exc).__name__}: {text}")
