@@ -538,12 +538,6 @@ def test_words_written_with_a_tool_call_go_when_the_turn_fails(
     assert failures == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: live, the page shows the words as raw text (textContent), after a reload as "
-    "rendered Markdown (the transcript's html); the stream carries no html for them",
-)
 def test_markdown_in_words_written_with_a_tool_call_shows_live_as_after_a_reload(
     accounts: AccountsDesk, page: Page
 ) -> None:

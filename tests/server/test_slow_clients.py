@@ -199,13 +199,6 @@ async def test_an_idle_kept_alive_connection_is_not_cut_by_the_header_deadline(s
         writer.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: bytes of the next request that arrive while a response is under way wait in h11's "
-    "buffer; HeaderDeadlineProtocol.on_response_complete disarms the deadline instead of arming it, "
-    "so only uvicorn's keep-alive timeout (75 s) closes the connection",
-)
 async def test_a_pipelined_second_request_whose_headers_stall_is_cut_off(served: Served) -> None:
     reader, writer = await served.connect()
     try:

@@ -41,8 +41,13 @@ class HeaderDeadlineProtocol(H11Protocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        # Between requests the idle connection is uvicorn's keep-alive timer's business.
-        self._disarm()
+        if self._waiting_for_headers() and self.conn.trailing_data[0]:
+            # Part of the next request came while this response was being produced (pipelining):
+            # its headers are already arriving, so their deadline runs from now.
+            self._arm()
+        else:
+            # Between requests the idle connection is uvicorn's keep-alive timer's business.
+            self._disarm()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()

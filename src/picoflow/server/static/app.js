@@ -256,6 +256,23 @@
 
   // --- a turn -----------------------------------------------------------------------------------
 
+  // The text kept from a tool call arrived as plain streamed text; once the turn is stored, show it
+  // as the server renders it (Markdown), exactly as a reload will.
+  async function renderKept(kept) {
+    try {
+      const session = await api(`/v1/sessions/${encodeURIComponent(state.sessionId)}?render=html`);
+      const replies = session.transcript.filter(visible).filter((message) => message.role !== "user");
+      const turn = replies.slice(-(kept.length + 1), -1);
+      if (turn.length !== kept.length) return;
+      turn.forEach((message, index) => {
+        kept[index].classList.add("rendered");
+        kept[index].innerHTML = message.html; // server-rendered, escaped HTML (see the note at the top)
+      });
+    } catch (error) {
+      // The plain text stays on the page; a reload shows it rendered.
+    }
+  }
+
   async function sendMessage(text) {
     showError("");
     addMessage("user", { text });
@@ -307,6 +324,7 @@
         }
       });
       if (failed) throw failed;
+      if (kept.length) await renderKept(kept);
     } catch (error) {
       if (live) live.closest("li").remove();
       for (const bubble of kept) bubble.closest("li").remove();
