@@ -113,28 +113,27 @@ class Session:
 
     def copy(self) -> Session:
         """An independent copy: mutating it never touches this one. Messages are immutable and shared."""
+        # Positional arguments in field order: a store copies the session on every save and load.
         return Session(
-            id=self.id,
-            flow=self.flow,
-            current_step=self.current_step,
-            revision=self.revision,
-            status=self.status,
-            states={step: copy_json(state) for step, state in self.states.items()},
-            memory={
-                name: Namespace(list(ns.messages), ns.start, ns.summary) for name, ns in self.memory.items()
-            },
-            sequence=list(self.sequence),
-            usage=self.usage.copy(),
-            warnings=list(self.warnings),
-            principal=self.principal,
-            prompts=dict(self.prompts),
-            models=dict(self.models),
-            turns=self.turns,
-            next_seq=self.next_seq,
-            created_at=self.created_at,
-            updated_at=self.updated_at,
-            version=self.version,
-            metadata=copy_json(self.metadata),
+            self.id,
+            self.flow,
+            self.current_step,
+            self.revision,
+            self.status,
+            {step: copy_json(state) if state else {} for step, state in self.states.items()},
+            {name: Namespace(ns.messages.copy(), ns.start, ns.summary) for name, ns in self.memory.items()},
+            self.sequence.copy(),
+            self.usage.copy(),
+            self.warnings.copy(),
+            self.principal,
+            self.prompts.copy(),
+            self.models.copy(),
+            self.turns,
+            self.next_seq,
+            self.created_at,
+            self.updated_at,
+            self.version,
+            copy_json(self.metadata) if self.metadata else {},
         )
 
     def info(self) -> SessionInfo:
