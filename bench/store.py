@@ -10,8 +10,11 @@ timed. Last, 50 sessions are played concurrently (load + save per turn) for turn
 Then a persisted turn's cost (``--turn-rounds N``; ``--turn-only`` runs just this part): in one run,
 interleaved round by round, (a) a whole ``FlowEngine`` turn on ``MemoryStore``, (b) the same turn
 on ``SQLiteStore`` (default durability, a temporary file) and (c) a raw ``sqlite3`` commit of the
-rows that turn writes (the session row update and its message rows, one transaction, same schema
-and durability), checked against the goal (b) <= (a) + 1.5 x (c).
+rows that turn writes (the session row update and its message rows, one transaction, same schema,
+values and durability, on a copy of (b)'s file), checked against the goal (b) <= (a) + 1.5 x (c).
+The turns rotate over 40 sessions of a desk flow (a tool call, then an answer: four messages a
+turn), one at a time: the store's single-turn latency, which on a fast disk it earns by running
+its calls on the event loop's thread (see ``picoflow.sessions._sqlite_connections``).
 
 PostgreSQL: ``$PICOFLOW_BENCH_POSTGRES`` or ``postgresql://postgres@127.0.0.1:5432/test``; the
 benchmark works in a schema of its own and drops it afterwards.

@@ -9,7 +9,6 @@ conversation already is.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
@@ -40,19 +39,15 @@ class Unreadable(RuntimeError):
 
 
 @dataclass(frozen=True, slots=True)
-class MessageRow:
-    seq: int
-    namespace: str
-    body: str
-
-
-@dataclass(frozen=True, slots=True)
 class SaveRows:
     """Everything a save writes, encoded before any I/O so bad input fails before a transaction opens."""
 
     revision: int
     document: str
-    messages: list[MessageRow]
+    seqs: list[int]
+    """The appended messages' seqs, beside their namespaces and encoded bodies."""
+    message_namespaces: list[str]
+    bodies: list[str]
     namespaces: list[str]
     """Names of the namespaces in memory, beside ``starts``: the load query reads these rather than
     the document, which it then never has to parse."""
@@ -106,14 +101,12 @@ def prepare_save(
 ) -> SaveRows:
     """Validate a save's arguments and encode the rows it writes (before any I/O)."""
     revision = check_save(session, expected_revision, appended)
-    messages = [
-        MessageRow(message.seq, namespace, _encode(MESSAGE_ADAPTER, message))
-        for namespace, message in appended
-    ]
     return SaveRows(
         revision,
         document_json(session, revision),
-        messages,
+        [message.seq for _, message in appended],
+        [namespace for namespace, _ in appended],
+        [_encode(MESSAGE_ADAPTER, message) for _, message in appended],
         list(session.memory),
         [live_from(ns, session.next_seq) for ns in session.memory.values()],
     )
@@ -160,11 +153,18 @@ def live_from(namespace: Namespace, next_seq: int) -> int:
     return namespace.messages[0].seq if namespace.messages else next_seq
 
 
+_WITHOUT_MESSAGES = {"memory": {"__all__": {"messages"}}}
+
+
 def document_json(session: Session, revision: int) -> str:
-    """The session without message bodies, at ``revision``."""
-    heads = {name: Namespace([], ns.start, ns.summary) for name, ns in session.memory.items()}
-    stripped = dataclasses.replace(session, memory=heads, revision=revision)
-    return _encode(SESSION_ADAPTER, stripped)
+    """The session without message bodies (each namespace keeps its start and summary), at
+    ``revision``."""
+    saved = session.revision
+    session.revision = revision  # for the encoding only, which cannot be interrupted
+    try:
+        return _encode(SESSION_ADAPTER, session, exclude=_WITHOUT_MESSAGES)
+    finally:
+        session.revision = saved
 
 
 Live = dict[str, tuple[list[int], list[str]]]
@@ -357,9 +357,9 @@ def _describe(exc: ValidationError) -> str:
     return f"{exc.error_count()} problem(s), first at {where}: {first['msg']}"
 
 
-def _encode(adapter: TypeAdapter[T], value: T) -> str:
+def _encode(adapter: TypeAdapter[T], value: T, exclude: dict[str, Any] | None = None) -> str:
     try:
-        return adapter.dump_json(value).decode()
+        return adapter.dump_json(value, exclude=exclude).decode()
     except PydanticSerializationError as exc:
         # Typically a lone surrogate in some text, or a state value that is not JSON.
         raise ValueError(f"cannot store this value as JSON: {exc}") from exc

@@ -69,9 +69,9 @@ _UPDATE = (
 # One statement reads one snapshot, so the document (the row without a namespace) and its live
 # messages always match. Each namespace is read by a LATERAL subquery with an ORDER BY of its own,
 # which the planner cannot merge into a join: it runs as one index range scan from the namespace's
-# start. As a plain join, once the table
-# has statistics, the planner guesses that ``seq >= start`` keeps a third of the session and reads
-# its whole transcript instead, so loads slowed down as a session grew old.
+# start. As a plain join, once the table has statistics, the planner guesses that ``seq >= start``
+# keeps a third of the session and reads its whole transcript instead, so loads slowed down as a
+# session grew old.
 _LOAD = """WITH head AS (SELECT namespaces, starts, document FROM {p}picoflow_sessions WHERE id = %(id)s)
 SELECT NULL::bigint AS seq, NULL::text AS namespace, document::text AS body FROM head
 UNION ALL
@@ -177,9 +177,9 @@ class PostgresStore(SQLStore):
             **_rows.session_columns(session, prepared, expected_revision),
             "namespaces": prepared.namespaces,
             "starts": prepared.starts,
-            "seqs": [m.seq for m in prepared.messages],
-            "message_namespaces": [m.namespace for m in prepared.messages],
-            "bodies": [m.body for m in prepared.messages],
+            "seqs": prepared.seqs,
+            "message_namespaces": prepared.message_namespaces,
+            "bodies": prepared.bodies,
         }
         from psycopg.errors import UniqueViolation
 

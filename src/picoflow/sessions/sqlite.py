@@ -96,7 +96,12 @@ def save_rows(
     row = _rows.session_columns(session, prepared, expected_revision)
     live = dict(zip(prepared.namespaces, prepared.starts, strict=True))
     row["live"] = json.dumps(live)
-    messages = [(session.id, m.seq, m.namespace, m.body) for m in prepared.messages]
+    messages = [
+        (session.id, seq, namespace, body)
+        for seq, namespace, body in zip(
+            prepared.seqs, prepared.message_namespaces, prepared.bodies, strict=True
+        )
+    ]
     return SQLiteSave(
         session.id, expected_revision, prepared.revision, row, messages, prepared.document, live
     )
