@@ -14,6 +14,8 @@ def check_text(value: str, name: str) -> None:
     changes nothing; raises ``InvalidInput`` naming the field (never echoing the value)."""
     if "\x00" in value:
         raise InvalidInput(f"{name} must not contain NUL characters", field=name)
+    if value.isascii():
+        return
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:

@@ -41,7 +41,7 @@ MAX_WARNINGS = 200
 LATEST_ONLY = frozenset({TRIMMED})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TurnRequest:
     """A turn as the engine resolved it: the flow (None: the session's own), the checked text."""
 
