@@ -148,6 +148,27 @@ async def test_a_session_replaced_by_another_process_is_loaded_anew(sql_backend:
     assert loaded.memory["ask"].messages[0].content == "user theirs"
 
 
+async def test_a_save_over_a_session_another_process_replaced_is_then_loaded_as_stored(
+    sql_backend: Backend,
+) -> None:
+    """Another process replaces the session between this store's load and its save, with the same
+    revision, so the compare-and-swap passes: what this store then loads is what is stored, not what
+    it wrote on top of what it had read."""
+    mine, theirs = sql_backend.open(), sql_backend.open()
+    session = new_session("swapped")
+    await mine.save(session, expected_revision=None, appended=play_turn(session, "mine"))
+    loaded = await mine.load("swapped")
+    assert loaded is not None
+    assert await theirs.delete("swapped")
+    other = new_session("swapped")
+    await theirs.save(other, expected_revision=None, appended=play_turn(other, "theirs"))
+    assert await mine.save(loaded, expected_revision=1, appended=play_turn(loaded, "again")) == 2
+    stored, fresh = await mine.load("swapped"), await sql_backend.open().load("swapped")
+    assert stored is not None and fresh is not None
+    assert session_to_json(stored) == session_to_json(fresh)
+    assert stored.memory["ask"].messages[0].content == "user theirs"
+
+
 # --- outages ------------------------------------------------------------------------------------
 
 
@@ -255,7 +276,7 @@ async def test_sqlite_errors_are_outages_only_for_locks_and_file_trouble(
     session = new_session("s")
     await store.save(session, expected_revision=None, appended=play_turn(session, "t1"))
 
-    def failing_write(conn: sqlite3.Connection, rows: sqlite_module.SQLiteSave) -> int:
+    def failing_write(conn: sqlite3.Connection, rows: sqlite_module.SQLiteSave) -> None:
         raise error
 
     monkeypatch.setattr(sqlite_module, "write_save", failing_write)

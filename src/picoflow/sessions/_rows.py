@@ -198,10 +198,7 @@ def restore_session(document: str | None, live: Live, decoded: DecodedMemory | N
     """
     if document is None:
         raise Unreadable("stored session is not readable: its document is missing")
-    try:
-        session = SESSION_ADAPTER.validate_json(document)
-    except ValidationError as exc:
-        raise Unreadable(f"stored session is not readable: {_describe(exc)}") from exc
+    session = parse_document(document)
     for namespace, (_, bodies) in live.items():
         held = session.memory.get(namespace)
         if held is None:
@@ -209,10 +206,18 @@ def restore_session(document: str | None, live: Live, decoded: DecodedMemory | N
                 f"stored session is not readable: messages of an unknown namespace {namespace!r}"
             )
         if decoded is None:
-            held.messages.extend(_decode(bodies))
+            held.messages.extend(decode_bodies(bodies))
         else:
             held.messages.extend(decoded.messages(session.id, namespace, bodies))
     return session
+
+
+def parse_document(document: str) -> Session:
+    """The session a stored document holds (its memory without messages)."""
+    try:
+        return SESSION_ADAPTER.validate_json(document)
+    except ValidationError as exc:
+        raise Unreadable(f"stored session is not readable: {_describe(exc)}") from exc
 
 
 class DecodedMemory:
@@ -225,7 +230,7 @@ class DecodedMemory:
     Bounded by ``limit`` namespaces and ``max_chars`` of stored text.
     """
 
-    def __init__(self, limit: int = 512, max_chars: int = 16_000_000) -> None:
+    def __init__(self, limit: int = 512, max_chars: int = 8_000_000) -> None:
         self._entries: Bounded[tuple[str, str], tuple[list[str], tuple[Message, ...]]] = Bounded(
             limit, max_chars
         )
@@ -237,9 +242,9 @@ class DecodedMemory:
             rest = bodies[len(known[0]) :]
             if not rest:
                 return known[1]
-            parsed = known[1] + tuple(_decode(rest))
+            parsed = known[1] + tuple(decode_bodies(rest))
         else:
-            parsed = tuple(_decode(bodies))
+            parsed = tuple(decode_bodies(bodies))
         self._entries.put(key, (bodies, parsed), sum(map(len, bodies)))
         return parsed
 
@@ -290,7 +295,8 @@ class Bounded(Generic[K, V]):
                 self._size -= self._entries.pop(key)[1]
 
 
-def _decode(bodies: list[str]) -> list[Message]:
+def decode_bodies(bodies: list[str]) -> list[Message]:
+    """The messages of stored bodies."""
     # One parse of a JSON array is much cheaper than one parse call per message.
     try:
         messages = MESSAGES_ADAPTER.validate_json("[" + ",".join(bodies) + "]")

@@ -2,10 +2,11 @@
 once over three driver primitives, and what a driver error that is not an outage becomes.
 
 A store failure is an outage (``StoreError``, 503, retry later) only when the database cannot be
-reached or is too busy right now; each store decides that from its driver's codes. Everything else
-the driver raises would fail again on a retry, so it must not read as "try again later": data the
-database refuses becomes a ``ValueError`` and any other fault a ``RuntimeError``, both chained to the
-driver's error, which the engine reports as an internal error (500).
+reached or used right now: down, busy, out of disk, its file unusable. Each store decides that from
+its driver's codes. Anything else the driver raises fails the same way on a retry, so it must not
+read as "try again later": data the database refuses becomes a ``ValueError`` and any other fault a
+``RuntimeError``, both chained to the driver's error, which the engine reports as an internal error
+(500).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from picoflow.messages import Message
-from picoflow.session import LogRecord, Session, SessionInfo, SessionStatus
+from picoflow.session import LogRecord, SessionInfo, SessionStatus
 from picoflow.sessions import _rows
 
 Params = Sequence[object] | Mapping[str, object]
@@ -45,10 +46,7 @@ class SQLStore(ABC):
 
     def __init__(self) -> None:
         self._decoded = _rows.DecodedMemory()
-
-    async def load(self, session_id: str) -> Session | None:
-        found = await self._load_rows(session_id)
-        return None if found is None else _rows.restore_session(*found, self._decoded)
+        """Messages parsed by earlier loads (``restore_session``)."""
 
     async def list_sessions(
         self,
@@ -83,10 +81,6 @@ class SQLStore(ABC):
     def _forget(self, session_id: str) -> None:
         """Drop what loads of a deleted session parsed (only to free the memory: see ``DecodedMemory``)."""
         self._decoded.forget(session_id)
-
-    @abstractmethod
-    async def _load_rows(self, session_id: str) -> tuple[str | None, _rows.Live] | None:
-        """The stored document and live messages (``_rows.group_rows``), or None if unknown."""
 
     @abstractmethod
     async def _fetch(self, query: str, params: Params) -> list[Any]:

@@ -229,9 +229,9 @@ class PostgresStore(SQLStore):
         else:
             await check_postgres(conn, self.schema, self._where)
 
-    async def _load_rows(self, session_id: str) -> tuple[str | None, _rows.Live] | None:
+    async def load(self, session_id: str) -> Session | None:
         rows = await self._fetch(self._load_sql, {"id": session_id})
-        return _rows.group_rows(rows) if rows else None
+        return _rows.restore_session(*_rows.group_rows(rows), self._decoded) if rows else None
 
     async def _fetch(self, query: str, params: Params) -> list[Any]:
         async with self._pool.connection() as conn:

@@ -6,7 +6,6 @@ driver's errors mean, is ``picoflow.sessions._sqlite_connections``.
 
 from __future__ import annotations
 
-import bisect
 import functools
 import json
 import os
@@ -21,6 +20,7 @@ from picoflow.session import Session
 from picoflow.sessions import _rows
 from picoflow.sessions._sql import Params, SQLStore, Statements
 from picoflow.sessions._sqlite_connections import SQLiteConnections, transaction
+from picoflow.sessions._sqlite_known import KnownSessions, Read
 from picoflow.sessions.migrations import check_sqlite, upgrade_sqlite
 
 Synchronous = Literal["FULL", "NORMAL"]
@@ -107,12 +107,10 @@ def save_rows(
     )
 
 
-def write_save(conn: sqlite3.Connection, rows: SQLiteSave) -> int:
-    """Write a save's rows in one transaction, if the stored revision is still the expected one.
-    Returns the connection's ``data_version`` while it held the write lock."""
+def write_save(conn: sqlite3.Connection, rows: SQLiteSave) -> None:
+    """Write a save's rows in one transaction, if the stored revision is still the expected one."""
 
-    def write(conn: sqlite3.Connection) -> int:
-        version: int = conn.execute("PRAGMA data_version").fetchone()[0]
+    def write(conn: sqlite3.Connection) -> None:
         statement = _INSERT if rows.expected is None else _UPDATE
         if conn.execute(statement, rows.session).rowcount != 1:
             raise _rows.conflict(rows.session_id, rows.expected)
@@ -122,73 +120,8 @@ def write_save(conn: sqlite3.Connection, rows: SQLiteSave) -> int:
             if exc.sqlite_errorcode == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
                 raise _rows.seq_reused(rows.session_id) from None
             raise
-        return version
 
-    return transaction(conn, write)
-
-
-Loaded = tuple[str | None, _rows.Live]
-
-
-class KnownRows:
-    """The stored rows of recent sessions as the writer connection last read or wrote them.
-
-    ``PRAGMA data_version`` on a connection changes exactly when *another* connection commits to
-    the file, and every write of this store goes through the writer connection. So while it is
-    unchanged since a session's rows were read, and this store's own saves kept them up to date,
-    they are what a load would read: a load on the writer connection then skips the query. Any other
-    commit to the file (another process, another store on it) changes the version, and the next load
-    reads again. Bounded by ``limit`` sessions and ``max_chars`` of text.
-    """
-
-    def __init__(self, limit: int = 256, max_chars: int = 16_000_000) -> None:
-        self._entries: _rows.Bounded[str, tuple[int, Loaded]] = _rows.Bounded(limit, max_chars)
-
-    def load(self, conn: sqlite3.Connection, session_id: str) -> Loaded | None:
-        """The session's rows, from memory if nothing else committed since they were known."""
-        version: int = conn.execute("PRAGMA data_version").fetchone()[0]
-        known = self._entries.get(session_id)
-        if known is not None and known[0] == version:
-            return known[1]
-        # The version first: a commit landing between the two is then seen as a change next time.
-        loaded = _load(session_id, conn)
-        if loaded is not None:
-            self._keep(session_id, version, loaded)
-        return loaded
-
-    def saved(self, session_id: str, version: int, rows: SQLiteSave) -> None:
-        """A save committed on the writer connection at ``version``: the known rows become the
-        saved document and live messages, if they were current when the save began."""
-        known = self._entries.get(session_id)
-        if known is None or known[0] != version:
-            self.forget(session_id)
-            return
-        before = known[1][1]
-        live: _rows.Live = {}
-        for namespace, start in rows.live.items():
-            seqs, bodies = before.get(namespace, ([], []))
-            if seqs and seqs[0] < start:  # the window moved on (memory erased or compacted)
-                cut = bisect.bisect_left(seqs, start)
-                seqs, bodies = seqs[cut:], bodies[cut:]
-            added = [
-                (seq, body) for _, seq, name, body in rows.messages if name == namespace and seq >= start
-            ]
-            if added and seqs and added[0][0] < seqs[-1]:  # not all after the known ones
-                merged = sorted([*zip(seqs, bodies, strict=True), *added])
-                seqs, bodies = [seq for seq, _ in merged], [body for _, body in merged]
-            elif added:
-                seqs, bodies = seqs + [seq for seq, _ in added], bodies + [body for _, body in added]
-            if seqs:
-                live[namespace] = (seqs, bodies)
-        self._keep(session_id, version, (rows.document, live))
-
-    def forget(self, session_id: str | None = None) -> None:
-        """Drop one session's rows, or all of them."""
-        self._entries.drop(None if session_id is None else lambda key: key == session_id)
-
-    def _keep(self, session_id: str, version: int, loaded: Loaded) -> None:
-        size = len(loaded[0] or "") + sum(sum(map(len, bodies)) for _, bodies in loaded[1].values())
-        self._entries.put(session_id, (version, loaded), size)
+    transaction(conn, write)
 
 
 def _delete(session_id: str, conn: sqlite3.Connection) -> bool:
@@ -204,7 +137,7 @@ def _fetch(query: str, params: Params, conn: sqlite3.Connection) -> list[Any]:
     return conn.execute(query, params).fetchall()
 
 
-def _load(session_id: str, conn: sqlite3.Connection) -> Loaded | None:
+def _load(session_id: str, conn: sqlite3.Connection) -> tuple[str | None, _rows.Live] | None:
     rows = conn.execute(_LOAD, {"id": session_id}).fetchall()
     return _rows.group_rows(rows) if rows else None
 
@@ -241,7 +174,7 @@ class SQLiteStore(SQLStore):
         if readers < 1:
             raise ValueError(f"readers must be at least 1, not {readers!r}")
         super().__init__()
-        self._known = KnownRows()
+        self._known = KnownSessions()
         self.path = Path(path)
         self.auto_upgrade = auto_upgrade
         self.busy_timeout = busy_timeout
@@ -256,6 +189,13 @@ class SQLiteStore(SQLStore):
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
+
+    async def load(self, session_id: str) -> Session | None:
+        read = functools.partial(_load, session_id)
+        return await self._connections.read_fresh(
+            on_writer=functools.partial(self._known.load, session_id=session_id, read=read),
+            elsewhere=functools.partial(self._restore, read),
+        )
 
     async def save(
         self,
@@ -290,8 +230,8 @@ class SQLiteStore(SQLStore):
         else:
             check_sqlite(conn, str(self.path))
 
-    # The work below runs while it holds the writer connection, so what the known rows say changes
-    # with the write itself: no load can come between them.
+    # The work below runs while it holds the writer connection, so what is known of a session
+    # changes with the write itself: no load can come between them.
 
     def _delete(self, session_id: str, conn: sqlite3.Connection) -> bool:
         self._known.forget(session_id)
@@ -303,17 +243,16 @@ class SQLiteStore(SQLStore):
 
     def _write_save(self, rows: SQLiteSave, conn: sqlite3.Connection) -> None:
         try:
-            version = write_save(conn, rows)
+            write_save(conn, rows)
         except BaseException:
             self._known.forget(rows.session_id)
             raise
-        self._known.saved(rows.session_id, version, rows)
+        self._known.saved(rows.session_id, rows.document, rows.live, rows.messages)
 
-    async def _load_rows(self, session_id: str) -> Loaded | None:
-        return await self._connections.read_fresh(
-            on_writer=functools.partial(self._known.load, session_id=session_id),
-            elsewhere=functools.partial(_load, session_id),
-        )
+    def _restore(self, read: Read, conn: sqlite3.Connection) -> Session | None:
+        """A load on a reader thread (the writer connection is busy)."""
+        loaded = read(conn)
+        return None if loaded is None else _rows.restore_session(*loaded, self._decoded)
 
     async def _fetch(self, query: str, params: Params) -> list[Any]:
         return await self._connections.read(functools.partial(_fetch, query, params))
