@@ -61,6 +61,8 @@ class TurnResult:
     usage: Usage = field(default_factory=Usage)
     error: TurnError | None = None
     warnings: tuple[str, ...] = ()
+    flow: str | None = None
+    """The flow of the session (None when the turn failed before the flow was known)."""
 
     @property
     def ok(self) -> bool:

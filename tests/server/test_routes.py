@@ -275,6 +275,12 @@ async def test_a_failing_tool_is_500_with_the_public_message_only() -> None:
 
 
 class BrokenStore(MemoryStore):
+    """A store whose disk fails (an outage) or, with ``bug``, whose code is broken."""
+
+    def __init__(self, *, bug: bool = False) -> None:
+        super().__init__()
+        self.bug = bug
+
     async def list_sessions(
         self,
         *,
@@ -284,7 +290,9 @@ class BrokenStore(MemoryStore):
         limit: int = 100,
         offset: int = 0,
     ) -> list[SessionInfo]:
-        raise RuntimeError(f"disk on fire near {SECRET}")
+        if self.bug:
+            raise RuntimeError(f"bug near {SECRET}")
+        raise OSError(f"disk on fire near {SECRET}")
 
 
 async def test_a_failing_store_is_503_without_its_details() -> None:
@@ -292,6 +300,19 @@ async def test_a_failing_store_is_503_without_its_details() -> None:
         reply = await client.get("/v1/sessions")
         assert reply.status_code == 503 and reply.headers["retry-after"] == "5"
         assert reply.json()["error"]["kind"] == "store_error"
+        assert SECRET not in reply.text
+
+
+async def test_a_bug_in_the_store_is_a_500_not_an_outage_to_retry() -> None:
+    async with client_for(desk_engine(store=BrokenStore(bug=True))) as client:
+        reply = await client.get("/v1/sessions")
+        assert reply.status_code == 500 and "retry-after" not in reply.headers
+        assert reply.json()["error"] == {
+            "kind": "internal",
+            "message": "Internal server error.",
+            "retryable": False,
+            "fields": [],
+        }
         assert SECRET not in reply.text
 
 

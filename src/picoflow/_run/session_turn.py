@@ -115,6 +115,7 @@ class SessionTurns:
                 step=session.current_step,
                 usage=ws.usage,
                 warnings=tuple([record.message for record in ws.warnings]) if ws.warnings else (),
+                flow=spec.name,
             )
         except RunError as exc:
             return await self.failed(exc, reference, request.session_id, ws)
@@ -224,6 +225,7 @@ class SessionTurns:
             usage=ws.usage if ws else Usage(),
             error=TurnError(type(exc), exc.public_text, exc.retry_after, reference, field),
             warnings=tuple(record.message for record in ws.warnings) if ws else (),
+            flow=ws.spec.name if ws else None,
         )
 
     def session_lock(self, session_id: str) -> AbstractAsyncContextManager[None]:

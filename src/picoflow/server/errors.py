@@ -134,8 +134,8 @@ def v1_error(error: TurnError, session_id: str | None) -> ApiError:
 @asynccontextmanager
 async def engine_call(session_id: str | None = None) -> AsyncIterator[None]:
     """Translate what an engine call other than a turn raises: a malformed session id is no such
-    session, refused query input names its parameter, a typed failure keeps its status, and
-    anything else from the store is a 503 the client may retry (the cause is only logged)."""
+    session, refused query input names its parameter, and a typed failure keeps its status (a store
+    outage is a 503 the client may retry). Anything else is a bug: the app's handler answers 500."""
     try:
         yield
     except ApiError:
@@ -147,15 +147,6 @@ async def engine_call(session_id: str | None = None) -> AsyncIterator[None]:
         raise ApiError(error.status, error.kind, error.message, fields=fields) from None
     except RunError as error:
         raise run_error(error, session_id) from None
-    except Exception:
-        logger.exception("picoflow.server: the session store failed")
-        raise ApiError(
-            503,
-            "store_error",
-            "The conversation store is unavailable. Please try again.",
-            retryable=True,
-            retry_after=DEFAULT_RETRY_AFTER,
-        ) from None
 
 
 # --- rendering -------------------------------------------------------------------------------------------

@@ -191,8 +191,6 @@ class TurnWatch:
     an event stream opens here, so refusals before it are plain HTTP statuses."""
     on_status: Callable[[LoadStatus], None] | None = None
     """Sees each load status while the turn waits for its models (not the final one)."""
-    flow: str | None = None
-    """The turn's flow, once the engine knows it."""
     _token: Token[TurnWatch | None] | None = field(default=None, init=False, repr=False)
 
     def __enter__(self) -> TurnWatch:
@@ -205,25 +203,12 @@ class TurnWatch:
             self._token = None
 
     async def started(self, spec: FlowSpec) -> None:
-        self.flow = spec.name
         if self.on_start is not None:
             self.on_start()
         status = await self.readiness.wait(spec.name, on_change=self._progress)
         if status.phase is Phase.FAILED:
             # The error a turn on a missing model file gets, so a client sees one failure either way.
             raise LocalModelUnavailable(f"the models of flow {spec.name} did not load: {status.reason}")
-
-    async def flow_of(
-        self, engine: FlowEngine, requested: str | None, session_id: str | None, principal: str | None
-    ) -> str:
-        """The flow of a turn that succeeded: as the engine told the gate. Only when something
-        replaced the gate on the engine is the session asked for it."""
-        if self.flow is not None:
-            return self.flow
-        if requested is not None:
-            return requested
-        session = None if session_id is None else await engine.get_session(session_id, principal=principal)
-        return "" if session is None else session.flow
 
     def _progress(self, status: LoadStatus) -> None:
         if self.on_status is not None and not status.settled:

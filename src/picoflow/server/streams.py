@@ -132,7 +132,7 @@ async def stream_turn(
             if result.error is not None:
                 yield _error_event(v1_error(result.error, session_id))
                 return
-            name = await watch.flow_of(state.engine, flow, session_id, caller.principal)
+            name = result.flow or ""
             yield _sse("result", TurnResponse.from_result(result, name, render).model_dump(mode="json"))
         except Exception:
             # An event that cannot be written (a model's text no encoder takes, a bug) must not

@@ -89,13 +89,12 @@ async def run_turn(
     caller = with_config(access.caller, body.config)
     if body.stream or "text/event-stream" in request.headers.get("accept", ""):
         return await stream_turn(access.state, flow, body.message, session_id, caller, render)
-    with TurnWatch(access.state.readiness) as watch:
+    with TurnWatch(access.state.readiness):
         result = await access.engine.run(flow, body.message, session_id, caller=caller)
     if result.error is not None:
         raise v1_error(result.error, session_id)
-    flow = await watch.flow_of(access.engine, flow, session_id, caller.principal)
     # Serialised by pydantic-core straight to JSON: no intermediate dict, no second encoder.
-    content = TurnResponse.from_result(result, flow, render).model_dump_json()
+    content = TurnResponse.from_result(result, result.flow or "", render).model_dump_json()
     if session_id is None:
         headers = {"Location": f"/v1/sessions/{result.session_id}"}
         return Response(content, status_code=201, media_type="application/json", headers=headers)
