@@ -4,7 +4,8 @@ A session is stored as one *document* row that holds everything except message b
 namespace keeps only its ``start`` and ``summary``) plus one append-only row per message. Load
 rebuilds each namespace's live memory from its stored messages, from the seq of the first live
 one on. A save therefore writes one small document and the turn's new messages, however long the
-conversation already is.
+conversation already is. Parsing those messages is most of a load's cost, so the messages earlier
+loads parsed are kept by the text they came from (``DecodedMemory``).
 """
 
 from __future__ import annotations

@@ -165,6 +165,10 @@ class PostgresStore(SQLStore):
     def __repr__(self) -> str:
         return f"PostgresStore({self._where!r})"
 
+    async def load(self, session_id: str) -> Session | None:
+        rows = await self._fetch(self._load_sql, {"id": session_id})
+        return _rows.restore_session(*_rows.group_rows(rows), self._decoded) if rows else None
+
     async def save(
         self,
         session: Session,
@@ -228,10 +232,6 @@ class PostgresStore(SQLStore):
             await upgrade_postgres(conn, self.schema, self._where)
         else:
             await check_postgres(conn, self.schema, self._where)
-
-    async def load(self, session_id: str) -> Session | None:
-        rows = await self._fetch(self._load_sql, {"id": session_id})
-        return _rows.restore_session(*_rows.group_rows(rows), self._decoded) if rows else None
 
     async def _fetch(self, query: str, params: Params) -> list[Any]:
         async with self._pool.connection() as conn:
