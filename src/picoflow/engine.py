@@ -311,11 +311,7 @@ _local = threading.local()
 def _thread_loop() -> asyncio.AbstractEventLoop:
     """This thread's event loop for ``run_sync``: made on first use, reused after (a bare
     ``run_until_complete`` costs a fraction of ``asyncio.run``, which builds and closes a loop)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    else:
+    if asyncio._get_running_loop() is not None:  # exported by asyncio.events; no exception per call
         raise RuntimeError("run_sync() cannot be called from a running event loop: await engine.run(...)")
     loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
     if loop is None or loop.is_closed():
