@@ -8,6 +8,7 @@ import asyncio
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import ValidationError
@@ -22,6 +23,9 @@ from picoflow.messages import Message, ModelRequest, ModelResponse, ToolCall, To
 from picoflow.models.base import Model, ResponseDone, TextDelta
 from picoflow.outcomes import Reject
 from picoflow.step import Step
+
+_NO_SETTINGS: Mapping[str, Any] = MappingProxyType({})
+"""Requests carry no per-call settings (a model applies its selection's); read-only, so shared."""
 
 NUDGE = "Your last response was empty. Answer the user, or call one of the available tools."
 
@@ -55,12 +59,13 @@ async def build_request(ws: Workspace, step: Step, spec: StepSpec, extra: list[M
     if "history" in spec.overrides:
         messages = await ws.hook(step, "history", step.history, messages)
     return ModelRequest(
-        system=system,
-        messages=[*messages, *extra] if extra else list(messages),
-        tools=tools_for(step, spec),
-        output=spec.output,
-        step=spec.name,
-        session_id=ws.session_id,
+        system,
+        [*messages, *extra] if extra else list(messages),
+        tools_for(step, spec),
+        spec.output,
+        _NO_SETTINGS,
+        spec.name,
+        ws.session_id,
     )
 
 

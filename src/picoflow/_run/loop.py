@@ -35,11 +35,14 @@ async def run_turn(ws: Workspace, text: str) -> str:
         await enter(ws, session.current_step, previous=None)
     pending_user: str | None = text
     crossed_from: str | None = None
+    running: str | None = None
     while True:
         name = session.current_step
         spec = ws.spec.steps[name]
         step = ws.step(name)
-        ws.observer.step_started(name)
+        if name != running:
+            ws.observer.step_started(name)
+            running = name
         if spec.is_logic:
             outcome = await _decide(ws, step, name)
             if isinstance(outcome, Direct):

@@ -38,7 +38,7 @@ class TurnObserver:
         """The turn was interrupted (cancelled) and gives no result."""
 
     def step_started(self, step: str) -> None:
-        """The loop is about to run ``step`` (again: once per pass of the loop)."""
+        """The loop starts running ``step`` (the turn's first step, or another one it moved to)."""
 
     def step_entered(self, step: str, previous: str | None) -> None:
         """The conversation moved into ``step``."""

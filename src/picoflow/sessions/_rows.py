@@ -76,6 +76,30 @@ def check_save(
     for name in session.memory:
         if not isinstance(name, str) or not name or "\x00" in name:
             raise ValueError(f"memory namespace names must be non-empty strings without NUL, not {name!r}")
+    if not _plainly_in_order(appended, session.next_seq):
+        _check_appended(appended, session.next_seq)
+    return 1 if expected_revision is None else expected_revision + 1
+
+
+def _plainly_in_order(appended: Sequence[tuple[str, Message]], next_seq: int) -> bool:
+    """The common case, checked cheaply (a save checks every message it appends): plain pairs of a
+    namespace and a message, stamped in increasing order below ``next_seq``."""
+    previous = -1
+    for item in appended:
+        if type(item) is not tuple or len(item) != 2:
+            return False
+        namespace, message = item
+        if type(namespace) is not str or type(message) is not Message or not namespace or "\x00" in namespace:
+            return False
+        seq = message.seq
+        if not previous < seq < next_seq:
+            return False
+        previous = seq
+    return True
+
+
+def _check_appended(appended: Sequence[tuple[str, Message]], next_seq: int) -> None:
+    """Check each appended pair in full, raising ``ValueError`` with the first problem's reason."""
     previous = -1
     for index, item in enumerate(appended):
         if not isinstance(item, tuple) or len(item) != 2:
@@ -89,12 +113,9 @@ def check_save(
             raise ValueError(f"appended[{index}] has no seq: stamp messages before saving them")
         if message.seq <= previous:
             raise ValueError(f"appended[{index}] (seq {message.seq}) is out of seq order")
-        if message.seq >= session.next_seq:
-            raise ValueError(
-                f"appended[{index}] has seq {message.seq} but session.next_seq is {session.next_seq}"
-            )
+        if message.seq >= next_seq:
+            raise ValueError(f"appended[{index}] has seq {message.seq} but session.next_seq is {next_seq}")
         previous = message.seq
-    return 1 if expected_revision is None else expected_revision + 1
 
 
 def prepare_save(

@@ -47,7 +47,7 @@ class MemoryStore:
         session.revision = revision
         # Keep a copy: callers may go on changing their object after a save.
         self._sessions[session.id] = session.copy()
-        self._transcripts.setdefault(session.id, []).extend(message for _, message in appended)
+        self._transcripts.setdefault(session.id, []).extend([message for _, message in appended])
         return revision
 
     async def delete(self, session_id: str) -> bool:
