@@ -988,3 +988,33 @@ async def test_hooks_see_the_run_context_and_the_attempt_number() -> None:
     result = await engine.run("polite", "hi", caller=Caller(principal="ann"))
     assert result.ok and result.message == "Hey."
     assert seen == [(1, "db-handle", "ann"), (2, "db-handle", "ann"), (3, "db-handle", "ann")]
+
+
+class Recorder(Step):
+    """Records what its tool is given."""
+
+    seen: list[RunContext] = []
+
+    @tool
+    def record(self, ctx: RunContext) -> str:
+        """Record the context."""
+        Recorder.seen.append(ctx)
+        return "noted"
+
+
+class RecordFlow(Flow):
+    name = "record"
+    steps = [Recorder]
+
+
+async def test_a_tool_gets_every_field_of_its_context_from_the_caller_and_the_turn() -> None:
+    Recorder.seen = []
+    deps = object()
+    engine = FlowEngine([RecordFlow], model=ScriptedModel([ToolCall("record", {}), "ok"]), deps=deps)
+    caller = Caller(principal="ann", visibilities=frozenset({"staff"}), config={"tone": "brief"})
+    result = await engine.run("record", "hi", caller=caller)
+    assert result.ok
+    [ctx] = Recorder.seen
+    assert (ctx.principal, ctx.customer_id, ctx.visibilities, ctx.deps) == ("ann", "ann", {"staff"}, deps)
+    assert (ctx.session_id, ctx.step, dict(ctx.config)) == (result.session_id, "Recorder", {"tone": "brief"})
+    assert ctx.usage == result.usage

@@ -51,7 +51,7 @@ class Caller:
     """Per-request settings from the caller (never persisted)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True)
 class RunContext(Generic[DepsT]):
     """Injected into tool handlers that declare a parameter of this type."""
 

@@ -108,14 +108,15 @@ class Workspace:
         context = self._contexts.get(step)
         if context is None:
             caller = self.caller
+            # Positional, in field order: one context per step and turn, built on the hot path.
             context = self._contexts[step] = RunContext(
-                principal=caller.principal,
-                visibilities=caller.visibilities,
-                deps=self.deps,
-                session_id=self.session_id,
-                step=step,
-                usage=self.usage,
-                config=caller.config,
+                caller.principal,
+                caller.visibilities,
+                self.deps,
+                self.session_id,
+                step,
+                self.usage,
+                caller.config,
             )
         return context
 
