@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import statistics
 import sys
 import tempfile
@@ -31,8 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from picoflow import Flow, FlowEngine, Step, tool
-from picoflow.messages import ModelRequest, ToolCall
+from _desk import DeskFlow, agent
+from picoflow import FlowEngine
 from picoflow.models import FunctionModel
 from picoflow.sessions import PostgresStore, SessionStore, SQLiteStore
 from picoflow.tokens import request_tokens
@@ -42,35 +41,6 @@ WINDOW = 8
 """Timed turns per session and checkpoint: turns k .. k + WINDOW - 1."""
 CONTEXT_WINDOW = 2048
 OUTPUT_RESERVE = 256
-
-
-class Desk(Step):
-    """You answer the customer's questions about their orders. Look every order up first."""
-
-    memory = "desk"
-
-    @tool
-    def lookup(self, order: int) -> dict[str, Any]:
-        """Look an order up by its number."""
-        items = [
-            {"sku": f"LUM-{order % 97:02d}-{n}", "name": "vibration sensor, 4-20 mA", "qty": n}
-            for n in (1, 2)
-        ]
-        return {"order": order, "status": "shipped", "carrier": "UPS", "placed": "2026-10-03", "items": items}
-
-
-class DeskFlow(Flow):
-    name = "desk"
-    steps = [Desk]
-
-
-def agent(request: ModelRequest) -> ToolCall | str:
-    """Looks the order of the question up, then answers."""
-    last = request.messages[-1]
-    number = int(re.findall(r"\d+", last.content)[0])
-    if last.role == "user":
-        return ToolCall("lookup", {"order": number})
-    return f"Order {number} has shipped with UPS; it left our warehouse on October 3."
 
 
 class Desks:

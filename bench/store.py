@@ -28,7 +28,6 @@ import contextlib
 import functools
 import json
 import os
-import re
 import sqlite3
 import statistics
 import sys
@@ -38,10 +37,10 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
-from picoflow import Flow, FlowEngine, Step, tool
-from picoflow.messages import Message, ModelRequest, ToolCall
+from _desk import DeskFlow, agent
+from picoflow import FlowEngine
+from picoflow.messages import Message, ToolCall
 from picoflow.models import FunctionModel
 from picoflow.session import Session
 from picoflow.sessions import MemoryStore, PostgresStore, SessionStore, SQLiteStore
@@ -205,40 +204,11 @@ TURN_SESSIONS = 40
 """Sessions the turn rounds rotate over: each gets rounds / 40 turns, so memory stays conversation-sized."""
 
 
-class Desk(Step):
-    """You answer the customer's questions about their orders. Look every order up first."""
-
-    memory = "desk"
-
-    @tool
-    def lookup(self, order: int) -> dict[str, Any]:
-        """Look an order up by its number."""
-        items = [
-            {"sku": f"LUM-{order % 97:02d}-{n}", "name": "vibration sensor, 4-20 mA", "qty": n}
-            for n in (1, 2)
-        ]
-        return {"order": order, "status": "shipped", "carrier": "UPS", "placed": "2026-10-03", "items": items}
-
-
-class DeskFlow(Flow):
-    name = "desk"
-    steps = [Desk]
-
-
-def desk_agent(request: ModelRequest) -> ToolCall | str:
-    """Answers at once: looks the order of the question up, then answers."""
-    last = request.messages[-1]
-    number = int(re.findall(r"\d+", last.content)[0])
-    if last.role == "user":
-        return ToolCall("lookup", {"order": number})
-    return f"Order {number} has shipped with UPS; it left our warehouse on October 3."
-
-
 class Desks:
     """An engine on one store, turning over ``TURN_SESSIONS`` sessions of the desk flow."""
 
     def __init__(self, store: SessionStore) -> None:
-        self.model = FunctionModel(desk_agent)
+        self.model = FunctionModel(agent)
         self.engine = FlowEngine([DeskFlow], model=self.model, store=store)
         self.sessions: list[str] = []
         self.asked = 0
