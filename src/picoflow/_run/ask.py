@@ -61,7 +61,7 @@ async def build_request(ws: Workspace, step: Step, spec: StepSpec, extra: list[M
     return ModelRequest(
         system,
         [*messages, *extra] if extra else list(messages),
-        tools_for(step, spec),
+        tools_for(step, spec) if spec.dynamic_tools else spec.definitions,
         spec.output,
         _NO_SETTINGS,
         spec.name,

@@ -107,15 +107,19 @@ class SessionTurns:
                 await host.store.save(session, expected_revision=expected, appended=ws.appended)
             except OSError as exc:  # an outage; a store's typed errors pass, anything else is a bug
                 raise StoreError(f"saving session {session.id} failed: {type(exc).__name__}: {exc}") from exc
+            warnings = tuple([record.message for record in ws.warnings]) if ws.warnings else ()
+            # Positional, in field order (message, session id, completed, content type, step, usage,
+            # error, warnings, flow): every turn builds one.
             return TurnResult(
-                message=reply,
-                session_id=session.id,
-                completed=session.status == "completed",
-                content_type=ws.content_type or "text/plain",
-                step=session.current_step,
-                usage=ws.usage,
-                warnings=tuple([record.message for record in ws.warnings]) if ws.warnings else (),
-                flow=spec.name,
+                reply,
+                session.id,
+                session.status == "completed",
+                ws.content_type or "text/plain",
+                session.current_step,
+                ws.usage,
+                None,
+                warnings,
+                spec.name,
             )
         except RunError as exc:
             return await self.failed(exc, reference, request.session_id, ws)

@@ -33,8 +33,35 @@ if TYPE_CHECKING:
 ModelFor = Callable[[StepSpec], "Model"]
 
 
+_NONE_DEFERRED: frozenset[str] = frozenset()
+
+
 class Workspace:
     """One turn's state on a private copy of ``session``; the runtime of its steps and flow."""
+
+    # Slots: the runner reads and writes these a hundred times a turn.
+    __slots__ = (
+        "_contexts",
+        "_deferred_erase",
+        "_flow",
+        "_states",
+        "_steps",
+        "appended",
+        "attempt",
+        "caller",
+        "content_type",
+        "deps",
+        "limits",
+        "max_reply_chars",
+        "model_for",
+        "observer",
+        "session",
+        "session_id",
+        "spec",
+        "transitions",
+        "usage",
+        "warnings",
+    )
 
     def __init__(
         self,
@@ -63,11 +90,10 @@ class Workspace:
         self.content_type: str | None = None
         self.transitions = 0
         self.attempt = 1
-        self.touched: set[str] = set()
         self._steps: dict[str, Step] = {}
         self._states: dict[str, StepState] = {}
         self._contexts: dict[str, RunContext[Any]] = {}
-        self._deferred_erase: set[str] | None = None
+        self._deferred_erase: frozenset[str] | None = None
         self._flow: Flow | None = None
 
     # --- what steps and the flow object reach (StepRuntime, FlowRuntime) --------------------------
@@ -94,7 +120,7 @@ class Workspace:
         if self._deferred_erase is not None:
             # A tool call of this response still waits for its results in some namespace; erasing
             # now could separate them, so the erase happens once the results are written.
-            self._deferred_erase.add(namespace)
+            self._deferred_erase = self._deferred_erase | {namespace}
             return
         ns = self.session.namespace(namespace)
         ns.messages = []
@@ -164,7 +190,6 @@ class Workspace:
         session.next_seq = seq + 1
         ns.messages.append(message)
         self.appended.append((namespace, message))
-        self.touched.add(namespace)
         return message
 
     def warn(self, code: str, message: str, step: str | None) -> None:
@@ -198,7 +223,7 @@ class Workspace:
 
     def defer_erases(self) -> None:
         """Hold erases until ``apply_erases``: a response's tool results are still to be written."""
-        self._deferred_erase = set()
+        self._deferred_erase = _NONE_DEFERRED
 
     def apply_erases(self) -> None:
         deferred, self._deferred_erase = self._deferred_erase, None
@@ -216,15 +241,24 @@ class Workspace:
     # --- end of turn -----------------------------------------------------------------------------
 
     @property
+    def touched(self) -> set[str]:
+        """The namespaces this turn added messages to."""
+        return {namespace for namespace, _ in self.appended}
+
+    @property
     def compacting(self) -> bool:
         """Whether a step whose memory this turn touched compacts it."""
-        return any(spec.namespace in self.touched for spec in self.spec.compacting)
+        if not self.spec.compacting:
+            return False
+        touched = self.touched
+        return any(spec.namespace in touched for spec in self.spec.compacting)
 
     async def compact(self) -> None:
         """Compact the memory of the touched namespaces whose step asks for it."""
+        touched = self.touched
         for spec in self.spec.compacting:
             policy = spec.cls.compaction
-            if policy is None or spec.namespace not in self.touched:
+            if policy is None or spec.namespace not in touched:
                 continue
             try:
                 await compact(self.session.namespace(spec.namespace), policy)
