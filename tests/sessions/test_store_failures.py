@@ -13,7 +13,6 @@ import asyncio
 import functools
 import random
 import sqlite3
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -89,9 +88,8 @@ async def test_data_the_database_refuses_is_not_an_outage(sql_backend: Backend, 
     assert await store.load("refused") is None
     after = await store.load("kept")
     assert after is not None and session_to_json(after) == before
-    started = time.monotonic()
+    # An open breaker would refuse this save at once; it succeeds.
     assert await store.save(after, expected_revision=1, appended=play_turn(after, "t2")) == 2
-    assert time.monotonic() - started < 1.0
 
 
 async def test_text_the_driver_cannot_encode_is_not_an_outage(sql_store: SessionStore) -> None:
@@ -177,10 +175,9 @@ async def test_postgres_refusing_connections_is_unavailable_and_fails_fast() -> 
     try:
         with pytest.raises(StoreUnavailable, match=r"cannot connect to PostgreSQL 127\.0\.0\.1:1/none"):
             await store.load("x")
-        started = time.monotonic()
-        with pytest.raises(StoreUnavailable) as refused:
+        # The open breaker answers without trying to connect again.
+        with pytest.raises(StoreUnavailable, match="unreachable moments ago") as refused:
             await store.save(new_session("x"), expected_revision=None)
-        assert time.monotonic() - started < 0.25  # the open breaker answers without connecting
         assert refused.value.retryable and refused.value.status == 503
         assert refused.value.retry_after is not None and 0 < refused.value.retry_after <= 2
     finally:
