@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import inspect
 import re
 import textwrap
@@ -23,7 +24,7 @@ from picoflow.exceptions import FlowDefinitionError
 from picoflow.messages import OutputSchema, ToolDefinition
 from picoflow.runtime import FlowRuntime, StepState
 from picoflow.step import LogicStep, Step, TerminateStep, validate_namespace
-from picoflow.tools import ToolGroup, ToolSpec, add_declared, collect_tools
+from picoflow.tools import ToolGroup, ToolSpec, add_declared, check_timeout, collect_tools
 from picoflow.usage import UsageLimits
 
 if TYPE_CHECKING:
@@ -98,6 +99,8 @@ class Flow:
     model: ClassVar[str | ModelSelection | Model | None] = None
     #: Per-turn budgets.
     limits: ClassVar[UsageLimits] = UsageLimits()
+    #: Seconds an async tool handler may take unless its step or ``@tool(timeout=)`` says otherwise.
+    tool_timeout: ClassVar[float | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -154,6 +157,7 @@ def _build(cls: type[Flow]) -> FlowSpec:
     where = f"flow {cls.__name__}"
     if not isinstance(cls.name, str) or not FLOW_NAME.match(cls.name):
         raise FlowDefinitionError(f"{where}: name {cls.name!r} must match {FLOW_NAME.pattern}")
+    check_timeout(cls.tool_timeout, f"{where}: tool_timeout")
     if not cls.steps:
         raise FlowDefinitionError(f"{where}: list its steps in `steps = [...]`")
     step_classes: dict[str, type[Step]] = {}
@@ -176,7 +180,9 @@ def _build(cls: type[Flow]) -> FlowSpec:
     transitions: list[Transition] = []
     for name, step_cls in step_classes.items():
         here = f"{where}, step {name}"
-        specs[name] = _build_step(step_cls, here, has_terminate=terminate is not None)
+        specs[name] = _build_step(
+            step_cls, here, has_terminate=terminate is not None, tool_timeout=cls.tool_timeout
+        )
         for target, via in _go_targets(step_cls, here):
             if target not in step_classes:
                 raise FlowDefinitionError(
@@ -217,7 +223,9 @@ def _check_hooks_are_methods(step_cls: type[Step], where: str) -> None:
             )
 
 
-def _build_step(step_cls: type[Step], where: str, *, has_terminate: bool) -> StepSpec:
+def _build_step(
+    step_cls: type[Step], where: str, *, has_terminate: bool, tool_timeout: float | None = None
+) -> StepSpec:
     namespace = step_cls.namespace()
     problem = validate_namespace(namespace, where)
     if problem:
@@ -230,6 +238,13 @@ def _build_step(step_cls: type[Step], where: str, *, has_terminate: bool) -> Ste
     _check_hooks_are_methods(step_cls, where)
     tools, groups = collect_tools(step_cls, where=where)
     add_declared(tools, step_cls.declared_tools, where=where)
+    check_timeout(step_cls.tool_timeout, f"{where}: tool_timeout")
+    default_timeout = step_cls.tool_timeout if step_cls.tool_timeout is not None else tool_timeout
+    if default_timeout is not None:
+        # The default stops async handlers only: a plain def cannot be stopped once it runs.
+        for name, spec in tools.items():
+            if spec.timeout is None and spec.is_async and spec.handler is not None:
+                tools[name] = dataclasses.replace(spec, timeout=default_timeout)
     builtin_terminate = tools.get("terminate_session")
     if (
         builtin_terminate is not None

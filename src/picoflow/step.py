@@ -44,6 +44,8 @@ class Step:
     model: ClassVar[str | ModelSelection | Model | None] = None
     #: Pydantic model the final answer must match (structured output); ``on_response`` gets it parsed.
     output: ClassVar[type[BaseModel] | None] = None
+    #: Seconds an async tool handler of this step may take unless ``@tool(timeout=)`` says otherwise.
+    tool_timeout: ClassVar[float | None] = None
     #: Model attempts per call (empty, rejected or malformed responses are retried up to this).
     max_attempts: ClassVar[int] = 3
     #: Expose ``terminate_session`` when the flow has a ``TerminateStep``.

@@ -39,6 +39,8 @@ class _ToolMark:
     exclusive: bool
     scope: dict[str, Any]
     """Names visible where the tool was declared (for classes defined inside a function)."""
+    concurrent: bool = False
+    timeout: float | None = None
 
 
 def _declaring_scope() -> dict[str, Any]:
@@ -68,6 +70,8 @@ def tool(
     description: str | None = None,
     strict: bool | None = None,
     exclusive: bool = False,
+    concurrent: bool = False,
+    timeout: float | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -78,6 +82,8 @@ def tool(
     description: str | None = None,
     strict: bool | None = None,
     exclusive: bool = False,
+    concurrent: bool = False,
+    timeout: float | None = None,
 ) -> Any:
     """Expose a step method to the model as a tool.
 
@@ -87,20 +93,36 @@ def tool(
     ``exclusive=True`` runs the tool only when it is the sole call of a model response: mixed with
     other calls, nothing in that response runs and the model is asked to call it alone (for side
     effects such as a booking, which must not ride along with other calls).
+    ``concurrent=True`` (for read-only tools) lets calls of it that come together in one response
+    run at the same time; every other call runs in order, and results are applied in the
+    response's order. ``timeout=`` (seconds) stops an ``async`` handler that takes longer: the
+    model is told the tool timed out and a warning is recorded (``Step.tool_timeout`` and
+    ``Flow.tool_timeout`` give a default; a plain ``def`` handler cannot be stopped, so it takes none).
     """
     if callable(fn_or_name):
         setattr(fn_or_name, _TOOL_MARK, _ToolMark(None, description, strict, exclusive, _declaring_scope()))
         return fn_or_name
     if fn_or_name is not None and (not isinstance(fn_or_name, str) or not fn_or_name.strip()):
         raise FlowDefinitionError(f"@tool(...) takes a tool name string, got {fn_or_name!r}")
+    check_timeout(timeout, "@tool(timeout=...)")
 
     scope = _declaring_scope()
 
     def mark(fn: F) -> F:
-        setattr(fn, _TOOL_MARK, _ToolMark(fn_or_name, description, strict, exclusive, scope))
+        setattr(
+            fn, _TOOL_MARK, _ToolMark(fn_or_name, description, strict, exclusive, scope, concurrent, timeout)
+        )
         return fn
 
     return mark
+
+
+def check_timeout(timeout: object, where: str) -> None:
+    """A timeout is None or a positive, finite number of seconds."""
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < float("inf"):
+        raise FlowDefinitionError(f"{where} takes a positive number of seconds, not {timeout!r}")
 
 
 def tools(names: Iterable[str]) -> Callable[[F], F]:
@@ -157,6 +179,10 @@ class ToolSpec:
     """Name of the method on the step class ('' for declared tools)."""
     exclusive: bool = False
     """Runs only as the sole call of a response."""
+    concurrent: bool = False
+    """May run at the same time as other concurrent calls of its response (read-only by contract)."""
+    timeout: float | None = None
+    """Seconds its (async) handler may take before it is stopped; None: no limit."""
 
     def validate(self, call: ToolCall) -> BaseModel | str:
         """The validated arguments, or the error text for the model."""
@@ -218,6 +244,11 @@ def collect_tools(step_cls: type, *, where: str) -> tuple[dict[str, ToolSpec], l
             definition = ToolDefinition(
                 name, description, strict_schema or schema, strict=strict_schema is not None
             )
+            is_async = inspect.iscoroutinefunction(fn)
+            if mark.timeout is not None and not is_async:
+                raise FlowDefinitionError(
+                    f"{here}: timeout= needs an async handler (a plain def cannot be stopped once it runs)"
+                )
             specs[name] = ToolSpec(
                 name,
                 definition,
@@ -225,9 +256,11 @@ def collect_tools(step_cls: type, *, where: str) -> tuple[dict[str, ToolSpec], l
                 params,
                 injected,
                 fn,
-                inspect.iscoroutinefunction(fn),
+                is_async,
                 attribute,
                 exclusive=mark.exclusive,
+                concurrent=mark.concurrent,
+                timeout=mark.timeout,
             )
         group = getattr(fn, _GROUP_MARK, None)
         if isinstance(group, frozenset):

@@ -4,6 +4,7 @@ gets exactly one result. Nothing here changes the session; ``effects`` applies t
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
@@ -56,7 +57,60 @@ async def dispatch(ws: Workspace, step: Step, spec: StepSpec, response: ModelRes
     group = spec.groups.get(frozenset(call.name for call in calls)) if spec.groups else None
     if group is not None and group.names <= exposed:
         return await _run_group(ws, step, spec, group, calls)
+    if len(calls) > 1 and any(_concurrent(spec, exposed, call) for call in calls):
+        return await _run_in_turns(ws, step, spec, exposed, calls)
     return [await _run_call(ws, step, spec, exposed, call) for call in calls]
+
+
+def _concurrent(spec: StepSpec, exposed: Collection[str], call: ToolCall) -> bool:
+    tool = spec.tools.get(call.name) if call.name in exposed else None
+    return tool is not None and tool.concurrent and tool.handler is not None
+
+
+async def _run_in_turns(
+    ws: Workspace, step: Step, spec: StepSpec, exposed: Collection[str], calls: list[ToolCall]
+) -> list[CallResult]:
+    """Consecutive concurrent calls run together; every other call runs alone, in order, so a call
+    never starts before the calls ahead of it that are not concurrent have finished."""
+    results: list[CallResult] = []
+    together: list[ToolCall] = []
+    for call in [*calls, None]:
+        if call is not None and _concurrent(spec, exposed, call):
+            together.append(call)
+            continue
+        if len(together) > 1:
+            results.extend(await _all_at_once(ws, step, spec, exposed, together))
+        elif together:
+            results.append(await _run_call(ws, step, spec, exposed, together[0]))
+        together = []
+        if call is not None:
+            results.append(await _run_call(ws, step, spec, exposed, call))
+    return results
+
+
+async def _all_at_once(
+    ws: Workspace, step: Step, spec: StepSpec, exposed: Collection[str], calls: list[ToolCall]
+) -> list[CallResult]:
+    """Run ``calls`` at the same time; the first failure stops the others and fails the turn."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(_run_call(ws, step, spec, exposed, call)) for call in calls]
+    except BaseExceptionGroup as failed:
+        raise _first_failure(failed) from None
+    return [task.result() for task in tasks]
+
+
+def _first_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The failure to report for a group: a turn failure if there is one, else the first error."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        error = pending.pop(0)
+        if isinstance(error, BaseExceptionGroup):
+            pending[:0] = list(error.exceptions)
+        else:
+            leaves.append(error)
+    return next((error for error in leaves if isinstance(error, RunError)), leaves[0])
 
 
 async def _run_call(
@@ -75,7 +129,7 @@ async def _run_call(
         return refused(call, validated)
     kwargs = {param: getattr(validated, param) for param in tool.params}
     _inject(ws, spec, tool.context_params, kwargs)
-    value = await _invoke(ws, step, spec, call, tool.handler, tool.is_async, kwargs)
+    value = await _invoke(ws, step, spec, call, tool.handler, tool.is_async, kwargs, tool.timeout)
     result = value if isinstance(value, CallResult) else _result(call, value)
     ws.observer.tool_finished(spec.name, call, result.content, result.is_error)
     return result
@@ -146,8 +200,10 @@ async def _invoke(
     handler: Callable[..., Any],
     is_async: bool,
     kwargs: dict[str, Any],
+    limit: float | None = None,
 ) -> Any:
-    """Run a handler within the turn's tool budget: its value, or a refusal for a ``ToolError``."""
+    """Run a handler within the turn's tool budget and its time limit: its value, or a refusal for
+    a ``ToolError`` or a handler that took too long."""
     ws.limits.check_before_tool_call(ws.usage)
     ws.usage.tool_calls += 1
     observer = ws.observer
@@ -156,7 +212,10 @@ async def _invoke(
     try:
         value = handler(step, **kwargs)
         if is_async:
-            value = await value
+            if limit is None:
+                value = await value
+            else:
+                value = await _within(ws, spec, call, value, limit)
     except ToolError as refusal:
         value = refused(call, refusal.message)
     except RunError as error:
@@ -174,6 +233,25 @@ async def _invoke(
     finally:
         EXECUTING_STEP.reset(token)
     return value
+
+
+async def _within(ws: Workspace, spec: StepSpec, call: ToolCall, running: Any, seconds: float) -> Any:
+    """Await a handler for at most ``seconds``; past it the handler is cancelled and the
+    model told so (never with the arguments). A ``TimeoutError`` the handler raises itself is its
+    own failure, not this limit's."""
+    limit = asyncio.timeout(seconds)
+    try:
+        async with limit:
+            return await running
+    except TimeoutError:
+        if not limit.expired():
+            raise
+    ws.warn(
+        "tool_timeout", f"tool {call.name} did not finish within {seconds:g} s and was stopped", spec.name
+    )
+    return refused(
+        call, f"{call.name} did not finish within {seconds:g} seconds and was stopped; it gave no result."
+    )
 
 
 def _result(call: ToolCall, value: Any) -> CallResult:
