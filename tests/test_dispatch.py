@@ -8,7 +8,9 @@ from typing import ClassVar
 import pytest
 
 from picoflow import Flow, FlowDefinitionError, FlowEngine, Step, tool
+from picoflow._run.ask import VETOED
 from picoflow.events import ToolCalled, ToolReturned, TurnEvent
+from picoflow.messages import ModelResponse
 from picoflow.models import ScriptedModel, ToolCall
 from picoflow.testing import transcript_lines
 
@@ -225,3 +227,89 @@ def test_timeouts_are_checked_when_the_flow_is_built() -> None:
 
     with pytest.raises(FlowDefinitionError, match="tool_timeout takes a positive number of seconds"):
         FlowEngine([BadDefault], model=ScriptedModel([]))
+
+
+# --- PicoFlow-compatible returns ---------------------------------------------------------------
+
+
+class Done(Step):
+    """Say goodbye."""
+
+
+class Ask(Step):
+    """Ask, then move on."""
+
+    @tool
+    def by_class(self) -> type[Step]:
+        """Move on by returning the step class."""
+        return Done
+
+    @tool
+    def by_name(self) -> str:
+        """Move on by returning the step's name."""
+        return "Done"
+
+    @tool
+    def just_text(self) -> str:
+        """Return text that names no step."""
+        return "Done, thanks."
+
+    def check_response(self, response: ModelResponse) -> bool:
+        # PicoFlow's veto: True rejects, False accepts.
+        return "forbidden" in response.text
+
+
+class PicoFlowStyle(Flow):
+    name = "picoflow_style"
+    steps = [Ask, Done]
+
+
+@pytest.mark.parametrize("name", ["by_class", "by_name"])
+async def test_a_tool_returning_a_step_or_its_name_routes_like_go(name: str) -> None:
+    model = ScriptedModel([ToolCall(name, {}, "t1"), "Goodbye!"])
+    engine = FlowEngine([PicoFlowStyle], model=model)
+    result = await engine.run("picoflow_style", "next")
+    assert result.ok and result.step == "Done" and result.message == "Goodbye!"
+    assert await transcript_lines(engine, result.session_id or "") == [
+        "Ask | user: next",
+        f"Ask | assistant: -> {name}({{}}) #t1",
+        f"Ask | tool {name} #t1: Accepted.",
+        "Done | user [crossing]: Continue.",
+        "Done | assistant: Goodbye!",
+    ]
+
+
+async def test_text_that_names_no_step_stays_a_tool_result() -> None:
+    engine = FlowEngine([PicoFlowStyle], model=ScriptedModel([ToolCall("just_text", {}, "t1"), "Ok."]))
+    result = await engine.run("picoflow_style", "go")
+    assert result.ok and result.step == "Ask"
+
+
+async def test_check_response_true_vetoes_and_false_accepts() -> None:
+    model = ScriptedModel(["a forbidden answer", "a fine answer"])
+    engine = FlowEngine([PicoFlowStyle], model=model)
+    result = await engine.run("picoflow_style", "hi")
+    assert result.ok and result.message == "a fine answer"
+    assert result.warnings == (VETOED,)
+    assert model.requests[1].messages[-1].content == f"Your response was not accepted: {VETOED}"
+
+
+def test_a_returned_step_class_outside_the_flow_is_refused_at_build() -> None:
+    class Elsewhere(Step):
+        """Not in the flow."""
+
+    class Leaves(Step):
+        """Leaves."""
+
+        @tool
+        def leave(self) -> type[Step]:
+            """Go elsewhere."""
+            return Elsewhere
+
+    class Broken(Flow):
+        name = "broken_returns"
+        steps = [Leaves]
+
+    with pytest.raises(FlowDefinitionError, match="'Elsewhere' is not a step of this flow"):
+        FlowEngine([Broken], model=ScriptedModel([]))
+    assert ("Ask", "Done") in {(t.source, t.target) for t in PicoFlowStyle.spec().transitions}

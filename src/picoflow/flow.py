@@ -318,19 +318,24 @@ def _go_targets(step_cls: type[Step], where: str) -> Iterator[tuple[str, str]]:
                 continue
             via = getattr(fn, "__picoflow_tool__", None)
             label = (getattr(via, "name", None) or attribute) if via is not None else attribute
-            for node in _go_calls(fn):
+            for node in _go_calls(fn, returns=via is not None):
                 target = _resolve(node, fn)
                 if target is not None:
                     yield target, label
 
 
-def _go_calls(fn: Callable[..., Any]) -> Iterator[ast.expr]:
+def _go_calls(fn: Callable[..., Any], *, returns: bool = False) -> Iterator[ast.expr]:
+    """The targets of ``go(X)`` / ``direct_to(X, ...)`` calls in ``fn``; with ``returns`` (a tool
+    handler, which may return a step class to route like ``go``) also what ``return X`` returns."""
     try:
         source = textwrap.dedent(inspect.getsource(fn))
         tree = ast.parse(source)
     except (OSError, TypeError, SyntaxError):
         return
     for node in ast.walk(tree):
+        if returns and isinstance(node, ast.Return) and isinstance(node.value, ast.Name | ast.Attribute):
+            yield node.value  # only a step class resolves; any other value is not a route
+            continue
         if not isinstance(node, ast.Call) or not node.args:
             continue
         func = node.func

@@ -180,7 +180,8 @@ class Step:
         """Acceptance gate: runs on every model response before any tool executes.
 
         Return None to accept, or ``Reject(reason)`` to have the model answer again with the
-        reason as a correction. Should be free of side effects.
+        reason as a correction. PicoFlow's booleans work too: ``True`` vetoes (with a generic
+        reason), ``False`` accepts. Should be free of side effects.
         """
         return None
 

@@ -27,6 +27,9 @@ from picoflow.step import Step
 _NO_SETTINGS: Mapping[str, Any] = MappingProxyType({})
 """Requests carry no per-call settings (a model applies its selection's); read-only, so shared."""
 
+VETOED = "The response did not pass this step's check. Answer again."
+"""The reason given when ``check_response`` vetoes with ``True`` (PicoFlow's way) instead of ``Reject``."""
+
 NUDGE = "Your last response was empty. Answer the user, or call one of the available tools."
 
 
@@ -175,13 +178,17 @@ async def _gate(
 ) -> tuple[str, list[Message]] | None:
     """The step's acceptance gate: None accepts, ``Reject(reason)`` asks again with the reason."""
     verdict = await ws.hook(step, "check_response", step.check_response, response)
+    if verdict is True:  # PicoFlow's veto: True rejects, False accepts
+        verdict = Reject(VETOED)
+    elif verdict is False:
+        return None
     if isinstance(verdict, Reject):
         ws.warn("response_rejected", verdict.reason, spec.name)
         reason = f"Your response was not accepted: {verdict.reason}"
         return f"rejected: {verdict.reason}", _correction(response, reason)
     if verdict is not None:
         raise HookFailure(
-            f"check_response() of step {spec.name} must return None or Reject(reason), "
+            f"check_response() of step {spec.name} must return None, Reject(reason) or a bool, "
             f"not {type(verdict).__name__}",
             step=spec.name,
         )

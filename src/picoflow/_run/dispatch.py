@@ -18,7 +18,7 @@ from picoflow.context import INJECTED_NAMES
 from picoflow.exceptions import HookFailure, RunError, ToolError, ToolFailure
 from picoflow.flow import StepSpec
 from picoflow.messages import ModelResponse, ToolCall
-from picoflow.outcomes import EXECUTING_STEP, Outcome
+from picoflow.outcomes import EXECUTING_STEP, Outcome, go
 from picoflow.step import Step
 from picoflow.tools import ToolGroup, ToolSpec, ValidCall
 
@@ -130,6 +130,8 @@ async def _run_call(
     kwargs = {param: getattr(validated, param) for param in tool.params}
     _inject(ws, spec, tool.context_params, kwargs)
     value = await _invoke(ws, step, spec, call, tool.handler, tool.is_async, kwargs, tool.timeout)
+    if isinstance(value, type | str) and _names_a_step(ws, value):
+        value = go(value)  # PicoFlow's way to route: return the step (or its registered name)
     result = value if isinstance(value, CallResult) else _result(call, value)
     ws.observer.tool_finished(spec.name, call, result.content, result.is_error)
     return result
@@ -252,6 +254,12 @@ async def _within(ws: Workspace, spec: StepSpec, call: ToolCall, running: Any, s
     return refused(
         call, f"{call.name} did not finish within {seconds:g} seconds and was stopped; it gave no result."
     )
+
+
+def _names_a_step(ws: Workspace, value: type | str) -> bool:
+    if isinstance(value, str):
+        return value in ws.spec.steps
+    return issubclass(value, Step) and value.name in ws.spec.steps and ws.spec.steps[value.name].cls is value
 
 
 def _result(call: ToolCall, value: Any) -> CallResult:
