@@ -94,9 +94,9 @@ class StoredSessions:
         the exact match alone when there is one: what a command line needs to accept short ids."""
         check_session_id(id_or_prefix)
         async with store_call("finding sessions"):
-            if await self.store.load(id_or_prefix) is not None:
-                return [id_or_prefix]
-            return await self.store.find_ids(id_or_prefix, limit=limit)
+            ids = await self.store.find_ids(id_or_prefix, limit=limit)
+        # An exact id is its own prefix and sorts before every longer id that starts with it.
+        return [id_or_prefix] if id_or_prefix in ids else ids
 
     async def store_health(self) -> StoreHealth | None:
         """``ok`` or ``unavailable`` from a short, briefly cached ping of the store; None for stores

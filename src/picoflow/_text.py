@@ -5,23 +5,32 @@ from __future__ import annotations
 
 from picoflow.exceptions import InvalidInput, MessageTooLong
 
-__all__ = ["check_message", "check_text"]
+__all__ = ["check_message", "check_text", "storable"]
+
+
+def storable(text: str) -> bool:
+    """Whether every store can keep ``text``: no NUL (PostgreSQL refuses it) and no lone surrogate
+    (it cannot be encoded as UTF-8)."""
+    if "\x00" in text:
+        return False
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_text(value: str, name: str) -> None:
-    """Refuse text no store can keep: a lone surrogate cannot be encoded as UTF-8 and PostgreSQL
-    cannot hold NUL. Checked before the model is called, so a refused message costs nothing and
-    changes nothing; raises ``InvalidInput`` naming the field (never echoing the value)."""
+    """Refuse text no store can keep (see ``storable``). Checked before the model is called, so a
+    refused message costs nothing and changes nothing; raises ``InvalidInput`` naming the field
+    (never echoing the value)."""
+    if storable(value):
+        return
     if "\x00" in value:
         raise InvalidInput(f"{name} must not contain NUL characters", field=name)
-    if value.isascii():
-        return
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidInput(
-            f"{name} must be valid Unicode text (it holds a lone surrogate)", field=name
-        ) from None
+    raise InvalidInput(f"{name} must be valid Unicode text (it holds a lone surrogate)", field=name)
 
 
 def check_message(message: object, max_chars: int) -> str:

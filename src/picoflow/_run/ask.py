@@ -16,6 +16,7 @@ from pydantic_core import PydanticSerializationError, to_json
 
 from picoflow._run.workspace import Workspace
 from picoflow._schema import describe_validation_error
+from picoflow._text import storable
 from picoflow._window import Fitting, fits_at_a_glance, limits_for, shown
 from picoflow.exceptions import AttemptsExhausted, HookFailure, ModelError, ModelMisbehaved, RunError
 from picoflow.flow import StepSpec
@@ -259,15 +260,7 @@ def _unusable(response: ModelResponse, max_chars: int) -> str | None:
 def _storable(value: Any) -> bool:
     """Whether every string in a JSON value is free of NUL and lone surrogates."""
     if isinstance(value, str):
-        if "\x00" in value:
-            return False
-        if value.isascii():
-            return True
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return False
-        return True
+        return storable(value)
     if isinstance(value, Mapping):
         return all(_storable(str(key)) and _storable(item) for key, item in value.items())
     if isinstance(value, list | tuple):

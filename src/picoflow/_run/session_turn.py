@@ -105,8 +105,8 @@ class SessionTurns:
             _commit_locally(ws)
             try:
                 await host.store.save(session, expected_revision=expected, appended=ws.appended)
-            except OSError as exc:  # an outage; a store's typed errors pass, anything else is a bug
-                raise StoreError(f"saving session {session.id} failed: {type(exc).__name__}: {exc}") from exc
+            except OSError as exc:  # as in ``store_call``, without its await on the hot path
+                raise outage(f"saving session {session.id}", exc) from exc
             warnings = tuple([record.message for record in ws.warnings]) if ws.warnings else ()
             # Positional, in field order (message, session id, completed, content type, step, usage,
             # error, warnings, flow): every turn builds one.
@@ -294,8 +294,12 @@ class store_call:  # used like a function: ``async with store_call("loading")``
 
     async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         if isinstance(exc, OSError):
-            what = f"{self.what} {self.where}" if self.where else self.what
-            raise StoreError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+            raise outage(f"{self.what} {self.where}" if self.where else self.what, exc) from exc
+
+
+def outage(what: str, exc: OSError) -> StoreError:
+    """A store call failed on its connection or disk: an outage, which a retry later may get past."""
+    return StoreError(f"{what} failed: {type(exc).__name__}: {exc}")
 
 
 def may_access(session: Session, principal: PrincipalFilter) -> bool:
