@@ -816,8 +816,14 @@ async def test_concurrent_turns_on_one_session_are_serialized_in_process() -> No
 async def test_concurrent_saves_conflict_across_engines_sharing_a_store() -> None:
     store = MemoryStore()
     gate = asyncio.Event()
+    both_waiting = asyncio.Event()
+    waiting = 0
 
     async def blocked(request: ModelRequest) -> str:
+        nonlocal waiting
+        waiting += 1
+        if waiting == 2:
+            both_waiting.set()
         await gate.wait()
         return "done"
 
@@ -829,7 +835,7 @@ async def test_concurrent_saves_conflict_across_engines_sharing_a_store() -> Non
     b = engine_with(FunctionModel(blocked), SupportFlow, store=store)
     task_a = asyncio.create_task(a.run("support", "from a", opened.session_id))
     task_b = asyncio.create_task(b.run("support", "from b", opened.session_id))
-    await asyncio.sleep(0.01)
+    await both_waiting.wait()  # both turns loaded the session and wait in their model
     gate.set()
     results = await asyncio.gather(task_a, task_b)
     kinds = sorted(r.error.kind if r.error else "ok" for r in results)

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 
 import httpx
 
+from picoflow.messages import Message
 from picoflow.server import ServerSettings
+from picoflow.session import Session
+from picoflow.sessions import MemoryStore
 
 from .support import DeskModel, client_for, desk_engine, events_of, serving
 
@@ -93,9 +97,27 @@ async def test_through_uvicorn_compat_api_and_incremental_events() -> None:
         assert seen == ["text", "result"]
 
 
+class SaveWatch(MemoryStore):
+    """A store that tells when it has saved a session ``turns`` turns long."""
+
+    def __init__(self, turns: int) -> None:
+        super().__init__()
+        self.turns = turns
+        self.saved = asyncio.Event()
+
+    async def save(
+        self, session: Session, *, expected_revision: int | None, appended: Sequence[tuple[str, Message]] = ()
+    ) -> int:
+        revision = await super().save(session, expected_revision=expected_revision, appended=appended)
+        if session.turns == self.turns:
+            self.saved.set()
+        return revision
+
+
 async def test_a_client_that_disconnects_mid_turn_does_not_lose_the_turn() -> None:
     model = DeskModel()
-    engine = desk_engine(model=model)
+    store = SaveWatch(turns=2)
+    engine = desk_engine(store=store, model=model)
     async with serving(engine) as url:
         async with httpx.AsyncClient(base_url=url, timeout=10) as client:
             session = (await client.post("/v1/flows/desk/sessions", json={"message": "hi"})).json()[
@@ -108,11 +130,8 @@ async def test_a_client_that_disconnects_mid_turn_does_not_lose_the_turn() -> No
                 await asyncio.wait_for(model.waiting.wait(), 5)
         # The client is gone; the turn finishes and commits anyway.
         model.gate.set()
-        for _ in range(200):
-            stored = await engine.store.load(session)
-            if stored is not None and stored.turns == 2:
-                break
-            await asyncio.sleep(0.02)
+        await asyncio.wait_for(store.saved.wait(), 30)  # an upper bound for a failure, not a pace
+        stored = await engine.store.load(session)
         assert stored is not None and stored.turns == 2
         assert [m.content for m in await engine.store.transcript(session) if m.role == "assistant"][-1] == (
             "done waiting"
