@@ -7,7 +7,7 @@ model was shown: system prompt, memory, corrections and tool schemas.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from picoflow.exceptions import ScriptExhausted
@@ -41,9 +41,9 @@ class _RecordingModel(Model):
         elif isinstance(item, str):
             response = ModelResponse(text=item)
         elif isinstance(item, ToolCall):
-            response = ModelResponse(tool_calls=[self._with_id(item)])
+            response = ModelResponse(tool_calls=[self._with_id(item, request)])
         elif isinstance(item, Sequence) and all(isinstance(call, ToolCall) for call in item):
-            response = ModelResponse(tool_calls=[self._with_id(call) for call in item])
+            response = ModelResponse(tool_calls=[self._with_id(call, request) for call in item])
         else:
             raise TypeError(f"{self.name}: cannot turn {type(item).__name__} into a model response")
         if response.usage.model_calls == 0:
@@ -55,11 +55,12 @@ class _RecordingModel(Model):
         response.model = response.model or self.name
         return response
 
-    def _with_id(self, call: ToolCall) -> ToolCall:
-        if call.id:
-            return call
+    def _with_id(self, call: ToolCall, request: ModelRequest) -> ToolCall:
+        return call if call.id else ToolCall(call.name, call.args, self._new_id(request))
+
+    def _new_id(self, request: ModelRequest) -> str:
         self._next_id += 1
-        return ToolCall(call.name, call.args, f"call_{self._next_id}")
+        return f"call_{self._next_id}"
 
 
 class ScriptedModel(_RecordingModel):
@@ -68,40 +69,105 @@ class ScriptedModel(_RecordingModel):
     ``ScriptedModel(["Hello!", ToolCall("search", {"q": "x"}), [ToolCall("a"), ToolCall("b")]])``.
     Tool calls without an id get ``call_1``, ``call_2``, ... Asking for more responses than the
     script holds raises ``ScriptExhausted`` (the turn fails with a clear error).
+
+    ``ScriptedModel({"Hotels": [...], "Events": [...]})`` gives each step (``request.step``) a script
+    of its own, played in order however the steps' requests interleave (parallel sub-steps). Tool
+    call ids are then numbered per step (``call_Hotels_1``), so they do not depend on that order
+    either. A step without an entry, or whose script ran out, raises ``ScriptExhausted``.
+
     ``context_window`` and ``output_reserve`` play a model with that window (default: unlimited), so
     a test sees its requests fitted as a real model's would be.
     """
 
     def __init__(
         self,
-        script: Iterable[Any],
+        script: Iterable[Any] | Mapping[str, Iterable[Any]],
         *,
         name: str = "scripted:test",
         context_window: int | None = None,
         output_reserve: int = 0,
     ) -> None:
         super().__init__(name, context_window, output_reserve)
-        self.script: list[Any] = list(script)
-        self._position = 0
+        self.script: list[Any] | dict[str, list[Any]] = (
+            _per_step(script) if isinstance(script, Mapping) else list(script)
+        )
+        self._played: dict[str | None, int] = {}  # responses given, per step (None: the one list)
+        self._ids: dict[str, int] = {}
 
     @property
     def remaining(self) -> int:
-        return len(self.script) - self._position
+        """Responses not played yet (of every step, for a script per step)."""
+        if isinstance(self.script, dict):
+            return sum(len(items) - self._played.get(step, 0) for step, items in self.script.items())
+        return len(self.script) - self._played.get(None, 0)
 
-    def extend(self, items: Iterable[Any]) -> None:
-        self.script.extend(items)
+    def extend(self, items: Iterable[Any] | Mapping[str, Iterable[Any]]) -> None:
+        """Append responses: a list to a list script, a mapping step -> list to a script per step."""
+        if isinstance(self.script, dict):
+            if not isinstance(items, Mapping):
+                raise TypeError(
+                    f"{self.name} has a script per step: extend it with a mapping step -> responses"
+                )
+            for step, more in _per_step(items).items():
+                self.script.setdefault(step, []).extend(more)
+        elif isinstance(items, Mapping):
+            raise TypeError(f"{self.name} has one script for every step: extend it with a list of responses")
+        else:
+            self.script.extend(items)
+
+    def drop_remaining(self) -> int:
+        """Forget the responses not played yet; returns how many there were."""
+        dropped = self.remaining
+        if isinstance(self.script, dict):
+            for step, items in self.script.items():
+                del items[self._played.get(step, 0) :]
+        else:
+            del self.script[self._played.get(None, 0) :]
+        return dropped
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         self.requests.append(request)
-        if self._position >= len(self.script):
+        if isinstance(self.script, dict):
+            key: str | None = request.step
+            items = self.script.get(request.step or "")
+            if items is None:
+                scripted = ", ".join(self.script) or "none"
+                raise ScriptExhausted(
+                    f"{self.name}: step {request.step} asked for a response, but the script has no "
+                    f"entry for it (steps scripted: {scripted})",
+                    step=request.step,
+                )
+            whose = "its script"
+        else:
+            key, items, whose = None, self.script, "the script"
+        position = self._played.get(key, 0)
+        if position >= len(items):
             raise ScriptExhausted(
-                f"{self.name}: step {request.step} asked for response {self._position + 1}, "
-                f"but the script has only {len(self.script)}",
+                f"{self.name}: step {request.step} asked for response {position + 1}, "
+                f"but {whose} has only {len(items)}",
                 step=request.step,
             )
-        item = self.script[self._position]
-        self._position += 1
-        return self._response(item, request)
+        self._played[key] = position + 1
+        return self._response(items[position], request)
+
+    def _new_id(self, request: ModelRequest) -> str:
+        if not isinstance(self.script, dict):
+            return super()._new_id(request)
+        step = request.step or ""
+        self._ids[step] = self._ids.get(step, 0) + 1
+        return f"call_{step}_{self._ids[step]}"
+
+
+def _per_step(script: Mapping[str, Iterable[Any]]) -> dict[str, list[Any]]:
+    """A script per step, its names and lists checked (a text for a list would play letter by letter)."""
+    steps: dict[str, list[Any]] = {}
+    for step, items in script.items():
+        if not isinstance(step, str) or not step:
+            raise TypeError(f"a script per step is keyed by step names, not {step!r}")
+        if isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
+            raise TypeError(f"the script of step {step} is a list of responses, not {type(items).__name__}")
+        steps[step] = list(items)
+    return steps
 
 
 class FunctionModel(_RecordingModel):
