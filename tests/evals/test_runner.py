@@ -12,6 +12,8 @@ from picoflow.evals import SCRIPTED, Check, ScenarioError, load_scenarios, run_e
 from picoflow.evals.scenario import Scenario
 from picoflow.messages import ModelRequest, ToolCall
 from picoflow.models import FunctionModel
+from picoflow.sessions import MemoryStore
+from picoflow.testing import lines
 
 from .shop import ShopFlow
 
@@ -220,3 +222,73 @@ async def test_the_scripted_model_needs_scripted_responses(tmp_path: Path) -> No
     )
     with pytest.raises(ValueError, match="runs must be at least 1"):
         await run_eval([], [ShopFlow], runs=0)
+
+
+async def test_a_script_per_step_plays_each_steps_responses_and_names_the_step_that_lacks_one(
+    tmp_path: Path,
+) -> None:
+    text = """\
+flow: shop
+turns:
+  - user: two apples please
+    scripted: [{tool: add, args: {item: apple}}]
+  - user: and a pear
+    scripted: {Shop: [{tool: add, args: {item: pear}}], Paid: ["unused"]}
+    expect: {reply_contains: Added 1 pear}
+  - user: more
+    scripted: {Paid: ["Bye"]}
+  - user: pay
+    scripted: {Shop: [{tool: checkout}], Paid: ["Bye", "Bye again"]}
+    expect: {completed: true, reply_contains: ^Bye$}
+"""
+    store = MemoryStore()
+    result = await run_eval(scenarios(tmp_path, text), [ShopFlow], model=SCRIPTED, store=store)
+    turns = result.scenarios[0].runs[0].turns
+    assert [(turn.passed, turn.error, turn.step) for turn in turns] == [
+        (True, None, "Shop"),
+        (False, None, "Shop"),
+        (False, "script_exhausted: turn 3 has no scripted responses for step Shop (scripted: Paid)", "Shop"),
+        (False, None, "Paid"),
+    ]
+    # What a step left unused is reported by step, and dropped before the next turn.
+    assert turns[1].checks[-1] == Check(
+        "scripted", "failed", 2, 1, "1 scripted response(s) of this turn were not asked for (Paid: 1)"
+    )
+    assert turns[3].checks[-1] == Check(
+        "scripted", "failed", 3, 2, "1 scripted response(s) of this turn were not asked for (Paid: 1)"
+    )
+    # Turns of either kind keep call ids unique within the session.
+    session = result.scenarios[0].runs[0].session_id
+    assert session is not None
+    assert [line for line in lines(await store.transcript(session)) if "#" in line] == [
+        'Shop | assistant: -> add({"item": "apple"}) #call_1',
+        "Shop | tool add #call_1: Accepted.",
+        'Shop | assistant: -> add({"item": "pear"}) #call_Shop_1',
+        "Shop | tool add #call_Shop_1: Accepted.",
+        "Shop | assistant: -> checkout({}) #call_Shop_2",
+        "Shop | tool checkout #call_Shop_2: Accepted.",
+    ]
+
+
+async def test_a_step_that_asks_more_than_its_script_holds_is_named(tmp_path: Path) -> None:
+    text = """\
+flow: shop
+turns:
+  - user: unicorn
+    scripted: {Shop: [{tool: add, args: {item: unicorn}}]}
+"""
+    result = await run_eval(scenarios(tmp_path, text), [ShopFlow], model=SCRIPTED)
+    [turn] = result.scenarios[0].runs[0].turns
+    assert turn.error == (
+        "script_exhausted: turn 1 has 1 scripted response(s) for step Shop and it asked for one more"
+    )
+
+
+async def test_a_script_for_a_step_the_flow_does_not_have_is_refused(tmp_path: Path) -> None:
+    text = "flow: shop\nturns: [{user: hi, scripted: {Shopp: [hi]}}]\n"
+    with pytest.raises(ScenarioError) as caught:
+        await run_eval(scenarios(tmp_path, text), [ShopFlow], model=SCRIPTED)
+    assert str(caught.value) == (
+        f"{tmp_path / 'scenario.yaml'}: turn 1 ('hi'), scripted.Shopp: no step 'Shopp' in flow shop; "
+        "steps: Shop, Paid"
+    )

@@ -117,6 +117,38 @@ def test_a_good_file_becomes_a_scenario(tmp_path: Path) -> None:
     )
 
 
+def test_a_script_per_step(tmp_path: Path) -> None:
+    text = """\
+turns:
+  - user: a trip to Lisbon
+    scripted:
+      Planner: [{tool: plan, args: {city: Lisbon}}, "Enjoy!"]
+      Hotels: ['{"picks": []}']
+      Events: []
+      Weather: [[{tool: a}, {tool: b, args: {x: 1}}]]
+  - user: thanks
+    scripted: ["You're welcome."]
+"""
+    [scenario] = load_scenarios(write(tmp_path, text))
+    first, second = scenario.turns
+    assert first.scripted == {
+        "Planner": [ScriptedCall(tool="plan", args={"city": "Lisbon"}), "Enjoy!"],
+        "Hotels": ['{"picks": []}'],
+        "Events": [],
+        "Weather": [[ScriptedCall(tool="a"), ScriptedCall(tool="b", args={"x": 1})]],
+    }
+    assert first.script() == {
+        "Planner": [ToolCall("plan", {"city": "Lisbon"}), "Enjoy!"],
+        "Hotels": ['{"picks": []}'],
+        "Events": [],
+        "Weather": [[ToolCall("a", {}), ToolCall("b", {"x": 1})]],
+    }
+    assert (first.responses, second.responses, scenario.scripted) == (4, 1, True)
+    assert second.script() == ["You're welcome."]
+    empty = load_scenarios(write(tmp_path, "turns: [{user: hi, scripted: {Planner: []}}]\n", "empty.yaml"))
+    assert not empty[0].scripted
+
+
 def test_a_folder_and_several_documents(tmp_path: Path) -> None:
     write(tmp_path, "turns: [{user: hi}]\n", "b.yml")
     (tmp_path / "nested").mkdir()
@@ -215,7 +247,35 @@ def test_a_folder_and_several_documents(tmp_path: Path) -> None:
         ),
         (
             "turns: [{user: hi, scripted: {tool: add}}]\n",
-            "FILE: turn 1 ('hi'), scripted: scripted is a list of model responses",
+            "FILE: turn 1 ('hi'), scripted: scripted is a list of model responses: write one tool call as "
+            "[{tool: ...}]",
+        ),
+        (
+            "turns: [{user: hi, scripted: hello}]\n",
+            "FILE: turn 1 ('hi'), scripted: scripted is a list of model responses, or a mapping from step "
+            "name to such a list",
+        ),
+        (
+            "turns: [{user: hi, scripted: {Hotels: ['ok'], '': ['x']}}]\n",
+            "FILE: turn 1 ('hi'), scripted: '': a step's script is keyed by the step's name",
+        ),
+        (
+            "turns: [{user: hi, scripted: {3: ['x']}}]\n",
+            "FILE: turn 1 ('hi'), scripted: 3: a step's script is keyed by the step's name",
+        ),
+        (
+            "turns: [{user: hi, scripted: {Hotels: 'ok'}}]\n",
+            "FILE: turn 1 ('hi'), scripted: Hotels: a step's script is a list of model responses",
+        ),
+        (
+            "turns: [{user: hi, scripted: {Hotels: ['ok', {tool: pick, arguments: {}}]}}]\n",
+            "FILE: turn 1 ('hi'), scripted: Hotels: response 2: unknown key(s) arguments; write a text "
+            "reply, {tool: name, args: {...}}, or a list of such tool calls",
+        ),
+        (
+            "turns: [{user: hi, scripted: {Events: [7]}}]\n",
+            "FILE: turn 1 ('hi'), scripted: Events: response 1: write a text reply, {tool: name, args: "
+            "{...}}, or a list of such tool calls",
         ),
         (
             "turns: [{user: hi, scripted: ['ok', {tool: add, arguments: {}}]}]\n",

@@ -40,39 +40,74 @@ TurnReporter = Callable[[Scenario, int, TurnRecord], None]
 
 
 class _Playback(Model):
-    """Plays the ``scripted:`` responses of the turn being played, and notices what a turn left unused."""
+    """Plays the ``scripted:`` responses of the turn being played, and notices what a turn left unused.
+
+    A turn's script is one list, played in the order the steps ask, or a list per step (for parallel
+    sub-steps, whose order scheduling decides).
+    """
 
     name = "scripted:scenario"
 
     def __init__(self) -> None:
-        self._script = ScriptedModel([], name=self.name)
-        self._turn = 0
-        self._given = 0
+        self.start_run()
 
     def start_run(self) -> None:
-        # One ScriptedModel per run keeps tool call ids unique within a session (call_1, call_2, ...).
-        self._script = ScriptedModel([], name=self.name)
+        # One model of each kind per run keeps tool call ids unique within a session (call_1, call_2,
+        # ...; call_Hotels_1, ... for scripts per step), whichever kind each turn uses.
+        self._listed = ScriptedModel([], name=self.name)
+        self._by_step = ScriptedModel({}, name=self.name)
         self._turn = 0
+        self._given: int | dict[str, int] = 0
+        self._asked: dict[str, int] = {}
 
     def start_turn(self, turn: Turn) -> None:
         self._turn += 1
-        self._given = len(turn.scripted)
-        self._script.extend(turn.script())
+        script = turn.script()
+        if isinstance(script, dict):
+            self._given = {step: len(items) for step, items in script.items()}
+            self._asked = dict.fromkeys(script, 0)
+            self._by_step.extend(script)
+        else:
+            self._given = len(script)
+            self._listed.extend(script)
 
-    def leftover(self) -> int:
-        """Responses of this turn the flow did not ask for; dropped so the next turn starts in step."""
-        unused = self._script.remaining
-        del self._script.script[len(self._script.script) - unused :]
-        return unused
+    def leftover(self) -> Check | None:
+        """Responses of this turn the flow did not ask for, as a failed check; dropped so the next turn
+        starts in step."""
+        unused = self._listed.drop_remaining() + self._by_step.drop_remaining()
+        if not unused:
+            return None
+        given = self._given if isinstance(self._given, int) else sum(self._given.values())
+        detail = f"{unused} scripted response(s) of this turn were not asked for"
+        if isinstance(self._given, dict):
+            left = {step: count - self._asked[step] for step, count in self._given.items()}
+            detail += " (" + ", ".join(f"{step}: {count}" for step, count in left.items() if count) + ")"
+        return Check("scripted", "failed", given, given - unused, detail)
 
     async def request(self, request: ModelRequest) -> ModelResponse:
-        if self._script.remaining == 0:
+        if isinstance(self._given, int):
+            if self._listed.remaining == 0:
+                raise ScriptExhausted(
+                    f"turn {self._turn} has {self._given} scripted response(s) and step {request.step} "
+                    "asked for one more",
+                    step=request.step,
+                )
+            return await self._listed.request(request)
+        step = request.step or ""
+        if step not in self._given:
             raise ScriptExhausted(
-                f"turn {self._turn} has {self._given} scripted response(s) and step {request.step} asked "
-                "for one more",
+                f"turn {self._turn} has no scripted responses for step {request.step} (scripted: "
+                f"{', '.join(self._given)})",
                 step=request.step,
             )
-        return await self._script.request(request)
+        if self._asked[step] == self._given[step]:
+            raise ScriptExhausted(
+                f"turn {self._turn} has {self._given[step]} scripted response(s) for step {step} and it "
+                "asked for one more",
+                step=request.step,
+            )
+        self._asked[step] += 1
+        return await self._by_step.request(request)
 
 
 async def run_eval(
@@ -164,10 +199,7 @@ async def _play(
                 committed = seen.session.next_seq
             checks = check_turn(turn.expect, seen)
             if playback is not None and (unused := playback.leftover()):
-                checks.append(
-                    Check("scripted", "failed", len(turn.scripted), len(turn.scripted) - unused,
-                          f"{unused} scripted response(s) of this turn were not asked for")
-                )  # fmt: skip
+                checks.append(unused)
             transcript = render_transcript(messages)
             for criterion in turn.expect.judge:
                 checks.append(await _judged(judge, criterion, transcript, result.message))
@@ -254,6 +286,8 @@ def _check_names(scenario: Scenario, spec: FlowSpec) -> None:
     for index, turn in enumerate(scenario.turns, 1):
         expect = turn.expect
         named = [("expect.step", expect.step)] if expect.step is not None else []
+        if isinstance(turn.scripted, dict):
+            named += [(f"scripted.{step}", step) for step in turn.scripted]
         named += [(f"expect.state.{path}", path.split(".", 1)[0]) for path in expect.state]
         for field, step in named:
             if step not in spec.steps:

@@ -195,41 +195,72 @@ class Turn(_Strict):
     """One user message, the scripted model's responses during that turn, and its expectations."""
 
     user: str = Field(min_length=1)
-    scripted: list[ScriptItem] = Field(default_factory=list)
+    scripted: list[ScriptItem] | dict[str, list[ScriptItem]] = Field(default_factory=list)
     """Model responses played with ``--model scripted``, in order: a text reply, ``{tool, args}``,
-    or a list of those (parallel calls) — the format of ``--model scripted:FILE.json``."""
+    or a list of those (parallel calls) — the format of ``--model scripted:FILE.json``. Or a mapping
+    from step name to that step's own list, for turns whose steps ask in an order scheduling decides
+    (parallel sub-steps): ``{Hotels: [...], Events: [...]}``."""
     expect: Expectations = Field(default_factory=Expectations)
 
     @field_validator("scripted", mode="before")
     @classmethod
-    def _script_shape(cls, items: Any) -> Any:
+    def _script_shape(cls, script: Any) -> Any:
         # Checked by hand: a union's error lists every alternative, which tells a scenario writer little.
-        if not isinstance(items, list):
-            raise ValueError("scripted is a list of model responses")
-        for position, item in enumerate(items, 1):
-            calls = item if isinstance(item, list) else [item]
-            if isinstance(item, str) or (calls and all(_is_call(call) for call in calls)):
-                continue
-            extra = sorted(
-                {str(key) for call in calls if isinstance(call, dict) for key in call} - {"tool", "args"}
-            )
-            unknown = f"unknown key(s) {', '.join(extra)}; " if extra else ""
+        if isinstance(script, dict) and _is_call(script):
+            raise ValueError("scripted is a list of model responses: write one tool call as [{tool: ...}]")
+        if isinstance(script, dict):
+            for step, items in script.items():
+                if not isinstance(step, str) or not step.strip():
+                    raise ValueError(f"{step!r}: a step's script is keyed by the step's name")
+                if not isinstance(items, list):
+                    raise ValueError(f"{step}: a step's script is a list of model responses")
+                _check_responses(items, f"{step}: ")
+        elif isinstance(script, list):
+            _check_responses(script, "")
+        else:
             raise ValueError(
-                f"response {position}: {unknown}write a text reply, {{tool: name, args: {{...}}}}, or a "
-                "list of such tool calls"
+                "scripted is a list of model responses, or a mapping from step name to such a list"
             )
-        return items
+        return script
 
-    def script(self) -> list[str | ToolCall | list[ToolCall]]:
-        """The responses as ``ScriptedModel`` items."""
-        return [
-            item
-            if isinstance(item, str)
-            else [call.tool_call() for call in item]
-            if isinstance(item, list)
-            else item.tool_call()
-            for item in self.scripted
-        ]
+    @property
+    def responses(self) -> int:
+        """How many scripted responses the turn holds (of every step, for a script per step)."""
+        if isinstance(self.scripted, dict):
+            return sum(len(items) for items in self.scripted.values())
+        return len(self.scripted)
+
+    def script(self) -> list[Any] | dict[str, list[Any]]:
+        """The responses as ``ScriptedModel`` items: a list, or a list per step."""
+        if isinstance(self.scripted, dict):
+            return {step: _model_items(items) for step, items in self.scripted.items()}
+        return _model_items(self.scripted)
+
+
+def _check_responses(items: list[Any], where: str) -> None:
+    for position, item in enumerate(items, 1):
+        calls = item if isinstance(item, list) else [item]
+        if isinstance(item, str) or (calls and all(_is_call(call) for call in calls)):
+            continue
+        extra = sorted(
+            {str(key) for call in calls if isinstance(call, dict) for key in call} - {"tool", "args"}
+        )
+        unknown = f"unknown key(s) {', '.join(extra)}; " if extra else ""
+        raise ValueError(
+            f"{where}response {position}: {unknown}write a text reply, {{tool: name, args: {{...}}}}, or a "
+            "list of such tool calls"
+        )
+
+
+def _model_items(items: list[ScriptItem]) -> list[Any]:
+    return [
+        item
+        if isinstance(item, str)
+        else [call.tool_call() for call in item]
+        if isinstance(item, list)
+        else item.tool_call()
+        for item in items
+    ]
 
 
 def _is_call(value: Any) -> bool:
@@ -283,7 +314,7 @@ class Scenario(_Strict):
     @property
     def scripted(self) -> bool:
         """Whether any turn has scripted model responses."""
-        return any(turn.scripted for turn in self.turns)
+        return any(turn.responses for turn in self.turns)
 
     def where(self, turn: int | None = None) -> str:
         """``file: turn 3 ("Please refund…")`` for error messages (``turn`` is 1-based)."""
