@@ -164,3 +164,55 @@ async def test_auto_detects_a_configured_sdk_provider(
     engine = FlowEngine([TracedFlow], model=script())
     await engine.run("traced", "hi")
     assert "invoke_agent traced" in [span.name for span in memory.get_finished_spans()]
+
+
+class Helper(Step):
+    """Answer the planner."""
+
+    @tool
+    def fetch(self) -> str:
+        """Fetch."""
+        return "fetched"
+
+
+class Lead(Step):
+    """Lead."""
+
+    @tool
+    async def delegate(self) -> str:
+        """Delegate to the helper."""
+        return str(await self.run_step(Helper, "please"))
+
+
+class NestedFlow(Flow):
+    name = "nested"
+    steps = [Lead, Helper]
+
+
+async def test_a_sub_steps_spans_nest_under_the_calling_tool(
+    exporter: tuple[InMemorySpanExporter, TracerProvider],
+) -> None:
+    memory, provider = exporter
+    model = ScriptedModel([ToolCall("delegate", {}, "d1"), ToolCall("fetch", {}, "f1"), "Helped.", "Done."])
+    engine = FlowEngine([NestedFlow], model=model, tracing=provider.get_tracer("test"))
+    result = await engine.run("nested", "go")
+    assert result.ok
+    spans = memory.get_finished_spans()
+    named = by_name(spans)
+    turn, lead, delegate = named["invoke_agent nested"], named["step Lead"], named["execute_tool delegate"]
+    helper, fetch = named["step Helper"], named["execute_tool fetch"]
+
+    def parent_of(span: ReadableSpan) -> int | None:
+        return span.parent.span_id if span.parent else None
+
+    assert parent_of(lead) == turn.context.span_id
+    assert parent_of(delegate) == lead.context.span_id
+    assert parent_of(helper) == delegate.context.span_id  # the run nests under the tool that ran it
+    assert parent_of(fetch) == helper.context.span_id
+    chats = [span for span in spans if span.name == "chat test"]
+    assert sorted(parent_of(c) or 0 for c in chats) == sorted(
+        [lead.context.span_id, helper.context.span_id, helper.context.span_id, lead.context.span_id]
+    )
+    assert (
+        helper.end_time is not None and delegate.end_time is not None and helper.end_time <= delegate.end_time
+    )

@@ -10,6 +10,8 @@ from picoflow.exceptions import (
     PicoflowError,
     RunError,
     SessionConflict,
+    SubStepFailed,
+    SubStepsFailed,
     ToolError,
     UsageLimitExceeded,
 )
@@ -45,6 +47,8 @@ __all__ = [
     "SlotStep",
     "Stay",
     "Step",
+    "SubStepFailed",
+    "SubStepsFailed",
     "TerminateStep",
     "ToolError",
     "TurnError",

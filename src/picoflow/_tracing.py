@@ -180,6 +180,14 @@ class TracingObserver(TurnObserver):
         if span is not None:
             self.tracing.fail(span, error)
 
+    def sub_turn(self, step: str, call: ToolCall | None) -> TurnObserver:
+        """A sub-step run's spans nest under the calling tool's span (or the calling step's)."""
+        child = TracingObserver(self.tracing)
+        child._turn = self._tools.get(call.id) if call is not None else None
+        child._turn = child._turn or self._step
+        child._session_id = self._session_id
+        return child
+
     def turn_ended(self, error: BaseException | None) -> None:
         if self._step is not None:
             if error is None:

@@ -14,7 +14,8 @@ import atexit
 import dataclasses
 import logging
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from picoflow._engine_sessions import MAX_OFFSET, StoredSessions, check_session_id
@@ -106,6 +107,7 @@ class FlowEngine(StoredSessions):
             self._override = as_selection(model)
             validate_selection(self._override)
         self._flows: dict[str, FlowSpec] = {}
+        self.registry: Mapping[str, FlowSpec] = MappingProxyType(self._flows)  # read-only, live
         self._models: dict[tuple[str, str], Model] = {}
         self._turns = SessionTurns(self)
         self._background: set[asyncio.Future[TurnResult]] = set()

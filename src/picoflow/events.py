@@ -13,6 +13,9 @@ class StepEntered:
 
     step: str
     previous: str | None
+    parent: str | None = None
+    """In a sub-step run (``run_step``): the id of the tool call it runs under, or the calling
+    step's name when a hook started it. None in the turn itself."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +26,9 @@ class ToolCalled:
     id: str
     name: str
     args: Mapping[str, Any]
+    parent: str | None = None
+    """In a sub-step run (``run_step``): the id of the tool call it runs under, or the calling
+    step's name when a hook started it. None in the turn itself."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +40,9 @@ class ToolReturned:
     name: str
     content: str
     is_error: bool
+    parent: str | None = None
+    """In a sub-step run (``run_step``): the id of the tool call it runs under, or the calling
+    step's name when a hook started it. None in the turn itself."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +51,9 @@ class TextChunk:
 
     step: str
     text: str
+    parent: str | None = None
+    """In a sub-step run (``run_step``): the id of the tool call it runs under, or the calling
+    step's name when a hook started it. None in the turn itself."""
 
 
 TurnEvent = StepEntered | ToolCalled | ToolReturned | TextChunk

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 
 class PicoflowError(Exception):
@@ -154,6 +154,52 @@ class HookFailure(RunError):
     """A step hook (prompt, on_enter, check_response, ...) raised."""
 
     kind = "hook_failed"
+
+
+class SubStepFailed(RunError):
+    """A sub-step run with ``run_step`` (or ``run_steps`` / ``batch``) failed; ``cause`` says why.
+
+    The caller may catch it and carry on: the failed run left nothing behind (its messages, state
+    and model choices are dropped). Uncaught, the turn fails as ``cause`` would have: a model
+    outage inside a sub-step is still a retryable outage.
+    """
+
+    kind = "sub_step_failed"
+
+    def __init__(self, message: str, *, cause: RunError, step: str | None = None) -> None:
+        super().__init__(message, session_id=cause.session_id, step=step)
+        self.cause = cause
+
+    @property
+    def root_cause(self) -> RunError:
+        """The failure at the bottom of nested sub-steps."""
+        cause = self.cause
+        while isinstance(cause, SubStepFailed):
+            cause = cause.cause
+        return cause
+
+
+class SubStepsFailed(SubStepFailed):
+    """Some of the sub-steps of ``run_steps`` / ``batch`` failed; every other one finished.
+
+    ``results`` holds, in the order asked, each answer or the ``SubStepFailed`` of that run, so the
+    caller keeps what succeeded; ``answers`` is the same with None for a failure.
+    """
+
+    kind = "sub_steps_failed"
+
+    def __init__(self, message: str, *, results: list[Any]) -> None:
+        failures = [result for result in results if isinstance(result, SubStepFailed)]
+        super().__init__(message, cause=failures[0], step=failures[0].step)
+        self.results = results
+
+    @property
+    def failures(self) -> list[SubStepFailed]:
+        return [result for result in self.results if isinstance(result, SubStepFailed)]
+
+    @property
+    def answers(self) -> list[Any]:
+        return [None if isinstance(result, SubStepFailed) else result for result in self.results]
 
 
 class FlowNotFound(RunError):

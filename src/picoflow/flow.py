@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pydantic import BaseModel
+
 from picoflow._schema import iter_property_names, json_schema, strict_variant
 from picoflow.context import INJECTED_NAMES
 from picoflow.exceptions import FlowDefinitionError
@@ -205,6 +207,35 @@ def _build(cls: type[Flow]) -> FlowSpec:
         transitions=unique,
         compacting=tuple(spec for spec in specs.values() if spec.cls.compaction is not None),
     )
+
+
+def as_sub_step(flow: FlowSpec, name: str, output: type[BaseModel] | None = None) -> FlowSpec:
+    """``flow`` with step ``name`` built to run as a sub-step (``run_step``): without the built-in
+    ``terminate_session`` (a sub-step answers its caller; it does not end the conversation) and,
+    when ``output`` is given, answering with that model instead of its own ``output``."""
+    spec = flow.steps[name]
+    step_cls = spec.cls
+    if output is not None and output is not step_cls.output:
+        step_cls = type(
+            step_cls.__name__,
+            (step_cls,),
+            {
+                "output": output,
+                "name": step_cls.name,
+                "__doc__": step_cls.__doc__,
+                "__module__": step_cls.__module__,
+                "__qualname__": step_cls.__qualname__,
+            },
+        )
+    elif "terminate_session" not in spec.tools:
+        return flow
+    built = _build_step(
+        step_cls,
+        f"flow {flow.name}, step {name} (as a sub-step)",
+        has_terminate=False,
+        tool_timeout=flow.cls.tool_timeout,
+    )
+    return dataclasses.replace(flow, steps={**flow.steps, name: built})
 
 
 def _check_hooks_are_methods(step_cls: type[Step], where: str) -> None:

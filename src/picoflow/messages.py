@@ -78,6 +78,9 @@ class Message:
     remembered_as: str | None = None
     """For a long reply the user saw whole (a table, a list): the short note the step's memory keeps
     in its place. Requests send the note to the model; ``content`` stays whole in the transcript."""
+    within: str | None = None
+    """For a message of a sub-step run (``run_step``): which run, such as ``"Hotels@3.1"`` (the
+    step, the turn and the run's number in it). None for the conversation's own messages."""
 
     @property
     def is_from_user(self) -> bool:
@@ -125,6 +128,7 @@ class Message:
             time.time(),
             self.reasoning,
             self.remembered_as,
+            self.within,
         )
 
 

@@ -66,6 +66,10 @@ class StepRuntime(Protocol):
 
     def terminate_target(self) -> str | None: ...
 
+    async def run_steps(
+        self, caller: str, requests: Sequence[tuple[Any, Any, Any]], concurrency: int | None
+    ) -> list[Any]: ...
+
 
 class StepState(MutableMapping[str, Any]):
     """A step's durable state: a mapping of JSON values.

@@ -9,8 +9,8 @@ must outlive the turn goes in ``self.state`` (durable, JSON values).
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Collection, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel
 
@@ -60,6 +60,9 @@ class Step:
     #: are folded into the summary (with ``compaction``) or dropped before the model is called. None:
     #: only the model's context window bounds it.
     memory_budget: ClassVar[int | None] = None
+    #: Memory of a run as a sub-step (``run_step``): "fresh" starts empty every run; "kept" goes on
+    #: from this step's namespace, so each run sees the ones before.
+    substep_memory: ClassVar[Literal["fresh", "kept"]] = "fresh"
 
     is_logic: ClassVar[bool] = False
     is_terminal: ClassVar[bool] = False
@@ -123,6 +126,37 @@ class Step:
     def erase_memory(self) -> None:
         """Forget this namespace's messages (they stay in the session transcript)."""
         self._runtime.erase(self.namespace())
+
+    # --- sub-steps ----------------------------------------------------------------------------
+
+    async def run_step(
+        self, step: type[Step] | str, input: Any = None, *, output: type[BaseModel] | None = None
+    ) -> Any:
+        """Run ``step`` (of this flow or another registered one) as a sub-agent and return its
+        answer: its ``output`` model (or ``output=``) validated, else its text.
+
+        ``input`` is its user message (a model, dict or list is sent as JSON). The run has its own
+        memory and bounded loop; its usage counts in this turn's. It answers and ends: it may not
+        ``go()`` elsewhere. A failure raises ``SubStepFailed``, which leaves nothing behind.
+        """
+        answers = await self._runtime.run_steps(self.name, [(step, input, output)], None)
+        return answers[0]
+
+    async def run_steps(
+        self, requests: Sequence[tuple[type[Step] | str, Any]], *, concurrency: int = 4
+    ) -> list[Any]:
+        """Run ``(step, input)`` sub-steps, up to ``concurrency`` at a time; their answers in order.
+
+        Every run goes to its end; if any failed, ``SubStepsFailed`` then holds each answer or
+        failure (``.results``), so the others' answers are not lost.
+        """
+        return await self._runtime.run_steps(self.name, [_request(item) for item in requests], concurrency)
+
+    async def batch(
+        self, step: type[Step] | str, inputs: Iterable[Any], *, concurrency: int = 4
+    ) -> list[Any]:
+        """``run_steps`` of one step over many inputs."""
+        return await self._runtime.run_steps(self.name, [(step, item, None) for item in inputs], concurrency)
 
     # --- what the step tells the model ------------------------------------------------------
 
@@ -232,6 +266,12 @@ class TerminateStep(Step):
         if messages and messages[-1].role == "user":
             return None
         return "I'm done, thank you."
+
+
+def _request(item: Any) -> tuple[Any, Any, Any]:
+    if not isinstance(item, tuple) or len(item) not in (2, 3):
+        raise TypeError(f"run_steps takes (step, input) or (step, input, output) tuples, not {item!r:.60}")
+    return (item[0], item[1], item[2] if len(item) == 3 else None)
 
 
 def since_last_user(memory: Sequence[Message], *, before: int = 0) -> Sequence[Message]:

@@ -22,8 +22,10 @@ __all__ = ["describe", "request_lines", "transcript_lines"]
 
 
 def describe(message: Message, *, width: int | None = None) -> str:
-    """One line per message: ``"<step> | <role>[ kind]: <content>"`` with tool calls spelled out."""
-    where = f"{message.step} | " if message.step else ""
+    """One line per message: ``"<step> | <role>[ kind]: <content>"`` with tool calls spelled out; a
+    sub-step run's message names the run in place of the step (``"Hotels@4 | ..."``)."""
+    place = message.within or message.step
+    where = f"{place} | " if place else ""
     kind = f" [{message.kind}]" if message.kind else ""
     content = message.content if width is None else message.content[:width]
     if message.role == "tool":

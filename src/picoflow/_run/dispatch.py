@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from pydantic_core import to_json
 
 from picoflow._run.ask import tools_for
-from picoflow._run.workspace import Workspace
+from picoflow._run.workspace import RUNNING_CALL, Workspace
 from picoflow.context import INJECTED_NAMES
 from picoflow.exceptions import HookFailure, RunError, ToolError, ToolFailure
 from picoflow.flow import StepSpec
@@ -96,11 +96,11 @@ async def _all_at_once(
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(_run_call(ws, step, spec, exposed, call)) for call in calls]
     except BaseExceptionGroup as failed:
-        raise _first_failure(failed) from None
+        raise first_failure(failed) from None
     return [task.result() for task in tasks]
 
 
-def _first_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
+def first_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
     """The failure to report for a group: a turn failure if there is one, else the first error."""
     leaves: list[BaseException] = []
     pending: list[BaseException] = [group]
@@ -211,6 +211,7 @@ async def _invoke(
     observer = ws.observer
     observer.tool_started(spec.name, call)
     token = EXECUTING_STEP.set(spec.name)
+    running = RUNNING_CALL.set(call)
     try:
         value = handler(step, **kwargs)
         if is_async:
@@ -233,6 +234,7 @@ async def _invoke(
         observer.tool_failed(spec.name, call, exc)
         raise
     finally:
+        RUNNING_CALL.reset(running)
         EXECUTING_STEP.reset(token)
     return value
 

@@ -70,6 +70,12 @@ class TurnObserver:
     def turn_ended(self, error: BaseException | None) -> None:
         """The loop stopped (before the commit): ``error`` is None when it produced a reply."""
 
+    def sub_turn(self, step: str, call: ToolCall | None) -> TurnObserver:
+        """The observer of a sub-step run (``run_step``) that ``step`` started in the handler of
+        ``call`` (None when a hook or ``run_logic`` started it). Its ``turn_ended`` is called when
+        the run ends. By default a sub-step run is not watched."""
+        return NO_OBSERVER
+
 
 NO_OBSERVER = TurnObserver()
 
@@ -141,6 +147,9 @@ class Observers(TurnObserver):
         for observer in self.observers:
             observer.turn_ended(error)
 
+    def sub_turn(self, step: str, call: ToolCall | None) -> TurnObserver:
+        return combine(*(observer.sub_turn(step, call) for observer in self.observers))
+
 
 def combine(*observers: TurnObserver | None) -> TurnObserver:
     """One observer telling each of ``observers`` (None entries skipped); ``NO_OBSERVER`` for none."""
@@ -151,22 +160,33 @@ def combine(*observers: TurnObserver | None) -> TurnObserver:
 
 
 class EventStream(TurnObserver):
-    """Turns what happens into ``TurnEvent`` values for ``engine.run(on_event=...)`` and streams."""
+    """Turns what happens into ``TurnEvent`` values for ``engine.run(on_event=...)`` and streams.
+
+    A sub-step run reports its steps and tools with ``parent`` set to the id of the tool call it
+    runs under (or to the calling step's name when a hook started it). Its text is not streamed:
+    the step that ran it gets the answer, not the user.
+    """
 
     wants_text = True
 
-    def __init__(self, emit: Callable[[TurnEvent], Any]) -> None:
+    def __init__(self, emit: Callable[[TurnEvent], Any], *, parent: str | None = None) -> None:
         self.emit = emit
+        self.parent = parent
+        if parent is not None:
+            self.wants_text = False
 
     def step_entered(self, step: str, previous: str | None) -> None:
-        self.emit(StepEntered(step, previous))
+        self.emit(StepEntered(step, previous, self.parent))
 
     def text(self, step: str, text: str) -> None:
-        self.emit(TextChunk(step, text))
+        self.emit(TextChunk(step, text, self.parent))
 
     def tool_started(self, step: str, call: ToolCall) -> None:
         args = {} if isinstance(call.args, str) else dict(call.args)
-        self.emit(ToolCalled(step, call.id, call.name, args))
+        self.emit(ToolCalled(step, call.id, call.name, args, self.parent))
 
     def tool_answered(self, step: str, call: ToolCall, content: str, is_error: bool) -> None:
-        self.emit(ToolReturned(step, call.id, call.name, content, is_error))
+        self.emit(ToolReturned(step, call.id, call.name, content, is_error, self.parent))
+
+    def sub_turn(self, step: str, call: ToolCall | None) -> TurnObserver:
+        return EventStream(self.emit, parent=call.id if call is not None else step)

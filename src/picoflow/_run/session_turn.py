@@ -8,14 +8,15 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from picoflow._run.compose import Composer
 from picoflow._run.loop import run_turn
 from picoflow._run.observers import TurnObserver
-from picoflow._run.workspace import Workspace
+from picoflow._run.workspace import Workspace, compact_memory
 from picoflow._window import TRIMMED
 from picoflow.context import ANY_PRINCIPAL, Caller, PrincipalFilter
 from picoflow.exceptions import (
@@ -25,6 +26,7 @@ from picoflow.exceptions import (
     SessionCompleted,
     SessionNotFound,
     StoreError,
+    SubStepFailed,
 )
 from picoflow.flow import FlowSpec, StepSpec
 from picoflow.models.base import Model
@@ -60,6 +62,9 @@ class TurnHost(Protocol):
     max_reply_chars: int
     before_turn: Callable[[FlowSpec], Awaitable[None]] | None
 
+    registry: Mapping[str, FlowSpec]
+    """The registered flows by name (a sub-step may be a step of any of them)."""
+
     def flow(self, flow: str) -> FlowSpec: ...
 
     def model_for(self, flow: FlowSpec, step: StepSpec) -> Model: ...
@@ -70,6 +75,7 @@ class SessionTurns:
 
     def __init__(self, host: TurnHost) -> None:
         self.host = host
+        self.composer = Composer(host.registry, host.model_for)
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
 
     async def take(self, request: TurnRequest, observer: TurnObserver) -> TurnResult:
@@ -98,8 +104,7 @@ class SessionTurns:
                 observer.turn_ended(exc)
                 raise
             observer.turn_ended(None)
-            if ws.compacting:
-                await ws.compact()
+            await compact_memory(ws)
             ws.normalize_states()
             session = ws.session
             _commit_locally(ws)
@@ -147,6 +152,7 @@ class SessionTurns:
             limits=host.limits or spec.limits,
             max_reply_chars=host.max_reply_chars,
             observer=observer,
+            composer=self.composer,
         )
 
     @staticmethod
@@ -205,10 +211,12 @@ class SessionTurns:
         self, exc: RunError, reference: str | None, requested_id: str | None, ws: Workspace | None
     ) -> TurnResult:
         """The result of a failed turn; the failure is filed with the session when it has one."""
+        detail = str(exc)  # of a sub-step failure, the whole story: which step ran which
+        if isinstance(exc, SubStepFailed):  # uncaught: the turn fails as the sub-step did
+            exc = exc.root_cause
         step = exc.step or (ws.session.current_step if ws else None)
         exc.session_id = exc.session_id or reference
         exc.step = step
-        detail = str(exc)
         if exc.__cause__ is not None and type(exc.__cause__).__name__ not in detail:
             detail = f"{detail} (caused by {type(exc.__cause__).__name__})"
         if reference is not None and exc.recorded:

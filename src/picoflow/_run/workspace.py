@@ -11,7 +11,8 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic_core import to_jsonable_python
 
@@ -32,6 +33,17 @@ if TYPE_CHECKING:
 
 ModelFor = Callable[[StepSpec], "Model"]
 
+RUNNING_CALL: ContextVar[ToolCall | None] = ContextVar("picoflow_running_call", default=None)
+"""The tool call whose handler is running (what a sub-step run started there nests under)."""
+
+
+class Composer(Protocol):
+    """Runs sub-steps for a workspace (``picoflow._run.compose``; the engine provides it)."""
+
+    async def run_steps(
+        self, ws: Workspace, caller: str, requests: Sequence[tuple[Any, Any, Any]], concurrency: int | None
+    ) -> list[Any]: ...
+
 
 _NONE_DEFERRED: frozenset[str] = frozenset()
 
@@ -49,6 +61,7 @@ class Workspace:
         "appended",
         "attempt",
         "caller",
+        "composer",
         "content_type",
         "deps",
         "limits",
@@ -61,6 +74,7 @@ class Workspace:
         "transitions",
         "usage",
         "warnings",
+        "within",
     )
 
     def __init__(
@@ -74,6 +88,7 @@ class Workspace:
         limits: UsageLimits,
         max_reply_chars: int = 100_000,
         observer: TurnObserver = NO_OBSERVER,
+        composer: Composer | None = None,
     ) -> None:
         self.spec = spec
         self.session = session
@@ -84,6 +99,8 @@ class Workspace:
         self.limits = limits
         self.max_reply_chars = max_reply_chars
         self.observer = observer
+        self.composer = composer
+        self.within: str | None = None
         self.usage = Usage()
         self.appended: list[tuple[str, Message]] = []
         self.warnings: list[LogRecord] = []
@@ -110,6 +127,19 @@ class Workspace:
         if state is None:
             state = self._states[step_name] = StepState(self.session.state_of(step_name))
         return state
+
+    def state_by_key(self, key: str) -> StepState:
+        """A state by its key in the session (a step's name, or ``flow:step`` for a step of
+        another flow run as a sub-step)."""
+        return self.state_for(key)
+
+    async def run_steps(
+        self, caller: str, requests: Sequence[tuple[Any, Any, Any]], concurrency: int | None
+    ) -> list[Any]:
+        """Run sub-steps for step ``caller``: ``(step, input, output)`` requests, answers in order."""
+        if self.composer is None:
+            raise RuntimeError("sub-steps run only in a turn of a FlowEngine")
+        return await self.composer.run_steps(self, caller, requests, concurrency)
 
     def messages_of(self, namespace: str) -> Sequence[Message]:
         if self._deferred_erase and namespace in self._deferred_erase:
@@ -186,6 +216,7 @@ class Workspace:
             time.time(),
             reasoning if type(reasoning) is tuple else tuple(reasoning),
             remembered_as,
+            self.within,
         )
         session.next_seq = seq + 1
         ns.messages.append(message)
@@ -240,31 +271,6 @@ class Workspace:
 
     # --- end of turn -----------------------------------------------------------------------------
 
-    @property
-    def touched(self) -> set[str]:
-        """The namespaces this turn added messages to."""
-        return {namespace for namespace, _ in self.appended}
-
-    @property
-    def compacting(self) -> bool:
-        """Whether a step whose memory this turn touched compacts it."""
-        if not self.spec.compacting:
-            return False
-        touched = self.touched
-        return any(spec.namespace in touched for spec in self.spec.compacting)
-
-    async def compact(self) -> None:
-        """Compact the memory of the touched namespaces whose step asks for it."""
-        touched = self.touched
-        for spec in self.spec.compacting:
-            policy = spec.cls.compaction
-            if policy is None or spec.namespace not in touched:
-                continue
-            try:
-                await compact(self.session.namespace(spec.namespace), policy)
-            except Exception as exc:  # compaction is an optimisation; a failure must not lose the turn
-                self.warn("compaction_skipped", f"memory compaction skipped: {type(exc).__name__}", spec.name)
-
     def normalize_states(self) -> None:
         """Bring every state this turn reached back to JSON values (a step may have put a model or a
         date inside a list it changed in place)."""
@@ -283,3 +289,19 @@ class Workspace:
         self._steps.clear()
         self._contexts.clear()
         self._flow = None
+
+
+async def compact_memory(ws: Workspace) -> None:
+    """At the end of a turn, compact the memory of the namespaces it added messages to, of the
+    steps that ask for it."""
+    if not ws.spec.compacting:
+        return
+    touched = {namespace for namespace, _ in ws.appended}
+    for spec in ws.spec.compacting:
+        policy = spec.cls.compaction
+        if policy is None or spec.namespace not in touched:
+            continue
+        try:
+            await compact(ws.session.namespace(spec.namespace), policy)
+        except Exception as exc:  # compaction is an optimisation; a failure must not lose the turn
+            ws.warn("compaction_skipped", f"memory compaction skipped: {type(exc).__name__}", spec.name)
