@@ -8,7 +8,9 @@ from collections.abc import Sequence
 
 import httpx
 
-from picoflow.messages import Message
+from picoflow import Flow, FlowEngine, Step, tool
+from picoflow.messages import Message, ModelRequest, ToolCall
+from picoflow.models import FunctionModel
 from picoflow.server import ServerSettings
 from picoflow.session import Session
 from picoflow.sessions import MemoryStore
@@ -136,3 +138,69 @@ async def test_a_client_that_disconnects_mid_turn_does_not_lose_the_turn() -> No
         assert [m.content for m in await engine.store.transcript(session) if m.role == "assistant"][-1] == (
             "done waiting"
         )
+
+
+class Scout(Step):
+    """Look around and report in one line."""
+
+    @tool
+    def look(self) -> str:
+        """Look around."""
+        return "a quiet street"
+
+
+class Lead(Step):
+    """Send the scout."""
+
+    @tool
+    async def send_scout(self) -> str:
+        """Send the scout and hear back."""
+        return str(await self.run_step(Scout, "what do you see?"))
+
+
+class ScoutFlow(Flow):
+    name = "scouting"
+    steps = [Lead, Scout]
+
+
+def scouting_model() -> FunctionModel:
+    def answer(request: ModelRequest) -> object:
+        done = request.messages[-1].role == "tool"
+        if request.step == "Scout":
+            return "A quiet street." if done else ToolCall("look", {}, "look_1")
+        return "The scout saw a quiet street." if done else ToolCall("send_scout", {}, "send_1")
+
+    return FunctionModel(answer)
+
+
+async def test_a_sub_steps_events_carry_their_parent_and_its_messages_their_run() -> None:
+    engine = FlowEngine([ScoutFlow], store=MemoryStore(), model=scouting_model())
+    async with client_for(engine) as client:
+        reply = await client.post("/v1/flows/scouting/sessions", json={"message": "go", "stream": True})
+        events = events_of(reply.text)
+        assert [(name, data.get("step"), data.get("parent")) for name, data in events[:-1]] == [
+            ("step", "Lead", None),
+            ("tool_call", "Lead", None),
+            ("step", "Scout", "send_1"),
+            ("tool_call", "Scout", "send_1"),
+            ("tool_result", "Scout", "send_1"),
+            ("tool_result", "Lead", None),
+            ("text", "Lead", None),
+        ]
+        assert "parent" not in events[0][1]  # a turn's own events are as they always were
+        result = events[-1][1]
+        assert result["message"] == "The scout saw a quiet street."
+        session = (await client.get(f"/v1/sessions/{result['session_id']}")).json()
+        shown = [(m["role"], m["step"], m["within"], m["content"]) for m in session["transcript"]]
+        assert shown == [
+            ("user", "Lead", None, "go"),
+            ("assistant", "Lead", None, ""),
+            ("user", "Scout", "Scout@2", "what do you see?"),
+            ("assistant", "Scout", "Scout@2", ""),
+            ("tool", "Scout", "Scout@2", "a quiet street"),
+            ("assistant", "Scout", "Scout@2", "A quiet street."),
+            ("tool", "Lead", None, "A quiet street."),
+            ("assistant", "Lead", None, "The scout saw a quiet street."),
+        ]
+        assert session["step"] == "Lead" and session["sequence"] == ["Lead"]
+        assert session["models"] == {"Lead": "function:test", "Scout": "function:test"}

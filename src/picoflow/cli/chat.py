@@ -164,7 +164,9 @@ async def _turn(
     with console.status(f"[dim]{escape(flow)} is thinking…[/dim]", spinner="dots") as status:
 
         def progress(event: TurnEvent) -> None:
-            if isinstance(event, StepEntered):
+            if isinstance(event, StepEntered) and event.parent is not None:
+                status.update(f"[dim]asking {escape(event.step)}…[/dim]")
+            elif isinstance(event, StepEntered):
                 status.update(f"[dim]moving to {escape(event.step)}…[/dim]")
             elif isinstance(event, ToolCalled):
                 status.update(f"[dim]running {escape(event.name)}…[/dim]")

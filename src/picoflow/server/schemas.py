@@ -225,6 +225,8 @@ class MessageOut(BaseModel):
     name: str | None = None
     is_error: bool = False
     at: float = 0.0
+    within: str | None = None
+    """Set on the messages of a sub-step run (``run_step``): which run, such as ``"Hotels@4"``."""
     html: str | None = None
 
     @classmethod
@@ -248,6 +250,7 @@ class MessageOut(BaseModel):
             name=message.name,
             is_error=message.is_error,
             at=message.at,
+            within=message.within,
             html=render_reply(message.content) if shown else None,
         )
 

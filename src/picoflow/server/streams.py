@@ -57,17 +57,18 @@ def _internal() -> ApiError:
 
 
 def _event(event: TurnEvent) -> bytes:
+    # ``parent`` only in a sub-step run's events, so the events of a turn without any stay as they were.
+    nested = {} if event.parent is None else {"parent": event.parent}
     if isinstance(event, StepEntered):
-        return _sse("step", {"step": event.step, "previous": event.previous})
+        return _sse("step", {"step": event.step, "previous": event.previous, **nested})
     if isinstance(event, ToolCalled):
-        return _sse(
-            "tool_call", {"step": event.step, "id": event.id, "name": event.name, "args": dict(event.args)}
-        )
+        data = {"step": event.step, "id": event.id, "name": event.name, "args": dict(event.args)}
+        return _sse("tool_call", {**data, **nested})
     if isinstance(event, ToolReturned):
         data = {"step": event.step, "id": event.id, "name": event.name, "content": event.content}
-        return _sse("tool_result", {**data, "is_error": event.is_error})
+        return _sse("tool_result", {**data, "is_error": event.is_error, **nested})
     if isinstance(event, TextChunk):
-        return _sse("text", {"step": event.step, "text": event.text})
+        return _sse("text", {"step": event.step, "text": event.text, **nested})
     raise TypeError(f"unknown turn event {type(event).__name__}")
 
 

@@ -159,8 +159,10 @@
   }
 
   // A transcript holds what the runtime added too (tool results, forwarded and crossing
-  // messages); the chat shows only what the user typed and what the assistant said.
+  // messages, the runs of sub-steps); the chat shows only what the user typed and what the
+  // assistant said.
   function visible(message) {
+    if (message.within) return false;
     if (message.role === "user") return message.kind === null;
     return message.role === "assistant" && message.content && (message.kind === null || message.kind === "direct");
   }
@@ -300,7 +302,9 @@
         }
         // Any other event means the model is ready (or the turn is over).
         if (name !== "error") showModelStatus(null);
-        if (name === "step") {
+        if (name === "step" && data.parent) {
+          setBusy(true, `Asking ${data.step}…`); // a sub-step: the conversation stays where it is
+        } else if (name === "step") {
           els.step.textContent = data.step;
           setBusy(true, `Moving to ${data.step}…`);
         } else if (name === "tool_call") {
