@@ -385,3 +385,59 @@ async def test_a_runs_events_name_the_tool_call_it_runs_under() -> None:
     ]
     # Only the turn's own answer is streamed as text; the run's answer went to the planner.
     assert [e.text for e in events if hasattr(e, "text")] == ["Done."]
+
+
+class Slow(Step):
+    """Never answers in time."""
+
+    @tool
+    def mark(self) -> str:
+        """Leave a mark in the state."""
+        self.state["marked"] = True
+        return "marked"
+
+
+class Impatient(Step):
+    """Asks the slow step, but waits only so long."""
+
+    @tool(timeout=0.05)
+    async def ask_slow(self) -> str:
+        """Ask the slow step."""
+        return str(await self.run_step(Slow, "take your time"))
+
+
+class Waiting(Flow):
+    name = "waiting"
+    steps = [Impatient, Slow]
+
+
+async def test_a_timed_out_tool_stops_its_sub_step_and_keeps_nothing_of_it() -> None:
+    never = asyncio.Event()
+    cancelled: list[str] = []
+
+    async def answer(request: ModelRequest) -> Any:
+        if request.step == "Impatient":
+            return ToolCall("ask_slow", {}, "a1") if len(request.messages) == 1 else "It took too long."
+        if len(request.messages) == 1:
+            return ToolCall("mark", {}, "m1")
+        try:
+            await never.wait()  # the sub-step's second model call hangs until cancelled
+        except asyncio.CancelledError:
+            cancelled.append(request.step or "")
+            raise
+        return "never"
+
+    engine = FlowEngine([Waiting], model=FunctionModel(answer))
+    async with asyncio.timeout(UPPER_BOUND):
+        result = await engine.run("waiting", "go")
+    assert result.ok and result.message == "It took too long."
+    assert cancelled == ["Slow"]  # really stopped, not left running
+    assert await transcript_lines(engine, result.session_id or "") == [
+        "Impatient | user: go",
+        "Impatient | assistant: -> ask_slow({}) #a1",
+        "Impatient | tool ask_slow #a1 (error): ask_slow did not finish within 0.05 seconds and was stopped; "
+        "it gave no result.",
+        "Impatient | assistant: It took too long.",
+    ]
+    stored = await engine.store.load(result.session_id or "")
+    assert stored is not None and stored.states.get("Slow", {}) == {}
