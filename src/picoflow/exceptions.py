@@ -294,3 +294,12 @@ class ToolError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class ModelConfigurationError(ModelHTTPError):
+    """The provider refused picoflow's settings: a wrong or missing API key, an unknown model or
+    endpoint. Asking again cannot help; the operator must fix what the message names."""
+
+    kind = "model_configuration"
+    retryable = False
+    public_message = "The language model is not set up correctly. Please tell the operator."
