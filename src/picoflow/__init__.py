@@ -18,7 +18,19 @@ from picoflow.exceptions import (
 from picoflow.flow import Flow
 from picoflow.memory import Compaction
 from picoflow.messages import Message
-from picoflow.outcomes import Direct, Go, Outcome, Reject, Stay, direct, direct_to, go, stay
+from picoflow.outcomes import (
+    Direct,
+    Go,
+    Outcome,
+    Reject,
+    RetryWith,
+    Stay,
+    direct,
+    direct_to,
+    go,
+    retry_with,
+    stay,
+)
 from picoflow.prompts import Prompt
 from picoflow.slots import Ask, Extraction, SlotStep, ask, merge_slots
 from picoflow.step import LogicStep, Step, TerminateStep, since_last_user
@@ -41,6 +53,7 @@ __all__ = [
     "PicoflowError",
     "Prompt",
     "Reject",
+    "RetryWith",
     "RunContext",
     "RunError",
     "SessionConflict",
@@ -64,6 +77,7 @@ __all__ = [
     "direct_to",
     "go",
     "merge_slots",
+    "retry_with",
     "since_last_user",
     "stay",
     "tool",

@@ -33,10 +33,10 @@ from picoflow.models.base import Model
 from picoflow.models.catalog import (
     ModelSelection,
     as_selection,
-    create_model,
     default_selection,
     validate_selection,
 )
+from picoflow.models.fallback import as_model
 from picoflow.results import TurnError, TurnFinished, TurnResult
 from picoflow.session import Session, new_session_id
 from picoflow.sessions.base import SessionStore
@@ -125,8 +125,9 @@ class FlowEngine(StoredSessions):
             raise FlowDefinitionError(f"two flows are named {spec.name!r}")
         if self._override is None:
             for choice in [flow.model, *(step.cls.model for step in spec.steps.values())]:
-                if choice is not None and not isinstance(choice, Model):
-                    validate_selection(as_selection(choice))
+                for one in [choice] if isinstance(choice, str | ModelSelection | Model | None) else choice:
+                    if isinstance(one, str | ModelSelection):
+                        validate_selection(as_selection(one))
             calls_models = any(not step.is_logic for step in spec.steps.values())
             if flow.model is None and calls_models and any(s.cls.model is None for s in spec.steps.values()):
                 # A bad PICOFLOW_MODEL should stop the engine now, not fail the first turn.
@@ -153,7 +154,7 @@ class FlowEngine(StoredSessions):
         model = self._models.get(key)
         if model is None:
             choice = self._override or step.cls.model or flow.cls.model or default_selection()
-            model = choice if isinstance(choice, Model) else create_model(as_selection(choice))
+            model = as_model(choice)
             self._models[key] = model
         return model
 

@@ -31,9 +31,10 @@ from picoflow.usage import UsageLimits
 
 if TYPE_CHECKING:
     from picoflow.context import Caller
-    from picoflow.models.base import Model
-    from picoflow.models.catalog import ModelSelection
+    from picoflow.exceptions import RunError
+    from picoflow.outcomes import Outcome, RetryWith
     from picoflow.session import Session
+    from picoflow.step import ModelChoice
 
 FLOW_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 STEP_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$")
@@ -97,8 +98,8 @@ class Flow:
     steps: ClassVar[Sequence[type[Step]]] = ()
     #: Step new sessions start in.
     start: ClassVar[type[Step] | str | None] = None
-    #: Default model of every step without its own.
-    model: ClassVar[str | ModelSelection | Model | None] = None
+    #: Default model of every step without its own (a list: models to fall back on, in order).
+    model: ClassVar[ModelChoice | None] = None
     #: Per-turn budgets.
     limits: ClassVar[UsageLimits] = UsageLimits()
     #: Seconds an async tool handler may take unless its step or ``@tool(timeout=)`` says otherwise.
@@ -122,6 +123,11 @@ class Flow:
 
     def state_of(self, step: type[Step] | str) -> StepState:
         return self._runtime.state_for(step if isinstance(step, str) else step.name)
+
+    def on_model_error(self, error: RunError) -> Outcome | RetryWith | None:
+        """A model call failed for good and the step's own ``on_model_error`` let it stand: the same
+        choices as there (``error.step`` names the step)."""
+        return None
 
     def on_restore_session(self, session: Session) -> Session | None:
         """Called before a stored session is continued. Return it (possibly changed) to continue,
@@ -148,6 +154,7 @@ HOOKS = (
     "check_response",
     "active_tools",
     "history",
+    "on_model_error",
 )
 
 

@@ -78,6 +78,8 @@ class Message:
     remembered_as: str | None = None
     """For a long reply the user saw whole (a table, a list): the short note the step's memory keeps
     in its place. Requests send the note to the model; ``content`` stays whole in the transcript."""
+    model: str | None = None
+    """For an assistant message the model wrote: which model (``provider:name``) answered."""
     within: str | None = None
     """For a message of a sub-step run (``run_step``): which run, such as ``"Hotels@3.1"`` (the
     step, the turn and the run's number in it). None for the conversation's own messages."""
@@ -128,6 +130,7 @@ class Message:
             time.time(),
             self.reasoning,
             self.remembered_as,
+            self.model,
             self.within,
         )
 
@@ -179,6 +182,15 @@ class ModelRequest:
         return size
 
 
+@dataclass(frozen=True, slots=True)
+class ResponseWarning:
+    """Something the adapter had to repair or work around to produce an answer (a tool call written
+    as text, a model that fell back to another); the runner records it as a session warning."""
+
+    code: str
+    message: str
+
+
 @dataclass(slots=True)
 class ModelResponse:
     """One answer of a model: text, tool calls, or both."""
@@ -191,6 +203,11 @@ class ModelResponse:
     """The model that answered, as the provider reported it."""
     reasoning: list[dict[str, Any]] = field(default_factory=list)
     """Reasoning blocks to send back verbatim with the assistant message (see ``Message.reasoning``)."""
+    warnings: list[ResponseWarning] = field(default_factory=list)
+    """What the adapter repaired on the way (recorded as session warnings)."""
+    answered_by: str | None = None
+    """``provider:name`` of the model that answered (set by ``FallbackModel`` to the member that did;
+    the runner fills it in otherwise) — recorded on the assistant message as ``Message.model``."""
 
     @property
     def is_empty(self) -> bool:

@@ -182,3 +182,16 @@ class Reject:
     def __post_init__(self) -> None:
         if not self.reason.strip():
             raise ValueError("Reject needs a reason the model can act on")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryWith:
+    """Returned by ``on_model_error`` to ask the same request again of another model, once."""
+
+    model: Any
+    """A ``"provider:name"`` selection, a ``ModelSelection`` or a ``Model``."""
+
+
+def retry_with(model: Any) -> RetryWith:
+    """From ``on_model_error``: try the failed call once more with ``model``."""
+    return RetryWith(model)

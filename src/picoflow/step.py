@@ -15,15 +15,18 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import BaseModel
 
 from picoflow.messages import Message, ModelResponse
-from picoflow.outcomes import Go, Outcome, Reject, go
+from picoflow.outcomes import Go, Outcome, Reject, RetryWith, go
 from picoflow.runtime import FlowView, StepRuntime, StepState
 from picoflow.tools import ToolSpec, tool
 
 if TYPE_CHECKING:
     from picoflow.context import Caller, RunContext
+    from picoflow.exceptions import RunError
     from picoflow.memory import Compaction
     from picoflow.models.base import Model
     from picoflow.models.catalog import ModelSelection
+
+    ModelChoice = str | ModelSelection | Model | Sequence[str | ModelSelection | Model]
 
 NAMESPACE_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$")
 
@@ -40,8 +43,9 @@ class Step:
     name: ClassVar[str] = "Step"
     #: Memory namespace; steps sharing one share their history. Defaults to the step name.
     memory: ClassVar[str] = ""
-    #: Model for this step: ``"provider:name"``, a ``ModelSelection`` or a ``Model``; None = flow's.
-    model: ClassVar[str | ModelSelection | Model | None] = None
+    #: Model for this step: ``"provider:name"``, a ``ModelSelection`` or a ``Model``, or a list of
+    #: them to fall back on in order (see ``FallbackModel``); None = the flow's.
+    model: ClassVar[ModelChoice | None] = None
     #: Pydantic model the final answer must match (structured output); ``on_response`` gets it parsed.
     output: ClassVar[type[BaseModel] | None] = None
     #: Seconds an async tool handler of this step may take unless ``@tool(timeout=)`` says otherwise.
@@ -216,6 +220,17 @@ class Step:
         Return None to accept, or ``Reject(reason)`` to have the model answer again with the
         reason as a correction. PicoFlow's booleans work too: ``True`` vetoes (with a generic
         reason), ``False`` accepts. Should be free of side effects.
+        """
+        return None
+
+    def on_model_error(self, error: RunError) -> Outcome | RetryWith | None:
+        """A model call of this step failed for good (after the adapter's retries, any fallback
+        model and the step's attempts): ``error`` is a ``ModelError`` or ``AttemptsExhausted``.
+
+        Return ``direct("…")`` to answer the user instead, ``go(Step)`` to carry on elsewhere,
+        ``stay("…")`` to ask the model once more with that correction, ``retry_with(model)`` to ask
+        another model once, or None to let the turn fail (the flow's own ``on_model_error`` is
+        asked next).
         """
         return None
 

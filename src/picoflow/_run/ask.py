@@ -102,11 +102,15 @@ def _classified(exc: BaseException, model: Model, step: str) -> BaseException:
     return ModelMisbehaved(failure, step=step)
 
 
-async def ask(ws: Workspace, step: Step, spec: StepSpec) -> tuple[ModelResponse, Any]:
-    """Ask the model until a response is acceptable; returns it with its parsed ``output``."""
-    model = ws.model_for(spec)
-    ws.session.models[spec.name] = model.name
-    extra: list[Message] = []
+async def ask(
+    ws: Workspace, step: Step, spec: StepSpec, model: Model | None = None, extra: list[Message] | None = None
+) -> tuple[ModelResponse, Any]:
+    """Ask the model (the step's, unless ``model``) until a response is acceptable; returns it with
+    its parsed ``output``. ``extra`` are corrections to start from."""
+    if model is None:
+        model = ws.model_for(spec)
+    extra = [] if extra is None else extra
+    models = ws.session.models
     window = limits_for(model, spec.cls.memory_budget)
     attempts = spec.cls.max_attempts
     problems: list[str] = []
@@ -134,6 +138,11 @@ async def ask(ws: Workspace, step: Step, spec: StepSpec) -> tuple[ModelResponse,
             raise error from exc
         observer.model_finished(spec.name, response)
         usage.add(response.usage)
+        answered = response.answered_by = response.answered_by or model.name
+        models[spec.name] = answered
+        if response.warnings:
+            for warning in response.warnings:
+                ws.warn(warning.code, warning.message, spec.name)
         if response.usage.model_calls == 0:
             usage.model_calls += 1
         limits.check_tokens(usage)

@@ -6,6 +6,7 @@ executes and routes:
         otherwise ask the model (empty, oversize, rejected or malformed answers are retried)
         tool calls: dispatch them, apply their outcomes; direct ends the turn, else loop on
         text: on_response turns it into the reply, or an outcome that routes
+        a model that fails for good: a fallback model, or on_model_error, may take over
 
 Everything happens on the workspace's private copy of the session; the engine commits it.
 """
@@ -19,8 +20,9 @@ from pydantic_core import to_json
 from picoflow._run.ask import ask, build_request
 from picoflow._run.dispatch import dispatch
 from picoflow._run.effects import apply_effects, apply_results, apply_route, enter, finish_direct
+from picoflow._run.recovery import recover
 from picoflow._run.workspace import Workspace
-from picoflow.exceptions import HookFailure
+from picoflow.exceptions import AttemptsExhausted, HookFailure, ModelError
 from picoflow.flow import StepSpec
 from picoflow.messages import Message, ModelRequest
 from picoflow.models.base import Model
@@ -58,7 +60,18 @@ async def run_turn(ws: Workspace, text: str) -> str:
             await _cross(ws, step, spec, crossed_from)
         crossed_from = None
 
-        response, parsed = await ask(ws, step, spec)
+        try:
+            response, parsed = await ask(ws, step, spec)
+        except (ModelError, AttemptsExhausted) as error:  # another model or the step's hook may take over
+            recovered = await recover(ws, step, spec, error)
+            if isinstance(recovered, Direct):
+                return await finish_direct(ws, spec, recovered)
+            if isinstance(recovered, Go):
+                await apply_route(ws, spec, recovered)
+                if session.current_step != name:
+                    crossed_from = name
+                continue
+            response, parsed = recovered
         if response.tool_calls:
             # Reasoning rides along only with tool calls: the provider wants it back while the tool
             # loop goes on, and drops it itself once a turn has ended in text.
@@ -69,6 +82,7 @@ async def run_turn(ws: Workspace, text: str) -> str:
                 response.text,
                 response.tool_calls,
                 reasoning=response.reasoning,
+                model=response.answered_by,
             )
             results = await dispatch(ws, step, spec, response)
             reply = await apply_results(ws, spec, results)
@@ -84,19 +98,19 @@ async def run_turn(ws: Workspace, text: str) -> str:
         if isinstance(value, Direct):
             return await finish_direct(ws, spec, value)
         if isinstance(value, Stay):
-            ws.add(spec.namespace, name, "assistant", response.text)
+            ws.add(spec.namespace, name, "assistant", response.text, model=response.answered_by)
             apply_effects(ws, value, name)
             if value.feedback:
                 ws.add(spec.namespace, name, "user", value.feedback, kind="correction")
             continue
         if isinstance(value, Go):
-            ws.add(spec.namespace, name, "assistant", response.text)
+            ws.add(spec.namespace, name, "assistant", response.text, model=response.answered_by)
             await apply_route(ws, spec, value)
             if session.current_step != name:
                 crossed_from = name
             continue
         reply = _reply_text(ws, value)
-        ws.add(spec.namespace, name, "assistant", reply)
+        ws.add(spec.namespace, name, "assistant", reply, model=response.answered_by)
         return reply
 
 

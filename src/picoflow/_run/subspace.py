@@ -129,6 +129,7 @@ class SubWorkspace(Workspace):
         kind: MessageKind | None = None,
         reasoning: Sequence[Mapping[str, Any]] = (),
         remembered_as: str | None = None,
+        model: str | None = None,
     ) -> Message:
         main = self.root.session
         session = self.session
@@ -146,6 +147,7 @@ class SubWorkspace(Workspace):
             kind=kind,
             reasoning=reasoning,
             remembered_as=remembered_as,
+            model=model,
         )
         main.next_seq = session.next_seq
         self.appended[-1] = (self._kept or self.within, message)

@@ -197,6 +197,7 @@ class Workspace:
         kind: MessageKind | None = None,
         reasoning: Sequence[Mapping[str, Any]] = (),
         remembered_as: str | None = None,
+        model: str | None = None,
     ) -> Message:
         """Append a message to ``namespace`` and to the turn's list of new messages."""
         session = self.session
@@ -216,6 +217,7 @@ class Workspace:
             time.time(),
             reasoning if type(reasoning) is tuple else tuple(reasoning),
             remembered_as,
+            model,
             self.within,
         )
         session.next_seq = seq + 1
