@@ -76,7 +76,10 @@ async def test_text_reply_with_system_field() -> None:
         received.headers.get("authorization", "").removeprefix("Bearer "),
     )
     body = received.body
-    assert body["system"] == "You are terse."
+    # The system prompt is a cache breakpoint: with the tools, the stable prefix of every call.
+    assert body["system"] == [
+        {"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}
+    ]
     assert body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hello"}]}]
     assert body["max_tokens"] == 8192
     assert body["temperature"] == 0.3
@@ -105,7 +108,7 @@ async def test_one_and_several_tool_calls() -> None:
     ]
     tools = server.bodies[0]["tools"]
     assert tools[0] == {**anthropic_tool(SEARCH), "strict": True}
-    assert tools[1] == anthropic_tool(WEATHER)
+    assert tools[1] == {**anthropic_tool(WEATHER), "cache_control": {"type": "ephemeral"}}  # the last tool
 
 
 async def test_tool_results_merge_into_one_alternating_user_turn() -> None:
@@ -126,7 +129,7 @@ async def test_tool_results_merge_into_one_alternating_user_turn() -> None:
         model, _ = make_model(server.url)
         await model.request(ModelRequest(system="sys", messages=history, tools=[SEARCH, WEATHER]))
     body = server.bodies[0]
-    assert body["system"] == "sys\n\nSummary: the user likes the sea."
+    assert [block["text"] for block in body["system"]] == ["sys\n\nSummary: the user likes the sea."]
     assert body["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "(conversation start)"}]},
         {"role": "assistant", "content": [{"type": "text", "text": "Welcome! What are you looking for?"}]},
@@ -246,6 +249,7 @@ async def test_structured_output_falls_back_to_a_forced_tool() -> None:
             "name": "pick",
             "description": "Give the final answer in this exact structure.",
             "input_schema": dict(PICK.schema),
+            "cache_control": {"type": "ephemeral"},
         }
     ]
     assert first["tool_choice"] == {"type": "tool", "name": "pick"}

@@ -158,6 +158,10 @@ def anthropic_tool(tool: ToolDefinition) -> dict[str, Any]:
     return {"name": tool.name, "description": tool.description, "input_schema": dict(tool.parameters)}
 
 
+_EPHEMERAL = {"type": "ephemeral"}
+"""A prompt-cache breakpoint: the request's prefix up to here is cached for a few minutes."""
+
+
 class AnthropicModel(Model):
     """A Claude model behind the Anthropic Messages API."""
 
@@ -234,7 +238,10 @@ class AnthropicModel(Model):
             max_tokens = budget + DEFAULT_MAX_TOKENS
         kwargs: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens, "messages": messages}
         if system:
-            kwargs["system"] = system
+            # Prompt caching: the tools and the system prompt are the stable prefix of every call of
+            # a step, so they are marked for the provider's cache (a prefix below the model's minimum
+            # is simply not cached). Reads cost a tenth of fresh input; the first write a quarter more.
+            kwargs["system"] = [{"type": "text", "text": system, "cache_control": _EPHEMERAL}]
         tools = [self._tool_schema(anthropic_tool(tool), tool.strict) for tool in request.tools]
         output_tool = self.output_tool_name(request)
         if request.output is not None and output_tool is None:
@@ -249,6 +256,9 @@ class AnthropicModel(Model):
                     {"type": "any"} if request.tools else {"type": "tool", "name": output_tool}
                 )
         if tools:
+            # Its own breakpoint: the tools stay cached when the system prompt (rebuilt on every
+            # call, e.g. from the step's state) changes.
+            tools[-1] = {**tools[-1], "cache_control": _EPHEMERAL}
             kwargs["tools"] = tools
         if thinking:
             kwargs["thinking"] = {"type": "enabled", "budget_tokens": budget}

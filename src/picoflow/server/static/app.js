@@ -17,7 +17,7 @@
     modelStatus: $("model-status"), modelStatusText: $("model-status-text"), modelProgress: $("model-progress"),
     step: $("current-step"), status: $("session-status"), turns: $("turns"), sessionId: $("session-id"),
     usage: {
-      input: $("usage-input"), output: $("usage-output"), total: $("usage-total"),
+      input: $("usage-input"), cached: $("usage-cached"), output: $("usage-output"), total: $("usage-total"),
       calls: $("usage-calls"), tools: $("usage-tools"),
     },
   };
@@ -130,6 +130,7 @@
   function showUsage(usage) {
     const u = usage || {};
     els.usage.input.textContent = u.input_tokens || 0;
+    els.usage.cached.textContent = u.cached_input_tokens || 0; // read from the provider's prompt cache
     els.usage.output.textContent = u.output_tokens || 0;
     els.usage.total.textContent = u.total_tokens || 0;
     els.usage.calls.textContent = u.model_calls || 0;
