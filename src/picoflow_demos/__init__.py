@@ -1,4 +1,4 @@
-"""Runnable example flows: hotel booking, order support and product lookup.
+"""Runnable example flows: hotel booking, order support, product lookup and trip planning.
 
 ``FLOWS`` is the default set the ``picoflow`` server and CLI register.
 """
@@ -6,7 +6,8 @@
 from picoflow_demos.hotel import HotelFlow
 from picoflow_demos.orders import OrdersFlow
 from picoflow_demos.products import ProductFlow
+from picoflow_demos.travel import TravelFlow
 
-FLOWS = [HotelFlow, OrdersFlow, ProductFlow]
+FLOWS = [HotelFlow, OrdersFlow, ProductFlow, TravelFlow]
 
-__all__ = ["FLOWS", "HotelFlow", "OrdersFlow", "ProductFlow"]
+__all__ = ["FLOWS", "HotelFlow", "OrdersFlow", "ProductFlow", "TravelFlow"]

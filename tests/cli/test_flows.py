@@ -19,6 +19,7 @@ def test_flows_lists_the_demo_flows() -> None:
     assert any(line.startswith("│ hotel ") and "Explore, Present, Compare, Goodbye" in line for line in lines)
     assert any(line.startswith("│ orders ") for line in lines)
     assert any(line.startswith("│ products ") for line in lines)
+    assert any(line.startswith("│ travel ") and "Planner, Hotels, Events, Weather" in line for line in lines)
 
 
 def test_graph_prints_mermaid_derived_from_the_code() -> None:
@@ -45,7 +46,10 @@ def test_graph_prints_mermaid_derived_from_the_code() -> None:
         "    class Compare current",
     ]
     unknown = invoke("graph", "nope")
-    assert unknown.exit_code == 1 and "no flow named 'nope'; known: hotel, orders, products" in unknown.output
+    assert (
+        unknown.exit_code == 1
+        and "no flow named 'nope'; known: hotel, orders, products, travel" in unknown.output
+    )
 
 
 def test_graph_refuses_a_step_the_flow_does_not_have() -> None:

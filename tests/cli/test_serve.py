@@ -26,7 +26,7 @@ def test_serve_prints_the_url_and_runs_uvicorn(monkeypatch: pytest.MonkeyPatch, 
     )
     assert result.exit_code == 0, result.output
     assert "chat page  http://127.0.0.1:8000/" in result.output
-    assert "serving hotel, orders, products" in result.output and "model      local" in result.output
+    assert "serving hotel, orders, products, travel" in result.output and "model      local" in result.output
     options = {name: value for name, value in started.items() if name != "app"}
     assert options == {
         "host": "127.0.0.1",

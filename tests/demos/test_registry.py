@@ -1,4 +1,4 @@
-"""The demo package as the server and CLI see it: three flows, their prompts and data shipped inside."""
+"""The demo package as the server and CLI see it: four flows, their prompts and data shipped inside."""
 
 from __future__ import annotations
 
@@ -8,16 +8,19 @@ import pytest
 
 import picoflow_demos
 from picoflow import FlowEngine
-from picoflow.models import ScriptedModel
+from picoflow.models import ScriptedModel, ToolCall
 from picoflow_demos.orders.flow import HELP as ORDERS_HELP
 from picoflow_demos.products.flow import HELP as PRODUCTS_HELP
+from picoflow_demos.travel.flow import GREETING as TRAVEL_GREETING
+from picoflow_demos.travel.trip import TripDraft, next_question
 
-FIRST_MESSAGES = {"hotel": "Hi", "orders": "Hi", "products": "Hi"}
+FIRST_MESSAGES = {"hotel": "Hi", "orders": "Hi", "products": "Hi", "travel": "Hi"}
 # Each flow's first model only reads the message; code writes the reply.
 FIRST_REPLIES = {
     "hotel": '{"found": []}',
     "orders": '{"orders": [], "status": "any", "since": null, "until": null, "action": "other"}',
     "products": '{"codes": [], "words": [], "action": "other"}',
+    "travel": ToolCall("note_trip", {"said": {}}),
 }
 FIRST_SHOWN = {
     "hotel": (
@@ -25,12 +28,13 @@ FIRST_SHOWN = {
     ),
     "orders": ORDERS_HELP,
     "products": PRODUCTS_HELP,
+    "travel": f"{TRAVEL_GREETING} {next_question(TripDraft())}",
 }
 
 
 def test_flows_register_under_their_names() -> None:
     engine = FlowEngine(picoflow_demos.FLOWS)
-    assert [spec.name for spec in engine.flows] == ["hotel", "orders", "products"]
+    assert [spec.name for spec in engine.flows] == ["hotel", "orders", "products", "travel"]
     assert all(flow.model is None for flow in picoflow_demos.FLOWS)  # the engine picks the model
     for spec in engine.flows:
         assert spec.terminate is not None, spec.name
@@ -48,13 +52,21 @@ def test_flows_register_under_their_names() -> None:
         ("picoflow_demos.orders", "approve.md"),
         ("picoflow_demos.products", "products.md"),
         ("picoflow_demos.products", "data/catalog.json"),
+        ("picoflow_demos.travel", "planner.md"),
+        ("picoflow_demos.travel", "hotels.md"),
+        ("picoflow_demos.travel", "events.md"),
+        ("picoflow_demos.travel", "itinerary.md"),
+        ("picoflow_demos.travel", "data/cities.json"),
+        ("picoflow_demos.travel", "data/hotels.json"),
+        ("picoflow_demos.travel", "data/events.json"),
+        ("picoflow_demos.travel", "data/weather.json"),
     ],
 )
 def test_prompts_and_data_live_in_the_package(package: str, name: str) -> None:
     assert resources.files(package).joinpath(name).is_file()
 
 
-@pytest.mark.parametrize("flow", ["hotel", "orders", "products"])
+@pytest.mark.parametrize("flow", ["hotel", "orders", "products", "travel"])
 async def test_first_request_is_small_enough_for_a_small_local_model(flow: str) -> None:
     model = ScriptedModel([FIRST_REPLIES[flow]])
     engine = FlowEngine(picoflow_demos.FLOWS, model=model)

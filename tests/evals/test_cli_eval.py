@@ -61,6 +61,9 @@ def test_the_shipped_scenarios_pass_with_their_scripted_responses(tmp_path: Path
     # Two runs of each: the second orders run refunds order 40004 again, in a database of its own.
     assert shipped["orders-support"] == ("orders", 2, [1.0] * 7)
     assert shipped["products-lookup"] == ("products", 2, [1.0] * 4)
+    # The travel plan's sub-steps run side by side: their responses are scripted per step.
+    assert shipped["travel-plan"] == ("travel", 2, [1.0] * 4)
+    assert shipped["travel-dates"] == ("travel", 2, [1.0] * 2)
     assert written["runs_passed"] == written["runs"] == 2 * len(shipped)
     lines = result.output.splitlines()
     progress = [line.split("  ")[0] for line in lines if line.startswith(("✓", "✗"))]
@@ -74,6 +77,7 @@ def test_the_shipped_scenarios_pass_with_their_scripted_responses(tmp_path: Path
         f"report written to {report}",
     ]
     assert "PICOFLOW_ORDERS_DB" not in os.environ and "ORDERS_FLOW_CURRENT_DATE" not in os.environ
+    assert "TRAVEL_FLOW_CURRENT_DATE" not in os.environ
 
 
 def test_the_exit_status_follows_the_minimum_pass_rate(tmp_path: Path) -> None:
