@@ -54,9 +54,10 @@ class Composer:
         ):
             raise ValueError(f"concurrency must be a whole number of at least 1, not {concurrency!r}")
         # Every request is checked before any runs: a typo in the third must not leave two done.
-        runs = [
-            (self._resolve(ws, step, output), _input_text(input, step)) for step, input, output in requests
-        ]
+        runs = []
+        for step, input, output in requests:
+            flow, name = self._resolve(ws, step, output)
+            runs.append(((flow, name), _input_text(input, flow.steps[name].cls)))
         if concurrency is None:
             (flow, name), text = runs[0]
             return [await self._run(ws, caller, flow, name, text)]
@@ -156,10 +157,10 @@ def _holds(flow: FlowSpec, step: type[Step]) -> bool:
     return spec is not None and spec.cls is step
 
 
-def _input_text(value: Any, step: Any) -> str:
+def _input_text(value: Any, step: type[Step]) -> str:
     """A request's input as the sub-step's user message."""
     if value is None:
-        text = step.crossing_message if isinstance(step, type) and issubclass(step, Step) else "Continue."
+        text = step.crossing_message
     elif isinstance(value, str):
         text = value
     elif isinstance(value, BaseModel):
