@@ -161,8 +161,8 @@ def update(draft: TripDraft, said: TripDetails, on: date) -> tuple[TripDraft, st
     """The draft with what was said merged in, and why a part was refused (None when nothing was).
 
     A refused city or refused dates are taken out of the draft, so the next question asks for them
-    again; everything else said in the same message is kept. The refusal never repeats the words
-    it refuses (they are the traveller's).
+    again; everything else said in the same message is kept. A refused city is not repeated (it is
+    the traveller's own text); refused dates are said back as code read them.
     """
     changes = said.model_dump(exclude_none=True)
     refusals = []
