@@ -1,0 +1,269 @@
+"""OpenAI Responses API adapter (``client.responses.create``).
+
+The Responses API differs from Chat Completions in ways that matter to a tool loop: the conversation
+is a list of typed *items* (messages, ``function_call``, ``function_call_output``, ``reasoning``), the
+system prompt travels as ``instructions``, and a reasoning model's thinking comes back as reasoning
+items. Requests are sent with ``store=False`` so OpenAI keeps no conversation state; reasoning models
+are then asked for ``reasoning.encrypted_content``, and those items are sent back verbatim ahead of
+the function calls they led to, so the model keeps its reasoning while the tool loop goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from picoflow.exceptions import FlowDefinitionError, ModelError, ModelHTTPError
+from picoflow.messages import ModelRequest, ModelResponse
+from picoflow.models._responses_wire import (
+    StreamCollector,
+    cache_key,
+    parse_response,
+    responses_tool,
+    schema_name,
+    to_responses_input,
+)
+from picoflow.models._retry import (
+    ADAPTER_KNOBS,
+    Failure,
+    RetryPolicy,
+    call_with_retries,
+    parse_retry_after,
+    relay_stream,
+    split_params,
+)
+from picoflow.models._specs import ModelSpec
+from picoflow.models.base import Model, ResponseDone, StreamEvent
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
+
+    from picoflow.models.catalog import ModelSelection
+
+DEFAULT_TIMEOUT = 60.0
+#: Parameters sent to the provider under the same name.
+_PASSTHROUGH = ("temperature", "top_p")
+#: Chat Completions parameters the Responses API has no field for.
+_NOT_IN_RESPONSES = ("seed", "frequency_penalty", "presence_penalty", "stop")
+_HANDLED = {
+    *_PASSTHROUGH,
+    *ADAPTER_KNOBS,
+    "max_tokens",
+    "parallel_tool_calls",
+    "reasoning_effort",
+    "verbosity",
+}
+#: Models that reason (and accept ``include=["reasoning.encrypted_content"]``) when no spec says so.
+_REASONING_NAME = re.compile(r"^(o\d|gpt-5)(?!.*-chat)")
+_ENCRYPTED_REASONING = "reasoning.encrypted_content"
+#: Statuses that mean the key or the account is wrong: only the operator can fix them.
+_CONFIGURATION_STATUSES = (401, 403)
+
+
+class ModelConfigurationError(ModelHTTPError):
+    """The provider refused the credentials (401/403) or none were set: asking again cannot help
+    until the operator fixes the key or the account's access to the model."""
+
+    kind = "model_misconfigured"
+    retryable = False
+    public_message = "The language model is not available: it is not configured correctly."
+
+
+def _sdk() -> Any:
+    try:
+        import openai
+    except ImportError as error:  # pragma: no cover - depends on the installed extras
+        raise ModelError("the OpenAI adapter needs the openai SDK: pip install 'picoflow[openai]'") from error
+    return openai
+
+
+def _classify(exc: BaseException) -> Failure | None:
+    openai = _sdk()
+    if isinstance(exc, openai.APITimeoutError):
+        return Failure("request timed out", timed_out=True)
+    if isinstance(exc, openai.APIConnectionError):
+        return Failure(str(exc) or "connection error")
+    if isinstance(exc, openai.APIStatusError):
+        body = exc.body
+        message = body.get("message") if isinstance(body, dict) else None
+        return Failure(
+            str(message or exc.message),
+            status_code=exc.status_code,
+            retry_after=parse_retry_after(dict(exc.response.headers)),
+        )
+    if isinstance(exc, openai.APIError):
+        # An error event inside an event stream: the HTTP status was already 200.
+        return Failure(exc.message or "stream error")
+    return None
+
+
+class OpenAIResponsesModel(Model):
+    """A model behind the OpenAI Responses API, at OpenAI or at a compatible server that speaks it."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        provider: str = "openai",
+        base_url: str | None = None,
+        api_key: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        retry: RetryPolicy | None = None,
+        spec: ModelSpec | None = None,
+    ) -> None:
+        self.model = model
+        self.provider = provider
+        self.name = f"{provider}:{model}"
+        self.spec = spec
+        self._params, self._timeout, self.retry = split_params(params, retry, DEFAULT_TIMEOUT)
+        if not self.compatible:
+            refused = sorted(key for key in _NOT_IN_RESPONSES if self._params.get(key) is not None)
+            if refused:
+                raise FlowDefinitionError(
+                    f"{self.name}: the OpenAI Responses API has no {', '.join(refused)}; "
+                    f"remove it or select 'openai-chat:{model}' (Chat Completions)"
+                )
+        self._base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+        self._api_key = api_key
+        self._client: AsyncOpenAI | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def from_selection(cls, selection: ModelSelection) -> OpenAIResponsesModel:
+        from picoflow.models.catalog import resolve
+
+        spec, params = resolve(selection)
+        return cls(
+            selection.name, provider=selection.provider, base_url=selection.base_url, params=params, spec=spec
+        )
+
+    def __repr__(self) -> str:
+        where = f", base_url={self._base_url!r}" if self._base_url else ""
+        return f"OpenAIResponsesModel({self.name!r}{where})"
+
+    @property
+    def compatible(self) -> bool:
+        return self.provider not in ("openai", "openai-chat")
+
+    @property
+    def reasoning(self) -> bool:
+        """Whether the model reasons, so its encrypted reasoning is asked for and sent back."""
+        if self.spec is not None and self.spec.provider == "openai":
+            return self.spec.reasoning
+        return bool(_REASONING_NAME.match(self.model)) or self._params.get("reasoning_effort") is not None
+
+    def _secrets(self) -> list[str | None]:
+        return [self._api_key, os.environ.get("OPENAI_API_KEY"), os.environ.get("OPENAI_COMPATIBLE_API_KEY")]
+
+    def _resolve_api_key(self) -> str:
+        if self._api_key:
+            return self._api_key
+        if self.compatible:
+            # Never forward an OpenAI key to a third-party server; local servers ignore the header.
+            return os.environ.get("OPENAI_COMPATIBLE_API_KEY") or "not-needed"
+        key = os.environ.get("OPENAI_API_KEY")
+        if not key:
+            raise ModelConfigurationError(
+                f"{self.name}: set the OPENAI_API_KEY environment variable", provider=self.name
+            )
+        return key
+
+    def client(self) -> AsyncOpenAI:
+        """The SDK client for the running event loop (its connection pool is bound to one loop)."""
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            self._client = _sdk().AsyncOpenAI(
+                api_key=self._resolve_api_key(), base_url=self._base_url, timeout=self._timeout, max_retries=0
+            )
+            self._client_loop = loop
+        assert self._client is not None
+        return self._client
+
+    def build_kwargs(self, request: ModelRequest) -> dict[str, Any]:
+        """The keyword arguments of ``responses.create`` for ``request``."""
+        settings = {**self._params, **{k: v for k, v in request.settings.items() if k not in ADAPTER_KNOBS}}
+        reasoning = self.reasoning
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "input": to_responses_input(request, replay_reasoning=reasoning),
+            "store": False,
+        }
+        if request.system:
+            kwargs["instructions"] = request.system
+        if request.tools:
+            kwargs["tools"] = [responses_tool(tool) for tool in request.tools]
+            if settings.get("parallel_tool_calls") is not None:
+                kwargs["parallel_tool_calls"] = settings["parallel_tool_calls"]
+        text: dict[str, Any] = {}
+        if request.output is not None:
+            text["format"] = {
+                "type": "json_schema",
+                "name": schema_name(request.output.name),
+                "schema": dict(request.output.schema),
+                "strict": request.output.strict,
+            }
+            if request.output.description:
+                text["format"]["description"] = request.output.description
+        if settings.get("verbosity") is not None:
+            text["verbosity"] = settings["verbosity"]
+        if text:
+            kwargs["text"] = text
+        for key in _PASSTHROUGH:
+            if settings.get(key) is not None:
+                kwargs[key] = settings[key]
+        if settings.get("max_tokens") is not None:
+            kwargs["max_output_tokens"] = settings["max_tokens"]
+        if settings.get("reasoning_effort") is not None:
+            kwargs["reasoning"] = {"effort": settings["reasoning_effort"]}
+        if reasoning:
+            kwargs["include"] = [_ENCRYPTED_REASONING]
+        if request.session_id and not self.compatible:
+            # One cache key per session: its requests share a prefix, so they land where it is cached.
+            kwargs["prompt_cache_key"] = cache_key(request.session_id)
+        if self.compatible:
+            extra = {key: value for key, value in settings.items() if key not in _HANDLED}
+            if extra:
+                kwargs["extra_body"] = extra
+        return kwargs
+
+    async def _create(self, kwargs: dict[str, Any]) -> Any:
+        client = self.client()
+        try:
+            return await call_with_retries(
+                lambda: client.responses.create(**kwargs),
+                provider=self.name,
+                classify=_classify,
+                policy=self.retry,
+                secrets=self._secrets(),
+            )
+        except ModelHTTPError as error:
+            if error.status_code not in _CONFIGURATION_STATUSES:
+                raise
+            # The message was redacted when the error was built: no key can be in it.
+            raise ModelConfigurationError(
+                str(error), status_code=error.status_code, provider=error.provider
+            ) from error
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        response = await self._create(self.build_kwargs(request))
+        return parse_response(response, self.name, self._secrets())
+
+    async def request_stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        kwargs = self.build_kwargs(request)
+        kwargs["stream"] = True
+        stream = await self._create(kwargs)
+        collected = StreamCollector(self.name, self._secrets())
+        relayed = relay_stream(
+            stream, collected.feed, name=self.name, classify=_classify, secrets=self._secrets()
+        )
+        async for event in relayed:
+            yield event
+        yield ResponseDone(collected.response())
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
