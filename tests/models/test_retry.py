@@ -6,7 +6,7 @@ import email.utils
 
 import pytest
 
-from picoflow.exceptions import ModelError, ModelHTTPError
+from picoflow.exceptions import ModelConfigurationError, ModelError, ModelHTTPError, ModelMisbehaved
 from picoflow.models._retry import Failure, RetryPolicy, call_with_retries, parse_retry_after, redact
 
 from .fake_servers import RecordingSleep, fixed_random
@@ -49,6 +49,34 @@ def policy(sleep: RecordingSleep, **overrides: float) -> RetryPolicy:
 )
 def test_which_statuses_are_retried(status: int | None, retryable: bool) -> None:
     assert Failure("x", status_code=status).retryable is retryable
+
+
+def test_what_the_server_said_overrides_the_status() -> None:
+    assert not Failure("bad key", 401, kind="configuration").retryable
+    assert not Failure("unreadable output", 500, kind="misbehaviour").retryable
+    assert Failure("loading", 400, kind="outage").retryable
+
+
+async def test_a_configuration_failure_is_raised_at_once_with_its_advice() -> None:
+    sleep = RecordingSleep()
+    attempt = Script(Failure("Invalid API Key.", 401, kind="configuration", advice="Set KEY_VAR"))
+    with pytest.raises(ModelConfigurationError) as caught:
+        await call_with_retries(attempt, provider="p", classify=classify, policy=policy(sleep))
+    assert attempt.calls == 1 and sleep.delays == []
+    assert (caught.value.status_code, caught.value.provider, caught.value.retryable) == (401, "p", False)
+    assert str(caught.value) == (
+        "p returned HTTP 401 (authentication failed; check the API key environment variable) "
+        "after 1 attempt: Invalid API Key. Set KEY_VAR"
+    )
+
+
+async def test_a_misbehaviour_is_not_retried_and_blames_the_model() -> None:
+    sleep = RecordingSleep()
+    attempt = Script(Failure("output does not match the expected format", 500, kind="misbehaviour"))
+    with pytest.raises(ModelMisbehaved) as caught:
+        await call_with_retries(attempt, provider="p", classify=classify, policy=policy(sleep))
+    assert attempt.calls == 1 and sleep.delays == []
+    assert caught.value.kind == "model_error" and caught.value.status == 502
 
 
 def test_backoff_grows_exponentially_with_bounded_jitter() -> None:

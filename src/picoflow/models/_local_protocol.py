@@ -9,7 +9,7 @@ and llama.cpp constrains decoding to the union of
 * ``{"reply": <text, or the structured-output schema>}`` — the answer to the user,
 
 which makes every tool call schema-valid by construction. ``parse_answer`` still reads leniently, for
-unconstrained servers and truncated output.
+unconstrained servers and truncated output, with the parser every adapter shares (``_text_calls``).
 """
 
 from __future__ import annotations
@@ -21,15 +21,12 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from picoflow.messages import Message, ModelRequest, OutputSchema, ToolCall, ToolDefinition
+from picoflow.models._text_calls import Arguments, as_call, first_json
 
 MAX_PARALLEL_CALLS = 8
 
-_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
-_TOOL_CALL_TAG = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 _REPLY_OPEN = re.compile(r'\s*\{\s*"reply"\s*:\s*"')
 _REPLY_PREFIX = '{"reply":"'
-_NAME_KEYS = ("tool", "name", "function", "tool_name")
-_ARGS_KEYS = ("arguments", "args", "parameters", "input")
 
 
 def _rewrite_refs(node: Any, renames: Mapping[str, str]) -> Any:
@@ -244,53 +241,14 @@ def chat_messages(request: ModelRequest, *, parallel: bool = True) -> list[dict[
     return messages
 
 
-def _decode_json(text: str) -> tuple[bool, Any]:
-    """The first JSON object or array in ``text``, tolerating fences, tags and surrounding prose."""
-    candidates = [text]
-    candidates += [match.group(1) for match in _FENCE.finditer(text)]
-    candidates += [match.group(1) for match in _TOOL_CALL_TAG.finditer(text)]
-    decoder = json.JSONDecoder()
-    for candidate in candidates:
-        stripped = candidate.strip()
-        try:
-            return True, json.loads(stripped)
-        except ValueError:
-            pass
-        for start, char in enumerate(stripped):
-            if char in "{[":
-                try:
-                    return True, decoder.raw_decode(stripped, start)[0]
-                except ValueError:
-                    continue
-    return False, None
-
-
-def _as_call(value: Any) -> tuple[str, Mapping[str, Any] | str] | None:
-    if not isinstance(value, dict):
-        return None
-    name: Any = next((value[key] for key in _NAME_KEYS if key in value), None)
-    args: Any = next((value[key] for key in _ARGS_KEYS if key in value), None)
-    if isinstance(name, dict):  # {"function": {"name": ..., "arguments": ...}}
-        name, args = name.get("name"), name.get("arguments", args)
-    if not isinstance(name, str) or not name:
-        return None
-    if args is None:
-        return name, {}
-    if isinstance(args, dict):
-        return name, args
-    if isinstance(args, str):
-        return name, ToolCall.parse_args(args)
-    return name, json.dumps(args)
-
-
 def parse_answer(
     text: str, *, tool_names: Collection[str] = (), structured: bool = False
-) -> tuple[str, list[tuple[str, Mapping[str, Any] | str]]]:
+) -> tuple[str, list[tuple[str, Arguments]]]:
     """Read one model answer as ``(reply_text, [(tool_name, args), ...])``, as leniently as is safe.
 
     With structured output, a bare object naming no known tool is the answer itself, not a call.
     """
-    found, value = _decode_json(text)
+    found, value = first_json(text)
     if not found:
         partial = ReplyStream().feed(text)
         return (partial or text.strip()), []
@@ -299,10 +257,10 @@ def parse_answer(
         return (reply if isinstance(reply, str) else json.dumps(reply, ensure_ascii=False)), []
     items = value.get("tool_calls") if isinstance(value, dict) else value
     if isinstance(items, list):
-        calls = [_as_call(item) for item in items]
+        calls = [as_call(item) for item in items]
         if calls and all(call is not None for call in calls):
             return "", [call for call in calls if call is not None]
-    single = _as_call(value)
+    single = as_call(value)
     if single is not None and not (structured and single[0] not in tool_names):
         return "", [single]
     if structured:

@@ -15,9 +15,9 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
-from picoflow.exceptions import ModelError, ModelHTTPError
+from picoflow.exceptions import ModelConfigurationError, ModelError, ModelHTTPError, ModelMisbehaved
 from picoflow.models.base import StreamEvent
 
 T = TypeVar("T")
@@ -35,6 +35,11 @@ _STATUS_HINTS = {
     429: "rate limited",
 }
 
+FailureKind = Literal["outage", "configuration", "misbehaviour"]
+"""Who must act: wait for the provider (``outage``), fix a setting (``configuration``: a key, a
+model name), or accept that the model's answer was unusable (``misbehaviour``: asking the same
+request again would meet the same model)."""
+
 _KEY_LIKE = re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-*.]{6,}|\bBearer\s+\S+", re.IGNORECASE)
 
 
@@ -48,9 +53,15 @@ class Failure:
     retry_after: float | None = None
     """Seconds the provider asked us to wait (``Retry-After``/``retry-after-ms``)."""
     timed_out: bool = False
+    kind: FailureKind | None = None
+    """What the provider's answer says went wrong; ``None`` judges by the status alone."""
+    advice: str | None = None
+    """What the operator should do, said after the provider's message (e.g. which variable to set)."""
 
     @property
     def retryable(self) -> bool:
+        if self.kind is not None:
+            return self.kind == "outage"
         if self.status_code is None:
             return True
         return self.status_code in RETRYABLE_STATUSES or self.status_code >= 500
@@ -195,17 +206,21 @@ async def call_with_retries(
 def _final_error(provider: str, failure: Failure, attempts: int, secrets: list[str | None]) -> ModelError:
     tries = f"after {attempts} attempt{'s' if attempts != 1 else ''}"
     detail = redact(failure.message, secrets).strip()
-    if failure.status_code is None:
+    if failure.status_code is None and failure.kind is None:
         what = "did not answer in time" if failure.timed_out else "could not be reached"
         return ModelError(f"{provider} {what} {tries}: {detail}")
-    message = f"{provider} returned {describe_status(failure.status_code)} {tries}"
+    status = "an error" if failure.status_code is None else describe_status(failure.status_code)
+    message = f"{provider} returned {status} {tries}"
     if failure.retry_after is not None:
         message += f"; retry after {failure.retry_after:g}s"
     if detail:
         message += f": {detail}"
-    return ModelHTTPError(
-        message, status_code=failure.status_code, retry_after=failure.retry_after, provider=provider
-    )
+    if failure.advice:
+        message = f"{message.rstrip('.')}. {failure.advice}"
+    if failure.kind == "misbehaviour":
+        return ModelMisbehaved(message)
+    error = ModelConfigurationError if failure.kind == "configuration" else ModelHTTPError
+    return error(message, status_code=failure.status_code, retry_after=failure.retry_after, provider=provider)
 
 
 async def relay_stream(

@@ -3,6 +3,18 @@
 One class serves both: an OpenAI-compatible server is the same wire format at another ``base_url``.
 The differences are small and explicit (``max_tokens`` naming, where the API key comes from, unknown
 parameters passed through) rather than a second adapter that would drift.
+
+What real compatible servers and small models do is handled here too:
+
+* a tool call the model wrote as text (llama.cpp with a model's own template returns it as the
+  answer) is read back as a call, with a warning (``_text_calls``);
+* errors are classified from what the server says: a refused key or an unknown model is a
+  configuration error, tried once; a server that could not parse the model's output reports a
+  misbehaving model, not an outage retried with the same request;
+* a request with tools and a structured ``output`` does not send ``response_format`` to a
+  compatible server: a server's schema grammar then wins over the tools and they are never called.
+  The schema is given in the system prompt instead, and the runner checks the final answer
+  against it (asking again with the validation error when it does not match).
 """
 
 from __future__ import annotations
@@ -11,12 +23,11 @@ import asyncio
 import json
 import os
 import re
-import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from picoflow.exceptions import ModelError
-from picoflow.messages import Message, ModelRequest, ModelResponse, ToolCall, ToolDefinition
+from picoflow.exceptions import ModelConfigurationError, ModelError
+from picoflow.messages import Message, ModelRequest, ModelResponse, OutputSchema, ToolCall, ToolDefinition
 from picoflow.models._retry import (
     ADAPTER_KNOBS,
     Failure,
@@ -27,6 +38,7 @@ from picoflow.models._retry import (
     split_params,
 )
 from picoflow.models._specs import ModelSpec
+from picoflow.models._text_calls import HeldText, new_call_id, recover_tool_calls
 from picoflow.models.base import Model, ResponseDone, StreamEvent, TextDelta, ToolCallDelta
 from picoflow.usage import Usage
 
@@ -60,21 +72,37 @@ def _sdk() -> Any:
     return openai
 
 
-def _classify(exc: BaseException) -> Failure | None:
+#: What servers say when they could not read the model's own output (llama.cpp's tool-call parser,
+#: Ollama's): the model misbehaved; the same request would most likely fail the same way.
+_FORMAT_COMPLAINT = re.compile(
+    r"does not match the expected|model produced output|error parsing tool call|failed to parse tool call"
+    r"|failed to parse (?:the )?model(?:'s)? (?:output|response)",
+    re.IGNORECASE,
+)
+_FORMAT_STATUSES = frozenset({400, 422, 500})
+
+
+def classify(exc: BaseException, *, model: str, key_variable: str) -> Failure | None:
+    """What a failed call says, read from the server's answer (see ``Failure.kind``)."""
     openai = _sdk()
     if isinstance(exc, openai.APITimeoutError):
         return Failure("request timed out", timed_out=True)
     if isinstance(exc, openai.APIConnectionError):
         return Failure(str(exc) or "connection error")
-    if isinstance(exc, openai.APIStatusError):
-        body = exc.body
-        message = body.get("message") if isinstance(body, dict) else None
-        return Failure(
-            str(message or exc.message),
-            status_code=exc.status_code,
-            retry_after=parse_retry_after(dict(exc.response.headers)),
-        )
-    return None
+    if not isinstance(exc, openai.APIStatusError):
+        return None
+    body = exc.body
+    message = str((body.get("message") if isinstance(body, dict) else None) or exc.message)
+    status = exc.status_code
+    if status in (401, 403):
+        advice = f"Set {key_variable} to a key this server accepts"
+        return Failure(message, status, kind="configuration", advice=advice)
+    if status == 404:
+        advice = f"Check that the server at this base URL serves the model {model!r}"
+        return Failure(message, status, kind="configuration", advice=advice)
+    if status in _FORMAT_STATUSES and _FORMAT_COMPLAINT.search(message):
+        return Failure(message, status, kind="misbehaviour")
+    return Failure(message, status, retry_after=parse_retry_after(dict(exc.response.headers)))
 
 
 def _arguments(raw: object) -> Mapping[str, Any] | str:
@@ -84,11 +112,6 @@ def _arguments(raw: object) -> Mapping[str, Any] | str:
     if raw is None or isinstance(raw, str):
         return ToolCall.parse_args(raw)
     return json.dumps(raw)
-
-
-def _new_call_id() -> str:
-    # Some compatible servers omit ids; tool results must still be matched to their call.
-    return f"call_{uuid.uuid4().hex[:24]}"
 
 
 def _schema_name(name: str) -> str:
@@ -107,11 +130,22 @@ def openai_tool(tool: ToolDefinition) -> dict[str, Any]:
     return {"type": "function", "function": function}
 
 
-def to_openai_messages(request: ModelRequest) -> list[dict[str, Any]]:
-    """The request's system prompt and memory in Chat Completions form."""
+def final_answer_note(output: OutputSchema) -> str:
+    """The structured answer's schema in words, for a request that cannot ask for it natively."""
+    described = f" ({output.description.strip()})" if output.description.strip() else ""
+    schema = json.dumps(output.schema, ensure_ascii=False, separators=(",", ":"))
+    return (
+        f"When you give your final answer{described} rather than calling a tool, answer with one JSON "
+        f"object matching this JSON schema, and nothing else: {schema}"
+    )
+
+
+def to_openai_messages(request: ModelRequest, *, note: str = "") -> list[dict[str, Any]]:
+    """The request's system prompt (``note`` added) and memory in Chat Completions form."""
     messages: list[dict[str, Any]] = []
-    if request.system:
-        messages.append({"role": "system", "content": request.system})
+    system = "\n\n".join(part for part in (request.system, note) if part)
+    if system:
+        messages.append({"role": "system", "content": system})
     for message in request.messages:
         messages.append(_to_openai_message(message))
     return messages
@@ -204,8 +238,23 @@ class OpenAIModel(Model):
             return os.environ.get("OPENAI_COMPATIBLE_API_KEY") or "not-needed"
         key = os.environ.get("OPENAI_API_KEY")
         if not key:
-            raise ModelError(f"{self.name}: set the OPENAI_API_KEY environment variable")
+            raise ModelConfigurationError(
+                f"{self.name}: set the OPENAI_API_KEY environment variable", provider=self.name
+            )
         return key
+
+    @property
+    def key_variable(self) -> str:
+        """The environment variable the API key of this model comes from."""
+        return "OPENAI_COMPATIBLE_API_KEY" if self.compatible else "OPENAI_API_KEY"
+
+    def _classify(self, exc: BaseException) -> Failure | None:
+        return classify(exc, model=self.model, key_variable=self.key_variable)
+
+    def native_output(self, request: ModelRequest) -> bool:
+        """Whether ``request.output`` is asked for with ``response_format``: not beside tools on a
+        compatible server, whose schema grammar would keep the model from ever calling them."""
+        return request.output is not None and not (request.tools and self.compatible)
 
     def client(self) -> AsyncOpenAI:
         """The SDK client for the running event loop (its connection pool is bound to one loop)."""
@@ -225,12 +274,14 @@ class OpenAIModel(Model):
     def build_kwargs(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments of ``chat.completions.create`` for ``request``."""
         settings = {**self._params, **{k: v for k, v in request.settings.items() if k not in ADAPTER_KNOBS}}
-        kwargs: dict[str, Any] = {"model": self.model, "messages": to_openai_messages(request)}
+        native = self.native_output(request)
+        note = final_answer_note(request.output) if request.output is not None and not native else ""
+        kwargs: dict[str, Any] = {"model": self.model, "messages": to_openai_messages(request, note=note)}
         if request.tools:
             kwargs["tools"] = [openai_tool(tool) for tool in request.tools]
             if settings.get("parallel_tool_calls") is not None:
                 kwargs["parallel_tool_calls"] = settings["parallel_tool_calls"]
-        if request.output is not None:
+        if request.output is not None and native:
             json_schema: dict[str, Any] = {
                 "name": _schema_name(request.output.name),
                 "schema": dict(request.output.schema),
@@ -256,7 +307,7 @@ class OpenAIModel(Model):
         return await call_with_retries(
             lambda: client.chat.completions.create(**kwargs),
             provider=self.name,
-            classify=_classify,
+            classify=self._classify,
             policy=self.retry,
             secrets=[self._api_key, os.environ.get("OPENAI_API_KEY")],
         )
@@ -272,28 +323,36 @@ class OpenAIModel(Model):
             function: Any = getattr(call, "function", None)
             if function is not None:  # custom (free-text) tools are not used by picoflow
                 calls.append(
-                    ToolCall(function.name, _arguments(function.arguments), call.id or _new_call_id())
+                    ToolCall(function.name, _arguments(function.arguments), call.id or new_call_id())
                 )
-        return ModelResponse(
+        response = ModelResponse(
             text=message.content or message.refusal or "",
             tool_calls=calls,
             usage=usage_from_openai(completion.usage),
             finish_reason=choice.finish_reason,
             model=completion.model,
         )
+        recover_tool_calls(response, request, model=self.name)
+        return response
 
     async def request_stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         kwargs = self.build_kwargs(request)
         kwargs["stream"] = True
         kwargs["stream_options"] = {"include_usage": True}
         stream = await self._create(kwargs)
-        collected = _StreamCollector()
+        collected = _StreamCollector(HeldText() if request.tools else None)
         relayed = relay_stream(
-            stream, collected.feed, name=self.name, classify=_classify, secrets=[self._api_key]
+            stream, collected.feed, name=self.name, classify=self._classify, secrets=[self._api_key]
         )
         async for event in relayed:
             yield event
-        yield ResponseDone(collected.response())
+        response = collected.response()
+        if recover_tool_calls(response, request, model=self.name):
+            for index, call in enumerate(response.tool_calls):
+                yield ToolCallDelta(index, call.id, call.name, call.args_json())
+        elif collected.held is not None and (rest := collected.held.release()):
+            yield TextDelta(rest)
+        yield ResponseDone(response)
 
     async def aclose(self) -> None:
         if self._client is not None:
@@ -302,9 +361,13 @@ class OpenAIModel(Model):
 
 
 class _StreamCollector:
-    """Turns Chat Completions chunks into picoflow stream events and the final response."""
+    """Turns Chat Completions chunks into picoflow stream events and the final response.
 
-    def __init__(self) -> None:
+    With ``held``, text that may be a tool call written as text is held back until the end.
+    """
+
+    def __init__(self, held: HeldText | None = None) -> None:
+        self.held = held
         self.text: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
         self.usage = Usage(model_calls=1)
@@ -320,7 +383,9 @@ class _StreamCollector:
             delta = choice.delta
             if delta.content:
                 self.text.append(delta.content)
-                events.append(TextDelta(delta.content))
+                visible = delta.content if self.held is None else self.held.feed(delta.content)
+                if visible:
+                    events.append(TextDelta(visible))
             for part in delta.tool_calls or ():
                 call = self.calls.setdefault(part.index, {"id": "", "name": "", "args": []})
                 name = part.function.name if part.function else None
@@ -335,7 +400,7 @@ class _StreamCollector:
 
     def response(self) -> ModelResponse:
         calls = [
-            ToolCall(call["name"], ToolCall.parse_args("".join(call["args"])), call["id"] or _new_call_id())
+            ToolCall(call["name"], ToolCall.parse_args("".join(call["args"])), call["id"] or new_call_id())
             for _, call in sorted(self.calls.items())
         ]
         return ModelResponse("".join(self.text), calls, self.usage, self.finish_reason, self.model)
