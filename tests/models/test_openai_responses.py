@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from picoflow.exceptions import FlowDefinitionError, ModelError, ModelHTTPError
+from picoflow.exceptions import ModelError, ModelHTTPError
 from picoflow.messages import Message, ModelRequest, OutputSchema, ToolCall
 from picoflow.models.catalog import ModelSelection
 from picoflow.models.openai_responses import ModelConfigurationError, OpenAIResponsesModel
@@ -310,9 +310,13 @@ async def test_foreign_reasoning_blocks_are_not_sent() -> None:
     ]
 
 
-def test_chat_only_parameters_are_refused_with_the_alternative() -> None:
-    with pytest.raises(FlowDefinitionError, match=r"openai-chat:gpt-4\.1-mini"):
-        OpenAIResponsesModel("gpt-4.1-mini", api_key=API_KEY, params={"seed": 7, "stop": ["END"]})
+async def test_chat_only_parameters_are_refused_with_the_alternative() -> None:
+    model = OpenAIResponsesModel("gpt-4.1-mini", api_key=API_KEY, params={"seed": 7, "stop": ["END"]})
+    with pytest.raises(
+        ModelConfigurationError, match=r"no seed, stop; .* 'openai-chat:gpt-4\.1-mini'"
+    ) as caught:
+        await model.request(ask())
+    assert not caught.value.retryable
 
 
 async def test_missing_api_key_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -71,6 +71,15 @@ async def test_error_event_in_a_stream_is_a_model_error_without_the_key() -> Non
     assert API_KEY not in str(caught.value)
 
 
+async def test_a_failed_response_event_is_a_model_error() -> None:
+    failed = fr.response([], status="failed", error={"code": "server_error", "message": "model crashed"})
+    events = [fr.created(), {"type": "response.failed", "response": failed}]
+    with serving([Reply(events=fr.sse(events))]) as server:
+        model, _ = make_model(server.url)
+        with pytest.raises(ModelError, match=r"openai:gpt-4\.1-mini failed: model crashed"):
+            _ = [event async for event in model.request_stream(ask())]
+
+
 async def test_streamed_reasoning_comes_from_the_completed_response() -> None:
     call = fr.function_call("call_1", "weather", '{"city": "Oslo"}')
     events = [

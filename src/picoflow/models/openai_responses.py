@@ -16,7 +16,7 @@ import re
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from picoflow.exceptions import FlowDefinitionError, ModelError, ModelHTTPError
+from picoflow.exceptions import ModelError, ModelHTTPError
 from picoflow.messages import ModelRequest, ModelResponse
 from picoflow.models._responses_wire import (
     StreamCollector,
@@ -64,8 +64,8 @@ _CONFIGURATION_STATUSES = (401, 403)
 
 
 class ModelConfigurationError(ModelHTTPError):
-    """The provider refused the credentials (401/403) or none were set: asking again cannot help
-    until the operator fixes the key or the account's access to the model."""
+    """The provider refused the credentials (401/403), none were set, or the selection asks for what
+    the API lacks: asking again cannot help until the operator fixes the configuration."""
 
     kind = "model_misconfigured"
     retryable = False
@@ -119,13 +119,6 @@ class OpenAIResponsesModel(Model):
         self.name = f"{provider}:{model}"
         self.spec = spec
         self._params, self._timeout, self.retry = split_params(params, retry, DEFAULT_TIMEOUT)
-        if not self.compatible:
-            refused = sorted(key for key in _NOT_IN_RESPONSES if self._params.get(key) is not None)
-            if refused:
-                raise FlowDefinitionError(
-                    f"{self.name}: the OpenAI Responses API has no {', '.join(refused)}; "
-                    f"remove it or select 'openai-chat:{model}' (Chat Completions)"
-                )
         self._base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
         self._api_key = api_key
         self._client: AsyncOpenAI | None = None
@@ -185,6 +178,7 @@ class OpenAIResponsesModel(Model):
     def build_kwargs(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments of ``responses.create`` for ``request``."""
         settings = {**self._params, **{k: v for k, v in request.settings.items() if k not in ADAPTER_KNOBS}}
+        self._refuse_chat_only(settings)
         reasoning = self.reasoning
         kwargs: dict[str, Any] = {
             "model": self.model,
@@ -228,6 +222,17 @@ class OpenAIResponsesModel(Model):
             if extra:
                 kwargs["extra_body"] = extra
         return kwargs
+
+    def _refuse_chat_only(self, settings: Mapping[str, Any]) -> None:
+        # Raised per request rather than at construction: the engine creates models lazily, and a
+        # ModelError fails the turn cleanly (or hands it to the next model of a FallbackModel).
+        refused = sorted(key for key in _NOT_IN_RESPONSES if settings.get(key) is not None)
+        if refused and not self.compatible:
+            raise ModelConfigurationError(
+                f"{self.name}: the OpenAI Responses API has no {', '.join(refused)}; remove it or "
+                f"select 'openai-chat:{self.model}' (Chat Completions)",
+                provider=self.name,
+            )
 
     async def _create(self, kwargs: dict[str, Any]) -> Any:
         client = self.client()
