@@ -7,11 +7,12 @@ import pickle
 
 import pytest
 
-from picoflow.exceptions import FlowDefinitionError
+from picoflow.exceptions import FlowDefinitionError, ModelError
 from picoflow.messages import Message, ModelRequest
 from picoflow.models import local
 from picoflow.models._specs import BUILTIN_SPECS, AnthropicParams, ModelSpec
 from picoflow.models.catalog import (
+    ADAPTERS,
     DEFAULT_ANTHROPIC_MODEL,
     DEFAULT_OPENAI_MODEL,
     LOCAL_MODEL_NAME,
@@ -26,6 +27,8 @@ from picoflow.models.catalog import (
     validate_selection,
 )
 from picoflow.models.openai import OpenAIModel
+
+from .fake_servers import Reply, openai_completion, serving
 
 SECRET = "sk-proj-SUPERSECRET0123456789"
 
@@ -295,3 +298,228 @@ def test_created_models_carry_their_window_and_never_send_it() -> None:
     assert (embedded.context_window, embedded.output_reserve) == (8192, 512)
     unknown = create_model(ModelSelection.parse(url))
     assert (unknown.context_window, unknown.output_reserve) == (None, 0)
+
+
+# --- Google Gemini -------------------------------------------------------------------------------
+
+
+def test_gemini_models_accept_their_parameters() -> None:
+    assert known_models("google") == ["gemini-2.5-flash", "gemini-2.5-flash-lite", "gemini-2.5-pro"]
+    for name in known_models("google"):
+        validate_selection(
+            ModelSelection.parse(
+                f"google:{name}", temperature=0.2, top_p=0.9, max_tokens=4000, thinking_budget=-1
+            )
+        )
+    spec, params = resolve(ModelSelection.parse("google:gemini-2.5-flash", thinking_budget=0, top_k="40"))
+    assert (spec.provider, params) == ("google", {"thinking_budget": 0, "top_k": 40})
+    assert window("google:gemini-2.5-pro") == (1_048_576, 65_536)
+    assert window("google:gemini-2.5-flash", max_tokens=2048) == (1_048_576, 2048)
+
+
+def test_gemini_unknown_models_and_parameters_are_refused_with_what_is_allowed() -> None:
+    assert refused("google:gemini-1.0-ultra") == (
+        "unknown model 'gemini-1.0-ultra' for provider 'google'; known: gemini-2.5-flash, "
+        "gemini-2.5-flash-lite, gemini-2.5-pro (register_model() adds one)"
+    )
+    assert refused(ModelSelection.parse("google:gemini-2.5-flash", frequency_penalty=1)) == (
+        "model google:gemini-2.5-flash: unknown parameter 'frequency_penalty'; allowed: context_window, "
+        "max_retries, max_tokens, seed, stop_sequences, temperature, thinking_budget, timeout, top_k, top_p"
+    )
+    assert "thinking_level is for Gemini 3" in refused(
+        ModelSelection.parse("google:gemini-2.5-pro", thinking_level="low")
+    )
+    assert "not reasoning_effort" in refused(
+        ModelSelection.parse("google:gemini-2.5-flash", reasoning_effort="low")
+    )
+    assert "base_url is only for" in refused(
+        ModelSelection.parse("google:gemini-2.5-flash", base_url="http://localhost:1/")
+    )
+
+
+def test_gemini_thinking_budgets_follow_each_model() -> None:
+    assert "thinking_budget must be -1 (dynamic), or between 128 and 32768" in refused(
+        ModelSelection.parse("google:gemini-2.5-pro", thinking_budget=0)
+    )
+    assert "-1 (dynamic), 0 (off), or between 512 and 24576" in refused(
+        ModelSelection.parse("google:gemini-2.5-flash-lite", thinking_budget=100)
+    )
+    assert "between 0 and 24576" in refused(
+        ModelSelection.parse("google:gemini-2.5-flash", thinking_budget=30_000)
+    )
+    assert "max_tokens must be greater than thinking_budget" in refused(
+        ModelSelection.parse("google:gemini-2.5-flash", thinking_budget=4096, max_tokens=4000)
+    )
+    assert "less than or equal to 65536" in refused(
+        ModelSelection.parse("google:gemini-2.5-flash", max_tokens=70_000)
+    )
+    validate_selection(ModelSelection.parse("google:gemini-2.5-pro", thinking_budget=128))
+    validate_selection(ModelSelection.parse("google:gemini-2.5-flash-lite", thinking_budget=0))
+
+
+def test_a_gemini_model_is_created_without_reading_or_showing_a_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    from picoflow.models.google import GoogleModel
+
+    monkeypatch.setenv("GOOGLE_API_KEY", SECRET)
+    selection = ModelSelection.parse("google:gemini-2.5-flash-lite", temperature=0.4)
+    model = create_model(selection)
+    assert isinstance(model, GoogleModel)
+    assert (model.name, model.context_window, model.output_reserve) == (
+        "google:gemini-2.5-flash-lite",
+        1_048_576,
+        65_536,
+    )
+    for text in (repr(model), str(selection.public_dict()), repr(selection)):
+        assert SECRET not in text
+
+
+# --- OpenAI-compatible presets -------------------------------------------------------------------
+
+
+def test_deepseek_models_and_their_parameters() -> None:
+    assert known_models("deepseek") == ["deepseek-chat", "deepseek-reasoner"]
+    validate_selection(ModelSelection.parse("deepseek:deepseek-chat", temperature=1.3, max_tokens=8000))
+    validate_selection(ModelSelection.parse("deepseek:deepseek-reasoner", max_tokens=32_000))
+    assert refused(ModelSelection.parse("deepseek:deepseek-reasoner", temperature=0.5)) == (
+        "deepseek:deepseek-reasoner ignores 'temperature' in thinking mode; leave it unset"
+    )
+    assert "known: deepseek-chat, deepseek-reasoner" in refused("deepseek:deepseek-v9")
+    assert (
+        "allowed: context_window, frequency_penalty, max_retries, max_tokens, presence_penalty, stop, "
+        in (refused(ModelSelection.parse("deepseek:deepseek-chat", seed=1)))
+    )
+    assert window("deepseek:deepseek-chat") == (128_000, 8192)
+
+
+def test_ollama_serves_any_model_with_checked_parameters() -> None:
+    spec, params = resolve(
+        ModelSelection.parse("ollama:llama3.1:8b", temperature=0.1, reasoning_effort="low")
+    )
+    assert (spec.provider, spec.name, params) == (
+        "ollama",
+        "llama3.1:8b",
+        {"temperature": 0.1, "reasoning_effort": "low"},
+    )
+    assert "give the model's name" in refused("ollama:")
+    assert refused(ModelSelection.parse("ollama:qwen3", mirostat=2)) == (
+        "model ollama:qwen3: unknown parameter 'mirostat'; allowed: context_window, frequency_penalty, "
+        "max_retries, max_tokens, parallel_tool_calls, presence_penalty, reasoning_effort, seed, stop, "
+        "temperature, timeout, top_p"
+    )
+    assert window("ollama:qwen3") == (None, 0)
+    assert window("ollama:qwen3", context_window=8192) == (8192, 2048)
+    with pytest.raises(ValueError, match="cannot register"):
+        register_model(ModelSpec(provider="ollama", name="x", params=AnthropicParams))
+
+
+def test_openrouter_names_a_vendor_and_a_model() -> None:
+    validate_selection(ModelSelection.parse("openrouter:anthropic/claude-sonnet-4.5", top_k=40, min_p=0.1))
+    validate_selection(ModelSelection.parse("openrouter:meta-llama/llama-3.3-70b-instruct:free"))
+    assert "'vendor/model'" in refused("openrouter:gpt-4.1")
+    assert "unknown parameter 'temprature'; allowed: context_window, " in refused(
+        ModelSelection.parse("openrouter:openai/gpt-4.1", temprature=1)
+    )
+
+
+def test_openai_chat_is_the_chat_completions_adapter_with_the_openai_catalog() -> None:
+    assert known_models("openai-chat") == known_models("openai")
+    assert "reasoning model" in refused(ModelSelection.parse("openai-chat:gpt-5.1", temperature=0.2))
+    assert "known: gpt-4.1, gpt-4.1-mini" in refused("openai-chat:gpt-99")
+    model = create_model(ModelSelection.parse("openai-chat:gpt-5-mini", max_tokens=77))
+    assert isinstance(model, OpenAIModel)
+    assert model.name == "openai-chat:gpt-5-mini"
+    kwargs = model.build_kwargs(ModelRequest(system="s", messages=[Message.user("hi")]))
+    # OpenAI itself: the reasoning models' field name, not the compatible servers' one.
+    assert kwargs["max_completion_tokens"] == 77 and "max_tokens" not in kwargs
+
+
+def test_openai_stays_on_the_existing_adapter() -> None:
+    assert ADAPTERS["openai"] == "picoflow.models.openai:OpenAIModel"
+    assert isinstance(create_model(ModelSelection.parse("openai:gpt-4.1", max_tokens=78)), OpenAIModel)
+
+
+def fake_url(received_from: str) -> str:
+    return f"{received_from}/v1"
+
+
+async def test_presets_send_their_own_key_and_no_other(monkeypatch: pytest.MonkeyPatch) -> None:
+    deepseek_key, openrouter_key = "sk-deepseek-0123456789", "sk-or-v1-0123456789"
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("OPENAI_COMPATIBLE_API_KEY", SECRET)
+    monkeypatch.setenv("DEEPSEEK_API_KEY", deepseek_key)
+    monkeypatch.setenv("OPENROUTER_API_KEY", openrouter_key)
+    for selection, key in (
+        (ModelSelection.parse("deepseek:deepseek-chat", max_tokens=11), deepseek_key),
+        (ModelSelection.parse("openrouter:openai/gpt-4.1-mini", max_tokens=12), openrouter_key),
+        (ModelSelection.parse("ollama:llama3.1:8b", max_tokens=13), "not-needed"),
+    ):
+        with serving([Reply(body=openai_completion("ok"))]) as server:
+            monkeypatch.setenv(f"{selection.provider.upper()}_BASE_URL", fake_url(server.url))
+            model = create_model(selection)
+            assert model.name == str(selection)
+            response = await model.request(ModelRequest(system="s", messages=[Message.user("hi")]))
+            await model.aclose()
+        assert response.text == "ok"
+        received = server.received[0]
+        assert received.path == "/v1/chat/completions"
+        assert received.headers["authorization"] == f"Bearer {key}"
+        assert received.body["model"] == selection.name
+        # Compatible services take the classic field name.
+        assert received.body["max_tokens"] == selection.params["max_tokens"]
+        assert SECRET not in str(received.headers)
+
+
+def test_presets_default_to_their_service_and_a_selection_may_move_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for variable in ("DEEPSEEK_BASE_URL", "OLLAMA_BASE_URL", "OPENROUTER_BASE_URL"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-deepseek-x")
+    monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-x")
+    expected = {
+        "deepseek:deepseek-reasoner": "https://api.deepseek.com/v1",
+        "ollama:qwen3": "http://localhost:11434/v1",
+        "openrouter:qwen/qwen3-coder": "https://openrouter.ai/api/v1",
+        "ollama:qwen3@http://gpu-box:11434/v1": "http://gpu-box:11434/v1",
+    }
+    for text, url in expected.items():
+        model = create_model(ModelSelection.parse(text, timeout=17))
+        assert (
+            repr(model) == f"OpenAIModel({str(ModelSelection.parse(text)).split('@')[0]!r}, base_url={url!r})"
+        )
+    monkeypatch.setenv("OLLAMA_BASE_URL", "http://other:11434/v1/")
+    moved = create_model(ModelSelection.parse("ollama:qwen3", timeout=18))
+    assert "http://other:11434/v1'" in repr(moved)
+
+
+async def test_a_preset_without_its_key_explains_which_variable_to_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("DEEPSEEK_API_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    selection = ModelSelection.parse("deepseek:deepseek-chat", max_tokens=21)
+    validate_selection(selection)  # registration does not need the key
+    model = create_model(selection)
+    with pytest.raises(ModelError, match="set the DEEPSEEK_API_KEY environment variable"):
+        await model.request(ModelRequest(system="s", messages=[Message.user("hi")]))
+    assert model.context_window == 128_000
+    # Set later, the key is used: a keyless stand-in is never kept.
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-deepseek-later")
+    assert isinstance(create_model(selection), OpenAIModel)
+
+
+def test_no_preset_key_in_public_dict_or_repr(monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable in ("DEEPSEEK_API_KEY", "OPENROUTER_API_KEY", "GOOGLE_API_KEY", "GEMINI_API_KEY"):
+        monkeypatch.setenv(variable, SECRET)
+    for text in (
+        "deepseek:deepseek-chat",
+        "openrouter:openai/gpt-4.1-mini",
+        "ollama:llama3.1",
+        "openai-chat:gpt-4.1",
+        "google:gemini-2.5-flash",
+    ):
+        selection = ModelSelection.parse(text, max_tokens=31)
+        model = create_model(selection)
+        assert set(selection.public_dict()) == {"provider", "name", "params", "base_url"}
+        for shown in (str(selection.public_dict()), repr(selection), repr(model), model.name):
+            assert SECRET not in shown

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Self
+from typing import Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 LOCAL_MODEL_NAME = "qwen2.5-coder-1.5b-instruct-q4_k_m"
 DEFAULT_OPENAI_MODEL = "gpt-4.1-mini"
 DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-6"
+#: Providers that serve any model name (no catalog entries): OpenAI-compatible presets.
+OPEN_PROVIDERS = ("ollama", "openrouter")
 
 
 class _Params(BaseModel):
@@ -81,6 +83,71 @@ class AnthropicParams(NetworkParams):
             if self.max_tokens is not None and self.max_tokens <= self.thinking_budget:
                 raise ValueError("max_tokens must be greater than thinking_budget")
         return self
+
+
+class GeminiParams(NetworkParams):
+    """Gemini 2.5; the thinking range differs per model (class variables of the subclasses)."""
+
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
+    top_k: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1, le=65_536, description="answer budget, thinking included")
+    stop_sequences: list[str] | None = Field(None, max_length=5)
+    seed: int | None = None
+    thinking_budget: int | None = Field(
+        None, ge=-1, description="thinking tokens: -1 lets the model decide, 0 turns thinking off"
+    )
+
+    thinking_range: ClassVar[tuple[int, int]] = (0, 24_576)
+    can_stop_thinking: ClassVar[bool] = True
+
+    @model_validator(mode="after")
+    def _budget_fits_the_model(self) -> Self:
+        budget = self.thinking_budget
+        if budget is None or budget == -1:
+            return self
+        low, high = self.thinking_range
+        off = budget == 0 and self.can_stop_thinking
+        if not off and not low <= budget <= high:
+            allowed = "-1 (dynamic), " + ("0 (off), " if self.can_stop_thinking else "")
+            raise ValueError(f"thinking_budget must be {allowed}or between {low} and {high}")
+        if self.max_tokens is not None and budget > 0 and self.max_tokens <= budget:
+            raise ValueError("max_tokens must be greater than thinking_budget (thinking counts against it)")
+        return self
+
+
+class GeminiProParams(GeminiParams):
+    thinking_range: ClassVar[tuple[int, int]] = (128, 32_768)
+    can_stop_thinking: ClassVar[bool] = False
+
+
+class GeminiFlashLiteParams(GeminiParams):
+    thinking_range: ClassVar[tuple[int, int]] = (512, 24_576)
+
+
+class DeepSeekChatParams(NetworkParams):
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
+    max_tokens: int | None = Field(None, ge=1, le=8192)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    stop: str | list[str] | None = None
+
+
+class DeepSeekReasonerParams(NetworkParams):
+    max_tokens: int | None = Field(None, ge=1, le=65_536, description="answer budget, reasoning included")
+    stop: str | list[str] | None = None
+
+
+class OllamaParams(OpenAIChatParams):
+    reasoning_effort: str | None = Field(None, description="for thinking models (low, medium, high)")
+
+
+class OpenRouterParams(OpenAIChatParams):
+    reasoning_effort: str | None = Field(None, description="for reasoning models (minimal ... high)")
+    top_k: int | None = Field(None, ge=0)
+    min_p: float | None = Field(None, ge=0, le=1)
+    repetition_penalty: float | None = Field(None, gt=0, le=2)
 
 
 class LocalParams(_Params):
@@ -186,6 +253,49 @@ def _anthropic(name: str, *, native: bool, max_tokens: int, max_output: int, des
     )
 
 
+def _gemini(name: str, params: type[GeminiParams], description: str) -> ModelSpec:
+    return ModelSpec(
+        provider="google",
+        name=name,
+        params=params,
+        refused={
+            "thinking_level": f"google:{name} takes thinking_budget; thinking_level is for Gemini 3 models",
+            "reasoning_effort": f"google:{name} takes thinking_budget (tokens), not reasoning_effort",
+        },
+        context_window=_GEMINI_WINDOW,
+        max_output=65_536,
+        description=description,
+    )
+
+
+def _deepseek(name: str, *, reasoner: bool, max_output: int, description: str) -> ModelSpec:
+    refused = {}
+    if reasoner:
+        refused = {
+            param: f"deepseek:{name} ignores {param!r} in thinking mode; leave it unset"
+            for param in ("temperature", "top_p", "frequency_penalty", "presence_penalty")
+        }
+    return ModelSpec(
+        provider="deepseek",
+        name=name,
+        params=DeepSeekReasonerParams if reasoner else DeepSeekChatParams,
+        refused=refused,
+        # DeepSeek takes JSON mode, not JSON-schema-constrained output.
+        structured_output="tool",
+        context_window=_DEEPSEEK_WINDOW,
+        max_output=max_output,
+        description=description,
+    )
+
+
+def open_spec(provider: str, name: str) -> ModelSpec:
+    """The spec of any model an ``ollama`` or ``openrouter`` server offers (windows unknown)."""
+    params = OllamaParams if provider == "ollama" else OpenRouterParams
+    return ModelSpec(provider=provider, name=name, params=params, description=f"{name} at {provider}")
+
+
+_GEMINI_WINDOW = 1_048_576
+_DEEPSEEK_WINDOW = 128_000
 _GPT4O_WINDOW = 128_000
 _GPT41_WINDOW = 1_047_576
 _GPT5_WINDOW = 400_000
@@ -241,6 +351,13 @@ BUILTIN_SPECS: tuple[ModelSpec, ...] = (
     _anthropic(
         "claude-haiku-4-5", native=True, max_tokens=8192, max_output=64_000, description="Claude Haiku 4.5"
     ),
+    _gemini("gemini-2.5-pro", GeminiProParams, "Gemini 2.5 Pro (always thinks)"),
+    _gemini("gemini-2.5-flash", GeminiParams, "Gemini 2.5 Flash"),
+    _gemini(
+        "gemini-2.5-flash-lite", GeminiFlashLiteParams, "Gemini 2.5 Flash-Lite (thinking off by default)"
+    ),
+    _deepseek("deepseek-chat", reasoner=False, max_output=8192, description="DeepSeek chat (non-thinking)"),
+    _deepseek("deepseek-reasoner", reasoner=True, max_output=65_536, description="DeepSeek thinking mode"),
     ModelSpec(
         provider="local",
         name=LOCAL_MODEL_NAME,

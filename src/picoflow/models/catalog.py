@@ -23,16 +23,19 @@ from urllib.parse import parse_qsl, urlsplit
 from pydantic import ValidationError
 
 from picoflow.exceptions import FlowDefinitionError
+from picoflow.models._presets import CHAT_COMPLETIONS, PRESETS, UnconfiguredModel, preset_arguments
 from picoflow.models._specs import (
     BUILTIN_SPECS,
     DEFAULT_ANTHROPIC_MODEL,
     DEFAULT_OPENAI_MODEL,
     LOCAL_MODEL_NAME,
+    OPEN_PROVIDERS,
     ContextLimits,
     ModelSpec,
     compatible_spec,
     context_limits,
     normalized_params,
+    open_spec,
 )
 from picoflow.models.base import Model
 
@@ -54,13 +57,23 @@ __all__ = [
     "validate_selection",
 ]
 
-#: provider -> "module:Class" of its adapter. OpenAI-compatible servers use the openai adapter.
+#: provider -> "module:Class" of its adapter. OpenAI-compatible servers use the Chat Completions adapter;
+#: the presets among them (deepseek, ollama, openrouter, openai-chat) bring their URL and key variable.
 ADAPTERS: dict[str, str] = {
     "openai": "picoflow.models.openai:OpenAIModel",
-    "openai-compatible": "picoflow.models.openai:OpenAIModel",
+    "openai-chat": CHAT_COMPLETIONS,
+    "openai-compatible": CHAT_COMPLETIONS,
+    "deepseek": CHAT_COMPLETIONS,
+    "ollama": CHAT_COMPLETIONS,
+    "openrouter": CHAT_COMPLETIONS,
     "anthropic": "picoflow.models.anthropic:AnthropicModel",
+    "google": "picoflow.models.google:GoogleModel",
     "local": "picoflow.models.local:LocalModel",
 }
+#: Providers whose models are another provider's catalog entries.
+_SAME_MODELS = {"openai-chat": "openai"}
+#: Providers whose selections may name a server (``provider:name@http://host/v1``).
+_BASE_URL_PROVIDERS = ("openai", "openai-compatible", *PRESETS)
 
 _SECRET_NAME = re.compile(
     r"(api_?key|apikey|secret|passw(or)?d|credential|authorization|bearer|(^|_)token$|^key$)", re.IGNORECASE
@@ -101,7 +114,8 @@ class ModelSelection:
     """Which model a flow or step uses, with its parameters. Holds no secrets."""
 
     provider: str
-    """``openai``, ``anthropic``, ``openai-compatible`` or ``local``."""
+    """``openai``, ``anthropic``, ``google``, ``openai-compatible``, a preset (``openai-chat``,
+    ``deepseek``, ``ollama``, ``openrouter``) or ``local``."""
     name: str = ""
     """The provider's model name; empty selects the provider's default for ``local``."""
     params: Mapping[str, Any] = field(default_factory=dict)
@@ -184,13 +198,17 @@ def as_selection(value: str | ModelSelection) -> ModelSelection:
 
 
 def known_models(provider: str) -> list[str]:
-    """Names of the catalogued models of ``provider`` (empty for ``openai-compatible``)."""
-    return sorted(_catalog.get(provider, {}))
+    """Names of the catalogued models of ``provider`` (empty for those that serve any model)."""
+    return sorted(_catalog.get(_SAME_MODELS.get(provider, provider), {}))
 
 
 def register_model(spec: ModelSpec) -> None:
     """Add or replace a catalog entry, e.g. for a model released after this picoflow version."""
-    if spec.provider not in ADAPTERS or spec.provider == "openai-compatible":
+    if spec.provider not in ADAPTERS or spec.provider in (
+        "openai-compatible",
+        *OPEN_PROVIDERS,
+        *_SAME_MODELS,
+    ):
         raise ValueError(f"cannot register models for provider {spec.provider!r}")
     _catalog.setdefault(spec.provider, {})[spec.name] = spec
 
@@ -211,11 +229,13 @@ def _find_spec(selection: ModelSelection) -> ModelSpec:
                 f"'openai-compatible:{name}@http://localhost:11434/v1' (or set OPENAI_BASE_URL)"
             )
         return compatible_spec(name)
-    if selection.base_url and provider != "openai":
+    if selection.base_url and provider not in _BASE_URL_PROVIDERS:
         raise FlowDefinitionError(
-            f"{selection}: base_url is only for the openai and openai-compatible providers"
+            f"{selection}: base_url is only for the {', '.join(_BASE_URL_PROVIDERS)} providers"
         )
-    models = _catalog.get(provider, {})
+    if provider in OPEN_PROVIDERS:
+        return _open_spec(selection)
+    models = _catalog.get(_SAME_MODELS.get(provider, provider), {})
     spec = models.get(name) or models.get(_SNAPSHOT_SUFFIX.sub("", name))
     if spec is None:
         raise FlowDefinitionError(
@@ -223,6 +243,18 @@ def _find_spec(selection: ModelSelection) -> ModelSpec:
             "(register_model() adds one)"
         )
     return spec
+
+
+def _open_spec(selection: ModelSelection) -> ModelSpec:
+    provider, name = selection.provider, selection.name
+    if not name:
+        example = "llama3.1:8b" if provider == "ollama" else "anthropic/claude-sonnet-4.5"
+        raise FlowDefinitionError(f"{selection}: give the model's name, e.g. '{provider}:{example}'")
+    if provider == "openrouter" and not re.fullmatch(r"[\w.-]+/[\w.:-]+", name):
+        raise FlowDefinitionError(
+            f"{selection}: OpenRouter names a model as 'vendor/model', e.g. 'openrouter:openai/gpt-4.1-mini'"
+        )
+    return open_spec(provider, name)
 
 
 def _explain(selection: ModelSelection, spec: ModelSpec, error: ValidationError) -> str:
@@ -248,7 +280,8 @@ def resolve(selection: ModelSelection) -> tuple[ModelSpec, dict[str, Any]]:
     except ValidationError as error:
         raise FlowDefinitionError(_explain(selection, spec, error)) from None
     effort = params.get("reasoning_effort")
-    if effort is not None and spec.provider != "openai-compatible":
+    # Servers of any model cannot be known to refuse it; the catalogued models can.
+    if effort is not None and spec.provider not in ("openai-compatible", *OPEN_PROVIDERS):
         if not spec.reasoning:
             raise FlowDefinitionError(
                 f"model {selection} is not a reasoning model; reasoning_effort is not accepted"
@@ -299,14 +332,28 @@ def create_model(selection: ModelSelection) -> Model:
     with _instances_lock:
         model = _instances.get(key)
         if model is None:
-            validate_selection(selection)
-            module_name, _, class_name = ADAPTERS[selection.provider].partition(":")
-            adapter = getattr(importlib.import_module(module_name), class_name)
-            model = adapter.from_selection(selection)
+            model = _new_model(selection)
             # The catalog, not each adapter, knows windows: every adapter gets them the same way.
             limits = context_limits_of(selection)
             model.context_window, model.output_reserve = limits.window, limits.output_reserve
-            _instances[key] = model
+            if not isinstance(model, UnconfiguredModel):  # the key may be set later
+                _instances[key] = model
+    return model
+
+
+def _new_model(selection: ModelSelection) -> Model:
+    spec, params = resolve(selection)
+    module_name, _, class_name = ADAPTERS[selection.provider].partition(":")
+    adapter = getattr(importlib.import_module(module_name), class_name)
+    if selection.provider not in PRESETS:
+        model: Model = adapter.from_selection(selection)
+        return model
+    arguments = preset_arguments(selection.provider, selection.name, selection.base_url)
+    preset = PRESETS[selection.provider]
+    if arguments is None:
+        return UnconfiguredModel(str(selection), preset.key_env or "")
+    model = adapter(selection.name, params=params, spec=spec, **arguments)
+    model.name = f"{selection.provider}:{selection.name}"
     return model
 
 
