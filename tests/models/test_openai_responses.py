@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from picoflow.exceptions import ModelError, ModelHTTPError
+from picoflow.exceptions import ModelConfigurationError, ModelError, ModelHTTPError
 from picoflow.messages import Message, ModelRequest, OutputSchema, ToolCall
 from picoflow.models.catalog import ModelSelection
-from picoflow.models.openai_responses import ModelConfigurationError, OpenAIResponsesModel
+from picoflow.models.openai_responses import OpenAIResponsesModel
 
 from . import fake_responses as fr
 from .fake_responses import API_KEY, SEARCH, THOUGHT, WEATHER, ask, make_model
@@ -186,9 +186,17 @@ async def test_bad_credentials_are_a_configuration_error_without_the_key(status:
     assert sleep.delays == []
     error = caught.value
     assert (error.status_code, error.retryable, error.provider) == (status, False, "openai:gpt-4.1-mini")
-    assert isinstance(error, ModelHTTPError)
+    assert "Set OPENAI_API_KEY to a key this server accepts" in str(error)
     assert API_KEY not in str(error)
-    assert API_KEY not in repr(error.__cause__)
+
+
+async def test_an_unknown_model_is_a_configuration_error_tried_once() -> None:
+    body = {"error": {"message": "The model 'gpt-9' does not exist", "code": "model_not_found"}}
+    with serving([Reply(404, body)]) as server:
+        model, sleep = make_model(server.url)
+        with pytest.raises(ModelConfigurationError, match="does not exist") as caught:
+            await model.request(ask())
+    assert (len(server.received), sleep.delays, caught.value.status_code) == (1, [], 404)
 
 
 async def test_timeout_is_retried_then_reported() -> None:

@@ -16,7 +16,7 @@ import re
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from picoflow.exceptions import ModelError, ModelHTTPError
+from picoflow.exceptions import ModelConfigurationError, ModelError
 from picoflow.messages import ModelRequest, ModelResponse
 from picoflow.models._responses_wire import (
     StreamCollector,
@@ -31,12 +31,12 @@ from picoflow.models._retry import (
     Failure,
     RetryPolicy,
     call_with_retries,
-    parse_retry_after,
     relay_stream,
     split_params,
 )
 from picoflow.models._specs import ModelSpec
 from picoflow.models.base import Model, ResponseDone, StreamEvent
+from picoflow.models.openai import classify
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -59,17 +59,6 @@ _HANDLED = {
 #: Models that reason (and accept ``include=["reasoning.encrypted_content"]``) when no spec says so.
 _REASONING_NAME = re.compile(r"^(o\d|gpt-5)(?!.*-chat)")
 _ENCRYPTED_REASONING = "reasoning.encrypted_content"
-#: Statuses that mean the key or the account is wrong: only the operator can fix them.
-_CONFIGURATION_STATUSES = (401, 403)
-
-
-class ModelConfigurationError(ModelHTTPError):
-    """The provider refused the credentials (401/403), none were set, or the selection asks for what
-    the API lacks: asking again cannot help until the operator fixes the configuration."""
-
-    kind = "model_misconfigured"
-    retryable = False
-    public_message = "The language model is not available: it is not configured correctly."
 
 
 def _sdk() -> Any:
@@ -78,26 +67,6 @@ def _sdk() -> Any:
     except ImportError as error:  # pragma: no cover - depends on the installed extras
         raise ModelError("the OpenAI adapter needs the openai SDK: pip install 'picoflow[openai]'") from error
     return openai
-
-
-def _classify(exc: BaseException) -> Failure | None:
-    openai = _sdk()
-    if isinstance(exc, openai.APITimeoutError):
-        return Failure("request timed out", timed_out=True)
-    if isinstance(exc, openai.APIConnectionError):
-        return Failure(str(exc) or "connection error")
-    if isinstance(exc, openai.APIStatusError):
-        body = exc.body
-        message = body.get("message") if isinstance(body, dict) else None
-        return Failure(
-            str(message or exc.message),
-            status_code=exc.status_code,
-            retry_after=parse_retry_after(dict(exc.response.headers)),
-        )
-    if isinstance(exc, openai.APIError):
-        # An error event inside an event stream: the HTTP status was already 200.
-        return Failure(exc.message or "stream error")
-    return None
 
 
 class OpenAIResponsesModel(Model):
@@ -234,23 +203,29 @@ class OpenAIResponsesModel(Model):
                 provider=self.name,
             )
 
+    @property
+    def key_variable(self) -> str:
+        """The environment variable the API key of this model comes from."""
+        return "OPENAI_COMPATIBLE_API_KEY" if self.compatible else "OPENAI_API_KEY"
+
+    def _classify(self, exc: BaseException) -> Failure | None:
+        # One reading of the SDK's errors for both OpenAI adapters (a refused key or unknown model
+        # is a configuration error tried once; outages are retried).
+        failure = classify(exc, model=self.model, key_variable=self.key_variable)
+        if failure is None and isinstance(exc, _sdk().APIError):
+            # An error payload inside an event stream: the HTTP status was already 200.
+            return Failure(exc.message or "stream error")
+        return failure
+
     async def _create(self, kwargs: dict[str, Any]) -> Any:
         client = self.client()
-        try:
-            return await call_with_retries(
-                lambda: client.responses.create(**kwargs),
-                provider=self.name,
-                classify=_classify,
-                policy=self.retry,
-                secrets=self._secrets(),
-            )
-        except ModelHTTPError as error:
-            if error.status_code not in _CONFIGURATION_STATUSES:
-                raise
-            # The message was redacted when the error was built: no key can be in it.
-            raise ModelConfigurationError(
-                str(error), status_code=error.status_code, provider=error.provider
-            ) from error
+        return await call_with_retries(
+            lambda: client.responses.create(**kwargs),
+            provider=self.name,
+            classify=self._classify,
+            policy=self.retry,
+            secrets=self._secrets(),
+        )
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         response = await self._create(self.build_kwargs(request))
@@ -262,7 +237,7 @@ class OpenAIResponsesModel(Model):
         stream = await self._create(kwargs)
         collected = StreamCollector(self.name, self._secrets())
         relayed = relay_stream(
-            stream, collected.feed, name=self.name, classify=_classify, secrets=self._secrets()
+            stream, collected.feed, name=self.name, classify=self._classify, secrets=self._secrets()
         )
         async for event in relayed:
             yield event
