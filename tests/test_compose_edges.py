@@ -282,3 +282,92 @@ async def test_nesting_is_bounded() -> None:
     errors = await engine.session_errors(session_id)
     assert errors is not None and "sub-steps nest deeper than 8 (step Echo runs Echo)" in errors[0].message
     assert result.usage.model_calls == 9
+
+
+class Trip(BaseModel):
+    city: str
+    nights: int
+
+
+class Nights(LogicStep):
+    """Prices a stay in code, from its input."""
+
+    def run_logic(self) -> Any:
+        trip = self.input_as(Trip)
+        if trip.nights > 14:
+            raise ValueError("too long")
+        return direct(f"{trip.nights * 100} USD in {trip.city}")
+
+
+class Picky(Step):
+    """Answer with OK only."""
+
+    def check_response(self, response: Any) -> Any:
+        from picoflow import Reject
+
+        return Reject("say OK") if response.text != "OK" else None
+
+
+class Budget(Step):
+    """Price trips."""
+
+    @tool
+    async def price(self) -> str:
+        """Price two trips and a check, keyed."""
+        from picoflow import SubStepsFailed
+
+        requests = {
+            "short": (Nights, Trip(city="Oslo", nights=2)),
+            "long": (Nights, Trip(city="Rome", nights=20)),
+            "check": (Picky, "ok?"),
+        }
+        try:
+            answers = await self.run_steps(requests)
+        except SubStepsFailed as failed:
+            answers = failed.by_key
+        return str(answers)
+
+    @tool
+    async def plain_input(self) -> str:
+        """Read one's own input outside a sub-step (refused)."""
+        return str(self.input) + " " + str(self.input_as(Trip))
+
+
+class Budgets(Flow):
+    name = "budgets"
+    steps = [Budget, Nights, Picky]
+
+
+async def test_a_keyed_fan_out_a_logic_steps_typed_input_and_a_failed_runs_warnings() -> None:
+    model = by_step({"Budget": [ToolCall("price", {}, "p1"), "Priced."], "Picky": ["ok", "okay", "fine"]})
+    engine = FlowEngine([Budgets], model=model)
+    result = await engine.run("budgets", "price it")
+    assert result.ok
+    lines = await transcript_lines(engine, result.session_id or "")
+    assert "Budget | tool price #p1: {'short': '200 USD in Oslo', 'long': None, 'check': None}" in lines
+    # The failed runs' own warnings stay, to say why they failed.
+    assert result.warnings == (
+        "sub-step Nights failed: hook_failed",
+        "say OK",
+        "say OK",
+        "say OK",
+        "sub-step Picky failed: attempts_exhausted",
+    )
+
+
+async def test_input_is_none_outside_a_sub_step_and_a_scripts_end_is_never_a_sub_step_failure() -> None:
+    engine = FlowEngine([Budgets], model=by_step({"Budget": ["Hi.", ToolCall("plain_input", {}, "i1")]}))
+    session_id = (await engine.run("budgets", "hi")).session_id or ""
+    result = await engine.run("budgets", "go", session_id)
+    assert result.error is not None and result.error.kind == "tool_failed"
+    errors = await engine.session_errors(session_id)
+    assert (
+        errors is not None
+        and "step Budget is not running as a sub-step: it has no input" in errors[0].message
+    )
+
+    from picoflow.models import ScriptedModel
+
+    short = ScriptedModel({"Budget": [ToolCall("price", {}, "p1")], "Picky": []})
+    failed = await FlowEngine([Budgets], model=short).run("budgets", "price it")
+    assert failed.error is not None and failed.error.kind == "script_exhausted"

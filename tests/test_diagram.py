@@ -116,3 +116,60 @@ def test_mermaid_text() -> None:
         "    classDef current fill:#fde68a,stroke:#b45309,stroke-width:2px\n"
         "    class Route current\n"
     )
+
+
+class Scout(Step):
+    """Look around."""
+
+
+class Weather(LogicStep):
+    """The weather, from code."""
+
+    def run_logic(self) -> object:
+        return None
+
+
+class Planner(Step):
+    """Plan."""
+
+    @tool
+    async def survey(self) -> str:
+        """Send the scouts."""
+        answers = await self.run_steps({"north": (Scout, "north"), "sky": (Weather, None)})
+        more = await self.batch(Scout, ["east", "west"])
+        return str((answers, more))
+
+    @tool
+    async def ask_once(self) -> str:
+        """One scout."""
+        return str(await self.run_step(Scout, "south"))
+
+
+class Planning(Flow):
+    name = "planning"
+    steps = [Planner, Scout, Weather, TerminateStep]
+
+
+def test_sub_steps_are_read_from_the_code_and_drawn_dotted_without_terminate_edges() -> None:
+    spec = Planning.spec()
+    assert {(t.source, t.target, t.via) for t in spec.sub_steps} == {
+        ("Planner", "Scout", "survey"),
+        ("Planner", "Weather", "survey"),
+        ("Planner", "Scout", "ask_once"),
+    }
+    # Scout and Weather only ever run as sub-steps: they never end the conversation.
+    assert {(t.source, t.target) for t in spec.transitions} == {("Planner", "TerminateStep")}
+    svg = ET.fromstring(flow_svg(spec))
+    runs = {
+        (g.get("data-source"), g.get("data-target"))
+        for g in svg.iter(f"{SVG}g")
+        if g.get("class") == "sub-step"
+    }
+    assert runs == {("Planner", "Scout"), ("Planner", "Weather")}
+    labels = [
+        t.text for g in svg.iter(f"{SVG}g") if g.get("class") == "sub-step" for t in g.iter(f"{SVG}text")
+    ]
+    assert sorted(labels) == ["survey runs", "survey runs, ask_once runs"]
+    mermaid = flow_mermaid(spec)
+    assert "    Planner -.->|survey runs, ask_once runs| Scout\n" in mermaid
+    assert "    Planner -.->|survey runs| Weather\n" in mermaid

@@ -1,6 +1,7 @@
 """Pictures of a flow drawn from its code: an SVG for the chat page and Mermaid text for docs.
 
-Both come from ``FlowSpec.transitions``, which the flow builder derives from the ``go(...)`` calls in
+Both come from ``FlowSpec.transitions`` (and ``sub_steps``, drawn dotted: a step running another
+as a sub-step), which the flow builder derives from the ``go(...)`` calls in
 each step, so the picture cannot drift from what the flow does.
 
 The SVG layout is layered top to bottom, which suits a narrow side panel: steps are ranked by their
@@ -63,12 +64,14 @@ class _Edge:
     target: str
     labels: list[str] = field(default_factory=list)
     terminate_only: bool = True
+    runs: bool = False
+    """The source runs the target as a sub-step (it does not move there)."""
 
 
 def _ranks(spec: FlowSpec) -> dict[str, int]:
     """Breadth-first distance from the start step; the terminal step goes last, unreachable ones before it."""
     forward: dict[str, list[str]] = {name: [] for name in spec.steps}
-    for edge in spec.transitions:
+    for edge in (*spec.transitions, *spec.sub_steps):
         if edge.target != spec.terminate:
             forward[edge.source].append(edge.target)
     ranks = {spec.start: 0}
@@ -99,7 +102,13 @@ def _edges(spec: FlowSpec) -> list[_Edge]:
             edge.terminate_only = False
             if transition.via not in edge.labels:
                 edge.labels.append(transition.via)
-    return list(grouped.values())
+    edges = list(grouped.values())
+    runs: dict[tuple[str, str], _Edge] = {}
+    for call in spec.sub_steps:
+        edge = runs.setdefault((call.source, call.target), _Edge(call.source, call.target, [], False, True))
+        if f"{call.via} runs" not in edge.labels:
+            edge.labels.append(f"{call.via} runs")
+    return edges + list(runs.values())
 
 
 def _kind(step: StepSpec) -> str:
@@ -215,9 +224,12 @@ def _edge_svg(
         path = f"M {x1:.1f} {y1:.1f} H {lane:.1f} V {y2:.1f} H {x2:.1f}"
         label_y = (y1 + y2) / 2 + 4
         label_x, anchor = (lane - 4, "end") if side == "left" else (lane + 4, "start")
-    dash = ' stroke-dasharray="4 3"' if edge.terminate_only else ""
+    dash = (
+        ' stroke-dasharray="4 3"' if edge.terminate_only else ' stroke-dasharray="1.5 3"' if edge.runs else ""
+    )
+    kind = "sub-step" if edge.runs else "transition"
     out = [
-        f'<g class="transition" data-source="{escape(edge.source)}" data-target="{escape(edge.target)}">',
+        f'<g class="{kind}" data-source="{escape(edge.source)}" data-target="{escape(edge.target)}">',
         f'<path d="{path}" fill="none" stroke="{color}" stroke-width="1.4"{dash} '
         f'marker-end="url(#{marker})"/>',
     ]
@@ -279,7 +291,9 @@ def flow_mermaid(spec: FlowSpec, *, current: str | None = None) -> str:
     lines.append(f"    start --> {ids[spec.start]}")
     for edge in _edges(spec):
         source, target = ids[edge.source], ids[edge.target]
-        if edge.terminate_only:
+        if edge.runs:
+            lines.append(f"    {source} -.->|{', '.join(edge.labels)}| {target}")
+        elif edge.terminate_only:
             lines.append(f"    {source} -.->|{TERMINATE_VIA}| {target}")
         else:
             lines.append(f"    {source} -->|{', '.join(edge.labels)}| {target}")

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 
@@ -183,15 +184,24 @@ class SubStepsFailed(SubStepFailed):
     """Some of the sub-steps of ``run_steps`` / ``batch`` failed; every other one finished.
 
     ``results`` holds, in the order asked, each answer or the ``SubStepFailed`` of that run, so the
-    caller keeps what succeeded; ``answers`` is the same with None for a failure.
+    caller keeps what succeeded; ``answers`` is the same with None for a failure, and ``by_key`` maps
+    the keys of a ``run_steps({...})`` mapping to those.
     """
 
     kind = "sub_steps_failed"
 
-    def __init__(self, message: str, *, results: list[Any]) -> None:
+    def __init__(self, message: str, *, results: list[Any], keys: Sequence[Any] | None = None) -> None:
         failures = [result for result in results if isinstance(result, SubStepFailed)]
         super().__init__(message, cause=failures[0], step=failures[0].step)
         self.results = results
+        self.keys = list(keys) if keys is not None else None
+
+    @property
+    def by_key(self) -> dict[Any, Any]:
+        """For ``run_steps({...})``: each key's answer, None for a failure."""
+        if self.keys is None:
+            raise ValueError("by_key is for run_steps given a mapping; use answers")
+        return dict(zip(self.keys, self.answers, strict=True))
 
     @property
     def failures(self) -> list[SubStepFailed]:

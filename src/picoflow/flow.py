@@ -8,24 +8,21 @@ step of the flow. The same analysis yields the flow's transition graph for diagr
 
 from __future__ import annotations
 
-import ast
-import contextlib
 import dataclasses
-import inspect
 import re
-import textwrap
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
+from picoflow._code_targets import go_targets, sub_step_targets
 from picoflow._schema import iter_property_names, json_schema, strict_variant
 from picoflow.context import INJECTED_NAMES
 from picoflow.exceptions import FlowDefinitionError
 from picoflow.messages import OutputSchema, ToolDefinition
 from picoflow.runtime import FlowRuntime, StepState
-from picoflow.step import LogicStep, Step, TerminateStep, validate_namespace
+from picoflow.step import Step, validate_namespace
 from picoflow.tools import ToolGroup, ToolSpec, add_declared, check_timeout, collect_tools
 from picoflow.usage import UsageLimits
 
@@ -83,6 +80,8 @@ class FlowSpec:
     transitions: tuple[Transition, ...]
     compacting: tuple[StepSpec, ...] = ()
     """The steps whose memory is compacted after a turn that touched it."""
+    sub_steps: tuple[Transition, ...] = ()
+    """``source`` runs ``target`` as a sub-step (``run_step``) via ``via``, as read from the code."""
 
 
 class Flow:
@@ -187,22 +186,29 @@ def _build(cls: type[Flow]) -> FlowSpec:
 
     specs: dict[str, StepSpec] = {}
     transitions: list[Transition] = []
+    sub_steps: list[Transition] = []
     for name, step_cls in step_classes.items():
         here = f"{where}, step {name}"
         specs[name] = _build_step(
             step_cls, here, has_terminate=terminate is not None, tool_timeout=cls.tool_timeout
         )
-        for target, via in _go_targets(step_cls, here):
+        for target, via in go_targets(step_cls):
             if target not in step_classes:
                 raise FlowDefinitionError(
                     f"{here}: {via} calls go({target}), but {target!r} is not a step of this flow "
                     f"(steps: {', '.join(step_classes)})"
                 )
             transitions.append(Transition(name, target, via))
+        # A sub-step of another flow is found when it runs; only this flow's are drawn.
+        sub_steps.extend(
+            Transition(name, t, via) for t, via in sub_step_targets(step_cls) if t in step_classes
+        )
         terminate_tool = specs[name].tools.get("terminate_session")
         if terminate is not None and terminate_tool and terminate_tool.handler is Step.terminate_session:
             transitions.append(Transition(name, terminate, "terminate_session"))
-    unique = tuple(dict.fromkeys(transitions))
+    # A step only ever run as a sub-step never ends the conversation: no terminate_session edge.
+    only_sub = {t.target for t in sub_steps} - {start_name} - {t.target for t in transitions}
+    transitions = [t for t in transitions if not (t.source in only_sub and t.via == "terminate_session")]
     return FlowSpec(
         cls=cls,
         name=cls.name,
@@ -211,8 +217,9 @@ def _build(cls: type[Flow]) -> FlowSpec:
         start=start_name,
         terminate=terminate,
         limits=cls.limits,
-        transitions=unique,
+        transitions=tuple(dict.fromkeys(transitions)),
         compacting=tuple(spec for spec in specs.values() if spec.cls.compaction is not None),
+        sub_steps=tuple(dict.fromkeys(sub_steps)),
     )
 
 
@@ -340,68 +347,3 @@ def _build_step(
         overrides=frozenset(hook for hook in HOOKS if _overrides(step_cls, hook, Step)),
         default_prompt=(step_cls.__doc__ or "").strip(),
     )
-
-
-# --- go() targets, read from the code --------------------------------------------------------
-
-
-def _go_targets(step_cls: type[Step], where: str) -> Iterator[tuple[str, str]]:
-    """``(target step name, via)`` for every ``go(X)`` whose ``X`` can be resolved statically."""
-    for klass in step_cls.__mro__:
-        if klass in (Step, LogicStep, TerminateStep, object):
-            continue
-        for attribute, value in vars(klass).items():
-            fn = value.__func__ if isinstance(value, staticmethod | classmethod) else value
-            if not inspect.isfunction(fn):
-                continue
-            via = getattr(fn, "__picoflow_tool__", None)
-            label = (getattr(via, "name", None) or attribute) if via is not None else attribute
-            for node in _go_calls(fn, returns=via is not None):
-                target = _resolve(node, fn)
-                if target is not None:
-                    yield target, label
-
-
-def _go_calls(fn: Callable[..., Any], *, returns: bool = False) -> Iterator[ast.expr]:
-    """The targets of ``go(X)`` / ``direct_to(X, ...)`` calls in ``fn``; with ``returns`` (a tool
-    handler, which may return a step class to route like ``go``) also what ``return X`` returns."""
-    try:
-        source = textwrap.dedent(inspect.getsource(fn))
-        tree = ast.parse(source)
-    except (OSError, TypeError, SyntaxError):
-        return
-    for node in ast.walk(tree):
-        if returns and isinstance(node, ast.Return) and isinstance(node.value, ast.Name | ast.Attribute):
-            yield node.value  # only a step class resolves; any other value is not a route
-            continue
-        if not isinstance(node, ast.Call) or not node.args:
-            continue
-        func = node.func
-        name = (
-            func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
-        )
-        if name in ("go", "direct_to"):
-            yield node.args[0]
-
-
-def _resolve(node: ast.expr, fn: Callable[..., Any]) -> str | None:
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value.strip()
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    parts.append(node.id)
-    scope: dict[str, Any] = dict(getattr(fn, "__globals__", {}))
-    with contextlib.suppress(TypeError, ValueError):
-        scope.update(inspect.getclosurevars(fn).nonlocals)
-    if parts[-1] not in scope:
-        return None
-    value: Any = scope[parts[-1]]
-    for attribute in reversed(parts[:-1]):
-        value = getattr(value, attribute, None)
-    if isinstance(value, type) and issubclass(value, Step):
-        return value.name
-    return None

@@ -66,8 +66,15 @@ class StepRuntime(Protocol):
 
     def terminate_target(self) -> str | None: ...
 
+    @property
+    def substep_input(self) -> str | None: ...
+
     async def run_steps(
-        self, caller: str, requests: Sequence[tuple[Any, Any, Any]], concurrency: int | None
+        self,
+        caller: str,
+        requests: Sequence[tuple[Any, Any, Any]],
+        concurrency: int | None,
+        keys: Sequence[Any] | None = None,
     ) -> list[Any]: ...
 
 

@@ -9,10 +9,10 @@ must outlive the turn goes in ``self.state`` (durable, JSON values).
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, overload
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
 from picoflow.messages import Message, ModelResponse
 from picoflow.outcomes import Go, Outcome, Reject, RetryWith, go
@@ -27,6 +27,11 @@ if TYPE_CHECKING:
     from picoflow.models.catalog import ModelSelection
 
     ModelChoice = str | ModelSelection | Model | Sequence[str | ModelSelection | Model]
+
+T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
+Request = tuple[Any, Any] | tuple[Any, Any, Any]
+"""A sub-step request: ``(step, input)`` or ``(step, input, output model)``."""
 
 NAMESPACE_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$")
 
@@ -123,6 +128,19 @@ class Step:
                 return message.content
         return None
 
+    @property
+    def input(self) -> str | None:
+        """In a sub-step run (``run_step``): the input it was given, as text (JSON for a model or
+        data). None when the step runs in the conversation itself."""
+        return self._runtime.substep_input
+
+    def input_as(self, kind: type[T]) -> T:
+        """The sub-step run's input validated as ``kind`` (a pydantic model, ``list[...]``, ...);
+        raises ``ValueError`` when there is none or it does not fit."""
+        if self.input is None:
+            raise ValueError(f"step {self.name} is not running as a sub-step: it has no input")
+        return TypeAdapter(kind).validate_json(self.input)
+
     def state_of(self, step: type[Step] | str) -> StepState:
         """Another step's durable state, for reading or writing."""
         return self._runtime.state_for(step if isinstance(step, str) else step.name)
@@ -146,14 +164,24 @@ class Step:
         answers = await self._runtime.run_steps(self.name, [(step, input, output)], None)
         return answers[0]
 
-    async def run_steps(
-        self, requests: Sequence[tuple[type[Step] | str, Any]], *, concurrency: int = 4
-    ) -> list[Any]:
-        """Run ``(step, input)`` sub-steps, up to ``concurrency`` at a time; their answers in order.
+    @overload
+    async def run_steps(self, requests: Mapping[K, Request], *, concurrency: int = 4) -> dict[K, Any]: ...
+
+    @overload
+    async def run_steps(self, requests: Sequence[Request], *, concurrency: int = 4) -> list[Any]: ...
+
+    async def run_steps(self, requests: Any, *, concurrency: int = 4) -> Any:
+        """Run ``(step, input)`` sub-steps, up to ``concurrency`` at a time: their answers in order,
+        or by key when ``requests`` is a mapping (``{"hotels": (Hotels, trip), ...}``).
 
         Every run goes to its end; if any failed, ``SubStepsFailed`` then holds each answer or
-        failure (``.results``), so the others' answers are not lost.
+        failure (``.results``, and ``.by_key`` for a mapping), so the others' answers are not lost.
         """
+        if isinstance(requests, Mapping):
+            keys = list(requests)
+            items = [_request(requests[key]) for key in keys]
+            answers = await self._runtime.run_steps(self.name, items, concurrency, keys)
+            return dict(zip(keys, answers, strict=True))
         return await self._runtime.run_steps(self.name, [_request(item) for item in requests], concurrency)
 
     async def batch(

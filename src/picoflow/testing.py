@@ -56,5 +56,5 @@ def request_lines(request: ModelRequest, *, width: int | None = None) -> list[st
     """What a model was shown: the system prompt, then every message (without step prefixes)."""
     shown = [f"system: {request.system if width is None else request.system[:width]}"]
     for message in request.messages:
-        shown.append(describe(dataclasses.replace(message, step=None), width=width))
+        shown.append(describe(dataclasses.replace(message, step=None, within=None), width=width))
     return shown

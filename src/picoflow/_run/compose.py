@@ -25,7 +25,14 @@ from picoflow._run.subspace import SubWorkspace
 from picoflow._run.workspace import RUNNING_CALL, Workspace
 from picoflow._schema import describe_validation_error
 from picoflow._text import storable
-from picoflow.exceptions import HookFailure, RunError, SubStepFailed, SubStepsFailed, UsageLimitExceeded
+from picoflow.exceptions import (
+    HookFailure,
+    RunError,
+    ScriptExhausted,
+    SubStepFailed,
+    SubStepsFailed,
+    UsageLimitExceeded,
+)
 from picoflow.flow import FlowSpec, StepSpec, as_sub_step
 from picoflow.models.base import Model
 from picoflow.step import Step
@@ -45,7 +52,12 @@ class Composer:
         self._specs: dict[tuple[str, str, type[BaseModel] | None], FlowSpec] = {}
 
     async def run_steps(
-        self, ws: Workspace, caller: str, requests: Sequence[tuple[Any, Any, Any]], concurrency: int | None
+        self,
+        ws: Workspace,
+        caller: str,
+        requests: Sequence[tuple[Any, Any, Any]],
+        concurrency: int | None,
+        keys: Sequence[Any] | None = None,
     ) -> list[Any]:
         """Answers to ``(step, input, output)`` requests, in order. ``concurrency`` None: one
         request (``run_step``), whose failure raises its own ``SubStepFailed``."""
@@ -81,7 +93,7 @@ class Composer:
         if failures:
             steps = ", ".join(sorted({failure.step or "?" for failure in failures}))
             raise SubStepsFailed(
-                f"{len(failures)} of {len(runs)} sub-steps failed ({steps})", results=results
+                f"{len(failures)} of {len(runs)} sub-steps failed ({steps})", results=results, keys=keys
             )
         return results
 
@@ -123,7 +135,13 @@ class Composer:
             )
         observer: TurnObserver = ws.observer.sub_turn(caller, RUNNING_CALL.get())
         child = SubWorkspace(
-            ws, flow, name, functools.partial(self._model_for, flow), observer=observer, depth=depth
+            ws,
+            flow,
+            name,
+            functools.partial(self._model_for, flow),
+            observer=observer,
+            depth=depth,
+            text=text,
         )
         error: BaseException | None = None
         try:
@@ -135,11 +153,13 @@ class Composer:
             answer = _answer(spec, reply)
             child.merge()
             return answer
-        except UsageLimitExceeded as exc:  # the turn's budget is spent: the whole turn stops
+        except (UsageLimitExceeded, ScriptExhausted) as exc:
+            # The turn's budget is spent, or a test's script ran out: the whole turn stops.
             error = exc
             raise
         except RunError as exc:
             error = exc
+            ws.warnings.extend(child.warnings)  # what went wrong on the way explains the failure
             ws.warn("sub_step_failed", f"sub-step {name} failed: {exc.kind}", caller)
             raise SubStepFailed(
                 f"sub-step {name} (run by {caller}) failed: {exc}", cause=exc, step=name

@@ -43,6 +43,7 @@ class SubWorkspace(Workspace):
         "models_out",
         "parent",
         "root",
+        "substep_input",
     )
 
     def __init__(
@@ -54,6 +55,7 @@ class SubWorkspace(Workspace):
         *,
         observer: TurnObserver,
         depth: int,
+        text: str,
     ) -> None:
         root: Workspace = parent.root if isinstance(parent, SubWorkspace) else parent
         main = root.session
@@ -74,6 +76,7 @@ class SubWorkspace(Workspace):
         self.usage = parent.usage  # one turn, one tally: its limits hold across every run
         self.parent = parent
         self.root = root
+        self.substep_input = text
         self.depth = depth
         self._prefix = "" if flow.name == root.spec.name else f"{flow.name}:"
         self._snapshots: dict[str, dict[str, Any]] = {}

@@ -41,7 +41,12 @@ class Composer(Protocol):
     """Runs sub-steps for a workspace (``picoflow._run.compose``; the engine provides it)."""
 
     async def run_steps(
-        self, ws: Workspace, caller: str, requests: Sequence[tuple[Any, Any, Any]], concurrency: int | None
+        self,
+        ws: Workspace,
+        caller: str,
+        requests: Sequence[tuple[Any, Any, Any]],
+        concurrency: int | None,
+        keys: Sequence[Any] | None,
     ) -> list[Any]: ...
 
 
@@ -50,6 +55,9 @@ _NONE_DEFERRED: frozenset[str] = frozenset()
 
 class Workspace:
     """One turn's state on a private copy of ``session``; the runtime of its steps and flow."""
+
+    substep_input: str | None = None
+    """The input of a sub-step run (``SubWorkspace``); the turn itself has none."""
 
     # Slots: the runner reads and writes these a hundred times a turn.
     __slots__ = (
@@ -134,12 +142,16 @@ class Workspace:
         return self.state_for(key)
 
     async def run_steps(
-        self, caller: str, requests: Sequence[tuple[Any, Any, Any]], concurrency: int | None
+        self,
+        caller: str,
+        requests: Sequence[tuple[Any, Any, Any]],
+        concurrency: int | None,
+        keys: Sequence[Any] | None = None,
     ) -> list[Any]:
         """Run sub-steps for step ``caller``: ``(step, input, output)`` requests, answers in order."""
         if self.composer is None:
             raise RuntimeError("sub-steps run only in a turn of a FlowEngine")
-        return await self.composer.run_steps(self, caller, requests, concurrency)
+        return await self.composer.run_steps(self, caller, requests, concurrency, keys)
 
     def messages_of(self, namespace: str) -> Sequence[Message]:
         if self._deferred_erase and namespace in self._deferred_erase:

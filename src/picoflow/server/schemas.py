@@ -332,6 +332,9 @@ class FlowOut(BaseModel):
     terminate: str | None
     steps: list[StepOut]
     transitions: list[TransitionOut]
+    sub_steps: list[TransitionOut] = Field(
+        default_factory=list, description="Steps that run other steps as sub-steps (run_step), and via what."
+    )
     diagram: str = Field(description="URL of the flow's SVG diagram.")
 
     @classmethod
@@ -353,5 +356,6 @@ class FlowOut(BaseModel):
             transitions=[
                 TransitionOut(source=t.source, target=t.target, via=t.via) for t in spec.transitions
             ],
+            sub_steps=[TransitionOut(source=t.source, target=t.target, via=t.via) for t in spec.sub_steps],
             diagram=f"/v1/flows/{spec.name}/diagram.svg",
         )
