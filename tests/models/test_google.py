@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -57,11 +58,23 @@ PICK = OutputSchema(
 )
 
 
+_opened: list[GoogleModel] = []
+
+
+@pytest.fixture(autouse=True)
+async def _close_models() -> AsyncIterator[None]:
+    """Every model a test made lets go of its connections (no unclosed-socket warnings)."""
+    yield
+    while _opened:
+        await _opened.pop().aclose()
+
+
 def make_model(url: str, name: str = "gemini-2.5-flash", **params: Any) -> tuple[GoogleModel, RecordingSleep]:
     sleep = RecordingSleep()
     policy = RetryPolicy(max_retries=params.pop("retries", 3), sleep=sleep, random=fixed_random())
     spec, checked = resolve(ModelSelection("google", name, params))
     model = GoogleModel(name, api_key=API_KEY, base_url=url, params=checked, retry=policy, spec=spec)
+    _opened.append(model)
     return model, sleep
 
 
@@ -330,6 +343,26 @@ async def test_a_stream_refused_before_its_first_chunk_is_retried() -> None:
     assert events[0] == TextDelta("ok")
 
 
+async def test_a_failure_mid_stream_is_a_model_error_without_the_key() -> None:
+    chunks = [
+        gemini_response([text_part("Hel")], finish_reason=None),
+        gemini_error(503, "UNAVAILABLE", f"overloaded while serving {API_KEY}"),
+    ]
+    with gemini_serving([GeminiReply(chunks=chunks)]) as server:
+        model, sleep = make_model(server.url)
+        events: list[object] = []
+
+        async def drain() -> None:
+            async for event in model.request_stream(ask()):
+                events.append(event)
+
+        with pytest.raises(ModelError, match="stream failed: overloaded") as caught:
+            await drain()
+    assert events == [TextDelta("Hel")]
+    assert sleep.delays == []  # part of the answer was already shown: no retry
+    assert API_KEY not in str(caught.value)
+
+
 async def test_rate_limited_then_success_honours_retry_after() -> None:
     replies = [
         GeminiReply(429, gemini_error(429, "RESOURCE_EXHAUSTED", "Quota exceeded"), {"Retry-After": "2"}),
@@ -424,6 +457,7 @@ async def test_the_key_comes_from_either_variable(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("GEMINI_API_KEY", API_KEY)
     with gemini_serving([GeminiReply(body=gemini_response([text_part("ok")]))]) as server:
         model = GoogleModel("gemini-2.5-flash", base_url=server.url)
+        _opened.append(model)
         assert (await model.request(ask())).text == "ok"
         assert API_KEY not in repr(model)
     assert server.received[0].headers["x-goog-api-key"] == API_KEY

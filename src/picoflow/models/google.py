@@ -171,13 +171,16 @@ class _Answer:
         call = part.function_call
         if call is not None:
             call_id = call.id or f"{GENERATED_ID}{uuid.uuid4().hex[:16]}"
-            if (block := _signature(part, call_id)) is not None:
-                self.reasoning.append(block)
             args = dict(call.args or {})
             if call.name == self.output_tool and self.output_tool is not None:
+                # The structured answer becomes the text; so does its signature's place.
+                if (block := _signature(part)) is not None:
+                    self.reasoning.append(block)
                 text = json.dumps(args, ensure_ascii=False)
                 self.text = [text]
                 return [TextDelta(text)]
+            if (block := _signature(part, call_id)) is not None:
+                self.reasoning.append(block)
             index = len(self.calls)
             self.calls.append(ToolCall(call.name or "", args, call_id))
             return [ToolCallDelta(index, call_id, call.name, json.dumps(args, ensure_ascii=False))]
