@@ -74,19 +74,20 @@ def _go_calls(tree: ast.AST, returns: bool) -> Iterator[ast.expr]:
 
 
 def _run_step_calls(tree: ast.AST, returns: bool) -> Iterator[ast.expr]:
+    """The steps of ``run_step(X, ...)`` / ``batch(X, ...)``; in a function that calls
+    ``run_steps``, the first item of every ``(X, input)`` tuple it writes (the requests are often
+    built in a variable first)."""
+    fans_out = False
     for node in ast.walk(tree):
         name = _called(node)
-        if name is None:
-            continue
-        assert isinstance(node, ast.Call)
-        first = node.args[0]
         if name in ("run_step", "batch"):
-            yield first
-        elif name == "run_steps":
-            requests = first.values if isinstance(first, ast.Dict) else getattr(first, "elts", [])
-            for request in requests:
-                if isinstance(request, ast.Tuple) and request.elts:
-                    yield request.elts[0]
+            assert isinstance(node, ast.Call)
+            yield node.args[0]
+        fans_out = fans_out or name == "run_steps"
+    if fans_out:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Tuple) and len(node.elts) in (2, 3):
+                yield node.elts[0]  # only a step class resolves
 
 
 def _resolve(node: ast.expr, fn: Callable[..., Any]) -> str | None:

@@ -112,7 +112,6 @@ class Planner(Step):
                 f"No hotel in {trip.city} is within {usd(trip.max_price or 0)} a night; the cheapest is "
                 f"{usd(cheapest)}. What nightly budget shall I plan with?"
             ).with_state(trip=draft)
-        self.state["trip"] = draft  # what Weather reads (see research.trip_of)
         happening = events_in(trip.city, trip.check_in, trip.check_out, trip.interests)
         hotel_picks, event_picks, forecast = await self.research(trip, bool(happening))
         # Picks name records of the lists code offered (check_response saw to it); a part that
@@ -153,15 +152,13 @@ class Planner(Step):
     ) -> tuple[HotelShortlist | None, EventShortlist | None, Forecast | None]:
         """Hotels, events (when any fall on the dates) and weather, looked into at the same time;
         None for a part that failed."""
-        parts: dict[str, tuple[type[Step], Trip]] = {"hotels": (Hotels, trip)}
+        parts: dict[str, tuple[type[Step], Trip]] = {"hotels": (Hotels, trip), "weather": (Weather, trip)}
         if happening:
             parts["events"] = (Events, trip)
-        parts["weather"] = (Weather, trip)
         try:
-            answers = await self.run_steps(list(parts.values()), concurrency=3)
+            found = await self.run_steps(parts, concurrency=3)
         except SubStepsFailed as failed:
-            answers = failed.answers  # what the other parts found is kept
-        found = dict(zip(parts, answers, strict=True))
+            found = failed.by_key  # what the other parts found is kept
         return found["hotels"], found.get("events"), found["weather"]
 
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, ValidationError
 from picoflow import Direct, LogicStep, Prompt, Reject, Step, direct
 from picoflow.messages import ModelResponse
 from picoflow_demos.travel.listings import DayWeather, Event, Hotel, events_in, hotels_in, weather_on
-from picoflow_demos.travel.trip import Trip, TripDraft
+from picoflow_demos.travel.trip import Trip
 
 HOTELS = Prompt.file("hotels.md")
 EVENTS = Prompt.file("events.md")
@@ -70,22 +70,6 @@ class ItineraryPlan(BaseModel):
     days: list[DayLine]
 
 
-def trip_of(step: Step) -> Trip:
-    """The trip a sub-step was given as its user message.
-
-    A LogicStep run as a sub-step is not shown its input (the runner adds the user message for a
-    model step only), so it reads the trip the Planner keeps in its state, written there before
-    the sub-steps run.
-    """
-    if step.last_user_message is not None:
-        return Trip.model_validate_json(step.last_user_message)
-    kept = step.state_of("Planner").get_as("trip", TripDraft)
-    trip = kept.complete() if kept is not None else None
-    if trip is None:
-        raise LookupError(f"{step.name} was run without a trip")
-    return trip
-
-
 Shortlist = TypeVar("Shortlist", HotelShortlist, EventShortlist)
 
 
@@ -118,10 +102,9 @@ class Hotels(Step):
     """Shortlist hotels for the trip from the hotels code found in its city and budget."""
 
     output = HotelShortlist
-    terminate_tool = False  # it answers the Planner, never the traveller
 
     def options(self) -> list[Hotel]:
-        trip = trip_of(self)
+        trip = self.input_as(Trip)
         return hotels_in(trip.city, trip.max_price)
 
     def prompt(self) -> str:
@@ -135,10 +118,9 @@ class Events(Step):
     """Shortlist the local events of the trip's days that suit the traveller."""
 
     output = EventShortlist
-    terminate_tool = False  # it answers the Planner, never the traveller
 
     def options(self) -> list[Event]:
-        trip = trip_of(self)
+        trip = self.input_as(Trip)
         return events_in(trip.city, trip.check_in, trip.check_out, trip.interests)
 
     def prompt(self) -> str:
@@ -154,7 +136,7 @@ class Weather(LogicStep):
     output = Forecast
 
     def run_logic(self) -> Direct:
-        trip = trip_of(self)
+        trip = self.input_as(Trip)
         return direct(Forecast(days=weather_on(trip.city, trip.days)).model_dump_json())
 
 
@@ -162,7 +144,6 @@ class Itinerary(Step):
     """Write one short line per day of the trip, from what code knows of each day."""
 
     output = ItineraryPlan
-    terminate_tool = False  # it answers the Planner, never the traveller
 
     def prompt(self) -> str:
         return ITINERARY.text
