@@ -8,6 +8,7 @@ import pytest
 
 from picoflow.exceptions import ModelConfigurationError, ModelError, ModelHTTPError
 from picoflow.messages import Message, ModelRequest, OutputSchema, ToolCall
+from picoflow.models.base import ResponseDone
 from picoflow.models.catalog import ModelSelection
 from picoflow.models.openai_responses import OpenAIResponsesModel
 
@@ -318,13 +319,22 @@ async def test_foreign_reasoning_blocks_are_not_sent() -> None:
     ]
 
 
-async def test_chat_only_parameters_are_refused_with_the_alternative() -> None:
-    model = OpenAIResponsesModel("gpt-4.1-mini", api_key=API_KEY, params={"seed": 7, "stop": ["END"]})
-    with pytest.raises(
-        ModelConfigurationError, match=r"no seed, stop; .* 'openai-chat:gpt-4\.1-mini'"
-    ) as caught:
-        await model.request(ask())
-    assert not caught.value.retryable
+async def test_chat_only_parameters_are_left_out_with_a_warning() -> None:
+    events = fr.sse([fr.created(), fr.text_delta(0, "ok"), fr.completed(fr.response([fr.message("ok")]))])
+    with serving([Reply(body=fr.response([fr.message("ok")])), Reply(events=events)]) as server:
+        params = {"seed": 7, "stop": ["END"], "temperature": 0.5}
+        model = OpenAIResponsesModel("gpt-4.1-mini", base_url=server.url, api_key=API_KEY, params=params)
+        response = await model.request(ask())
+        streamed = [event async for event in model.request_stream(ask())][-1]
+    assert isinstance(streamed, ResponseDone)
+    for answer in (response, streamed.response):
+        assert answer.text == "ok"
+        (warning,) = answer.warnings
+        assert warning.code == "unsupported_parameter"
+        assert "no seed, stop; ignored (select 'openai-chat:gpt-4.1-mini'" in warning.message
+    for body in server.bodies:
+        assert "seed" not in body and "stop" not in body
+        assert body["temperature"] == 0.5
 
 
 async def test_missing_api_key_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:

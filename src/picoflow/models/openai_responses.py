@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from picoflow.exceptions import ModelConfigurationError, ModelError
-from picoflow.messages import ModelRequest, ModelResponse
+from picoflow.messages import ModelRequest, ModelResponse, ResponseWarning
 from picoflow.models._responses_wire import (
     StreamCollector,
     cache_key,
@@ -146,8 +146,7 @@ class OpenAIResponsesModel(Model):
 
     def build_kwargs(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments of ``responses.create`` for ``request``."""
-        settings = {**self._params, **{k: v for k, v in request.settings.items() if k not in ADAPTER_KNOBS}}
-        self._refuse_chat_only(settings)
+        settings = self._settings(request)
         reasoning = self.reasoning
         kwargs: dict[str, Any] = {
             "model": self.model,
@@ -192,16 +191,24 @@ class OpenAIResponsesModel(Model):
                 kwargs["extra_body"] = extra
         return kwargs
 
-    def _refuse_chat_only(self, settings: Mapping[str, Any]) -> None:
-        # Raised per request rather than at construction: the engine creates models lazily, and a
-        # ModelError fails the turn cleanly (or hands it to the next model of a FallbackModel).
-        refused = sorted(key for key in _NOT_IN_RESPONSES if settings.get(key) is not None)
-        if refused and not self.compatible:
-            raise ModelConfigurationError(
-                f"{self.name}: the OpenAI Responses API has no {', '.join(refused)}; remove it or "
-                f"select 'openai-chat:{self.model}' (Chat Completions)",
-                provider=self.name,
+    def _settings(self, request: ModelRequest) -> dict[str, Any]:
+        return {**self._params, **{k: v for k, v in request.settings.items() if k not in ADAPTER_KNOBS}}
+
+    def _noted(self, response: ModelResponse, request: ModelRequest) -> ModelResponse:
+        """``response`` with a warning when the selection holds Chat Completions-only parameters.
+
+        They are left out of the request (the API would refuse it) rather than failing every turn of a
+        flow that used them with the Chat Completions adapter; the warning says how to keep them.
+        """
+        settings = self._settings(request)
+        ignored = [key for key in _NOT_IN_RESPONSES if settings.get(key) is not None]
+        if ignored and not self.compatible:
+            note = (
+                f"{self.name}: the Responses API has no {', '.join(ignored)}; ignored "
+                f"(select 'openai-chat:{self.model}' to use Chat Completions)"
             )
+            response.warnings.append(ResponseWarning("unsupported_parameter", note))
+        return response
 
     @property
     def key_variable(self) -> str:
@@ -229,7 +236,7 @@ class OpenAIResponsesModel(Model):
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         response = await self._create(self.build_kwargs(request))
-        return parse_response(response, self.name, self._secrets())
+        return self._noted(parse_response(response, self.name, self._secrets()), request)
 
     async def request_stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         kwargs = self.build_kwargs(request)
@@ -241,7 +248,7 @@ class OpenAIResponsesModel(Model):
         )
         async for event in relayed:
             yield event
-        yield ResponseDone(collected.response())
+        yield ResponseDone(self._noted(collected.response(), request))
 
     async def aclose(self) -> None:
         if self._client is not None:
