@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from picoflow import Flow, FlowEngine, Step, tool
-from picoflow.exceptions import ModelError, ModelHTTPError, ModelMisbehaved
+from picoflow.exceptions import ModelConfigurationError, ModelError, ModelHTTPError, ModelMisbehaved
 from picoflow.messages import Message, ModelRequest, OutputSchema, ToolCall, ToolDefinition
 from picoflow.models._retry import RetryPolicy
 from picoflow.models.base import ResponseDone, TextDelta, ToolCallDelta
@@ -400,17 +400,37 @@ async def test_invalid_argument_is_misbehaviour_and_not_retried() -> None:
     assert sleep.delays == []
 
 
-async def test_a_refused_key_is_not_retried_and_never_shown() -> None:
+async def test_a_refused_key_is_a_configuration_error_never_retried_nor_shown() -> None:
     echo = gemini_error(403, "PERMISSION_DENIED", f"API key {API_KEY} is not allowed to use this model")
     with gemini_serving([GeminiReply(403, echo)]) as server:
         model, sleep = make_model(server.url)
-        with pytest.raises(ModelHTTPError) as caught:
+        with pytest.raises(ModelConfigurationError) as caught:
             await model.request(ask())
     assert caught.value.status_code == 403
-    assert not isinstance(caught.value, ModelMisbehaved)
+    assert not caught.value.retryable
     assert sleep.delays == []
     assert API_KEY not in str(caught.value)
     assert "[redacted]" in str(caught.value)
+    assert str(caught.value).endswith(
+        "Set GOOGLE_API_KEY (or GEMINI_API_KEY) to a key allowed to use this model"
+    )
+
+
+async def test_an_invalid_key_and_an_unknown_model_are_configuration_errors() -> None:
+    invalid = gemini_error(400, "INVALID_ARGUMENT", "API key not valid. Please pass a valid API key.")
+    invalid["error"]["details"] = [
+        {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID"}
+    ]
+    missing = gemini_error(404, "NOT_FOUND", "models/gemini-2.5-flash is not found for API version v1")
+    with gemini_serving([GeminiReply(400, invalid), GeminiReply(404, missing)]) as server:
+        model, sleep = make_model(server.url)
+        with pytest.raises(ModelConfigurationError, match="GOOGLE_API_KEY") as bad_key:
+            await model.request(ask())
+        with pytest.raises(ModelConfigurationError, match="is a model of the Gemini API") as unknown:
+            await model.request(ask())
+    assert (bad_key.value.status_code, unknown.value.status_code) == (400, 404)
+    assert len(server.received) == 2
+    assert sleep.delays == []
 
 
 async def test_timeout_is_retried_then_reported() -> None:
@@ -452,7 +472,7 @@ async def test_the_key_comes_from_either_variable(monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
     monkeypatch.delenv("GEMINI_API_KEY", raising=False)
     bare = GoogleModel("gemini-2.5-flash", base_url="http://127.0.0.1:9")
-    with pytest.raises(ModelError, match="GOOGLE_API_KEY"):
+    with pytest.raises(ModelConfigurationError, match="GOOGLE_API_KEY"):
         await bare.request(ask())
     monkeypatch.setenv("GEMINI_API_KEY", API_KEY)
     with gemini_serving([GeminiReply(body=gemini_response([text_part("ok")]))]) as server:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from picoflow.exceptions import ModelError
+from picoflow.exceptions import ModelConfigurationError
 from picoflow.messages import ModelRequest, ModelResponse
 from picoflow.models.base import Model
 
@@ -83,7 +83,7 @@ def preset_arguments(
 
 class UnconfiguredModel(Model):
     """Stands in for a preset model whose key variable is unset: every request fails with a
-    ``ModelError`` naming the variable (so a ``FallbackModel`` moves on to its next member)."""
+    ``ModelConfigurationError`` naming the variable (so a ``FallbackModel`` moves on to its next member)."""
 
     def __init__(self, name: str, key_env: str) -> None:
         self.name = name
@@ -94,4 +94,6 @@ class UnconfiguredModel(Model):
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         # Streaming goes through here too (``Model.request_stream``'s default).
-        raise ModelError(f"{self.name}: set the {self.key_env} environment variable")
+        raise ModelConfigurationError(
+            f"{self.name}: set the {self.key_env} environment variable", provider=self.name
+        )

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from picoflow.exceptions import ModelError, ModelHTTPError, ModelMisbehaved
+from picoflow.exceptions import ModelConfigurationError, ModelError
 from picoflow.messages import ModelRequest, ModelResponse, ResponseWarning, ToolCall, ToolDefinition
 from picoflow.models._gemini_wire import GENERATED_ID, SIGNATURE, inline_refs, to_gemini_contents
 from picoflow.models._retry import (
@@ -56,22 +56,40 @@ def _sdk() -> Any:
     return genai
 
 
-def _classify(exc: BaseException) -> Failure | None:
+def _classify(exc: BaseException, *, model: str = "") -> Failure | None:
+    """What a failed call says, read from the API's answer (see ``Failure.kind``)."""
     genai = _sdk()
     if isinstance(exc, genai.errors.APIError):
         response = getattr(exc, "response", None)
         headers = getattr(response, "headers", None)
-        return Failure(
-            str(exc.message or exc.status or "request refused"),
-            status_code=exc.code or None,
-            retry_after=parse_retry_after(dict(headers) if headers is not None else None),
-        )
+        message = str(exc.message or exc.status or "request refused")
+        status = exc.code or None
+        if status in (401, 403) or (status == 400 and _is_key_problem(exc)):
+            return Failure(message, status, kind="configuration", advice=_KEY_ADVICE)
+        if status == 404:
+            advice = f"Check that {model!r} is a model of the Gemini API"
+            return Failure(message, status, kind="configuration", advice=advice)
+        if status == 400 and exc.status == "FAILED_PRECONDITION":
+            return Failure(message, status, kind="configuration")  # billing, region
+        if status == 400:
+            # INVALID_ARGUMENT: the same request would be refused again; the exchange is unusable.
+            return Failure(message, status, kind="misbehaviour")
+        retry_after = parse_retry_after(dict(headers) if headers is not None else None)
+        return Failure(message, status, retry_after=retry_after)
     timeouts, transport = _transport_errors()
     if isinstance(exc, timeouts):
         return Failure("request timed out", timed_out=True)
     if isinstance(exc, transport):
         return Failure(str(exc) or "connection error")
     return None
+
+
+_KEY_ADVICE = "Set GOOGLE_API_KEY (or GEMINI_API_KEY) to a key allowed to use this model"
+
+
+def _is_key_problem(exc: Any) -> bool:
+    # The Gemini API answers an invalid key with 400 INVALID_ARGUMENT and reason API_KEY_INVALID.
+    return "API_KEY_INVALID" in json.dumps(exc.details, default=str) or "API key" in str(exc.message)
 
 
 @functools.cache
@@ -266,8 +284,9 @@ class GoogleModel(Model):
                 (value for name in KEY_VARIABLES if (value := os.environ.get(name))), None
             )
             if not key:
-                raise ModelError(
-                    f"{self.name}: set the GOOGLE_API_KEY (or GEMINI_API_KEY) environment variable"
+                raise ModelConfigurationError(
+                    f"{self.name}: set the GOOGLE_API_KEY (or GEMINI_API_KEY) environment variable",
+                    provider=self.name,
                 )
             genai = _sdk()
             options: dict[str, Any] = {"timeout": int(self._timeout * 1000)}
@@ -327,15 +346,13 @@ class GoogleModel(Model):
         return config
 
     async def _attempt(self, call: Any) -> Any:
-        try:
-            return await call_with_retries(
-                call, provider=self.name, classify=_classify, policy=self.retry, secrets=self._secrets()
-            )
-        except ModelHTTPError as error:
-            if error.status_code == 400:
-                # INVALID_ARGUMENT: asking again would send the same request; the answer is unusable.
-                raise ModelMisbehaved(str(error)) from error
-            raise
+        return await call_with_retries(
+            call,
+            provider=self.name,
+            classify=functools.partial(_classify, model=self.model),
+            policy=self.retry,
+            secrets=self._secrets(),
+        )
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         client = self.client()
@@ -371,7 +388,7 @@ class GoogleModel(Model):
                 for event in answer.feed(chunk):
                     yield event
         except Exception as exc:
-            failure = _classify(exc)
+            failure = _classify(exc, model=self.model)
             if failure is None:
                 raise
             message = redact(failure.message, self._secrets())
