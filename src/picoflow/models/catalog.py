@@ -121,7 +121,8 @@ class ModelSelection:
     params: Mapping[str, Any] = field(default_factory=dict)
     """Provider parameters (temperature, reasoning_effort, max_tokens, timeout, ...)."""
     base_url: str | None = None
-    """Server URL for ``openai-compatible`` (Ollama, vLLM, llama.cpp server, LM Studio)."""
+    """Server URL for ``openai-compatible`` (Ollama, vLLM, llama.cpp server, LM Studio); for ``openai``
+    and the presets, a different endpoint than their default (a proxy, a remote Ollama)."""
 
     def __post_init__(self) -> None:
         provider = self.provider.strip().lower()
