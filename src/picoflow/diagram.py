@@ -233,7 +233,10 @@ def _edge_svg(
         f'<path d="{path}" fill="none" stroke="{color}" stroke-width="1.4"{dash} '
         f'marker-end="url(#{marker})"/>',
     ]
-    if label:
+    if label and edge.runs:
+        # Fan-outs put several such edges side by side: their labels would overlap, so they hover.
+        out.append(f"<title>{escape(label)}</title>")
+    elif label:
         out.append(
             f'<text x="{label_x:.1f}" y="{label_y:.1f}" text-anchor="{anchor}" font-size="11" '
             f'fill="{_COLORS["label"]}">{escape(label)}</text>'
