@@ -167,20 +167,55 @@ async def test_an_unreachable_server_stays_retryable() -> None:
     assert len(sleep.delays) == 3
 
 
-async def test_output_beside_tools_is_asked_for_in_the_prompt_not_response_format() -> None:
-    with serving([Reply(body=openai_completion('{"total": 42}'))]) as server:
+async def test_output_beside_tools_is_asked_for_as_json_once_the_model_answers() -> None:
+    replies = [
+        Reply(body=openai_completion("The total is 42.")),
+        Reply(body=openai_completion('{"total": 42}')),
+    ]
+    with serving(replies) as server:
         model, _ = compatible(server.url)
         response = await model.request(ask(tools=[ADD], output=SUM))
-    body = server.bodies[0]
-    assert "response_format" not in body
-    assert [tool["function"]["name"] for tool in body["tools"]] == ["add"]
-    system = body["messages"][0]
-    assert system["role"] == "system" and system["content"].startswith(
-        "Be brief.\n\nWhen you give your final"
-    )
-    assert json.dumps(SUM.schema, separators=(",", ":")) in system["content"]
-    assert "(The result)" in system["content"]
+    first, second = server.bodies
+    assert "response_format" not in first
+    assert [tool["function"]["name"] for tool in first["tools"]] == ["add"]
+    assert first["messages"][0] == {"role": "system", "content": "Be brief."}
+    assert "tools" not in second
+    assert second["response_format"]["json_schema"]["name"] == "sum"
+    assert second["messages"][-2:] == [
+        {"role": "assistant", "content": "The total is 42."},
+        {
+            "role": "user",
+            "content": "Now give that final answer (The result) as one JSON object matching the required "
+            "schema, and nothing else.",
+        },
+    ]
     assert response.text == '{"total": 42}' and response.tool_calls == []
+    assert (response.usage.model_calls, response.usage.input_tokens) == (2, 20)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [openai_completion('{"total": 42}'), openai_completion(None, [("call_1", "add", '{"a": 17, "b": 25}')])],
+)
+async def test_a_json_answer_or_a_call_beside_output_takes_one_request(reply: dict[str, Any]) -> None:
+    with serving([Reply(body=reply)]) as server:
+        model, _ = compatible(server.url)
+        response = await model.request(ask(tools=[ADD], output=SUM))
+    assert len(server.received) == 1
+    assert response.text == '{"total": 42}' or [c.name for c in response.tool_calls] == ["add"]
+
+
+async def test_a_streamed_request_with_output_beside_tools_streams_no_prose() -> None:
+    replies = [
+        Reply(body=openai_completion("The total is 42.")),
+        Reply(body=openai_completion('{"total": 42}')),
+    ]
+    with serving(replies) as server:
+        model, _ = compatible(server.url)
+        events = [event async for event in model.request_stream(ask(tools=[ADD], output=SUM))]
+    assert len(events) == 1
+    done = events[0]
+    assert isinstance(done, ResponseDone) and done.response.text == '{"total": 42}'
 
 
 async def test_output_alone_and_openai_itself_keep_response_format() -> None:

@@ -12,9 +12,10 @@ What real compatible servers and small models do is handled here too:
   configuration error, tried once; a server that could not parse the model's output reports a
   misbehaving model, not an outage retried with the same request;
 * a request with tools and a structured ``output`` does not send ``response_format`` to a
-  compatible server: a server's schema grammar then wins over the tools and they are never called.
-  The schema is given in the system prompt instead, and the runner checks the final answer
-  against it (asking again with the validation error when it does not match).
+  compatible server: its schema grammar would win over the tools, which would never be called.
+  The request goes with the tools alone; once the model answers instead of calling one, that
+  answer is asked for once more as JSON, with ``response_format`` and no tools, so the final
+  answer still comes schema-shaped (two model calls for it, both counted in the usage).
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ import json
 import os
 import re
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from picoflow.exceptions import ModelConfigurationError, ModelError
-from picoflow.messages import Message, ModelRequest, ModelResponse, OutputSchema, ToolCall, ToolDefinition
+from picoflow.messages import Message, ModelRequest, ModelResponse, ToolCall, ToolDefinition
 from picoflow.models._retry import (
     ADAPTER_KNOBS,
     Failure,
@@ -130,22 +132,32 @@ def openai_tool(tool: ToolDefinition) -> dict[str, Any]:
     return {"type": "function", "function": function}
 
 
-def final_answer_note(output: OutputSchema) -> str:
-    """The structured answer's schema in words, for a request that cannot ask for it natively."""
-    described = f" ({output.description.strip()})" if output.description.strip() else ""
-    schema = json.dumps(output.schema, ensure_ascii=False, separators=(",", ":"))
-    return (
-        f"When you give your final answer{described} rather than calling a tool, answer with one JSON "
-        f"object matching this JSON schema, and nothing else: {schema}"
+def as_json_request(request: ModelRequest, draft: str) -> ModelRequest:
+    """``request`` asking for ``draft``, the model's final answer, again as the structured output
+    (no tools, so that ``response_format`` can be sent)."""
+    assert request.output is not None
+    described = f" ({request.output.description.strip()})" if request.output.description.strip() else ""
+    ask = Message.user(
+        f"Now give that final answer{described} as one JSON object matching the required schema, "
+        "and nothing else.",
+        kind="correction",
     )
+    messages = [*request.messages, Message.assistant(draft), ask]
+    return replace(request, messages=messages, tools=())
 
 
-def to_openai_messages(request: ModelRequest, *, note: str = "") -> list[dict[str, Any]]:
-    """The request's system prompt (``note`` added) and memory in Chat Completions form."""
+def _is_json_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
+
+
+def to_openai_messages(request: ModelRequest) -> list[dict[str, Any]]:
+    """The request's system prompt and memory in Chat Completions form."""
     messages: list[dict[str, Any]] = []
-    system = "\n\n".join(part for part in (request.system, note) if part)
-    if system:
-        messages.append({"role": "system", "content": system})
+    if request.system:
+        messages.append({"role": "system", "content": request.system})
     for message in request.messages:
         messages.append(_to_openai_message(message))
     return messages
@@ -256,6 +268,15 @@ class OpenAIModel(Model):
         compatible server, whose schema grammar would keep the model from ever calling them."""
         return request.output is not None and not (request.tools and self.compatible)
 
+    def _wants_json_again(self, request: ModelRequest, response: ModelResponse) -> bool:
+        # The model answered a tools-only request with prose: ask for it as the structured output.
+        return (
+            request.output is not None
+            and not self.native_output(request)
+            and not response.tool_calls
+            and not _is_json_object(response.text.strip())
+        )
+
     def client(self) -> AsyncOpenAI:
         """The SDK client for the running event loop (its connection pool is bound to one loop)."""
         loop = asyncio.get_running_loop()
@@ -274,14 +295,12 @@ class OpenAIModel(Model):
     def build_kwargs(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments of ``chat.completions.create`` for ``request``."""
         settings = {**self._params, **{k: v for k, v in request.settings.items() if k not in ADAPTER_KNOBS}}
-        native = self.native_output(request)
-        note = final_answer_note(request.output) if request.output is not None and not native else ""
-        kwargs: dict[str, Any] = {"model": self.model, "messages": to_openai_messages(request, note=note)}
+        kwargs: dict[str, Any] = {"model": self.model, "messages": to_openai_messages(request)}
         if request.tools:
             kwargs["tools"] = [openai_tool(tool) for tool in request.tools]
             if settings.get("parallel_tool_calls") is not None:
                 kwargs["parallel_tool_calls"] = settings["parallel_tool_calls"]
-        if request.output is not None and native:
+        if request.output is not None and self.native_output(request):
             json_schema: dict[str, Any] = {
                 "name": _schema_name(request.output.name),
                 "schema": dict(request.output.schema),
@@ -313,6 +332,15 @@ class OpenAIModel(Model):
         )
 
     async def request(self, request: ModelRequest) -> ModelResponse:
+        response = await self._request_once(request)
+        if not self._wants_json_again(request, response):
+            return response
+        final = await self._request_once(as_json_request(request, response.text))
+        final.usage = response.usage + final.usage
+        final.warnings[:0] = response.warnings
+        return final
+
+    async def _request_once(self, request: ModelRequest) -> ModelResponse:
         completion: ChatCompletion = await self._create(self.build_kwargs(request))
         if not completion.choices:
             raise ModelError(f"{self.name} returned no choices")
@@ -336,6 +364,13 @@ class OpenAIModel(Model):
         return response
 
     async def request_stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        if request.output is not None and not self.native_output(request):
+            # The answer may take two calls, and the first one's prose is not the answer: stream none.
+            response = await self.request(request)
+            for index, call in enumerate(response.tool_calls):
+                yield ToolCallDelta(index, call.id, call.name, call.args_json())
+            yield ResponseDone(response)
+            return
         kwargs = self.build_kwargs(request)
         kwargs["stream"] = True
         kwargs["stream_options"] = {"include_usage": True}
