@@ -102,8 +102,12 @@ def classify(exc: BaseException, *, model: str, key_variable: str) -> Failure | 
     if status == 404:
         advice = f"Check that the server at this base URL serves the model {model!r}"
         return Failure(message, status, kind="configuration", advice=advice)
-    if status in _FORMAT_STATUSES and _FORMAT_COMPLAINT.search(message):
-        return Failure(message, status, kind="misbehaviour")
+    complaint = _FORMAT_COMPLAINT.search(message) if status in _FORMAT_STATUSES else None
+    if complaint is not None:
+        # What follows a colon is the model's raw output (Ollama's "raw='...'"): it may quote the user.
+        cut = message.find(":", complaint.end())
+        said = message if cut < 0 else message[:cut]
+        return Failure(said, status, kind="misbehaviour")
     return Failure(message, status, retry_after=parse_retry_after(dict(exc.response.headers)))
 
 
