@@ -433,9 +433,19 @@ def test_openai_chat_is_the_chat_completions_adapter_with_the_openai_catalog() -
     assert kwargs["max_completion_tokens"] == 77 and "max_tokens" not in kwargs
 
 
-def test_openai_stays_on_the_existing_adapter() -> None:
-    assert ADAPTERS["openai"] == "picoflow.models.openai:OpenAIModel"
-    assert isinstance(create_model(ModelSelection.parse("openai:gpt-4.1", max_tokens=78)), OpenAIModel)
+def test_openai_speaks_the_responses_api_and_refuses_chat_only_parameters() -> None:
+    from picoflow.models.openai_responses import OpenAIResponsesModel
+
+    assert ADAPTERS["openai"] == "picoflow.models.openai_responses:OpenAIResponsesModel"
+    model = create_model(ModelSelection.parse("openai:gpt-4.1", max_tokens=78))
+    assert isinstance(model, OpenAIResponsesModel) and model.name == "openai:gpt-4.1"
+    for param, value in [("seed", 7), ("stop", "END"), ("frequency_penalty", 0.5), ("presence_penalty", 0.5)]:
+        message = refused(ModelSelection.parse("openai:gpt-4.1", **{param: value}))
+        assert f"{param} exists only in Chat Completions" in message
+        assert "select 'openai-chat:gpt-4.1' to keep it" in message
+        assert isinstance(
+            create_model(ModelSelection.parse("openai-chat:gpt-4.1", **{param: value})), OpenAIModel
+        )
 
 
 def fake_url(received_from: str) -> str:

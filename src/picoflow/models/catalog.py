@@ -57,10 +57,11 @@ __all__ = [
     "validate_selection",
 ]
 
-#: provider -> "module:Class" of its adapter. OpenAI-compatible servers use the Chat Completions adapter;
+#: provider -> "module:Class" of its adapter. ``openai:`` speaks the Responses API (reasoning kept across
+#: tool calls); ``openai-chat:`` and OpenAI-compatible servers use the Chat Completions adapter;
 #: the presets among them (deepseek, ollama, openrouter, openai-chat) bring their URL and key variable.
 ADAPTERS: dict[str, str] = {
-    "openai": "picoflow.models.openai:OpenAIModel",
+    "openai": "picoflow.models.openai_responses:OpenAIResponsesModel",
     "openai-chat": CHAT_COMPLETIONS,
     "openai-compatible": CHAT_COMPLETIONS,
     "deepseek": CHAT_COMPLETIONS,
@@ -70,6 +71,8 @@ ADAPTERS: dict[str, str] = {
     "google": "picoflow.models.google:GoogleModel",
     "local": "picoflow.models.local:LocalModel",
 }
+#: Chat Completions parameters the Responses API has no counterpart for.
+CHAT_ONLY = ("seed", "stop", "frequency_penalty", "presence_penalty")
 #: Providers whose models are another provider's catalog entries.
 _SAME_MODELS = {"openai-chat": "openai"}
 #: Providers whose selections may name a server (``provider:name@http://host/v1``).
@@ -276,6 +279,11 @@ def resolve(selection: ModelSelection) -> tuple[ModelSpec, dict[str, Any]]:
     for param in selection.params:
         if param in spec.refused:
             raise FlowDefinitionError(spec.refused[param])
+        if selection.provider == "openai" and param in CHAT_ONLY:
+            raise FlowDefinitionError(
+                f"model {selection}: {param} exists only in Chat Completions, not in the Responses API "
+                f"that openai: selections use; select 'openai-chat:{selection.name}' to keep it"
+            )
     try:
         params = normalized_params(spec, selection.params)
     except ValidationError as error:
