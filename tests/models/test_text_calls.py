@@ -49,11 +49,16 @@ def test_several_calls_tagged_or_listed_are_all_found() -> None:
         '{"answer": 42}',
         "[1, 2, 3]",
         "Use {braces} freely.",
-        '{"name": "add", "arguments": ',  # cut short: nothing to run
+        '{"name": "Ada", "born": ',
     ],
 )
 def test_answers_are_not_calls(text: str) -> None:
     assert calls_in_text(text, OFFERED) == []
+
+
+def test_a_call_cut_short_is_still_a_call_with_unreadable_arguments() -> None:
+    text = '<tool_call>\n{"name": "add", "arguments": {"a": 17, "b":'
+    assert calls_in_text(text, OFFERED) == [("add", text)]
 
 
 def test_an_unknown_tool_is_still_a_call_so_the_model_is_corrected() -> None:

@@ -27,6 +27,9 @@ ARGS_KEYS = ("arguments", "args", "parameters", "input")
 _WRAPPER_KEYS = frozenset({*NAME_KEYS, *ARGS_KEYS, "id", "type"})
 _HELD_MARKERS = ("```", "<tool_call>")
 _LIST_OF_OBJECTS = re.compile(r"\[\s*(?:\{|$)")
+_CUT_CALL = re.compile(
+    r'\s*(?:<tool_call>|```(?:json|JSON)?)?\s*\{\s*"(?:name|tool)"\s*:\s*"(?P<name>[^"]+)"\s*,\s*"(?:arguments|args)"'
+)
 
 Arguments = Mapping[str, Any] | str
 """A call's arguments: the decoded object, or the text when it is not a JSON object."""
@@ -131,6 +134,9 @@ def calls_in_text(
     offered may be that answer, so it is left alone.
     """
     calls = [call for value in _json_values(text) for call in _calls_of(value, offered)]
+    if not calls and (cut := _CUT_CALL.match(text)) is not None:
+        # A call cut short (or not JSON): the runner tells the model its arguments are unreadable.
+        calls = [(cut["name"], text.strip())]
     if structured and any(name not in offered for name, _ in calls):
         return []
     return calls
