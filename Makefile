@@ -29,6 +29,7 @@ run: install
 ## The whole test suite (starts PostgreSQL and installs Chromium for the browser test when needed).
 test: install
 	@bash scripts/test-services.sh
+	@$(PY) -m picoflow.models.local >/dev/null  # the embedded model's weights (fetched once, then cached)
 	$(PY) -m pytest
 
 lint: install

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from picoflow import Flow, FlowEngine, Step, direct, go, retry_with, stay
+from picoflow import Flow, FlowEngine, Step, direct, go, retry_with, stay, tool
 from picoflow.exceptions import AttemptsExhausted, ModelHTTPError, RunError
 from picoflow.messages import ModelRequest
 from picoflow.models import FallbackModel, FunctionModel, ScriptedModel
@@ -180,3 +180,48 @@ async def test_a_fallback_model_takes_over_from_a_member_that_keeps_misbehaving(
     strict = FallbackModel(ScriptedModel(["three", "about three"]), ScriptedModel(['{"value": 3}']))
     failed = await FlowEngine([PlainFlow], model=strict).run("plain", "how many?")
     assert failed.error is not None and failed.error.kind == "attempts_exhausted"
+
+
+class Adder(Step):
+    """Add numbers with the tool, then tell the user the result."""
+
+    @tool
+    def add(self, a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+
+class Adding(Flow):
+    name = "adding"
+    steps = [Adder]
+
+
+async def test_an_unreadable_answer_is_a_failed_attempt_asked_again_with_a_correction() -> None:
+    from picoflow.exceptions import ModelMisbehaved
+
+    answers = iter([ModelMisbehaved("server could not parse the model's output"), "42."])
+
+    def answer(request: ModelRequest) -> Any:
+        item = next(answers)
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    model = FunctionModel(answer)
+    result = await FlowEngine([Adding], model=model).run("adding", "17 + 25?")
+    assert result.ok and result.message == "42."
+    assert result.warnings == ("the model's answer could not be read; it was asked again",)
+    assert model.requests[1].messages[-1].content.startswith("Your last answer could not be read.")
+
+
+async def test_a_tool_call_written_as_text_is_read_as_a_call_by_every_adapter() -> None:
+    written = '<tool_call>{"name": "add", "arguments": {"a": 17, "b": 25}}</tool_call>'
+    model = ScriptedModel([written, "The sum is 42."], name="plain:model")
+    engine = FlowEngine([Adding], model=model)
+    result = await engine.run("adding", "17 + 25?")
+    assert result.ok and result.message == "The sum is 42."
+    assert result.warnings == ("plain:model wrote its tool call (add) as text; it was read as a call",)
+    lines = await transcript_lines(engine, result.session_id or "")
+    assert lines[1].startswith('Adder | assistant: -> add({"a": 17, "b": 25}) #')
+    assert lines[2].endswith(": 42")
+    assert "tool_call" not in result.message

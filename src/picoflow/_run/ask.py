@@ -21,6 +21,7 @@ from picoflow._window import Fitting, fits_at_a_glance, limits_for, shown
 from picoflow.exceptions import AttemptsExhausted, HookFailure, ModelError, ModelMisbehaved, RunError
 from picoflow.flow import StepSpec
 from picoflow.messages import Message, ModelRequest, ModelResponse, ToolCall, ToolDefinition
+from picoflow.models._text_calls import recover_tool_calls
 from picoflow.models.base import Model, ResponseDone, TextDelta
 from picoflow.outcomes import Reject
 from picoflow.step import Step
@@ -32,6 +33,10 @@ VETOED = "The response did not pass this step's check. Answer again."
 """The reason given when ``check_response`` vetoes with ``True`` (PicoFlow's way) instead of ``Reject``."""
 
 NUDGE = "Your last response was empty. Answer the user, or call one of the available tools."
+UNREADABLE = (
+    "Your last answer could not be read. Answer again: either call one of the available tools with "
+    "JSON arguments, or reply in plain text."
+)
 
 
 def tools_for(step: Step, spec: StepSpec) -> Sequence[ToolDefinition]:
@@ -133,6 +138,15 @@ async def ask(
             # Whatever escapes the model becomes an outage or a misbehaviour.
             error = _classified(exc, model, spec.name)
             observer.model_failed(spec.name, error)
+            if type(exc) is ModelMisbehaved:
+                # The provider could not read what the model wrote (a broken call, a format it
+                # refused): a failed attempt, asked again with a correction — not the same request.
+                ws.warn(
+                    "model_misbehaved", "the model's answer could not be read; it was asked again", spec.name
+                )
+                problems.append("unreadable answer")
+                extra.append(Message.user(UNREADABLE, kind="correction"))
+                continue
             if error is exc:
                 raise
             raise error from exc
@@ -140,6 +154,8 @@ async def ask(
         usage.add(response.usage)
         answered = response.answered_by = response.answered_by or model.name
         models[spec.name] = answered
+        if request.tools and not response.tool_calls and "{" in response.text:
+            recover_tool_calls(response, request, model=answered)  # a call written as text, read as one
         if response.warnings:
             for warning in response.warnings:
                 ws.warn(warning.code, warning.message, spec.name)
