@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from picoflow.exceptions import FlowDefinitionError, ModelError
+from picoflow.exceptions import FlowDefinitionError, ModelConfigurationError, ModelError
 from picoflow.messages import Message, ModelRequest
 from picoflow.models import local
 from picoflow.models._specs import BUILTIN_SPECS, AnthropicParams, ModelSpec
@@ -533,3 +533,49 @@ def test_no_preset_key_in_public_dict_or_repr(monkeypatch: pytest.MonkeyPatch) -
         assert set(selection.public_dict()) == {"provider", "name", "params", "base_url"}
         for shown in (str(selection.public_dict()), repr(selection), repr(model), model.name):
             assert SECRET not in shown
+
+
+async def test_vllm_and_llamacpp_presets_take_their_own_sampling_parameters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_COMPATIBLE_API_KEY", SECRET)
+    for selection, extra in (
+        (
+            ModelSelection.parse("vllm:Qwen/Qwen2.5-7B-Instruct", top_k=20, min_p=0.05, seed=3),
+            {"top_k": 20, "min_p": 0.05},
+        ),
+        (
+            ModelSelection.parse("llamacpp:qwen2.5", repeat_penalty=1.1, cache_prompt=True, seed=3),
+            {"repeat_penalty": 1.1, "cache_prompt": True},
+        ),
+    ):
+        with serving([Reply(body=openai_completion("ok"))]) as server:
+            monkeypatch.setenv(f"{selection.provider.upper()}_BASE_URL", fake_url(server.url))
+            model = create_model(selection)
+            response = await model.request(ModelRequest(system="s", messages=[Message.user("hi")]))
+            await model.aclose()
+        assert response.text == "ok"
+        received = server.received[0]
+        assert received.headers["authorization"] == "Bearer not-needed"  # never another service's key
+        assert received.body["seed"] == 3
+        assert {key: received.body[key] for key in extra} == extra
+    assert "repeat_penalty" in refused(ModelSelection.parse("vllm:m", repeat_penalty=1.1))
+    assert "less than or equal to 2" in refused(ModelSelection.parse("llamacpp:m", repeat_penalty=3))
+    monkeypatch.delenv("VLLM_BASE_URL")
+    model = create_model(as_selection("vllm:m"))
+    assert isinstance(model, OpenAIModel) and model._base_url == "http://localhost:8000/v1"
+
+
+async def test_a_refused_preset_key_names_its_own_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    deepseek_key = "sk-deepseek-wrong-0123456789"
+    monkeypatch.setenv("DEEPSEEK_API_KEY", deepseek_key)
+    refusal = Reply(401, {"error": {"message": "Authentication Fails, Your api key is invalid"}})
+    with serving([refusal]) as server:
+        monkeypatch.setenv("DEEPSEEK_BASE_URL", fake_url(server.url))
+        model = create_model(as_selection("deepseek:deepseek-chat"))
+        with pytest.raises(ModelConfigurationError) as raised:
+            await model.request(ModelRequest(system="s", messages=[Message.user("hi")]))
+        await model.aclose()
+    assert len(server.received) == 1  # not retried
+    assert "DEEPSEEK_API_KEY" in str(raised.value) and "OPENAI_COMPATIBLE_API_KEY" not in str(raised.value)
+    assert deepseek_key not in str(raised.value)

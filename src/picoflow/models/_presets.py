@@ -1,5 +1,5 @@
 """Providers that are the Chat Completions adapter at another address: DeepSeek, Ollama, OpenRouter,
-and ``openai-chat`` (OpenAI itself through Chat Completions).
+vLLM and llama.cpp servers, and ``openai-chat`` (OpenAI itself through Chat Completions).
 
 Each preset knows its default base URL, the environment variable that may move it, and the variable
 its key comes from. The key is read when the adapter is created and handed to it, so a key meant for
@@ -41,6 +41,8 @@ PRESETS: Mapping[str, Preset] = {
         base_url="https://api.deepseek.com/v1", base_url_env="DEEPSEEK_BASE_URL", key_env="DEEPSEEK_API_KEY"
     ),
     "ollama": Preset(base_url="http://localhost:11434/v1", base_url_env="OLLAMA_BASE_URL"),
+    "vllm": Preset(base_url="http://localhost:8000/v1", base_url_env="VLLM_BASE_URL"),
+    "llamacpp": Preset(base_url="http://localhost:8080/v1", base_url_env="LLAMACPP_BASE_URL"),
     "openrouter": Preset(
         base_url="https://openrouter.ai/api/v1",
         base_url_env="OPENROUTER_BASE_URL",
@@ -75,6 +77,7 @@ def preset_arguments(
         if not key:
             return None
         arguments["api_key"] = key
+        arguments["key_variable"] = preset.key_env  # what a refusal of the key tells the operator to set
     elif preset.adapter_provider is None:
         # A keyless local server: say so, rather than let the adapter send OPENAI_COMPATIBLE_API_KEY.
         arguments["api_key"] = "not-needed"

@@ -17,7 +17,7 @@ LOCAL_MODEL_NAME = "qwen2.5-coder-1.5b-instruct-q4_k_m"
 DEFAULT_OPENAI_MODEL = "gpt-4.1-mini"
 DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-6"
 #: Providers that serve any model name (no catalog entries): OpenAI-compatible presets.
-OPEN_PROVIDERS = ("ollama", "openrouter")
+OPEN_PROVIDERS = ("ollama", "openrouter", "vllm", "llamacpp")
 
 
 class _Params(BaseModel):
@@ -148,6 +148,24 @@ class OpenRouterParams(OpenAIChatParams):
     top_k: int | None = Field(None, ge=0)
     min_p: float | None = Field(None, ge=0, le=1)
     repetition_penalty: float | None = Field(None, gt=0, le=2)
+
+
+class VLLMParams(OpenAIChatParams):
+    """vLLM's OpenAI server also takes its own sampling parameters (sent as they are)."""
+
+    reasoning_effort: str | None = Field(None, description="for reasoning models")
+    top_k: int | None = Field(None, ge=-1)
+    min_p: float | None = Field(None, ge=0, le=1)
+    repetition_penalty: float | None = Field(None, gt=0, le=2)
+
+
+class LlamaCppParams(OpenAIChatParams):
+    """llama.cpp's server: its sampling parameters and its prompt cache."""
+
+    top_k: int | None = Field(None, ge=0)
+    min_p: float | None = Field(None, ge=0, le=1)
+    repeat_penalty: float | None = Field(None, gt=0, le=2)
+    cache_prompt: bool | None = Field(None, description="reuse the server's cache of the prompt prefix")
 
 
 class LocalParams(_Params):
@@ -289,8 +307,14 @@ def _deepseek(name: str, *, reasoner: bool, max_output: int, description: str) -
 
 
 def open_spec(provider: str, name: str) -> ModelSpec:
-    """The spec of any model an ``ollama`` or ``openrouter`` server offers (windows unknown)."""
-    params = OllamaParams if provider == "ollama" else OpenRouterParams
+    """The spec of any model an ``ollama``, ``openrouter``, ``vllm`` or ``llamacpp`` server offers
+    (windows unknown)."""
+    kinds: dict[str, type[BaseModel]] = {
+        "ollama": OllamaParams,
+        "vllm": VLLMParams,
+        "llamacpp": LlamaCppParams,
+    }
+    params = kinds.get(provider, OpenRouterParams)
     return ModelSpec(provider=provider, name=name, params=params, description=f"{name} at {provider}")
 
 

@@ -67,6 +67,8 @@ ADAPTERS: dict[str, str] = {
     "deepseek": CHAT_COMPLETIONS,
     "ollama": CHAT_COMPLETIONS,
     "openrouter": CHAT_COMPLETIONS,
+    "vllm": CHAT_COMPLETIONS,
+    "llamacpp": CHAT_COMPLETIONS,
     "anthropic": "picoflow.models.anthropic:AnthropicModel",
     "google": "picoflow.models.google:GoogleModel",
     "local": "picoflow.models.local:LocalModel",

@@ -218,8 +218,10 @@ class OpenAIModel(Model):
         params: Mapping[str, Any] | None = None,
         retry: RetryPolicy | None = None,
         spec: ModelSpec | None = None,
+        key_variable: str | None = None,
     ) -> None:
         self.model = model
+        self._key_variable = key_variable
         self.provider = provider
         self.name = f"{provider}:{model}"
         self.spec = spec
@@ -249,6 +251,13 @@ class OpenAIModel(Model):
     def _resolve_api_key(self) -> str:
         if self._api_key:
             return self._api_key
+        if self._key_variable is not None:
+            named = os.environ.get(self._key_variable, "").strip()
+            if not named:
+                raise ModelConfigurationError(
+                    f"{self.name}: set the {self._key_variable} environment variable", provider=self.name
+                )
+            return named
         if self.compatible:
             # Never forward an OpenAI key to a third-party server; local servers ignore the header.
             return os.environ.get("OPENAI_COMPATIBLE_API_KEY") or "not-needed"
@@ -262,6 +271,8 @@ class OpenAIModel(Model):
     @property
     def key_variable(self) -> str:
         """The environment variable the API key of this model comes from."""
+        if self._key_variable is not None:
+            return self._key_variable
         return "OPENAI_COMPATIBLE_API_KEY" if self.compatible else "OPENAI_API_KEY"
 
     def _classify(self, exc: BaseException) -> Failure | None:
@@ -332,7 +343,7 @@ class OpenAIModel(Model):
             provider=self.name,
             classify=self._classify,
             policy=self.retry,
-            secrets=[self._api_key, os.environ.get("OPENAI_API_KEY")],
+            secrets=[self._api_key, os.environ.get(self.key_variable), os.environ.get("OPENAI_API_KEY")],
         )
 
     async def request(self, request: ModelRequest) -> ModelResponse:
