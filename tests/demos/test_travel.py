@@ -326,7 +326,7 @@ async def test_dates_that_cannot_be_planned_are_refused_in_code(
     check_in: dict[str, Any], check_out: dict[str, Any], reply: str
 ) -> None:
     chat = chat_with({"Planner": [note(city="Boston", check_in=check_in, check_out=check_out)]})
-    result = await chat.say("Boston please, those dates")
+    result = await chat.say(f"Boston please, from the {check_in['day']} to the {check_out['day']}")
     assert result.message == (
         f"{reply} When would you like to be in Boston? Give your check-in and check-out dates."
     )
@@ -533,3 +533,24 @@ def test_unknown_picks_are_named_once_and_malformed_answers_are_left_to_output_v
     )
     assert unknown_picks(ModelResponse(text=picks(("H2", "ok"))), HotelShortlist, offered) is None
     assert unknown_picks(ModelResponse(text='{"picks": "H7"}'), HotelShortlist, offered) is None
+
+
+async def test_what_the_message_does_not_bear_out_is_dropped_and_a_goodbye_ends_the_chat() -> None:
+    # A small model fills in a trip on "hello": dates and interests nobody wrote. Code keeps only
+    # what the message bears out (numbers it holds, words of an interest), so it just asks.
+    chat = chat_with(
+        {
+            "Planner": [
+                note(city="Seattle", check_in=day(5, 15), check_out=day(5, 20), interests=["music", "art"]),
+                note(goodbye=True),
+            ],
+            "TravelGoodbye": ["Goodbye!"],
+        }
+    )
+    first = await chat.say("Hi! Can you help me plan a trip?")
+    assert first.ok and "which city" in first.message.casefold()
+    session = await session_of(chat)
+    assert session.states["Planner"]["trip"]["check_in"] is None
+    assert session.states["Planner"]["trip"]["interests"] in (None, [])
+    bye = await chat.say("Perfect, thanks. Bye!")
+    assert bye.ok and bye.completed and bye.step == "TravelGoodbye"

@@ -22,6 +22,7 @@ from picoflow import (
     SubStepsFailed,
     TerminateStep,
     direct,
+    go,
     since_last_user,
     tool,
 )
@@ -86,6 +87,8 @@ class Planner(Step):
         return await self.advance(TripDetails())
 
     async def advance(self, said: TripDetails) -> Outcome:
+        if said.goodbye:
+            return go(TravelGoodbye)
         said = grounded(said, self.last_user_message or "")
         kept = self.state.get_as("trip", TripDraft) or TripDraft()
         if said.is_empty() and kept.planned:

@@ -77,6 +77,7 @@ class TripDetails(BaseModel):
     interests: list[Interest] | None = Field(
         None, max_length=len(INTERESTS), description="What they enjoy (jazz is music, hiking is outdoors)"
     )
+    goodbye: bool | None = Field(None, description="true when they say goodbye or want to stop")
 
     def is_empty(self) -> bool:
         return not self.model_dump(exclude_none=True)
@@ -140,11 +141,32 @@ class TripDraft(BaseModel):
         )
 
 
+#: The words of the planner's prompt for each interest: what the model was told maps to it.
+INTEREST_WORDS: dict[str, tuple[str, ...]] = {
+    "music": ("music", "jazz", "concert", "blues", "band"),
+    "food": ("food", "eat", "restaurant", "dining", "cuisine"),
+    "art": ("art", "museum", "gallery"),
+    "sport": ("sport", "game", "match", "baseball", "football", "basketball"),
+    "outdoors": ("outdoor", "hiking", "hike", "nature", "park"),
+    "history": ("history", "historic", "heritage"),
+}
+
+
 def grounded(details: TripDetails, message: str) -> TripDetails:
-    """``details`` without a city or a budget the traveller's words do not bear out (a small model
-    may fill in an example it was shown, or a city it likes)."""
+    """``details`` without what the traveller's words do not bear out: a city not named, a budget or
+    a date whose numbers are not in the message, an interest none of whose words it uses (a small
+    model may fill in an example it was shown, or a trip it would like)."""
     words = " ".join(re.findall(r"[a-z0-9-]+", message.casefold()))
+    numbers = set(re.findall(r"\d+", message))
     dropped: dict[str, Any] = {}
+    for field in ("check_in", "check_out"):
+        day = getattr(details, field)
+        if day is not None and str(day.day) not in numbers:
+            dropped[field] = None
+    if details.interests:
+        kept = [i for i in details.interests if any(w in words for w in INTEREST_WORDS.get(i, (i,)))]
+        if kept != details.interests:
+            dropped["interests"] = kept or None
     if details.city is not None:
         city = find_city(details.city)
         names = [details.city.casefold(), *((city.name.casefold(), *city.aliases) if city else ())]
