@@ -8,7 +8,6 @@ folds picoflow's flat memory into that shape.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -16,24 +15,20 @@ from typing import TYPE_CHECKING, Any
 
 from picoflow.exceptions import ModelError
 from picoflow.messages import Message, ModelRequest, ModelResponse, OutputSchema, ToolCall, ToolDefinition
+from picoflow.models._network import NetworkModel
 from picoflow.models._retry import (
     Failure,
-    RetryPolicy,
     call_with_retries,
     parse_retry_after,
     relay_stream,
-    split_params,
 )
-from picoflow.models._specs import ModelSpec
-from picoflow.models.base import Model, ResponseDone, StreamEvent, TextDelta, ToolCallDelta
+from picoflow.models.base import ResponseDone, StreamEvent, TextDelta, ToolCallDelta
 from picoflow.usage import Usage
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
 
-    from picoflow.models.catalog import ModelSelection
 
-DEFAULT_TIMEOUT = 60.0
 DEFAULT_MAX_TOKENS = 4096
 #: Placeholder first turn when memory starts with the assistant (e.g. a greeting sent with ``direct()``).
 CONVERSATION_START = "(conversation start)"
@@ -162,55 +157,24 @@ _EPHEMERAL = {"type": "ephemeral"}
 """A prompt-cache breakpoint: the request's prefix up to here is cached for a few minutes."""
 
 
-class AnthropicModel(Model):
+class AnthropicModel(NetworkModel["AsyncAnthropic"]):
     """A Claude model behind the Anthropic Messages API."""
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        params: Mapping[str, Any] | None = None,
-        retry: RetryPolicy | None = None,
-        spec: ModelSpec | None = None,
-    ) -> None:
-        self.model = model
-        self.name = f"anthropic:{model}"
-        self.spec = spec
-        self._params, self._timeout, self.retry = split_params(params, retry, DEFAULT_TIMEOUT)
-        self._api_key = api_key
-        self._base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
-        self._client: AsyncAnthropic | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
-
-    @classmethod
-    def from_selection(cls, selection: ModelSelection) -> AnthropicModel:
-        from picoflow.models.catalog import resolve
-
-        spec, params = resolve(selection)
-        return cls(selection.name, params=params, spec=spec)
-
-    def __repr__(self) -> str:
-        return f"AnthropicModel({self.name!r})"
+    default_provider = "anthropic"
+    base_url_env = "ANTHROPIC_BASE_URL"
 
     @property
     def native_output(self) -> bool:
         return self.spec is None or self.spec.structured_output == "native"
 
-    def client(self) -> AsyncAnthropic:
-        """The SDK client for the running event loop (its connection pool is bound to one loop)."""
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            key = self._api_key or os.environ.get("ANTHROPIC_API_KEY")
-            if not key:
-                raise ModelError(f"{self.name}: set the ANTHROPIC_API_KEY environment variable")
-            self._client = _sdk().AsyncAnthropic(
-                api_key=key, base_url=self._base_url, timeout=self._timeout, max_retries=0
-            )
-            self._client_loop = loop
-        assert self._client is not None
-        return self._client
+    def new_client(self) -> AsyncAnthropic:
+        key = self._api_key or os.environ.get("ANTHROPIC_API_KEY")
+        if not key:
+            raise ModelError(f"{self.name}: set the ANTHROPIC_API_KEY environment variable")
+        client: AsyncAnthropic = _sdk().AsyncAnthropic(
+            api_key=key, base_url=self._base_url, timeout=self._timeout, max_retries=0
+        )
+        return client
 
     def output_tool_name(self, request: ModelRequest) -> str | None:
         """Name of the forced tool standing in for structured output, when native mode is unavailable."""
@@ -325,11 +289,6 @@ class AnthropicModel(Model):
         async for event in relayed:
             yield event
         yield ResponseDone(collected.response())
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
 
 
 class _StreamCollector:

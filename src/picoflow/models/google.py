@@ -9,39 +9,34 @@ on, so the adapter keeps each one on the assistant message (``Message.reasoning`
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import functools
 import importlib
 import json
 import os
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from picoflow.exceptions import ModelConfigurationError, ModelError
 from picoflow.messages import ModelRequest, ModelResponse, ResponseWarning, ToolCall, ToolDefinition
 from picoflow.models._gemini_wire import GENERATED_ID, SIGNATURE, inline_refs, to_gemini_contents
+from picoflow.models._network import NetworkModel
 from picoflow.models._retry import (
     Failure,
-    RetryPolicy,
     call_with_retries,
     parse_retry_after,
     redact,
-    split_params,
 )
-from picoflow.models._specs import ModelSpec
-from picoflow.models.base import Model, ResponseDone, StreamEvent, TextDelta, ToolCallDelta
+from picoflow.models.base import ResponseDone, StreamEvent, TextDelta, ToolCallDelta
 from picoflow.usage import Usage
 
 if TYPE_CHECKING:
     from google.genai import Client
 
-    from picoflow.models.catalog import ModelSelection
 
 __all__ = ["KEY_VARIABLES", "GoogleModel", "gemini_tool", "usage_from_gemini"]
 
-DEFAULT_TIMEOUT = 60.0
 #: Where the key is read from, in this order (the SDK's own order).
 KEY_VARIABLES = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
 
@@ -241,64 +236,33 @@ class _Stream:
             await closer()
 
 
-class GoogleModel(Model):
+class GoogleModel(NetworkModel["Client"]):
     """A Gemini model behind the Gemini Developer API."""
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        params: Mapping[str, Any] | None = None,
-        retry: RetryPolicy | None = None,
-        spec: ModelSpec | None = None,
-    ) -> None:
-        self.model = model
-        self.name = f"google:{model}"
-        self.spec = spec
-        self._params, self._timeout, self.retry = split_params(params, retry, DEFAULT_TIMEOUT)
-        self._api_key = api_key
-        self._base_url = base_url or os.environ.get("GOOGLE_GEMINI_BASE_URL") or None
-        self._client: Client | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
-
-    @classmethod
-    def from_selection(cls, selection: ModelSelection) -> GoogleModel:
-        from picoflow.models.catalog import resolve
-
-        spec, params = resolve(selection)
-        return cls(selection.name, params=params, spec=spec)
-
-    def __repr__(self) -> str:
-        return f"GoogleModel({self.name!r})"
+    default_provider = "google"
+    base_url_env = "GOOGLE_GEMINI_BASE_URL"
 
     def _secrets(self) -> list[str | None]:
         return [self._api_key, *(os.environ.get(name) for name in KEY_VARIABLES)]
 
-    def client(self) -> Client:
-        """The SDK client for the running event loop (its connection pool is bound to one loop)."""
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            key = self._api_key or next(
-                (value for name in KEY_VARIABLES if (value := os.environ.get(name))), None
+    def new_client(self) -> Client:
+        key = self._api_key or next(
+            (value for name in KEY_VARIABLES if (value := os.environ.get(name))), None
+        )
+        if not key:
+            raise ModelConfigurationError(
+                f"{self.name}: set the GOOGLE_API_KEY (or GEMINI_API_KEY) environment variable",
+                provider=self.name,
             )
-            if not key:
-                raise ModelConfigurationError(
-                    f"{self.name}: set the GOOGLE_API_KEY (or GEMINI_API_KEY) environment variable",
-                    provider=self.name,
-                )
-            genai = _sdk()
-            options: dict[str, Any] = {"timeout": int(self._timeout * 1000)}
-            if self._base_url:
-                options["base_url"] = self._base_url
-            # No retry_options: the SDK then makes one attempt, and _retry decides about the next.
-            self._client = genai.Client(
-                vertexai=False, api_key=key, http_options=genai.types.HttpOptions(**options)
-            )
-            self._client_loop = loop
-        assert self._client is not None
-        return self._client
+        genai = _sdk()
+        options: dict[str, Any] = {"timeout": int(self._timeout * 1000)}
+        if self._base_url:
+            options["base_url"] = self._base_url
+        # No retry_options: the SDK then makes one attempt, and _retry decides about the next.
+        client: Client = genai.Client(
+            vertexai=False, api_key=key, http_options=genai.types.HttpOptions(**options)
+        )
+        return client
 
     def output_tool_name(self, request: ModelRequest) -> str | None:
         """Gemini 2.5 cannot constrain the answer to a schema while tools are on offer: then a
@@ -397,10 +361,8 @@ class GoogleModel(Model):
             await stream.close()
         yield ResponseDone(answer.response())
 
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aio.aclose()
-            self._client = None
+    async def close_client(self, client: Client) -> None:
+        await client.aio.aclose()
 
 
 #: picoflow parameter -> ``GenerateContentConfig`` field.

@@ -20,28 +20,25 @@ What real compatible servers and small models do is handled here too:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from picoflow.exceptions import ModelConfigurationError, ModelError
 from picoflow.messages import Message, ModelRequest, ModelResponse, ToolCall, ToolDefinition
+from picoflow.models._network import NetworkModel
 from picoflow.models._retry import (
     ADAPTER_KNOBS,
     Failure,
-    RetryPolicy,
     call_with_retries,
     parse_retry_after,
     relay_stream,
-    split_params,
 )
-from picoflow.models._specs import ModelSpec
 from picoflow.models._text_calls import HeldText, new_call_id, recover_tool_calls
-from picoflow.models.base import Model, ResponseDone, StreamEvent, TextDelta, ToolCallDelta
+from picoflow.models.base import ResponseDone, StreamEvent, TextDelta, ToolCallDelta
 from picoflow.usage import Usage
 
 if TYPE_CHECKING:
@@ -49,9 +46,7 @@ if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
     from openai.types.completion_usage import CompletionUsage
 
-    from picoflow.models.catalog import ModelSelection
 
-DEFAULT_TIMEOUT = 60.0
 #: Parameters sent to the provider under the same name.
 _PASSTHROUGH = (
     "temperature",
@@ -205,68 +200,22 @@ def usage_from_openai(usage: CompletionUsage | None) -> Usage:
     return result
 
 
-class OpenAIModel(Model):
-    """A model behind the OpenAI Chat Completions API, at OpenAI or at any compatible server."""
+class OpenAIClientModel(NetworkModel["AsyncOpenAI"]):
+    """What the Chat Completions and the Responses adapters share: OpenAI's SDK client, and where
+    its key comes from (OpenAI's key never goes to another service)."""
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        provider: str = "openai",
-        base_url: str | None = None,
-        api_key: str | None = None,
-        params: Mapping[str, Any] | None = None,
-        retry: RetryPolicy | None = None,
-        spec: ModelSpec | None = None,
-        key_variable: str | None = None,
-    ) -> None:
-        self.model = model
+    default_provider = "openai"
+    base_url_env = "OPENAI_BASE_URL"
+    #: Providers that are OpenAI itself; every other one is a compatible server.
+    first_party: ClassVar[tuple[str, ...]] = ("openai",)
+
+    def __init__(self, model: str, *, key_variable: str | None = None, **options: Any) -> None:
+        super().__init__(model, **options)
         self._key_variable = key_variable
-        self.provider = provider
-        self.name = f"{provider}:{model}"
-        self.spec = spec
-        self._params, self._timeout, self.retry = split_params(params, retry, DEFAULT_TIMEOUT)
-        self._base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
-        self._api_key = api_key
-        self._client: AsyncOpenAI | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
-
-    @classmethod
-    def from_selection(cls, selection: ModelSelection) -> OpenAIModel:
-        from picoflow.models.catalog import resolve
-
-        spec, params = resolve(selection)
-        return cls(
-            selection.name, provider=selection.provider, base_url=selection.base_url, params=params, spec=spec
-        )
-
-    def __repr__(self) -> str:
-        where = f", base_url={self._base_url!r}" if self._base_url else ""
-        return f"OpenAIModel({self.name!r}{where})"
 
     @property
     def compatible(self) -> bool:
-        return self.provider != "openai"
-
-    def _resolve_api_key(self) -> str:
-        if self._api_key:
-            return self._api_key
-        if self._key_variable is not None:
-            named = os.environ.get(self._key_variable, "").strip()
-            if not named:
-                raise ModelConfigurationError(
-                    f"{self.name}: set the {self._key_variable} environment variable", provider=self.name
-                )
-            return named
-        if self.compatible:
-            # Never forward an OpenAI key to a third-party server; local servers ignore the header.
-            return os.environ.get("OPENAI_COMPATIBLE_API_KEY") or "not-needed"
-        key = os.environ.get("OPENAI_API_KEY")
-        if not key:
-            raise ModelConfigurationError(
-                f"{self.name}: set the OPENAI_API_KEY environment variable", provider=self.name
-            )
-        return key
+        return self.provider not in self.first_party
 
     @property
     def key_variable(self) -> str:
@@ -275,8 +224,31 @@ class OpenAIModel(Model):
             return self._key_variable
         return "OPENAI_COMPATIBLE_API_KEY" if self.compatible else "OPENAI_API_KEY"
 
+    def _resolve_api_key(self) -> str:
+        if self._api_key:
+            return self._api_key
+        if self._key_variable is None and self.compatible:
+            # Never forward an OpenAI key to a third-party server; local servers ignore the header.
+            return os.environ.get("OPENAI_COMPATIBLE_API_KEY") or "not-needed"
+        key = os.environ.get(self.key_variable, "").strip()
+        if not key:
+            raise ModelConfigurationError(
+                f"{self.name}: set the {self.key_variable} environment variable", provider=self.name
+            )
+        return key
+
     def _classify(self, exc: BaseException) -> Failure | None:
         return classify(exc, model=self.model, key_variable=self.key_variable)
+
+    def new_client(self) -> AsyncOpenAI:
+        client: AsyncOpenAI = _sdk().AsyncOpenAI(
+            api_key=self._resolve_api_key(), base_url=self._base_url, timeout=self._timeout, max_retries=0
+        )
+        return client
+
+
+class OpenAIModel(OpenAIClientModel):
+    """A model behind the OpenAI Chat Completions API, at OpenAI or at any compatible server."""
 
     def native_output(self, request: ModelRequest) -> bool:
         """Whether ``request.output`` is asked for with ``response_format``: not beside tools on a
@@ -291,21 +263,6 @@ class OpenAIModel(Model):
             and not response.tool_calls
             and not _is_json_object(response.text.strip())
         )
-
-    def client(self) -> AsyncOpenAI:
-        """The SDK client for the running event loop (its connection pool is bound to one loop)."""
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            openai = _sdk()
-            self._client = openai.AsyncOpenAI(
-                api_key=self._resolve_api_key(),
-                base_url=self._base_url,
-                timeout=self._timeout,
-                max_retries=0,
-            )
-            self._client_loop = loop
-        assert self._client is not None
-        return self._client
 
     def build_kwargs(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments of ``chat.completions.create`` for ``request``."""
@@ -403,11 +360,6 @@ class OpenAIModel(Model):
         elif collected.held is not None and (rest := collected.held.release()):
             yield TextDelta(rest)
         yield ResponseDone(response)
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
 
 
 class _StreamCollector:

@@ -10,13 +10,12 @@ the function calls they led to, so the model keeps its reasoning while the tool 
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from picoflow.exceptions import ModelConfigurationError, ModelError
+from picoflow.exceptions import ModelError
 from picoflow.messages import ModelRequest, ModelResponse, ResponseWarning
 from picoflow.models._responses_wire import (
     StreamCollector,
@@ -29,21 +28,15 @@ from picoflow.models._responses_wire import (
 from picoflow.models._retry import (
     ADAPTER_KNOBS,
     Failure,
-    RetryPolicy,
     call_with_retries,
     relay_stream,
-    split_params,
 )
-from picoflow.models._specs import ModelSpec
-from picoflow.models.base import Model, ResponseDone, StreamEvent
-from picoflow.models.openai import classify
+from picoflow.models.base import ResponseDone, StreamEvent
+from picoflow.models.openai import OpenAIClientModel
 
 if TYPE_CHECKING:
-    from openai import AsyncOpenAI
+    pass
 
-    from picoflow.models.catalog import ModelSelection
-
-DEFAULT_TIMEOUT = 60.0
 #: Parameters sent to the provider under the same name.
 _PASSTHROUGH = ("temperature", "top_p")
 #: Chat Completions parameters the Responses API has no field for.
@@ -69,46 +62,10 @@ def _sdk() -> Any:
     return openai
 
 
-class OpenAIResponsesModel(Model):
+class OpenAIResponsesModel(OpenAIClientModel):
     """A model behind the OpenAI Responses API, at OpenAI or at a compatible server that speaks it."""
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        provider: str = "openai",
-        base_url: str | None = None,
-        api_key: str | None = None,
-        params: Mapping[str, Any] | None = None,
-        retry: RetryPolicy | None = None,
-        spec: ModelSpec | None = None,
-    ) -> None:
-        self.model = model
-        self.provider = provider
-        self.name = f"{provider}:{model}"
-        self.spec = spec
-        self._params, self._timeout, self.retry = split_params(params, retry, DEFAULT_TIMEOUT)
-        self._base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
-        self._api_key = api_key
-        self._client: AsyncOpenAI | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
-
-    @classmethod
-    def from_selection(cls, selection: ModelSelection) -> OpenAIResponsesModel:
-        from picoflow.models.catalog import resolve
-
-        spec, params = resolve(selection)
-        return cls(
-            selection.name, provider=selection.provider, base_url=selection.base_url, params=params, spec=spec
-        )
-
-    def __repr__(self) -> str:
-        where = f", base_url={self._base_url!r}" if self._base_url else ""
-        return f"OpenAIResponsesModel({self.name!r}{where})"
-
-    @property
-    def compatible(self) -> bool:
-        return self.provider not in ("openai", "openai-chat")
+    first_party = ("openai", "openai-chat")
 
     @property
     def reasoning(self) -> bool:
@@ -119,30 +76,6 @@ class OpenAIResponsesModel(Model):
 
     def _secrets(self) -> list[str | None]:
         return [self._api_key, os.environ.get("OPENAI_API_KEY"), os.environ.get("OPENAI_COMPATIBLE_API_KEY")]
-
-    def _resolve_api_key(self) -> str:
-        if self._api_key:
-            return self._api_key
-        if self.compatible:
-            # Never forward an OpenAI key to a third-party server; local servers ignore the header.
-            return os.environ.get("OPENAI_COMPATIBLE_API_KEY") or "not-needed"
-        key = os.environ.get("OPENAI_API_KEY")
-        if not key:
-            raise ModelConfigurationError(
-                f"{self.name}: set the OPENAI_API_KEY environment variable", provider=self.name
-            )
-        return key
-
-    def client(self) -> AsyncOpenAI:
-        """The SDK client for the running event loop (its connection pool is bound to one loop)."""
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            self._client = _sdk().AsyncOpenAI(
-                api_key=self._resolve_api_key(), base_url=self._base_url, timeout=self._timeout, max_retries=0
-            )
-            self._client_loop = loop
-        assert self._client is not None
-        return self._client
 
     def build_kwargs(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments of ``responses.create`` for ``request``."""
@@ -210,15 +143,10 @@ class OpenAIResponsesModel(Model):
             response.warnings.append(ResponseWarning("unsupported_parameter", note))
         return response
 
-    @property
-    def key_variable(self) -> str:
-        """The environment variable the API key of this model comes from."""
-        return "OPENAI_COMPATIBLE_API_KEY" if self.compatible else "OPENAI_API_KEY"
-
     def _classify(self, exc: BaseException) -> Failure | None:
         # One reading of the SDK's errors for both OpenAI adapters (a refused key or unknown model
         # is a configuration error tried once; outages are retried).
-        failure = classify(exc, model=self.model, key_variable=self.key_variable)
+        failure = super()._classify(exc)
         if failure is None and isinstance(exc, _sdk().APIError):
             # An error payload inside an event stream: the HTTP status was already 200.
             return Failure(exc.message or "stream error")
@@ -249,8 +177,3 @@ class OpenAIResponsesModel(Model):
         async for event in relayed:
             yield event
         yield ResponseDone(self._noted(collected.response(), request))
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
