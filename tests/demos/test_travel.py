@@ -133,7 +133,9 @@ def seattle_scripts(**more: Sequence[Any]) -> dict[str, list[Any]]:
     food; ``more`` adds responses after those of each step."""
     scripts: dict[str, list[Any]] = {
         "Planner": [
-            "Hello! How can I help?",  # words instead of a reading: code still greets
+            # Words instead of a reading, and again after being told to read: code still greets.
+            "Hello! How can I help?",
+            "Hello!",
             note(city="Seattle", check_in=day(5, 14), check_out=day(5, 17)),
             note(max_price=200, interests=["music", "food"]),
         ],
@@ -172,9 +174,10 @@ async def test_a_whole_conversation_from_hello_to_goodbye() -> None:
     ]
     assert [result.step for result in results] == ["Planner"] * 4 + ["TravelGoodbye"]
     assert [result.completed for result in results] == [False] * 4 + [True]
-    # The plan's turn counts its sub-steps: the Planner's reading, Hotels twice (one answer was
-    # sent back), Events and Itinerary; Weather decides in code.
-    assert [result.usage.model_calls for result in results] == [1, 1, 5, 1, 2]
+    # The greeting took two answers (words, a correction, words again). The plan's turn counts its
+    # sub-steps: the Planner's reading, Hotels twice (one answer was sent back), Events and
+    # Itinerary; Weather decides in code.
+    assert [result.usage.model_calls for result in results] == [2, 1, 5, 1, 2]
     assert [result.usage.tool_calls for result in results] == [0, 1, 1, 1, 1]
     assert chat.model.remaining == 0
 
@@ -260,8 +263,9 @@ async def test_a_whole_conversation_from_hello_to_goodbye() -> None:
     }
     # The Planner's memory keeps a note of the plan, not the tables; each reading saw only the latest words.
     planner_requests = [request for request in chat.model.requests if request.step == "Planner"]
-    assert [len(request.messages) for request in planner_requests] == [1, 1, 1, 1, 1]
-    assert [warning.code for warning in session.warnings] == ["response_rejected"]
+    assert [len(request.messages) for request in planner_requests] == [1, 3, 1, 1, 1, 1]
+    # The greeting's words were sent back once, and so was a hotel pick off the list.
+    assert [warning.code for warning in session.warnings] == ["response_rejected", "response_rejected"]
 
 
 async def test_a_hotel_pick_that_is_not_on_the_list_is_sent_back_with_the_list() -> None:

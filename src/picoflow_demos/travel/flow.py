@@ -17,6 +17,7 @@ from picoflow import (
     Flow,
     Outcome,
     Prompt,
+    Reject,
     Step,
     SubStepFailed,
     SubStepsFailed,
@@ -26,7 +27,7 @@ from picoflow import (
     since_last_user,
     tool,
 )
-from picoflow.messages import Message
+from picoflow.messages import Message, ModelResponse
 from picoflow_demos._common import usd
 from picoflow_demos.travel.listings import Event, Hotel, events_in, hotels_in
 from picoflow_demos.travel.research import (
@@ -80,6 +81,13 @@ class Planner(Step):
     async def note_trip(self, said: TripDetails) -> Outcome:
         """Record what the traveller just said about their trip (only the fields they gave)."""
         return await self.advance(said)
+
+    def check_response(self, response: ModelResponse) -> Reject | None:
+        # Every message is read through note_trip. A model that answers in words (a small one says
+        # "Goodbye!" to "thanks, bye") is told so once; its second answer stands either way.
+        if response.tool_calls or self.attempt > 1:
+            return None
+        return Reject("Do not answer in words: call note_trip with what the latest message says.")
 
     async def on_response(self, response: Any) -> Outcome:
         # The model answered in words instead of calling note_trip: it read nothing new, and code
