@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from picoflow import Flow, FlowEngine, Step, tool
-from picoflow.exceptions import ModelError, ModelHTTPError
+from picoflow.exceptions import ModelConfigurationError, ModelError, ModelHTTPError
 from picoflow.messages import Message, ModelRequest, OutputSchema, ToolCall, ToolDefinition
 from picoflow.models._retry import RetryPolicy
 from picoflow.models.anthropic import AnthropicModel, anthropic_tool
@@ -193,6 +193,26 @@ async def test_bad_request_is_not_retried() -> None:
             await model.request(ask())
     assert caught.value.status_code == 400
     assert sleep.delays == []
+    assert API_KEY not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("status", "kind", "says"),
+    [
+        (401, "authentication_error", "Set ANTHROPIC_API_KEY to a key Anthropic accepts"),
+        (403, "permission_error", "Set ANTHROPIC_API_KEY to a key Anthropic accepts"),
+        (404, "not_found_error", "Check the model's name"),
+    ],
+)
+async def test_a_refused_key_or_unknown_model_is_a_configuration_error_tried_once(
+    status: int, kind: str, says: str
+) -> None:
+    with serving([Reply(status, anthropic_error(kind, "refused"))]) as server:
+        model, sleep = make_model(server.url)
+        with pytest.raises(ModelConfigurationError) as caught:
+            await model.request(ask())
+    assert len(server.received) == 1 and sleep.delays == []
+    assert says in str(caught.value) and not caught.value.retryable
     assert API_KEY not in str(caught.value)
 
 

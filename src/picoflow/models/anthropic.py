@@ -13,11 +13,12 @@ import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from picoflow.exceptions import ModelError
+from picoflow.exceptions import ModelConfigurationError, ModelError
 from picoflow.messages import Message, ModelRequest, ModelResponse, OutputSchema, ToolCall, ToolDefinition
 from picoflow.models._network import NetworkModel
 from picoflow.models._retry import (
     Failure,
+    FailureKind,
     call_with_retries,
     parse_retry_after,
     relay_stream,
@@ -55,10 +56,19 @@ def _classify(exc: BaseException) -> Failure | None:
     if isinstance(exc, anthropic.APIConnectionError):
         return Failure(str(exc) or "connection error")
     if isinstance(exc, anthropic.APIStatusError):
+        status = exc.status_code
+        kind: FailureKind | None = None
+        advice = None
+        if status in (401, 403):
+            kind, advice = "configuration", "Set ANTHROPIC_API_KEY to a key Anthropic accepts"
+        elif status == 404:
+            kind, advice = "configuration", "Check the model's name (picoflow's catalog lists the known ones)"
         return Failure(
             str(getattr(exc, "api_message", None) or exc.message),
-            status_code=exc.status_code,
+            status_code=status,
             retry_after=parse_retry_after(dict(exc.response.headers)),
+            kind=kind,
+            advice=advice,
         )
     return None
 
@@ -170,7 +180,9 @@ class AnthropicModel(NetworkModel["AsyncAnthropic"]):
     def new_client(self) -> AsyncAnthropic:
         key = self._api_key or os.environ.get("ANTHROPIC_API_KEY")
         if not key:
-            raise ModelError(f"{self.name}: set the ANTHROPIC_API_KEY environment variable")
+            raise ModelConfigurationError(
+                f"{self.name}: set the ANTHROPIC_API_KEY environment variable", provider=self.name
+            )
         client: AsyncAnthropic = _sdk().AsyncAnthropic(
             api_key=key, base_url=self._base_url, timeout=self._timeout, max_retries=0
         )
