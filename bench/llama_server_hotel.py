@@ -18,14 +18,16 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the server helper of the test suite
+# The repository root instead of bench/ (whose http.py would shadow the standard library's): the
+# server helper of the test suite is imported from there.
+sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-from tests.models.llama_server import llama_server
+from tests.models.llama_server import llama_server  # noqa: E402
 
-from picoflow import FlowEngine
-from picoflow.models.catalog import ModelSelection, create_model
-from picoflow_demos.hotel import HotelFlow
-from picoflow_demos.hotel.scripted import CONVERSATION, CURRENT_DATE
+from picoflow import FlowEngine  # noqa: E402
+from picoflow.models.catalog import ModelSelection, create_model  # noqa: E402
+from picoflow_demos.hotel import HotelFlow  # noqa: E402
+from picoflow_demos.hotel.scripted import CONVERSATION, CURRENT_DATE  # noqa: E402
 
 KEY = "bench-llama-key"
 
