@@ -26,23 +26,12 @@ from picoflow import (
 )
 from picoflow.events import StepEntered, ToolCalled, ToolReturned, TurnEvent
 from picoflow.messages import ModelRequest
-from picoflow.models import FunctionModel, ToolCall
+from picoflow.models import FunctionModel, ScriptedModel, ToolCall
 from picoflow.sessions import SQLiteStore
 from picoflow.testing import transcript_lines
 
 UPPER_BOUND = 30.0
 """A failing test stops within this instead of hanging; no test waits for it to pass."""
-
-
-def by_step(scripts: dict[str, list[Any]]) -> FunctionModel:
-    """A model answering each step from its own script, so the order runs take turns in is free."""
-    queues = {step: list(items) for step, items in scripts.items()}
-
-    def answer(request: ModelRequest) -> Any:
-        assert request.step is not None
-        return queues[request.step].pop(0)
-
-    return FunctionModel(answer)
 
 
 class Verdict(BaseModel):
@@ -142,7 +131,7 @@ class Lab(Flow):
 
 
 async def test_run_step_answers_with_the_output_model_and_keeps_the_runs_out_of_the_callers_memory() -> None:
-    model = by_step(
+    model = ScriptedModel(
         {
             "Planner": [ToolCall("check", {"claim": "sky is blue"}, "c1"), "It is true."],
             "Checker": ['{"ok": true, "why": "scattering"}'],
@@ -174,11 +163,11 @@ async def test_run_step_answers_with_the_output_model_and_keeps_the_runs_out_of_
     assert stored.current_step == "Planner" and stored.sequence == ["Planner"]
     assert set(stored.memory) == {"Planner"}
     assert stored.states["Checker"] == {"runs": 1}
-    assert stored.models == {"Planner": "function:test", "Checker": "function:test"}
+    assert stored.models == {"Planner": "scripted:test", "Checker": "scripted:test"}
 
 
 async def test_a_second_run_starts_fresh_and_the_output_can_be_asked_by_the_caller() -> None:
-    model = by_step(
+    model = ScriptedModel(
         {
             "Planner": [
                 ToolCall("research", {"topic": "tides"}, "r1"),
@@ -206,7 +195,7 @@ async def test_usage_and_limits_count_across_nesting_and_a_limit_inside_stops_th
         name = "capped"
         limits = UsageLimits(model_calls=3)
 
-    model = by_step(
+    model = ScriptedModel(
         {
             "Planner": [ToolCall("research_or_not", {"topic": "tides"}, "r1"), "never"],
             "Researcher": [
@@ -227,7 +216,7 @@ async def test_a_sub_step_failure_fails_the_turn_as_its_cause_and_leaves_the_ses
     tmp_path: Path,
 ) -> None:
     store = SQLiteStore(tmp_path / "s.db")
-    model = by_step(
+    model = ScriptedModel(
         {
             "Planner": ["Hello.", ToolCall("research", {"topic": "tides"}, "r1"), "never"],
             "Researcher": [ToolCall("search", {"query": "tides"}, "s1"), ToolCall("wander", {}, "w1")],
@@ -252,7 +241,7 @@ async def test_a_sub_step_failure_fails_the_turn_as_its_cause_and_leaves_the_ses
 
 
 async def test_a_caught_failure_keeps_nothing_of_the_failed_run() -> None:
-    model = by_step(
+    model = ScriptedModel(
         {
             "Planner": [ToolCall("research_or_not", {"topic": "tides"}, "r1"), "Sorry, no research."],
             "Researcher": [ToolCall("search", {"query": "tides"}, "s1"), ToolCall("wander", {}, "w1")],
@@ -365,7 +354,7 @@ async def test_batch_bounds_concurrency_keeps_successes_and_merges_state_fields(
 
 
 async def test_a_runs_events_name_the_tool_call_it_runs_under() -> None:
-    model = by_step(
+    model = ScriptedModel(
         {
             "Planner": [ToolCall("research", {"topic": "tides"}, "r1"), "Done."],
             "Researcher": [ToolCall("search", {"query": "tides"}, "s1"), "Tides follow the moon."],

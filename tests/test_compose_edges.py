@@ -11,20 +11,9 @@ from pydantic import BaseModel
 
 from picoflow import Flow, FlowEngine, LogicStep, Step, TerminateStep, direct, tool
 from picoflow.events import TurnEvent
-from picoflow.messages import ModelRequest
-from picoflow.models import FunctionModel, ToolCall
+from picoflow.models import ScriptedModel, ToolCall
 from picoflow.sessions import SQLiteStore
 from picoflow.testing import transcript_lines
-
-
-def by_step(scripts: dict[str, list[Any]]) -> FunctionModel:
-    queues = {step: list(items) for step, items in scripts.items()}
-
-    def answer(request: ModelRequest) -> Any:
-        assert request.step is not None
-        return queues[request.step].pop(0)
-
-    return FunctionModel(answer)
 
 
 class Notebook(Step):
@@ -73,7 +62,7 @@ class Notes(Flow):
 
 async def test_kept_memory_goes_on_across_runs_and_turns(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "s.db")
-    model = by_step(
+    model = ScriptedModel(
         {
             "Writer": [
                 ToolCall("note", {"text": "milk"}, "n1"),
@@ -121,7 +110,7 @@ async def test_a_foreign_step_runs_with_its_own_flow_and_stores_state_under_its_
         name = "host-first"
         steps = [Host]
 
-    model = by_step(
+    model = ScriptedModel(
         {
             "Host": [ToolCall("visit", {"item": "hat"}, "v1"), "Visited."],
             "Guest": [ToolCall("remember", {"item": "hat"}, "r1"), "Kept the hat."],
@@ -134,7 +123,7 @@ async def test_a_foreign_step_runs_with_its_own_flow_and_stores_state_under_its_
     assert stored is not None
     assert stored.states["guests:Guest"] == {"item": "hat"}
     assert "Guest" not in stored.states
-    assert stored.models["guests:Guest"] == "function:test"
+    assert stored.models["guests:Guest"] == "scripted:test"
     assert await transcript_lines(engine, result.session_id or "") == [
         "Host | user: visit",
         'Host | assistant: -> visit({"item": "hat"}) #v1',
@@ -183,7 +172,7 @@ class Hooked(Flow):
 
 async def test_run_logic_and_hooks_run_sub_steps_and_their_events_name_the_calling_step() -> None:
     events: list[TurnEvent] = []
-    engine = FlowEngine([Logic, Hooked], model=by_step({"Greeter": ["Hello."]}))
+    engine = FlowEngine([Logic, Hooked], model=ScriptedModel({"Greeter": ["Hello."]}))
     result = await engine.run("logic", "weather?", on_event=events.append)
     assert result.ok and result.message == "The sky is clear."
     assert result.usage.model_calls == 0
@@ -264,7 +253,7 @@ class Wrong(Flow):
     ],
 )
 async def test_a_wrong_request_fails_the_turn_with_a_clear_reason(tool_name: str, message: str) -> None:
-    engine = FlowEngine([Wrong], model=by_step({"Caller": ["Hello.", ToolCall(tool_name, {}, "x1")]}))
+    engine = FlowEngine([Wrong], model=ScriptedModel({"Caller": ["Hello.", ToolCall(tool_name, {}, "x1")]}))
     session_id = (await engine.run("wrong", "hi")).session_id or ""
     result = await engine.run("wrong", "go", session_id)
     assert result.error is not None and result.error.kind == "tool_failed"
@@ -275,7 +264,7 @@ async def test_a_wrong_request_fails_the_turn_with_a_clear_reason(tool_name: str
 
 async def test_nesting_is_bounded() -> None:
     script = {"Caller": ["Hello.", ToolCall("recursive", {}, "r")], "Echo": [ToolCall("deeper", {}, "d")] * 8}
-    engine = FlowEngine([Wrong], model=by_step(script))
+    engine = FlowEngine([Wrong], model=ScriptedModel(script))
     session_id = (await engine.run("wrong", "hi")).session_id or ""
     result = await engine.run("wrong", "go", session_id)
     assert result.error is not None and result.error.kind == "hook_failed"
@@ -339,7 +328,9 @@ class Budgets(Flow):
 
 
 async def test_a_keyed_fan_out_a_logic_steps_typed_input_and_a_failed_runs_warnings() -> None:
-    model = by_step({"Budget": [ToolCall("price", {}, "p1"), "Priced."], "Picky": ["ok", "okay", "fine"]})
+    model = ScriptedModel(
+        {"Budget": [ToolCall("price", {}, "p1"), "Priced."], "Picky": ["ok", "okay", "fine"]}
+    )
     engine = FlowEngine([Budgets], model=model)
     result = await engine.run("budgets", "price it")
     assert result.ok
@@ -356,7 +347,9 @@ async def test_a_keyed_fan_out_a_logic_steps_typed_input_and_a_failed_runs_warni
 
 
 async def test_input_is_none_outside_a_sub_step_and_a_scripts_end_is_never_a_sub_step_failure() -> None:
-    engine = FlowEngine([Budgets], model=by_step({"Budget": ["Hi.", ToolCall("plain_input", {}, "i1")]}))
+    engine = FlowEngine(
+        [Budgets], model=ScriptedModel({"Budget": ["Hi.", ToolCall("plain_input", {}, "i1")]})
+    )
     session_id = (await engine.run("budgets", "hi")).session_id or ""
     result = await engine.run("budgets", "go", session_id)
     assert result.error is not None and result.error.kind == "tool_failed"
