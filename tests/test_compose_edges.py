@@ -359,8 +359,6 @@ async def test_input_is_none_outside_a_sub_step_and_a_scripts_end_is_never_a_sub
         and "step Budget is not running as a sub-step: it has no input" in errors[0].message
     )
 
-    from picoflow.models import ScriptedModel
-
     short = ScriptedModel({"Budget": [ToolCall("price", {}, "p1")], "Picky": []})
     failed = await FlowEngine([Budgets], model=short).run("budgets", "price it")
     assert failed.error is not None and failed.error.kind == "script_exhausted"
