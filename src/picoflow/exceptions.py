@@ -279,6 +279,26 @@ class MessageTooLong(InvalidInput):
     status = 413
 
 
+class AttachmentRefused(InvalidInput):
+    """A file of the turn is of a type not accepted, or its bytes contradict its declared type."""
+
+    kind = "attachment_refused"
+    status = 415
+
+    def __init__(self, message: str, **where: str | None) -> None:
+        super().__init__(message, field="attachments", **where)
+
+
+class AttachmentTooLarge(InvalidInput):
+    """A file, or the files of one turn together, are over the limits (or too many)."""
+
+    kind = "attachment_too_large"
+    status = 413
+
+    def __init__(self, message: str, **where: str | None) -> None:
+        super().__init__(message, field="attachments", **where)
+
+
 class SessionCompleted(RunError):
     """The session has ended (completed or aborted); it is never resumed."""
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from picoflow.attachments import AttachmentRef
 from picoflow.usage import Usage
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -81,8 +82,10 @@ class Message:
     model: str | None = None
     """For an assistant message the model wrote: which model (``provider:name``) answered."""
     within: str | None = None
-    """For a message of a sub-step run (``run_step``): which run, such as ``"Hotels@3.1"`` (the
-    step, the turn and the run's number in it). None for the conversation's own messages."""
+    """For a message of a sub-step run (``run_step``): which run, such as ``"Hotels@12"`` (the step
+    and the seq of the run's first message). None for the conversation's own messages."""
+    attachments: tuple[AttachmentRef, ...] = ()
+    """For a user message: the files sent with it (their bytes are in ``ModelRequest.files``)."""
 
     @property
     def is_from_user(self) -> bool:
@@ -132,6 +135,7 @@ class Message:
             self.remembered_as,
             self.model,
             self.within,
+            self.attachments,
         )
 
 
@@ -169,6 +173,8 @@ class ModelRequest:
     """Provider parameters of the step's model selection (temperature, reasoning effort, ...)."""
     step: str | None = None
     session_id: str | None = None
+    files: Mapping[str, bytes] = field(default_factory=dict)
+    """The bytes of the files the messages refer to (``Message.attachments``), by SHA-256."""
 
     def text_size(self) -> int:
         """Characters of prompt text in this request (system, messages, tool schemas)."""
