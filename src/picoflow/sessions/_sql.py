@@ -12,13 +12,15 @@ read as "try again later": data the database refuses becomes a ``ValueError`` an
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from picoflow.attachments import AttachmentRef
 from picoflow.messages import Message
 from picoflow.session import LogRecord, SessionInfo, SessionStatus
 from picoflow.sessions import _rows
+from picoflow.sessions._files import as_bytes, wanted_hashes
 
 Params = Sequence[object] | Mapping[str, object]
 
@@ -37,6 +39,12 @@ class Statements:
     errors: str
     record_error: str
     """Parameters: session id, encoded record."""
+    load_files: str
+    """Rows ``(sha256, data)``; parameters: session id, the hashes as ``hash_list`` gives them."""
+    hash_list: Callable[[list[str]], object]
+    """The hashes wanted, as the one parameter ``load_files`` takes for them."""
+    list_files: str
+    """Rows ``(name, media_type, size, sha256)`` in the order first stored; parameter: session id."""
 
 
 class SQLStore(ABC):
@@ -77,6 +85,17 @@ class SQLStore(ABC):
     async def errors(self, session_id: str) -> list[LogRecord]:
         rows = await self._fetch(self.statements.errors, (session_id,))
         return _rows.decode_records(row[0] for row in rows)
+
+    async def load_files(self, session_id: str, hashes: Collection[str]) -> dict[str, bytes]:
+        wanted = wanted_hashes(hashes)
+        if not wanted:
+            return {}
+        params = (session_id, self.statements.hash_list(wanted))
+        return {sha: as_bytes(data) for sha, data in await self._fetch(self.statements.load_files, params)}
+
+    async def list_files(self, session_id: str) -> list[AttachmentRef]:
+        rows = await self._fetch(self.statements.list_files, (session_id,))
+        return [AttachmentRef(name, media_type, int(size), sha) for name, media_type, size, sha in rows]
 
     def _forget(self, session_id: str) -> None:
         """Drop what loads of a deleted session parsed (only to free the memory: see ``DecodedMemory``)."""

@@ -117,9 +117,10 @@ class SQLiteConnections:
         self._ready = False
         self._closed = False
 
-    async def write(self, work: Work[T], *, prepared: bool = True) -> T:
-        """Run ``work`` on the writer connection, on this thread when that is cheaper."""
-        if prepared and self._write_seconds < self.inline_limit:
+    async def write(self, work: Work[T], *, prepared: bool = True, inline: bool = True) -> T:
+        """Run ``work`` on the writer connection, on this thread when that is cheaper (and
+        ``inline`` allows it: a write known to be large goes to the writer thread)."""
+        if inline and prepared and self._write_seconds < self.inline_limit:
             try:
                 return self._classified(self._inline, work, True)
             except _NotNow:

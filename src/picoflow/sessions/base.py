@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Protocol, runtime_checkable
 
+from picoflow.attachments import Attachment, AttachmentRef
 from picoflow.messages import Message
 from picoflow.session import (
     DOCUMENT_VERSION,
@@ -47,6 +48,14 @@ class SessionStore(Protocol):
       ``session.revision`` to it and returns it. It is atomic: all of it or nothing.
     * ``appended`` are the messages added since the session was loaded, as
       ``(namespace, message)`` pairs in ``seq`` order; they join the transcript.
+    * ``files`` are the attachments the saved turn brought. They are written in the same
+      transaction as the session, beside it (never inside the document), once per session by
+      SHA-256: a file the session already holds is kept as it is. A save that fails (conflict,
+      error) writes none of them. Each must be an ``Attachment`` (``TypeError`` otherwise).
+    * ``load_files`` returns the bytes of the session's stored files among ``hashes`` (missing
+      ones are simply absent); ``list_files`` every file stored for the session, in the order
+      first stored, under the name it was first stored with. Both are per session: another
+      session's files are never returned. ``delete`` removes the files too.
     * ``record_error`` keeps an error record beside the session without touching the document.
     """
 
@@ -58,7 +67,12 @@ class SessionStore(Protocol):
         *,
         expected_revision: int | None,
         appended: Sequence[tuple[str, Message]] = (),
+        files: Sequence[Attachment] = (),
     ) -> int: ...
+
+    async def load_files(self, session_id: str, hashes: Collection[str]) -> dict[str, bytes]: ...
+
+    async def list_files(self, session_id: str) -> list[AttachmentRef]: ...
 
     async def delete(self, session_id: str) -> bool: ...
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
+from picoflow.attachments import Attachment, AttachmentRef
 from picoflow.messages import Message
 from picoflow.session import LogRecord, Session, SessionInfo, SessionStatus
+from picoflow.sessions._files import SessionFiles, file_rows
 from picoflow.sessions._rows import check_page, check_save, conflict
 
 
@@ -20,6 +22,7 @@ class MemoryStore:
         self._sessions: dict[str, Session] = {}
         self._transcripts: dict[str, list[Message]] = {}
         self._errors: dict[str, list[LogRecord]] = {}
+        self._files = SessionFiles()
 
     async def load(self, session_id: str) -> Session | None:
         session = self._sessions.get(session_id)
@@ -31,8 +34,10 @@ class MemoryStore:
         *,
         expected_revision: int | None,
         appended: Sequence[tuple[str, Message]] = (),
+        files: Sequence[Attachment] = (),
     ) -> int:
         check_save(session, expected_revision, appended)
+        rows = file_rows(files) if files else None
         stored = self._sessions.get(session.id)
         if expected_revision is None:
             if stored is not None:
@@ -48,11 +53,20 @@ class MemoryStore:
         # Keep a copy: callers may go on changing their object after a save.
         self._sessions[session.id] = session.copy()
         self._transcripts.setdefault(session.id, []).extend([message for _, message in appended])
+        if rows:
+            self._files.add(session.id, rows)
         return revision
+
+    async def load_files(self, session_id: str, hashes: Collection[str]) -> dict[str, bytes]:
+        return self._files.load(session_id, hashes)
+
+    async def list_files(self, session_id: str) -> list[AttachmentRef]:
+        return self._files.list(session_id)
 
     async def delete(self, session_id: str) -> bool:
         self._transcripts.pop(session_id, None)
         self._errors.pop(session_id, None)
+        self._files.drop(session_id)
         return self._sessions.pop(session_id, None) is not None
 
     async def list_sessions(

@@ -68,6 +68,26 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX picoflow_errors_session ON picoflow_errors (session_id, id)",
         ),
     ),
+    Migration(
+        2,
+        "files of a session, once per session by SHA-256",
+        (
+            # (revision, ordinal) is the order files were first stored in: the revision of the save
+            # that brought them and their place among its files (see picoflow.sessions._files).
+            """CREATE TABLE picoflow_files (
+                session_id TEXT NOT NULL,
+                sha256 TEXT NOT NULL,
+                name TEXT NOT NULL,
+                media_type TEXT NOT NULL,
+                size INTEGER NOT NULL,
+                data BLOB NOT NULL,
+                stored_at REAL NOT NULL,
+                revision INTEGER NOT NULL,
+                ordinal INTEGER NOT NULL,
+                PRIMARY KEY (session_id, sha256)
+            )""",
+        ),
+    ),
 )
 
 POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
@@ -110,6 +130,26 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
                 body json NOT NULL
             )""",
             "CREATE INDEX picoflow_errors_session ON {p}picoflow_errors (session_id, id)",
+        ),
+    ),
+    Migration(
+        2,
+        "files of a session, once per session by SHA-256",
+        (
+            """CREATE TABLE {p}picoflow_files (
+                session_id text NOT NULL,
+                sha256 text NOT NULL,
+                name text NOT NULL,
+                media_type text NOT NULL,
+                size bigint NOT NULL,
+                data bytea NOT NULL,
+                stored_at double precision NOT NULL,
+                revision bigint NOT NULL,
+                ordinal integer NOT NULL,
+                PRIMARY KEY (session_id, sha256)
+            )""",
+            # Images and PDFs are compressed already: out of line, without a compression attempt.
+            "ALTER TABLE {p}picoflow_files ALTER COLUMN data SET STORAGE EXTERNAL",
         ),
     ),
 )

@@ -9,12 +9,15 @@ Connections, the circuit breaker for outages and the meaning of driver errors ar
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from picoflow.attachments import Attachment
 from picoflow.messages import Message
 from picoflow.session import Session
 from picoflow.sessions import _rows
+from picoflow.sessions._files import file_rows
 from picoflow.sessions._postgres_pool import PostgresPool
 from picoflow.sessions._sql import Params, SQLStore, Statements
 from picoflow.sessions.migrations import check_postgres, check_schema_name, qualifier, upgrade_postgres
@@ -27,14 +30,26 @@ _COLUMNS = (
     " namespaces, starts, document"
 )
 
-# The messages CTE joins ``head``, so nothing is inserted when the session row was not written;
-# PostgreSQL runs every data-modifying CTE to completion even though the final SELECT ignores it.
+# The messages and files CTEs join ``head``, so nothing is inserted when the session row was not
+# written; PostgreSQL runs every data-modifying CTE to completion even though the final SELECT
+# ignores it. A file the session holds already is kept as it is (ON CONFLICT DO NOTHING; the
+# save's own files are distinct, see ``file_rows``).
 _ADD_MESSAGES = """added AS (
     INSERT INTO {p}picoflow_messages (session_id, seq, namespace, body)
     SELECT head.id, m.seq, m.namespace, m.body
     FROM head
     CROSS JOIN unnest(%(seqs)s::bigint[], %(message_namespaces)s::text[], %(bodies)s::json[])
         AS m(seq, namespace, body)
+), stored AS (
+    INSERT INTO {p}picoflow_files
+        (session_id, sha256, name, media_type, size, data, stored_at, revision, ordinal)
+    SELECT head.id, f.sha256, f.name, f.media_type, f.size, f.data, %(stored_at)s, %(revision)s, f.ordinal
+    FROM head
+    CROSS JOIN unnest(
+        %(file_hashes)s::text[], %(file_names)s::text[], %(file_types)s::text[], %(file_sizes)s::bigint[],
+        %(file_data)s::bytea[], %(file_ordinals)s::integer[]
+    ) AS f(sha256, name, media_type, size, data, ordinal)
+    ON CONFLICT (session_id, sha256) DO NOTHING
 )
 SELECT count(*) FROM head"""
 
@@ -104,6 +119,12 @@ def _statements(p: str) -> Statements:
         transcript=f"SELECT body::text FROM {p}picoflow_messages WHERE session_id = %s ORDER BY seq",
         errors=f"SELECT body::text FROM {p}picoflow_errors WHERE session_id = %s ORDER BY id",
         record_error=f"INSERT INTO {p}picoflow_errors (session_id, body) VALUES (%s, %s::json)",
+        load_files=f"SELECT sha256, data FROM {p}picoflow_files WHERE session_id = %s AND sha256 = ANY(%s)",
+        hash_list=list,
+        list_files=(
+            f"SELECT name, media_type, size, sha256 FROM {p}picoflow_files"
+            " WHERE session_id = %s ORDER BY revision, ordinal"
+        ),
     )
 
 
@@ -175,8 +196,10 @@ class PostgresStore(SQLStore):
         *,
         expected_revision: int | None,
         appended: Sequence[tuple[str, Message]] = (),
+        files: Sequence[Attachment] = (),
     ) -> int:
         prepared = _rows.prepare_save(session, expected_revision, appended)
+        stored = file_rows(files)
         params = {
             **_rows.session_columns(session, prepared, expected_revision),
             "namespaces": prepared.namespaces,
@@ -184,6 +207,13 @@ class PostgresStore(SQLStore):
             "seqs": prepared.seqs,
             "message_namespaces": prepared.message_namespaces,
             "bodies": prepared.bodies,
+            "stored_at": time.time(),
+            "file_hashes": [f.sha256 for f in stored],
+            "file_names": [f.name for f in stored],
+            "file_types": [f.media_type for f in stored],
+            "file_sizes": [f.size for f in stored],
+            "file_data": [f.data for f in stored],
+            "file_ordinals": [f.ordinal for f in stored],
         }
         from psycopg.errors import UniqueViolation
 
@@ -211,6 +241,7 @@ class PostgresStore(SQLStore):
             existed = cursor.rowcount > 0
             await conn.execute(f"DELETE FROM {p}picoflow_messages WHERE session_id = %s", (session_id,))
             await conn.execute(f"DELETE FROM {p}picoflow_errors WHERE session_id = %s", (session_id,))
+            await conn.execute(f"DELETE FROM {p}picoflow_files WHERE session_id = %s", (session_id,))
         self._forget(session_id)
         return existed
 

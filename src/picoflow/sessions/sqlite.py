@@ -10,14 +10,17 @@ import functools
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from picoflow.attachments import Attachment
 from picoflow.messages import Message
 from picoflow.session import Session
 from picoflow.sessions import _rows
+from picoflow.sessions._files import file_rows
 from picoflow.sessions._sql import Params, SQLStore, Statements
 from picoflow.sessions._sqlite_connections import SQLiteConnections, transaction
 from picoflow.sessions._sqlite_known import KnownSessions, Read
@@ -63,6 +66,14 @@ WHERE id = :id AND revision = :expected
 
 _INSERT_MESSAGES = "INSERT INTO picoflow_messages (session_id, seq, namespace, body) VALUES (?, ?, ?, ?)"
 
+# A file the session holds already is kept as it is; any other broken constraint is an error.
+_INSERT_FILES = """
+INSERT INTO picoflow_files
+    (session_id, sha256, name, media_type, size, data, stored_at, revision, ordinal)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (session_id, sha256) DO NOTHING
+"""
+
 STATEMENTS = Statements(
     sessions="picoflow_sessions",
     mark=lambda name: f":{name}",
@@ -71,6 +82,16 @@ STATEMENTS = Statements(
     transcript="SELECT body FROM picoflow_messages WHERE session_id = ? ORDER BY seq",
     errors="SELECT body FROM picoflow_errors WHERE session_id = ? ORDER BY id",
     record_error="INSERT INTO picoflow_errors (session_id, body) VALUES (?, ?)",
+    # One parameter however many hashes (SQLite limits a statement's parameters).
+    load_files=(
+        "SELECT sha256, data FROM picoflow_files"
+        " WHERE session_id = ? AND sha256 IN (SELECT value FROM json_each(?))"
+    ),
+    hash_list=json.dumps,
+    list_files=(
+        "SELECT name, media_type, size, sha256 FROM picoflow_files"
+        " WHERE session_id = ? ORDER BY revision, ordinal"
+    ),
 )
 
 
@@ -86,13 +107,35 @@ class SQLiteSave:
     document: str
     live: dict[str, int]
     """Per namespace, the seq its live messages start at."""
+    files: list[tuple[object, ...]]
+    """The rows of the files the save brought (``_INSERT_FILES``)."""
 
 
 def save_rows(
-    session: Session, expected_revision: int | None, appended: Sequence[tuple[str, Message]]
+    session: Session,
+    expected_revision: int | None,
+    appended: Sequence[tuple[str, Message]],
+    files: Sequence[Attachment] = (),
 ) -> SQLiteSave:
     """Validate a save and encode its rows (no I/O)."""
     prepared = _rows.prepare_save(session, expected_revision, appended)
+    file_params: list[tuple[object, ...]] = []
+    if files:
+        stored_at = time.time()
+        file_params = [
+            (
+                session.id,
+                f.sha256,
+                f.name,
+                f.media_type,
+                f.size,
+                f.data,
+                stored_at,
+                prepared.revision,
+                f.ordinal,
+            )
+            for f in file_rows(files)
+        ]
     row = _rows.session_columns(session, prepared, expected_revision)
     live = dict(zip(prepared.namespaces, prepared.starts, strict=True))
     row["live"] = json.dumps(live)
@@ -103,7 +146,7 @@ def save_rows(
         )
     ]
     return SQLiteSave(
-        session.id, expected_revision, prepared.revision, row, messages, prepared.document, live
+        session.id, expected_revision, prepared.revision, row, messages, prepared.document, live, file_params
     )
 
 
@@ -120,6 +163,8 @@ def write_save(conn: sqlite3.Connection, rows: SQLiteSave) -> None:
             if exc.sqlite_errorcode == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
                 raise _rows.seq_reused(rows.session_id) from None
             raise
+        if rows.files:
+            conn.executemany(_INSERT_FILES, rows.files)
 
     transaction(conn, write)
 
@@ -128,6 +173,7 @@ def _delete(session_id: str, conn: sqlite3.Connection) -> bool:
     def delete(conn: sqlite3.Connection) -> bool:
         conn.execute("DELETE FROM picoflow_messages WHERE session_id = ?", (session_id,))
         conn.execute("DELETE FROM picoflow_errors WHERE session_id = ?", (session_id,))
+        conn.execute("DELETE FROM picoflow_files WHERE session_id = ?", (session_id,))
         return conn.execute("DELETE FROM picoflow_sessions WHERE id = ?", (session_id,)).rowcount > 0
 
     return transaction(conn, delete)
@@ -203,9 +249,11 @@ class SQLiteStore(SQLStore):
         *,
         expected_revision: int | None,
         appended: Sequence[tuple[str, Message]] = (),
+        files: Sequence[Attachment] = (),
     ) -> int:
-        rows = save_rows(session, expected_revision, appended)
-        await self._connections.write(functools.partial(self._write_save, rows))
+        rows = save_rows(session, expected_revision, appended, files)
+        # Files may be megabytes: written on the writer thread, never on the event loop's.
+        await self._connections.write(functools.partial(self._write_save, rows), inline=not rows.files)
         session.revision = rows.revision
         return rows.revision
 
