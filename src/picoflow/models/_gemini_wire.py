@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from picoflow.messages import Message, ModelRequest, ToolCall
+from picoflow.models._file_parts import Files, gemini_parts
 
 #: ``Message.reasoning`` block type holding one thought signature (see models/google.py).
 SIGNATURE = "gemini_thought_signature"
@@ -71,7 +72,7 @@ def to_gemini_contents(request: ModelRequest, model_name: str) -> tuple[str, lis
             system.append(message.content)
             continue
         role = "model" if message.role == "assistant" else "user"
-        parts = _parts(message, own=message.model in (None, model_name))
+        parts = _parts(message, request.files, own=message.model in (None, model_name))
         if not parts:
             continue
         if contents and contents[-1]["role"] == role:
@@ -86,7 +87,7 @@ def to_gemini_contents(request: ModelRequest, model_name: str) -> tuple[str, lis
     return "\n\n".join(part for part in system if part), contents
 
 
-def _parts(message: Message, *, own: bool) -> list[dict[str, Any]]:
+def _parts(message: Message, files: Files, *, own: bool) -> list[dict[str, Any]]:
     if message.role == "tool":
         key = "error" if message.is_error else "output"
         response: dict[str, Any] = {"name": message.name or "", "response": {key: message.content}}
@@ -94,7 +95,8 @@ def _parts(message: Message, *, own: bool) -> list[dict[str, Any]]:
             response["id"] = message.tool_call_id
         return [{"function_response": response}]
     if message.role != "assistant":
-        return [{"text": message.content}] if message.content else []
+        texts = [{"text": message.content}] if message.content else []
+        return texts + gemini_parts(message, files) if message.attachments else texts
     signatures = _signatures(message) if own else {}
     parts: list[dict[str, Any]] = []
     text_signature = signatures.get(None)

@@ -21,6 +21,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from picoflow.messages import Message, ModelRequest, OutputSchema, ToolCall, ToolDefinition
+from picoflow.models._file_parts import text_with_files
 from picoflow.models._text_calls import Arguments, as_call, first_json
 
 MAX_PARALLEL_CALLS = 8
@@ -235,6 +236,9 @@ def chat_messages(request: ModelRequest, *, parallel: bool = True) -> list[dict[
             messages.append({"role": "user", "content": _tool_result_text(message)})
         elif message.role == "assistant":
             messages.append({"role": "assistant", "content": _assistant_text(message, constrained)})
+        elif message.attachments:
+            # No vision here: PDFs and text files are read as text, and an image is refused.
+            messages.append({"role": "user", "content": text_with_files(message, request.files)})
         else:
             messages.append({"role": "user", "content": message.content})
         previous_role = message.role

@@ -16,6 +16,7 @@ from typing import Any
 
 from picoflow.exceptions import ModelError
 from picoflow.messages import Message, ModelRequest, ModelResponse, ToolCall, ToolDefinition
+from picoflow.models._file_parts import Files, responses_content
 from picoflow.models._retry import redact
 from picoflow.models.base import StreamEvent, TextDelta, ToolCallDelta
 from picoflow.usage import Usage
@@ -68,17 +69,19 @@ def to_responses_input(request: ModelRequest, *, replay_reasoning: bool = True) 
     """The request's memory as Responses API input items (the system prompt goes in ``instructions``)."""
     items: list[dict[str, Any]] = []
     for message in request.messages:
-        items.extend(_input_items(message, replay_reasoning))
+        items.extend(_input_items(message, replay_reasoning, request.files))
     return items
 
 
-def _input_items(message: Message, replay_reasoning: bool) -> list[dict[str, Any]]:
+def _input_items(message: Message, replay_reasoning: bool, files: Files) -> list[dict[str, Any]]:
     if message.role == "tool":
         output = message.content
         # function_call_output has no error flag; say it in the text the model reads.
         if message.is_error and not output.lower().startswith("error"):
             output = f"Error: {output}"
         return [{"type": "function_call_output", "call_id": message.tool_call_id or "", "output": output}]
+    if message.role != "assistant" and message.attachments:
+        return [{"role": message.role, "content": responses_content(message, files)}]
     if message.role != "assistant":
         return [{"role": message.role, "content": message.content}]
     items: list[dict[str, Any]] = []

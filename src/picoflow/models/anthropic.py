@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from picoflow.exceptions import ModelConfigurationError, ModelError
 from picoflow.messages import Message, ModelRequest, ModelResponse, OutputSchema, ToolCall, ToolDefinition
+from picoflow.models._file_parts import Files, anthropic_blocks
 from picoflow.models._network import NetworkModel
 from picoflow.models._retry import (
     Failure,
@@ -78,7 +79,7 @@ def _tool_input(call: ToolCall) -> dict[str, Any]:
     return dict(call.args) if not isinstance(call.args, str) else {}
 
 
-def _blocks(message: Message) -> list[dict[str, Any]]:
+def _blocks(message: Message, files: Files) -> list[dict[str, Any]]:
     if message.role == "tool":
         return [
             {
@@ -92,6 +93,8 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = [dict(block) for block in message.reasoning if _is_thinking(block)]
     if message.content.strip():
         blocks.append({"type": "text", "text": message.content})
+    if message.attachments:
+        blocks.extend(anthropic_blocks(message, files))
     for call in message.tool_calls:
         blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": _tool_input(call)})
     return blocks
@@ -126,7 +129,7 @@ def to_anthropic_messages(request: ModelRequest) -> tuple[str, list[dict[str, An
             system.append(message.content)
             continue
         role = "assistant" if message.role == "assistant" else "user"
-        blocks = _blocks(message)
+        blocks = _blocks(message, request.files)
         if not blocks:
             continue
         if turns and turns[-1]["role"] == role:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from picoflow.exceptions import ModelConfigurationError, ModelError
 from picoflow.messages import Message, ModelRequest, ModelResponse, ToolCall, ToolDefinition
+from picoflow.models._file_parts import Files, chat_content
 from picoflow.models._network import NetworkModel
 from picoflow.models._retry import (
     ADAPTER_KNOBS,
@@ -152,17 +153,18 @@ def _is_json_object(text: str) -> bool:
         return False
 
 
-def to_openai_messages(request: ModelRequest) -> list[dict[str, Any]]:
-    """The request's system prompt and memory in Chat Completions form."""
+def to_openai_messages(request: ModelRequest, *, reads_pdf: bool = True) -> list[dict[str, Any]]:
+    """The request's system prompt and memory in Chat Completions form (``reads_pdf``: PDFs go as
+    ``file`` parts, else as their text)."""
     messages: list[dict[str, Any]] = []
     if request.system:
         messages.append({"role": "system", "content": request.system})
     for message in request.messages:
-        messages.append(_to_openai_message(message))
+        messages.append(_to_openai_message(message, request.files, reads_pdf))
     return messages
 
 
-def _to_openai_message(message: Message) -> dict[str, Any]:
+def _to_openai_message(message: Message, files: Files, reads_pdf: bool) -> dict[str, Any]:
     if message.role == "assistant":
         entry: dict[str, Any] = {"role": "assistant", "content": message.content or None}
         if message.tool_calls:
@@ -181,6 +183,8 @@ def _to_openai_message(message: Message) -> dict[str, Any]:
         if message.is_error and not content.lower().startswith("error"):
             content = f"Error: {content}"
         return {"role": "tool", "tool_call_id": message.tool_call_id or "", "content": content}
+    if message.attachments:
+        return {"role": message.role, "content": chat_content(message, files, reads_pdf=reads_pdf)}
     return {"role": message.role, "content": message.content}
 
 
@@ -267,7 +271,9 @@ class OpenAIModel(OpenAIClientModel):
     def build_kwargs(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments of ``chat.completions.create`` for ``request``."""
         settings = {**self._params, **{k: v for k, v in request.settings.items() if k not in ADAPTER_KNOBS}}
-        kwargs: dict[str, Any] = {"model": self.model, "messages": to_openai_messages(request)}
+        # OpenAI reads PDFs itself; compatible servers rarely take file parts, so they get the text.
+        messages = to_openai_messages(request, reads_pdf=not self.compatible)
+        kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
         if request.tools:
             kwargs["tools"] = [openai_tool(tool) for tool in request.tools]
             if settings.get("parallel_tool_calls") is not None:
