@@ -32,6 +32,7 @@ def full_session() -> Session:
         updated_at=2.0,
         version=7,
         metadata={"tags": ["x"]},
+        files_sent=2,
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any, Generic, Literal, TypeAlias
 
 from typing_extensions import TypeVar
 
+from picoflow.attachments import Attachment
 from picoflow.usage import Usage
 
 DepsT = TypeVar("DepsT", default=Any)
@@ -63,6 +64,8 @@ class RunContext(Generic[DepsT]):
     usage: Usage
     """Usage of the turn so far."""
     config: Mapping[str, Any]
+    attachments: tuple[Attachment, ...] = ()
+    """The files sent with this turn's message, with their bytes."""
 
     @property
     def customer_id(self) -> str | None:

@@ -10,14 +10,13 @@ the HTTP server and the command line translate requests into its calls and nothi
 from __future__ import annotations
 
 import asyncio
-import atexit
 import dataclasses
 import logging
-import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
+from picoflow._engine_faces import RunFaces
 from picoflow._engine_sessions import MAX_OFFSET, StoredSessions, check_session_id
 from picoflow._run.loop import first_request
 from picoflow._run.observers import NO_OBSERVER, EventStream, combine
@@ -25,6 +24,7 @@ from picoflow._run.session_turn import SessionTurns, TurnRequest, store_call
 from picoflow._text import check_message
 from picoflow._text import check_text as check_text  # the one input rule, public here
 from picoflow._tracing import TracingSetting
+from picoflow.attachments import Attachment, AttachmentLimits, check_attachments
 from picoflow.context import ANY_PRINCIPAL, Caller
 from picoflow.events import TurnEvent
 from picoflow.exceptions import FlowDefinitionError, FlowNotFound, InvalidInput, RunError
@@ -57,7 +57,7 @@ __all__ = [
 logger = logging.getLogger("picoflow")
 
 
-class FlowEngine(StoredSessions):
+class FlowEngine(StoredSessions, RunFaces):
     """Runs turns of registered flows against a session store; reads and deletes stored sessions."""
 
     def __init__(
@@ -73,6 +73,7 @@ class FlowEngine(StoredSessions):
         tracing: Any = None,
         trace_content: bool = False,
         before_turn: Callable[[FlowSpec], Awaitable[None]] | None = None,
+        attachment_limits: AttachmentLimits | None = None,
     ) -> None:
         """
         Args:
@@ -92,12 +93,14 @@ class FlowEngine(StoredSessions):
             before_turn: Awaited once the session of a turn is known, before its step runs; may
                 raise a ``RunError`` to refuse the turn (a server waits here for the flow's models
                 to load, and refuses with 503 when one failed).
+            attachment_limits: Sizes and types of the files a turn may carry (``AttachmentLimits``).
         """
         self.store: SessionStore = store if store is not None else MemoryStore()
         self.deps = deps
         self.limits = limits
         self.max_message_chars = max_message_chars
         self.max_reply_chars = max_reply_chars
+        self.attachment_limits = attachment_limits or AttachmentLimits()
         self.before_turn = before_turn
         self._tracing = TracingSetting(tracing, capture_content=trace_content)
         self._override: Model | ModelSelection | None = None
@@ -168,10 +171,13 @@ class FlowEngine(StoredSessions):
         *,
         caller: Caller | None = None,
         on_event: Callable[[TurnEvent], None] | None = None,
+        attachments: Sequence[Attachment] = (),
     ) -> TurnResult:
         """Run one turn. Never raises for run-time failures: see ``TurnResult.error``.
 
         ``flow`` may be None when ``session_id`` is given: the session knows its flow.
+        ``attachments`` are files sent with the message (refused, before anything is stored, when
+        their type is not accepted, contradicts their bytes, or they exceed ``attachment_limits``).
         """
         tracer = self._tracing.observer()
         observer = (
@@ -187,76 +193,19 @@ class FlowEngine(StoredSessions):
                 text = self.check_message(message)
                 if session_id is not None:
                     check_session_id(session_id)
+                files = tuple(attachments) if attachments else ()
+                if files:
+                    check_attachments(list(files), self.attachment_limits)
             except RunError as exc:
                 result = await self._turns.failed(exc, session_id, session_id, None)
             else:
-                request = TurnRequest(spec, text, session_id, caller or Caller())
+                request = TurnRequest(spec, text, session_id, caller or Caller(), files)
                 result = await self._turns.take(request, observer)
         except BaseException as exc:
             observer.turn_aborted(exc)
             raise
         observer.turn_finished(result)
         return result
-
-    async def run_stream(
-        self,
-        flow: str | type[Flow] | None,
-        message: str,
-        session_id: str | None = None,
-        *,
-        caller: Caller | None = None,
-    ) -> AsyncIterator[TurnEvent | TurnFinished]:
-        """Run one turn, yielding its events as they happen and ``TurnFinished`` last.
-
-        The turn runs to its end even if the consumer stops listening, so a disconnect never
-        leaves a half-done turn.
-        """
-        queue: asyncio.Queue[TurnEvent | TurnFinished | None] = asyncio.Queue()
-        task = asyncio.ensure_future(
-            self.run(flow, message, session_id, caller=caller, on_event=queue.put_nowait)
-        )
-        # The loop holds tasks weakly; keep this one alive even if the consumer walks away.
-        self._background.add(task)
-
-        def finished(done: asyncio.Future[TurnResult]) -> None:
-            self._background.discard(done)
-            queue.put_nowait(None if done.cancelled() or done.exception() else TurnFinished(done.result()))
-
-        task.add_done_callback(finished)
-        while True:
-            event = await queue.get()
-            if event is None:
-                if task.cancelled():
-                    raise asyncio.CancelledError("the turn was cancelled")
-                raise task.exception() or RuntimeError("the turn ended without a result")
-            yield event
-            if isinstance(event, TurnFinished):
-                return
-
-    def run_sync(
-        self,
-        flow: str | type[Flow] | None,
-        message: str,
-        session_id: str | None = None,
-        *,
-        caller: Caller | None = None,
-    ) -> TurnResult:
-        """``run`` for code without an event loop (scripts, notebooks without one running).
-
-        Each thread keeps one event loop for all its calls, so connections the store and the
-        models opened on the first call serve the next ones too.
-        """
-        loop = _thread_loop()
-        task = loop.create_task(self.run(flow, message, session_id, caller=caller))
-        try:
-            return loop.run_until_complete(task)
-        except BaseException:
-            # Interrupted (Ctrl-C): the turn is abandoned with its loop, so no later call resumes it
-            # (nothing of it was committed); the next call starts a new loop.
-            task.cancel()
-            _local.loop = None
-            loop.close()
-            raise
 
     async def warm(self, flow: str | type[Flow], *, message: str = "Hello") -> bool:
         """Send the first request of a new session of ``flow`` once, answering at most one token.
@@ -306,18 +255,3 @@ class FlowEngine(StoredSessions):
         """The user's message as the turn will see it (stripped), or ``InvalidInput`` /
         ``MessageTooLong`` naming the rule it breaks. Every turn runs this first."""
         return check_message(message, self.max_message_chars)
-
-
-_local = threading.local()
-
-
-def _thread_loop() -> asyncio.AbstractEventLoop:
-    """This thread's event loop for ``run_sync``: made on first use, reused after (a bare
-    ``run_until_complete`` costs a fraction of ``asyncio.run``, which builds and closes a loop)."""
-    if asyncio._get_running_loop() is not None:  # exported by asyncio.events; no exception per call
-        raise RuntimeError("run_sync() cannot be called from a running event loop: await engine.run(...)")
-    loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
-    if loop is None or loop.is_closed():
-        loop = _local.loop = asyncio.new_event_loop()
-        atexit.register(loop.close)
-    return loop

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from picoflow.context import Caller, RunContext
     from picoflow.messages import Message
 
-__all__ = ["FlowRuntime", "FlowView", "StepRuntime", "StepState"]
+__all__ = ["FlowRuntime", "FlowView", "StepRuntime", "StepState", "SubSteps"]
 
 T = TypeVar("T")
 
@@ -46,6 +46,19 @@ class FlowRuntime(Protocol):
     def state_for(self, step_name: str) -> StepState: ...
 
 
+class SubSteps(Protocol):
+    """Runs sub-steps (``run_step``) for a step of a turn."""
+
+    async def run_steps(
+        self,
+        runtime: Any,
+        caller: str,
+        requests: Sequence[tuple[Any, Any, Any]],
+        concurrency: int | None,
+        keys: Sequence[Any] | None,
+    ) -> list[Any]: ...
+
+
 class StepRuntime(Protocol):
     """What the runner offers a step instance during a turn."""
 
@@ -69,13 +82,10 @@ class StepRuntime(Protocol):
     @property
     def substep_input(self) -> str | None: ...
 
-    async def run_steps(
-        self,
-        caller: str,
-        requests: Sequence[tuple[Any, Any, Any]],
-        concurrency: int | None,
-        keys: Sequence[Any] | None = None,
-    ) -> list[Any]: ...
+    @property
+    def composer(self) -> SubSteps | None:
+        """What runs sub-steps (None outside a turn of a ``FlowEngine``)."""
+        ...
 
 
 class StepState(MutableMapping[str, Any]):

@@ -98,6 +98,8 @@ class Session:
     version: int = DOCUMENT_VERSION
     metadata: dict[str, Any] = field(default_factory=dict)
     """Free-form, JSON-serialisable data for the application (never shown to the model)."""
+    files_sent: int = 0
+    """Files users sent with their messages so far (their bytes are in the store, by hash)."""
 
     def namespace(self, name: str) -> Namespace:
         ns = self.memory.get(name)
@@ -134,6 +136,7 @@ class Session:
             self.updated_at,
             self.version,
             copy_json(self.metadata) if self.metadata else {},
+            self.files_sent,
         )
 
     def info(self) -> SessionInfo:

@@ -161,7 +161,7 @@ class Step:
         memory and bounded loop; its usage counts in this turn's. It answers and ends: it may not
         ``go()`` elsewhere. A failure raises ``SubStepFailed``, which leaves nothing behind.
         """
-        answers = await self._runtime.run_steps(self.name, [(step, input, output)], None)
+        answers = await _sub_steps(self, [(step, input, output)], None)
         return answers[0]
 
     @overload
@@ -180,15 +180,15 @@ class Step:
         if isinstance(requests, Mapping):
             keys = list(requests)
             items = [_request(requests[key]) for key in keys]
-            answers = await self._runtime.run_steps(self.name, items, concurrency, keys)
+            answers = await _sub_steps(self, items, concurrency, keys)
             return dict(zip(keys, answers, strict=True))
-        return await self._runtime.run_steps(self.name, [_request(item) for item in requests], concurrency)
+        return await _sub_steps(self, [_request(item) for item in requests], concurrency)
 
     async def batch(
         self, step: type[Step] | str, inputs: Iterable[Any], *, concurrency: int = 4
     ) -> list[Any]:
         """``run_steps`` of one step over many inputs."""
-        return await self._runtime.run_steps(self.name, [(step, item, None) for item in inputs], concurrency)
+        return await _sub_steps(self, [(step, item, None) for item in inputs], concurrency)
 
     # --- what the step tells the model ------------------------------------------------------
 
@@ -309,6 +309,18 @@ class TerminateStep(Step):
         if messages and messages[-1].role == "user":
             return None
         return "I'm done, thank you."
+
+
+async def _sub_steps(
+    step: Step,
+    requests: list[tuple[Any, Any, Any]],
+    concurrency: int | None,
+    keys: Sequence[Any] | None = None,
+) -> list[Any]:
+    runtime = step._runtime
+    if runtime.composer is None:
+        raise RuntimeError("sub-steps run only in a turn of a FlowEngine")
+    return await runtime.composer.run_steps(runtime, step.name, requests, concurrency, keys)
 
 
 def _request(item: Any) -> tuple[Any, Any, Any]:

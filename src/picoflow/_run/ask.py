@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError, to_json
 
+from picoflow._run.files import refuse_images
 from picoflow._run.workspace import Workspace
 from picoflow._schema import describe_validation_error
 from picoflow._text import storable
@@ -27,6 +28,7 @@ from picoflow.outcomes import Reject
 from picoflow.step import Step
 
 _NO_SETTINGS: Mapping[str, Any] = MappingProxyType({})
+_NO_FILES: Mapping[str, bytes] = MappingProxyType({})
 """Requests carry no per-call settings (a model applies its selection's); read-only, so shared."""
 
 VETOED = "The response did not pass this step's check. Answer again."
@@ -75,6 +77,7 @@ async def build_request(ws: Workspace, step: Step, spec: StepSpec, extra: list[M
         _NO_SETTINGS,
         spec.name,
         ws.session_id,
+        _NO_FILES if ws.files is None else await ws.files.for_messages(messages),
     )
 
 
@@ -128,6 +131,8 @@ async def ask(
             rebuild = functools.partial(build_request, ws, step, spec, extra)
             fitting = Fitting(window, spec, model.name, ws.session, rebuild, ws.warn)
             request = await fitting.fit(request, len(extra))
+        if request.files and not getattr(model, "reads_images", True):
+            refuse_images([ref for message in request.messages for ref in message.attachments], model.name)
         observer.model_started(spec.name, model.name, request)
         try:
             if observer.wants_text:

@@ -53,7 +53,7 @@ class Composer:
 
     async def run_steps(
         self,
-        ws: Workspace,
+        ws: Any,
         caller: str,
         requests: Sequence[tuple[Any, Any, Any]],
         concurrency: int | None,
@@ -61,6 +61,7 @@ class Composer:
     ) -> list[Any]:
         """Answers to ``(step, input, output)`` requests, in order. ``concurrency`` None: one
         request (``run_step``), whose failure raises its own ``SubStepFailed``."""
+        assert isinstance(ws, Workspace), "sub-steps run on a turn's workspace"
         if concurrency is not None and (
             isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
         ):

@@ -76,7 +76,7 @@ async def finish_direct(
     apply_effects(ws, outcome, destination)
     namespace = ws.spec.steps[destination].namespace
     if pending_user is not None:  # a logic step answered: keep the user's words beside the reply
-        ws.add(namespace, destination, "user", pending_user)
+        ws.add(namespace, destination, "user", pending_user, attachments=ws.files.refs if ws.files else ())
     if outcome.message is not None:
         ws.add(namespace, destination, "user", outcome.message, kind="forwarded")
     return _reply(ws, outcome, destination)

@@ -54,7 +54,7 @@ async def run_turn(ws: Workspace, text: str) -> str:
             continue
 
         if pending_user is not None:
-            ws.add(spec.namespace, name, "user", pending_user)
+            ws.add(spec.namespace, name, "user", pending_user, attachments=ws.files.refs if ws.files else ())
             pending_user = None
         elif crossed_from is not None:
             await _cross(ws, step, spec, crossed_from)

@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from picoflow._run.compose import Composer
+from picoflow._run.files import TurnFiles
 from picoflow._run.loop import run_turn
 from picoflow._run.observers import TurnObserver
 from picoflow._run.workspace import Workspace, compact_memory
 from picoflow._window import TRIMMED
+from picoflow.attachments import Attachment
 from picoflow.context import ANY_PRINCIPAL, Caller, PrincipalFilter
 from picoflow.exceptions import (
     FlowMismatch,
@@ -51,6 +53,8 @@ class TurnRequest:
     text: str
     session_id: str | None
     caller: Caller
+    files: tuple[Attachment, ...] = ()
+    """The files sent with the message, checked."""
 
 
 class TurnHost(Protocol):
@@ -98,6 +102,8 @@ class SessionTurns:
             ws = self.workspace(spec, session, request.caller, observer)
             if session.revision:
                 self._restore(ws)
+            if request.files or ws.session.files_sent:
+                ws.files = TurnFiles(request.files, functools.partial(host.store.load_files, ws.session.id))
             try:
                 reply = await run_turn(ws, request.text)
             except BaseException as exc:
@@ -109,7 +115,13 @@ class SessionTurns:
             session = ws.session
             _commit_locally(ws)
             try:
-                await host.store.save(session, expected_revision=expected, appended=ws.appended)
+                if request.files:
+                    session.files_sent += len(request.files)
+                    await host.store.save(
+                        session, expected_revision=expected, appended=ws.appended, files=request.files
+                    )
+                else:
+                    await host.store.save(session, expected_revision=expected, appended=ws.appended)
             except OSError as exc:  # as in ``store_call``, without its await on the hot path
                 raise outage(f"saving session {session.id}", exc) from exc
             warnings = tuple([record.message for record in ws.warnings]) if ws.warnings else ()

@@ -21,6 +21,7 @@ from typing import Any
 
 from picoflow._run.observers import TurnObserver
 from picoflow._run.workspace import ModelFor, Workspace
+from picoflow.attachments import AttachmentRef
 from picoflow.exceptions import HookFailure
 from picoflow.flow import FlowSpec
 from picoflow.messages import Message, MessageKind, Role, ToolCall
@@ -74,6 +75,7 @@ class SubWorkspace(Workspace):
             composer=parent.composer,
         )
         self.usage = parent.usage  # one turn, one tally: its limits hold across every run
+        self.files = parent.files  # the turn's files reach a sub-step's tools too
         self.parent = parent
         self.root = root
         self.substep_input = text
@@ -133,6 +135,7 @@ class SubWorkspace(Workspace):
         reasoning: Sequence[Mapping[str, Any]] = (),
         remembered_as: str | None = None,
         model: str | None = None,
+        attachments: tuple[AttachmentRef, ...] = (),
     ) -> Message:
         main = self.root.session
         session = self.session
@@ -151,6 +154,7 @@ class SubWorkspace(Workspace):
             reasoning=reasoning,
             remembered_as=remembered_as,
             model=model,
+            attachments=attachments,
         )
         main.next_seq = session.next_seq
         self.appended[-1] = (self._kept or self.within, message)

@@ -12,18 +12,20 @@ import inspect
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_jsonable_python
 
+from picoflow._run.files import TurnFiles
 from picoflow._run.observers import NO_OBSERVER, TurnObserver
+from picoflow.attachments import AttachmentRef
 from picoflow.context import Caller, RunContext
 from picoflow.exceptions import HookFailure, RunError
 from picoflow.flow import Flow, FlowSpec, StepSpec
 from picoflow.memory import compact
 from picoflow.messages import Message, MessageKind, Role, ToolCall
 from picoflow.outcomes import EXECUTING_STEP, Direct, Go
-from picoflow.runtime import StepState
+from picoflow.runtime import StepState, SubSteps
 from picoflow.session import LogRecord, Session
 from picoflow.step import Step
 from picoflow.usage import Usage, UsageLimits
@@ -35,19 +37,6 @@ ModelFor = Callable[[StepSpec], "Model"]
 
 RUNNING_CALL: ContextVar[ToolCall | None] = ContextVar("picoflow_running_call", default=None)
 """The tool call whose handler is running (what a sub-step run started there nests under)."""
-
-
-class Composer(Protocol):
-    """Runs sub-steps for a workspace (``picoflow._run.compose``; the engine provides it)."""
-
-    async def run_steps(
-        self,
-        ws: Workspace,
-        caller: str,
-        requests: Sequence[tuple[Any, Any, Any]],
-        concurrency: int | None,
-        keys: Sequence[Any] | None,
-    ) -> list[Any]: ...
 
 
 _NONE_DEFERRED: frozenset[str] = frozenset()
@@ -72,6 +61,7 @@ class Workspace:
         "composer",
         "content_type",
         "deps",
+        "files",
         "limits",
         "max_reply_chars",
         "model_for",
@@ -96,7 +86,7 @@ class Workspace:
         limits: UsageLimits,
         max_reply_chars: int = 100_000,
         observer: TurnObserver = NO_OBSERVER,
-        composer: Composer | None = None,
+        composer: SubSteps | None = None,
     ) -> None:
         self.spec = spec
         self.session = session
@@ -108,6 +98,7 @@ class Workspace:
         self.max_reply_chars = max_reply_chars
         self.observer = observer
         self.composer = composer
+        self.files: TurnFiles | None = None
         self.within: str | None = None
         self.usage = Usage()
         self.appended: list[tuple[str, Message]] = []
@@ -141,18 +132,6 @@ class Workspace:
         another flow run as a sub-step)."""
         return self.state_for(key)
 
-    async def run_steps(
-        self,
-        caller: str,
-        requests: Sequence[tuple[Any, Any, Any]],
-        concurrency: int | None,
-        keys: Sequence[Any] | None = None,
-    ) -> list[Any]:
-        """Run sub-steps for step ``caller``: ``(step, input, output)`` requests, answers in order."""
-        if self.composer is None:
-            raise RuntimeError("sub-steps run only in a turn of a FlowEngine")
-        return await self.composer.run_steps(self, caller, requests, concurrency, keys)
-
     def messages_of(self, namespace: str) -> Sequence[Message]:
         if self._deferred_erase and namespace in self._deferred_erase:
             return ()
@@ -185,6 +164,7 @@ class Workspace:
                 step,
                 self.usage,
                 caller.config,
+                self.files.incoming if self.files is not None else (),
             )
         return context
 
@@ -210,6 +190,7 @@ class Workspace:
         reasoning: Sequence[Mapping[str, Any]] = (),
         remembered_as: str | None = None,
         model: str | None = None,
+        attachments: tuple[AttachmentRef, ...] = (),
     ) -> Message:
         """Append a message to ``namespace`` and to the turn's list of new messages."""
         session = self.session
@@ -231,6 +212,7 @@ class Workspace:
             remembered_as,
             model,
             self.within,
+            attachments,
         )
         session.next_seq = seq + 1
         ns.messages.append(message)
