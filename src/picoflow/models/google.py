@@ -320,7 +320,7 @@ class GoogleModel(NetworkModel["Client"]):
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         client = self.client()
-        _, contents = to_gemini_contents(request, self.name)
+        contents = _contents(request, self.name)
         config = self.build_config(request)
         reply = await self._attempt(
             lambda: client.aio.models.generate_content(model=self.model, contents=contents, config=config)
@@ -331,7 +331,7 @@ class GoogleModel(NetworkModel["Client"]):
 
     async def request_stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         client = self.client()
-        _, contents = to_gemini_contents(request, self.name)
+        contents = _contents(request, self.name)
         config = self.build_config(request)
 
         async def open_stream() -> _Stream:
@@ -374,3 +374,9 @@ _SAMPLING = {
     "stop_sequences": "stop_sequences",
     "seed": "seed",
 }
+
+
+def _contents(request: ModelRequest, model_name: str) -> list[Any]:
+    """The request's turns as the SDK takes them: plain dicts, which it reads as ``ContentDict``
+    (typed ``Any`` here, since the SDK's own unions change from release to release)."""
+    return to_gemini_contents(request, model_name)[1]
