@@ -132,7 +132,7 @@ def d(text: str) -> Decimal:
 
 
 # Positional, one sample to a block: name, vendor, its address, customer, number, issued, due,
-# currency, symbol, lines, tax rate, tax label.
+# currency, symbol, lines, tax rate, tax label. (The PNG font has no £ sign: those write GBP.)
 # fmt: off
 PDFS = [
     Sample(
@@ -216,7 +216,7 @@ PNGS = [
     ),
     Sample(
         "png-04", "Orbit IT Services", "21 Canal Row, Manchester M1 3HZ", "Pennine Outdoor Ltd",
-        "OIT-0931", date(2026, 3, 30), date(2026, 4, 29), "GBP", "£",
+        "OIT-0931", date(2026, 3, 30), date(2026, 4, 29), "GBP", "GBP",
         [Line("Laptop setup and data transfer", d("6"), d("45.00"))],
         d("20"), "VAT 20%", total_printed=d("342.00"), date_style="short",
     ),
