@@ -15,7 +15,7 @@ import io
 import threading
 from collections import OrderedDict
 
-from picoflow.exceptions import AttachmentRefused
+from picoflow.exceptions import AttachmentRefused, ModelConfigurationError
 
 MAX_PAGES = 50
 """Pages read at most; the rest of a longer PDF is left out (and said to be)."""
@@ -45,8 +45,14 @@ def pdf_text(data: bytes, *, name: str, key: str | None = None) -> str:
 
 
 def _extract(data: bytes, name: str) -> str:
-    from pypdf import PdfReader
-    from pypdf.errors import PyPdfError
+    try:
+        from pypdf import PdfReader
+        from pypdf.errors import PyPdfError
+    except ImportError as error:
+        # Not retryable: the operator must install the extra (the local one brings pypdf too).
+        raise ModelConfigurationError(
+            f"attachment {name!r} is a PDF, and reading its text needs pypdf: pip install 'picoflow[pdf]'"
+        ) from error
 
     where = f"attachment {name!r}"
     try:
