@@ -21,6 +21,10 @@ from picoflow.attachments import Attachment, AttachmentRef
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
+NO_FILES: tuple[Attachment, ...] = ()
+"""The default of ``save(files=...)``: recognised by identity, so a save without files does no file
+work, while any other value (``None`` and ``""`` too) is checked by ``file_rows`` like on every store."""
+
 
 @dataclass(frozen=True, slots=True)
 class FileRow:

@@ -7,7 +7,7 @@ from collections.abc import Collection, Sequence
 from picoflow.attachments import Attachment, AttachmentRef
 from picoflow.messages import Message
 from picoflow.session import LogRecord, Session, SessionInfo, SessionStatus
-from picoflow.sessions._files import SessionFiles, file_rows
+from picoflow.sessions._files import NO_FILES, SessionFiles, file_rows
 from picoflow.sessions._rows import check_page, check_save, conflict
 
 
@@ -34,10 +34,10 @@ class MemoryStore:
         *,
         expected_revision: int | None,
         appended: Sequence[tuple[str, Message]] = (),
-        files: Sequence[Attachment] = (),
+        files: Sequence[Attachment] = NO_FILES,
     ) -> int:
         check_save(session, expected_revision, appended)
-        rows = file_rows(files) if files else None
+        rows = None if files is NO_FILES else file_rows(files)
         stored = self._sessions.get(session.id)
         if expected_revision is None:
             if stored is not None:

@@ -20,7 +20,7 @@ from picoflow.attachments import Attachment
 from picoflow.messages import Message
 from picoflow.session import Session
 from picoflow.sessions import _rows
-from picoflow.sessions._files import file_rows
+from picoflow.sessions._files import NO_FILES, file_rows
 from picoflow.sessions._sql import Params, SQLStore, Statements
 from picoflow.sessions._sqlite_connections import SQLiteConnections, transaction
 from picoflow.sessions._sqlite_known import KnownSessions, Read
@@ -115,12 +115,12 @@ def save_rows(
     session: Session,
     expected_revision: int | None,
     appended: Sequence[tuple[str, Message]],
-    files: Sequence[Attachment] = (),
+    files: Sequence[Attachment] = NO_FILES,
 ) -> SQLiteSave:
     """Validate a save and encode its rows (no I/O)."""
     prepared = _rows.prepare_save(session, expected_revision, appended)
     file_params: list[tuple[object, ...]] = []
-    if files:
+    if files is not NO_FILES:
         stored_at = time.time()
         file_params = [
             (
@@ -249,7 +249,7 @@ class SQLiteStore(SQLStore):
         *,
         expected_revision: int | None,
         appended: Sequence[tuple[str, Message]] = (),
-        files: Sequence[Attachment] = (),
+        files: Sequence[Attachment] = NO_FILES,
     ) -> int:
         rows = save_rows(session, expected_revision, appended, files)
         # Files may be megabytes: written on the writer thread, never on the event loop's.
