@@ -10,6 +10,7 @@ import re
 from typing import TYPE_CHECKING
 
 from picoflow._run.session_turn import may_access, store_call
+from picoflow.attachments import Attachment, AttachmentRef
 from picoflow.context import ANY_PRINCIPAL, PrincipalFilter
 from picoflow.exceptions import InvalidInput
 from picoflow.messages import Message
@@ -49,6 +50,30 @@ class StoredSessions:
             return None
         async with store_call("reading a transcript"):
             return await self.store.transcript(session_id)
+
+    async def session_files(
+        self, session_id: str, *, principal: PrincipalFilter = None
+    ) -> list[AttachmentRef] | None:
+        """The files users sent in the session, in the order first sent (None if unknown or another
+        principal's). Each file once, under the name it was first sent with."""
+        if await self.get_session(session_id, principal=principal) is None:
+            return None
+        async with store_call("listing a session's files"):
+            return await self.store.list_files(session_id)
+
+    async def session_file(
+        self, session_id: str, sha256: str, *, principal: PrincipalFilter = None
+    ) -> Attachment | None:
+        """One file of the session by its SHA-256, with its bytes (None if the session is unknown
+        or another principal's, or holds no such file)."""
+        refs = await self.session_files(session_id, principal=principal)
+        ref = next((ref for ref in refs or () if ref.sha256 == sha256), None)
+        if ref is None:
+            return None
+        async with store_call("reading a session's file"):
+            found = await self.store.load_files(session_id, [sha256])
+        data = found.get(sha256)
+        return None if data is None else Attachment(ref.name, ref.media_type, data)
 
     async def session_errors(
         self, session_id: str, *, principal: PrincipalFilter = None

@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 
+from picoflow.attachments import AttachmentLimits
 from picoflow.server import ServerSettings, create_app
 from picoflow.session import SessionInfo, SessionStatus
 from picoflow.sessions import MemoryStore
@@ -214,18 +215,25 @@ async def test_unknown_flow_and_session_are_404() -> None:
 
 async def test_oversized_message_and_body_are_413() -> None:
     settings = ServerSettings(max_message_chars=50, max_body_bytes=2_000)
-    async with client_for(desk_engine(), settings) as client:
+    engine = desk_engine()
+    # Turn routes take files: their bodies may be as large as a turn's files in base64 plus a body
+    # (600 * 4 / 3 + 2,000 = 2,800 bytes here); the padded bodies below are over that too.
+    engine.attachment_limits = AttachmentLimits(max_turn_bytes=600)
+    async with client_for(engine, settings) as client:
         long = await client.post("/v1/flows/desk/sessions", json={"message": "x" * 51})
         assert long.status_code == 413 and long.json()["error"]["kind"] == "message_too_long"
         compat = await client.post("/ai/run", json={"flowName": "desk", "message": "x" * 51})
         assert compat.status_code == 413 and compat.json()["success"] is False
         body = await client.post("/v1/flows/desk/sessions", json={"message": "hi", "pad": "y" * 5_000})
         assert body.status_code == 413 and body.json()["error"]["kind"] == "body_too_large"
+        assert body.json()["error"]["message"] == "request body is larger than 2800 bytes"
+        padded = await client.post("/ai/run", json={"flowName": "desk", "message": "hi", "pad": "y" * 2_500})
+        assert padded.status_code == 413 and "larger than 2000 bytes" in padded.json()["error"]["message"]
 
         async def chunks() -> Any:
             yield b'{"message": "hi", "pad": "'
             for _ in range(10):
-                yield b"z" * 500
+                yield b"z" * 500  # 5,000 bytes, never announced
             yield b'"}'
 
         streamed = await client.post(

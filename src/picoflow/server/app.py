@@ -25,11 +25,14 @@ from picoflow.server.middleware import BodyLimit, Guard
 from picoflow.server.readiness import Readiness, ReadinessGate
 from picoflow.server.schemas import ServerSettings
 from picoflow.server.state import SESSION_HEADER, ServerState
+from picoflow.server.uploads import upload_limit
 
 __all__ = ["ServerSettings", "create_app"]
 
 LOOPBACK_ORIGINS = r"^(https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?|null)$"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+UPLOAD_PATHS = r"^/v1/(sessions/[^/]+/turns|flows/[^/]+/sessions)$"
+"""The routes that take files, whose bodies may be as large as a turn's files allow."""
 
 _PAGE_CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -87,7 +90,13 @@ def create_app(engine: FlowEngine, *, settings: ServerSettings | None = None) ->
         _add_page(app, state, open_mode)
 
     # Added innermost first: hosts, then CORS, then the 500 guard, then the body limit.
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, timeout=settings.body_timeout)
+    app.add_middleware(
+        BodyLimit,
+        max_bytes=settings.max_body_bytes,
+        timeout=settings.body_timeout,
+        upload_bytes=upload_limit(engine.attachment_limits, settings.max_body_bytes),
+        upload_paths=UPLOAD_PATHS,
+    )
     app.add_middleware(Guard)
     origins = settings.cors_origins
     app.add_middleware(

@@ -86,7 +86,7 @@ class ApiError(Exception):
 
 # --- failures of the engine -----------------------------------------------------------------------------
 
-BODY_FIELDS: Mapping[str, str] = {"message": "body.message"}
+BODY_FIELDS: Mapping[str, str] = {"message": "body.message", "attachments": "body.attachments"}
 """Where each input the engine checks travels in a request, for the ``fields`` of a refusal."""
 
 

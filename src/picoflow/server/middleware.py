@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -47,18 +48,33 @@ class BodyLimit:
     408 for a body still incomplete ``timeout`` seconds after the request began. uvicorn has no
     body-read timeout of its own, so a client sending half a body would hold a worker forever."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        timeout: float | None = None,
+        *,
+        upload_bytes: int | None = None,
+        upload_paths: str | None = None,
+    ) -> None:
+        """``upload_bytes``: the larger limit of requests to the paths ``upload_paths`` (a regular
+        expression) matches: the routes that take files."""
         self.app = app
         self.max_bytes = max_bytes
         self.timeout = timeout
+        self.upload_bytes = upload_bytes if upload_bytes is not None else max_bytes
+        self.upload_paths = re.compile(upload_paths) if upload_paths else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.max_bytes
+        if self.upload_paths is not None and self.upload_paths.match(scope["path"]):
+            limit = self.upload_bytes
         for name, value in scope["headers"]:
-            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                message = f"request body is larger than {self.max_bytes} bytes"
+            if name == b"content-length" and value.isdigit() and int(value) > limit:
+                message = f"request body is larger than {limit} bytes"
                 await _send_json(send, 413, _json_message(413, "body_too_large", message))
                 return
         received = 0
@@ -81,9 +97,9 @@ class BodyLimit:
             if message["type"] == "http.request":
                 body_done = not message.get("more_body", False)
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
+                if received > limit:
                     # An HTTPException, so FastAPI's body parsing re-raises it to our handler.
-                    raise _BodyTooLarge(self.max_bytes)
+                    raise _BodyTooLarge(limit)
             return message
 
         await self.app(scope, limited, send)

@@ -23,7 +23,8 @@ from picoflow.server.errors import ApiError, engine_call, not_found
 from picoflow.server.readiness import ReadyResponse
 from picoflow.server.schemas import FlowOut, RunResponse, SessionOut, SessionSummary, TurnResponse
 from picoflow.server.state import ERRORS, Access, AccessDep, ApiRoute
-from picoflow.server.turns import RENDER_DOC, add_turn, create_session, turn_parameters
+from picoflow.server.turns import RENDER_DOC, TurnRoute, add_turn, create_session, turn_parameters
+from picoflow.server.uploads import get_attachment, list_attachments
 from picoflow.session import Session, SessionStatus
 
 __all__ = ["install"]
@@ -109,13 +110,17 @@ async def get_session(
 ) -> SessionOut:
     """Status, current step, steps visited, usage, warnings and (by default) the transcript."""
     session = await _session(access, session_id)
-    messages = None
+    messages = files = None
     if transcript:
         async with engine_call(session_id):
             messages = await access.engine.transcript(session_id, principal=access.caller.principal)
-        if messages is None:  # deleted in between
+            if session.files_sent:
+                files = await access.engine.session_files(session_id, principal=access.caller.principal)
+            else:
+                files = []
+        if messages is None or files is None:  # deleted in between
             raise not_found(session_id)
-    return SessionOut.from_session(session, messages, render)
+    return SessionOut.from_session(session, messages, render, files)
 
 
 async def delete_session(session_id: str, access: AccessDep) -> Response:
@@ -163,14 +168,15 @@ def install(app: FastAPI) -> None:
     ai: dict[str, Any] = {"tags": COMPAT, "responses": ERRORS}
     flows: dict[str, Any] = {"tags": FLOWS, "responses": ERRORS, "methods": ["GET"]}
     sessions: dict[str, Any] = {"tags": SESSIONS, "responses": ERRORS}
-    api(
+    turn_api = partial(app.router.add_api_route, route_class_override=TurnRoute)
+    turn_api(
         "/v1/sessions/{session_id}/turns",
         add_turn,
         methods=["POST"],
         openapi_extra=turn_parameters("session_id"),
         **turns,
     )
-    api(
+    turn_api(
         "/v1/flows/{flow}/sessions",
         create_session,
         methods=["POST"],
@@ -197,6 +203,14 @@ def install(app: FastAPI) -> None:
     api("/v1/sessions", list_sessions, methods=["GET"], **sessions)
     api("/v1/sessions/{session_id}", get_session, methods=["GET"], **sessions)
     api("/v1/sessions/{session_id}", delete_session, methods=["DELETE"], status_code=204, **sessions)
+    api("/v1/sessions/{session_id}/attachments", list_attachments, methods=["GET"], **sessions)
+    api(
+        "/v1/sessions/{session_id}/attachments/{sha256}",
+        get_attachment,
+        methods=["GET"],
+        response_class=Response,
+        **sessions,
+    )
     api(
         "/v1/sessions/{session_id}/diagram.svg",
         session_diagram,

@@ -11,8 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Base64Bytes, BaseModel, ConfigDict, Field
 
+from picoflow.attachments import Attachment, AttachmentRef
 from picoflow.flow import FlowSpec
 from picoflow.messages import Message
 from picoflow.results import TurnResult
@@ -149,6 +150,34 @@ class HealthResponse(BaseModel):
 # --- resource API -----------------------------------------------------------------------------------
 
 
+class FileIn(BaseModel):
+    """A file in a JSON turn body, its bytes in base64."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field("attachment", min_length=1, max_length=255, description="The file's name (a label).")
+    media_type: str = Field(min_length=1, max_length=127, description="image/png, application/pdf, ...")
+    data: Base64Bytes = Field(description="The file's bytes, base64-encoded (standard alphabet).")
+
+    def attachment(self) -> Attachment:
+        return Attachment.from_bytes(self.data, self.media_type, self.name)
+
+
+class AttachmentOut(BaseModel):
+    """A file stored with a session."""
+
+    name: str
+    media_type: str
+    size: int
+    sha256: str
+    url: str = Field(description="Where its owner reads its bytes.")
+
+    @classmethod
+    def from_ref(cls, ref: AttachmentRef, session_id: str) -> AttachmentOut:
+        url = f"/v1/sessions/{session_id}/attachments/{ref.sha256}"
+        return cls(name=ref.name, media_type=ref.media_type, size=ref.size, sha256=ref.sha256, url=url)
+
+
 class TurnRequest(_Body):
     """One user message."""
 
@@ -163,6 +192,10 @@ class TurnRequest(_Body):
     )
     stream: bool = Field(
         False, description="Answer with Server-Sent Events (same as Accept: text/event-stream)."
+    )
+    attachments: list[FileIn] = Field(
+        default_factory=list,
+        description="Files sent with the message (or send multipart/form-data with 'attachments' parts).",
     )
 
 
@@ -227,10 +260,11 @@ class MessageOut(BaseModel):
     at: float = 0.0
     within: str | None = None
     """Set on the messages of a sub-step run (``run_step``): which run, such as ``"Hotels@4"``."""
+    attachments: list[AttachmentOut] = Field(default_factory=list)
     html: str | None = None
 
     @classmethod
-    def from_message(cls, message: Message, render: str | None) -> MessageOut:
+    def from_message(cls, message: Message, render: str | None, session_id: str = "") -> MessageOut:
         shown = render == "html" and message.role == "assistant" and bool(message.content)
         return cls(
             seq=message.seq,
@@ -251,6 +285,7 @@ class MessageOut(BaseModel):
             is_error=message.is_error,
             at=message.at,
             within=message.within,
+            attachments=[AttachmentOut.from_ref(ref, session_id) for ref in message.attachments],
             html=render_reply(message.content) if shown else None,
         )
 
@@ -278,10 +313,17 @@ class SessionOut(BaseModel):
     models: dict[str, str] = Field(default_factory=dict, description="Model used by each step.")
     warnings: list[WarningOut] = Field(default_factory=list)
     transcript: list[MessageOut] | None = None
+    attachments: list[AttachmentOut] | None = Field(
+        None, description="The files sent in the session, each once (with the transcript)."
+    )
 
     @classmethod
     def from_session(
-        cls, session: Session, transcript: list[Message] | None, render: str | None
+        cls,
+        session: Session,
+        transcript: list[Message] | None,
+        render: str | None,
+        files: list[AttachmentRef] | None = None,
     ) -> SessionOut:
         return cls(
             id=session.id,
@@ -298,7 +340,8 @@ class SessionOut(BaseModel):
             warnings=[WarningOut(**asdict(record)) for record in session.warnings],
             transcript=None
             if transcript is None
-            else [MessageOut.from_message(m, render) for m in transcript],
+            else [MessageOut.from_message(m, render, session.id) for m in transcript],
+            attachments=None if files is None else [AttachmentOut.from_ref(ref, session.id) for ref in files],
         )
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "ApiRoute",
     "ServerState",
     "access_of",
+    "authenticate",
     "state_of",
     "with_config",
 ]
@@ -77,14 +78,20 @@ class ApiRoute(APIRoute):
         handle = super().get_route_handler()
 
         async def authenticated(request: Request) -> Response:
-            state = state_of(request)
-            try:
-                request.scope[ACCESS] = Access(state, state.auth.caller(request))
-            except AuthError as exc:
-                raise ApiError(401, "unauthorized", str(exc)) from None
+            authenticate(request)
             return await handle(request)
 
         return authenticated
+
+
+def authenticate(request: Request) -> Access:
+    """Who is calling (a 401 ``ApiError`` without valid credentials), kept in the request's scope."""
+    state = state_of(request)
+    try:
+        access = request.scope[ACCESS] = Access(state, state.auth.caller(request))
+    except AuthError as exc:
+        raise ApiError(401, "unauthorized", str(exc)) from None
+    return access
 
 
 def access_of(request: Request) -> Access:

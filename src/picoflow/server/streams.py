@@ -16,11 +16,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final
 
 from fastapi.responses import StreamingResponse
 
+from picoflow.attachments import Attachment
 from picoflow.context import Caller
 from picoflow.events import StepEntered, TextChunk, ToolCalled, ToolReturned, TurnEvent
 from picoflow.models._readiness import LoadStatus
@@ -79,6 +80,7 @@ async def stream_turn(
     session_id: str | None,
     caller: Caller,
     render: str | None,
+    attachments: Sequence[Attachment] = (),
 ) -> StreamingResponse:
     """Stream a turn of a new session of ``flow`` or of ``session_id``; raise ``ApiError`` for a
     turn the engine refused before it started.
@@ -92,7 +94,9 @@ async def stream_turn(
     async def read() -> None:
         with watch:  # this task's context, which the engine's turn inherits
             try:
-                async for item in state.engine.run_stream(flow, message, session_id, caller=caller):
+                async for item in state.engine.run_stream(
+                    flow, message, session_id, caller=caller, attachments=attachments
+                ):
                     items.put_nowait(item)
             except asyncio.CancelledError:
                 items.put_nowait(None)

@@ -8,6 +8,7 @@ field it came in, and any other failure has the status of its error class.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
 from typing import Any, Literal
 
 from fastapi import Request
@@ -15,13 +16,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import TypeAdapter, ValidationError
 
+from picoflow.attachments import Attachment
 from picoflow.server.errors import v1_error
 from picoflow.server.readiness import TurnWatch
 from picoflow.server.schemas import TurnRequest, TurnResponse
-from picoflow.server.state import Access, access_of, with_config
+from picoflow.server.state import Access, ApiRoute, access_of, authenticate, with_config
 from picoflow.server.streams import stream_turn
+from picoflow.server.uploads import is_form, read_form
 
-__all__ = ["add_turn", "create_session", "render_of", "run_turn", "turn_parameters"]
+__all__ = ["TurnRoute", "add_turn", "create_session", "render_of", "run_turn", "turn_parameters"]
 
 # The turn routes, the busiest, read their path segment and ``render`` from the request themselves
 # and declare them for the OpenAPI document only (``turn_parameters``): FastAPI resolves each
@@ -30,6 +33,26 @@ __all__ = ["add_turn", "create_session", "render_of", "run_turn", "turn_paramete
 
 RENDER_DOC = "'html' adds safe HTML renderings of replies."
 _RENDER: TypeAdapter[Literal["html"] | None] = TypeAdapter(Literal["html"] | None)
+
+
+class TurnRoute(ApiRoute):
+    """A turn route: JSON bodies go through FastAPI; a ``multipart/form-data`` body (a message with
+    files) is read here, streaming its files to disk, since FastAPI would read it whole first."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handle = super().get_route_handler()
+
+        async def turn(request: Request) -> Response:
+            if not is_form(request):
+                return await handle(request)
+            access = authenticate(request)
+            body, files = await read_form(request, access.engine.attachment_limits)
+            path = request.path_params
+            return await run_turn(
+                access, request, path.get("flow"), path.get("session_id"), body, render_of(request), files
+            )
+
+        return turn
 
 
 async def add_turn(body: TurnRequest, request: Request) -> Response:
@@ -73,8 +96,26 @@ def turn_parameters(path_parameter: str) -> dict[str, Any]:
                 "schema": {"type": "string", "title": title},
             },
             {"name": "render", "in": "query", "required": False, "schema": render, "description": RENDER_DOC},
-        ]
+        ],
+        # Merged with the JSON body FastAPI documents: the same turn with files as parts.
+        "requestBody": {"content": {"multipart/form-data": {"schema": _FORM_SCHEMA}}},
     }
+
+
+_FORM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["message"],
+    "properties": {
+        "message": {"type": "string", "description": "What the user said."},
+        "config": {"type": "string", "description": "A JSON object: RunContext.config (never stored)."},
+        "stream": {"type": "boolean", "description": "Answer with Server-Sent Events."},
+        "attachments": {
+            "type": "array",
+            "items": {"type": "string", "format": "binary"},
+            "description": "Files sent with the message (PNG, JPEG, WebP, GIF, PDF, plain text).",
+        },
+    },
+}
 
 
 async def run_turn(
@@ -84,13 +125,16 @@ async def run_turn(
     session_id: str | None,
     body: TurnRequest,
     render: str | None,
+    files: list[Attachment] | None = None,
 ) -> Response:
     """A turn of a new session of ``flow``, or of ``session_id``; streamed when the client asks."""
     caller = with_config(access.caller, body.config)
+    if files is None:
+        files = [file.attachment() for file in body.attachments] if body.attachments else []
     if body.stream or "text/event-stream" in request.headers.get("accept", ""):
-        return await stream_turn(access.state, flow, body.message, session_id, caller, render)
+        return await stream_turn(access.state, flow, body.message, session_id, caller, render, files)
     with TurnWatch(access.state.readiness):
-        result = await access.engine.run(flow, body.message, session_id, caller=caller)
+        result = await access.engine.run(flow, body.message, session_id, caller=caller, attachments=files)
     if result.error is not None:
         raise v1_error(result.error, session_id)
     # Serialised by pydantic-core straight to JSON: no intermediate dict, no second encoder.

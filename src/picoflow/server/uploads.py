@@ -1,0 +1,167 @@
+"""Files over HTTP: a turn's attachments as ``multipart/form-data`` or as base64 in JSON, and a
+session's stored files listed and served to their owner.
+
+A multipart body is never held whole: the form parser spools each file to a temporary file past
+1 MiB, the body limit (``BodyLimit``) refuses a body over the upload limit while it arrives, and a
+file over the per-file limit is refused (413) from its size before its bytes are read into memory.
+A JSON body is parsed whole, so it is bounded by the same upload limit. Types are checked against
+the bytes by the engine (415 for a type not accepted or contradicted by the bytes).
+"""
+
+from __future__ import annotations
+
+import json
+import mimetypes
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import Request
+from fastapi.responses import Response
+from pydantic import ValidationError
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
+
+from picoflow.attachments import Attachment, AttachmentLimits, sniff
+from picoflow.server.errors import ApiError, engine_call, not_found
+from picoflow.server.schemas import AttachmentOut, TurnRequest
+from picoflow.server.state import AccessDep
+
+__all__ = ["get_attachment", "is_form", "list_attachments", "read_form", "upload_limit"]
+
+FIELD = "attachments"
+"""The name of the file parts of a multipart turn, and of the list of files in a JSON turn."""
+_FORM_FIELDS = ("message", "config", "stream")
+_MAX_TEXT_FIELD = 4 * 1024 * 1024
+
+
+def upload_limit(limits: AttachmentLimits, max_body_bytes: int) -> int:
+    """The largest turn body: the files of a turn in base64 (a third larger than the bytes) and a
+    body's worth of everything else."""
+    return limits.max_turn_bytes * 4 // 3 + max_body_bytes
+
+
+def is_form(request: Request) -> bool:
+    return request.headers.get("content-type", "").lower().startswith("multipart/form-data")
+
+
+async def read_form(request: Request, limits: AttachmentLimits) -> tuple[TurnRequest, list[Attachment]]:
+    """A multipart turn: fields ``message``, ``config`` (JSON object), ``stream`` and any number of
+    ``attachments`` file parts. 413 for a file over the limits, 422 for a malformed body."""
+    try:
+        async with request.form(
+            max_files=limits.max_files, max_fields=len(_FORM_FIELDS) * 2, max_part_size=_MAX_TEXT_FIELD
+        ) as form:
+            fields: dict[str, Any] = {}
+            uploads: list[UploadFile] = []
+            for name, value in form.multi_items():
+                if isinstance(value, UploadFile):
+                    if name != FIELD:
+                        raise _malformed(f"body.{name}", f"only '{FIELD}' parts may carry files")
+                    uploads.append(value)
+                elif name in _FORM_FIELDS:
+                    if name in fields:
+                        raise _malformed(f"body.{name}", "is given twice")
+                    fields[name] = value
+                elif name == FIELD:
+                    raise _malformed(f"body.{FIELD}", "must be a file part (with a filename)")
+            body = _turn_body(fields)
+            return body, await _attachments(uploads, limits)
+    except HTTPException as exc:
+        if exc.status_code != 400:
+            raise  # the body limit's 413 and 408 keep their status
+        if str(exc.detail).startswith("Too many files"):
+            raise _too_large(f"a turn may carry at most {limits.max_files} files") from None
+        # The form parser's own complaint (a broken boundary, too many parts): a malformed body.
+        problem = f"is not valid multipart/form-data ({exc.detail})"
+        raise ApiError(
+            422, "invalid_input", f"invalid request: body {problem}", fields=[("body", problem)]
+        ) from None
+
+
+def _turn_body(fields: dict[str, Any]) -> TurnRequest:
+    if "message" not in fields:
+        raise _malformed("body.message", "is required")
+    data: dict[str, Any] = {"message": fields["message"]}
+    if "config" in fields:
+        try:
+            data["config"] = json.loads(fields["config"])
+        except ValueError:
+            raise _malformed("body.config", "is not valid JSON") from None
+    if "stream" in fields:
+        data["stream"] = fields["stream"]
+    try:
+        return TurnRequest.model_validate(data)
+    except ValidationError as exc:
+        problems = [(".".join(("body", *map(str, e["loc"]))), e["msg"]) for e in exc.errors()]
+        summary = "; ".join(f"{where}: {rule}" for where, rule in problems)
+        raise ApiError(422, "invalid_input", f"invalid request: {summary}", fields=problems) from None
+
+
+async def _attachments(uploads: list[UploadFile], limits: AttachmentLimits) -> list[Attachment]:
+    """The uploaded files, sizes checked before any is read into memory (they wait on disk)."""
+    total = 0
+    for upload in uploads:
+        size = upload.size or 0
+        total += size
+        if size > limits.max_file_bytes:
+            name = upload.filename or "attachment"
+            raise _too_large(f"attachment {name!r} is larger than {limits.max_file_bytes} bytes")
+    if total > limits.max_turn_bytes:
+        raise _too_large(f"the files of one turn may total at most {limits.max_turn_bytes} bytes")
+    files = []
+    for upload in uploads:
+        data = await upload.read()
+        name = upload.filename or "attachment"
+        files.append(Attachment.from_bytes(data, _declared_type(upload, data), name))
+    return files
+
+
+def _declared_type(upload: UploadFile, data: bytes) -> str:
+    """The part's own type; a browser that knows none sends ``application/octet-stream``, and then
+    the name's extension (or else the bytes) says it. The engine still checks it against the bytes."""
+    declared = (upload.content_type or "").split(";", 1)[0].strip().lower()
+    if declared and declared != "application/octet-stream":
+        return declared
+    return mimetypes.guess_type(upload.filename or "")[0] or sniff(data) or "application/octet-stream"
+
+
+def _malformed(where: str, problem: str) -> ApiError:
+    return ApiError(422, "invalid_input", f"invalid request: {where}: {problem}", fields=[(where, problem)])
+
+
+def _too_large(message: str) -> ApiError:
+    return ApiError(413, "attachment_too_large", message, fields=[(f"body.{FIELD}", message)])
+
+
+# --- a session's files ------------------------------------------------------------------------------------
+
+
+async def list_attachments(session_id: str, access: AccessDep) -> list[AttachmentOut]:
+    """The files sent in the session, each once, in the order first sent."""
+    async with engine_call(session_id):
+        refs = await access.engine.session_files(session_id, principal=access.caller.principal)
+    if refs is None:
+        raise not_found(session_id)
+    return [AttachmentOut.from_ref(ref, session_id) for ref in refs]
+
+
+async def get_attachment(session_id: str, sha256: str, access: AccessDep) -> Response:
+    """A file's bytes, to the session's owner only (404 for anyone else, as for an unknown file)."""
+    principal = access.caller.principal
+    async with engine_call(session_id):
+        # Whose session it is first: another principal gets the answer an unknown session gets.
+        if await access.engine.get_session(session_id, principal=principal) is None:
+            raise not_found(session_id)
+        file = await access.engine.session_file(session_id, sha256, principal=principal)
+    if file is None:
+        raise ApiError(404, "attachment_not_found", "No such attachment.", session_id=session_id)
+    # Stored bytes are users' uploads: shown inline only as what they are (no sniffing, no scripts),
+    # and cacheable for long since a hash names them.
+    disposition = "inline" if file.is_image or file.media_type == "application/pdf" else "attachment"
+    headers = {
+        "Content-Disposition": f"{disposition}; filename*=UTF-8''{quote(file.name, safe='')}",
+        "X-Content-Type-Options": "nosniff",
+        "Content-Security-Policy": "default-src 'none'; sandbox",
+        "Cache-Control": "private, max-age=86400, immutable",
+    }
+    return Response(file.data, media_type=file.media_type, headers=headers)
