@@ -79,3 +79,7 @@ def make_app() -> FastAPI:
     max_file = int(os.environ.get("PICOFLOW_TEST_MAX_FILE", 10 * 1024 * 1024))
     engine = files_engine(AttachmentLimits(max_file_bytes=max_file))
     return create_app(engine, settings=ServerSettings(prepare_models=False))
+
+
+READER = FunctionModel(read_files)
+"""The model as ``picoflow chat --model python:tests.server.files_support:READER`` takes it."""

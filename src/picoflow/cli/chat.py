@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -10,6 +11,7 @@ from rich.markdown import Markdown
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 
+from picoflow.attachments import Attachment, AttachmentLimits, check_attachments
 from picoflow.cli.loading import (
     USER_ERRORS,
     CliError,
@@ -37,14 +39,22 @@ def chat(
         typer.Option(help="Continue this session (its id or a unique prefix) instead of starting one."),
     ] = None,
     principal: Annotated[str, typer.Option(help="Who you are to the flow (RunContext.principal).")] = "local",
+    attach: Annotated[
+        list[Path] | None,
+        typer.Option(help="A file to send with the first message (PDF, image or text); repeatable."),
+    ] = None,
     store: StoreOpt = None,
     model: ModelOpt = None,
     flows: FlowsOpt = None,
 ) -> None:
-    """Chat with a flow in the terminal (/new starts over, /quit or Ctrl-D leaves)."""
+    """Chat with a flow in the terminal (/attach FILE sends a file with the next message, /new starts
+    over, /quit or Ctrl-D leaves)."""
     try:
         engine = build_engine(flows, store, model)
         spec = engine.flow(flow)
+        pending = Pending(engine.attachment_limits)
+        for path in attach or ():
+            pending.add(path)
     except USER_ERRORS as exc:
         raise fail(str(exc)) from None
 
@@ -54,9 +64,10 @@ def chat(
             console.rule(f"[bold]{escape(spec.name)}[/bold]")
             if spec.description:
                 console.print(f"[dim]{escape(spec.description)}[/dim]")
-            console.print("[dim]/new starts over, /quit or Ctrl-D leaves[/dim]")
+            console.print("[dim]/attach FILE sends a file, /new starts over, /quit or Ctrl-D leaves[/dim]")
+            pending.show()
             await _prepare_models(engine, spec.name)
-            session_id = await _converse(engine, spec.name, session_id, Caller(principal=principal))
+            session_id = await _converse(engine, spec.name, session_id, Caller(principal=principal), pending)
         finally:
             await engine.aclose()
         if session_id:
@@ -65,7 +76,9 @@ def chat(
     run(talk)
 
 
-async def _converse(engine: FlowEngine, flow: str, session_id: str | None, caller: Caller) -> str | None:
+async def _converse(
+    engine: FlowEngine, flow: str, session_id: str | None, caller: Caller, pending: Pending
+) -> str | None:
     """Turn after turn until the user leaves or the conversation completes; the last session's id."""
     while True:
         try:
@@ -81,10 +94,15 @@ async def _converse(engine: FlowEngine, flow: str, session_id: str | None, calle
             session_id = None
             console.print("[dim]new conversation[/dim]")
             continue
-        result = await _turn(engine, flow, text, session_id, caller)
+        if pending.command(text):
+            continue
+        result = await _turn(engine, flow, text, session_id, caller, pending.files)
         if result.error is not None:
             console.print(f"[red]{escape(result.message)}[/red]")
+            if pending.files:
+                console.print("[dim]the files wait for your next message (/detach drops them)[/dim]")
             continue
+        pending.files = []
         session_id = result.session_id
         _print_reply(flow, result)
         if result.completed:
@@ -159,7 +177,12 @@ async def _show_preparing(model: Preparable, warm: Warm | None, cache_name: str 
 
 
 async def _turn(
-    engine: FlowEngine, flow: str, text: str, session_id: str | None, caller: Caller
+    engine: FlowEngine,
+    flow: str,
+    text: str,
+    session_id: str | None,
+    caller: Caller,
+    files: list[Attachment],
 ) -> TurnResult:
     with console.status(f"[dim]{escape(flow)} is thinking…[/dim]", spinner="dots") as status:
 
@@ -171,7 +194,7 @@ async def _turn(
             elif isinstance(event, ToolCalled):
                 status.update(f"[dim]running {escape(event.name)}…[/dim]")
 
-        return await engine.run(flow, text, session_id, caller=caller, on_event=progress)
+        return await engine.run(flow, text, session_id, caller=caller, on_event=progress, attachments=files)
 
 
 def _print_reply(flow: str, result: TurnResult) -> None:
@@ -187,3 +210,49 @@ def _print_reply(flow: str, result: TurnResult) -> None:
         console.print(Markdown(result.message))
     else:
         console.print(result.message, markup=False)
+
+
+class Pending:
+    """The files waiting to go with the next message: each checked when it is added (type against
+    its bytes, sizes against the engine's limits), so a mistake shows before anything is sent."""
+
+    def __init__(self, limits: AttachmentLimits) -> None:
+        self.limits = limits
+        self.files: list[Attachment] = []
+
+    def add(self, path: Path) -> None:
+        """Attach ``path``; ``CliError`` naming the file and the rule when it cannot be sent."""
+        try:
+            file = Attachment.from_path(path)
+        except OSError as exc:
+            raise CliError(f"cannot read {path}: {exc.strerror or exc}") from None
+        try:
+            check_attachments([*self.files, file], self.limits)
+        except PicoflowError as exc:
+            raise CliError(str(exc)) from None
+        self.files.append(file)
+
+    def command(self, text: str) -> bool:
+        """Handle ``/attach FILE`` and ``/detach``; False for anything else (a message)."""
+        if text == "/detach":
+            self.files = []
+            console.print("[dim]no files attached[/dim]")
+            return True
+        if text != "/attach" and not text.startswith("/attach "):
+            return False
+        name = text[len("/attach") :].strip()
+        if not name:
+            console.print("[red]/attach needs a file: /attach invoice.pdf[/red]")
+            return True
+        try:
+            self.add(Path(name).expanduser())
+        except CliError as exc:
+            console.print(f"[red]{escape(str(exc))}[/red]")
+            return True
+        self.show()
+        return True
+
+    def show(self) -> None:
+        if self.files:
+            names = ", ".join(f"{file.name} ({file.media_type}, {file.size:,} bytes)" for file in self.files)
+            console.print(f"[dim]attached to your next message: {escape(names)}[/dim]")
