@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from picoflow.attachments import Attachment
@@ -24,17 +24,8 @@ class RunFaces:
 
     _background: set[asyncio.Future[TurnResult]]
 
-    async def run(
-        self,
-        flow: str | type[Flow] | None,
-        message: str,
-        session_id: str | None = None,
-        *,
-        caller: Caller | None = None,
-        on_event: Any = None,
-        attachments: Sequence[Attachment] = (),
-    ) -> TurnResult:
-        raise NotImplementedError  # FlowEngine.run
+    run: Callable[..., Coroutine[Any, Any, TurnResult]]
+    """``FlowEngine.run``: the turn both faces run."""
 
     async def run_stream(
         self,
