@@ -1,4 +1,4 @@
-"""The demo package as the server and CLI see it: four flows, their prompts and data shipped inside."""
+"""The demo package as the server and CLI see it: five flows, their prompts and data shipped inside."""
 
 from __future__ import annotations
 
@@ -9,18 +9,20 @@ import pytest
 import picoflow_demos
 from picoflow import FlowEngine
 from picoflow.models import ScriptedModel, ToolCall
+from picoflow_demos.invoice.flow import ASK_FOR_FILE
 from picoflow_demos.orders.flow import HELP as ORDERS_HELP
 from picoflow_demos.products.flow import HELP as PRODUCTS_HELP
 from picoflow_demos.travel.flow import GREETING as TRAVEL_GREETING
 from picoflow_demos.travel.trip import TripDraft, next_question
 
-FIRST_MESSAGES = {"hotel": "Hi", "orders": "Hi", "products": "Hi", "travel": "Hi"}
+FIRST_MESSAGES = {"hotel": "Hi", "orders": "Hi", "products": "Hi", "travel": "Hi", "invoice": "Hi"}
 # Each flow's first model only reads the message; code writes the reply.
 FIRST_REPLIES = {
     "hotel": '{"found": []}',
     "orders": '{"orders": [], "status": "any", "since": null, "until": null, "action": "other"}',
     "products": '{"codes": [], "words": [], "action": "other"}',
     "travel": ToolCall("note_trip", {"said": {}}),
+    "invoice": '{"action": "other"}',
 }
 FIRST_SHOWN = {
     "hotel": (
@@ -29,12 +31,13 @@ FIRST_SHOWN = {
     "orders": ORDERS_HELP,
     "products": PRODUCTS_HELP,
     "travel": f"{TRAVEL_GREETING} {next_question(TripDraft())}",
+    "invoice": ASK_FOR_FILE,
 }
 
 
 def test_flows_register_under_their_names() -> None:
     engine = FlowEngine(picoflow_demos.FLOWS)
-    assert [spec.name for spec in engine.flows] == ["hotel", "orders", "products", "travel"]
+    assert [spec.name for spec in engine.flows] == ["hotel", "orders", "products", "travel", "invoice"]
     assert all(flow.model is None for flow in picoflow_demos.FLOWS)  # the engine picks the model
     for spec in engine.flows:
         assert spec.terminate is not None, spec.name
@@ -60,13 +63,19 @@ def test_flows_register_under_their_names() -> None:
         ("picoflow_demos.travel", "data/hotels.json"),
         ("picoflow_demos.travel", "data/events.json"),
         ("picoflow_demos.travel", "data/weather.json"),
+        ("picoflow_demos.invoice", "extract.md"),
+        ("picoflow_demos.invoice", "review.md"),
+        ("picoflow_demos.invoice", "assist.md"),
+        ("picoflow_demos.invoice", "data/samples/expected.json"),
+        ("picoflow_demos.invoice", "data/samples/pdf-01.pdf"),
+        ("picoflow_demos.invoice", "data/samples/png-01.png"),
     ],
 )
 def test_prompts_and_data_live_in_the_package(package: str, name: str) -> None:
     assert resources.files(package).joinpath(name).is_file()
 
 
-@pytest.mark.parametrize("flow", ["hotel", "orders", "products", "travel"])
+@pytest.mark.parametrize("flow", ["hotel", "orders", "products", "travel", "invoice"])
 async def test_first_request_is_small_enough_for_a_small_local_model(flow: str) -> None:
     model = ScriptedModel([FIRST_REPLIES[flow]])
     engine = FlowEngine(picoflow_demos.FLOWS, model=model)
