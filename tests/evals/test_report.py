@@ -257,9 +257,11 @@ async def test_the_printed_tables(result: EvalResult) -> None:
         "   3   thanks              2/2 100%       1.75    2.00    2.00     1.0",
         "",
         "  runs passed     1/2 (50%)",
+        "  checks passed   5/6 (83.3%)",
         "  turn time       median 1.75s, p90 4.00s, max 4.00s; median without the first turn 1.75s",
         "  usage           6 model call(s), 1 tool call(s), 105 tokens (84 in + 21 out)",
         "note: 2 judge check(s) were not scored; pass --judge MODEL to score them",
+        "checks passed: 5/6 (83.3%)",
         "PASS 1/2 runs passed (50%); minimum 50%",
     ]
     console = Console(record=True, width=120)

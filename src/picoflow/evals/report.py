@@ -49,6 +49,7 @@ def print_result(console: Console, result: EvalResult, min_pass: float) -> None:
         usage = result.judge_usage
         spent = f"{usage.model_calls} calls, {usage.total_tokens:,} tokens"
         console.print(f"[dim]judge {escape(result.judge)}: {spent}[/dim]")
+    console.print(f"checks passed: {checks_line(result.check_counts())}")
     verdict = "[green]PASS[/green]" if result.pass_rate >= min_pass else "[red]FAIL[/red]"
     console.print(
         f"{verdict} {result.runs_passed}/{result.runs} runs passed ({_percent(result.pass_rate)}); "
@@ -87,6 +88,7 @@ def _print_scenario(console: Console, result: EvalResult, scenario: ScenarioResu
     console.print(table)
     runs = f"{scenario.runs_passed}/{len(scenario.runs)} ({_percent(scenario.pass_rate)})"
     console.print(f"  runs passed     {runs}")
+    console.print(f"  checks passed   {checks_line(scenario.check_counts())}")
     timing, later = scenario.timing(), scenario.timing(skip_first=True)
     if timing is not None:
         median, p90, slowest = _seconds(timing)
@@ -105,6 +107,12 @@ def write_report(result: EvalResult, path: Path) -> None:
     path.write_text(
         json.dumps(result.as_json(), indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8"
     )
+
+
+def checks_line(counts: tuple[int, int]) -> str:
+    """``N/M (P%)``: checks passed of checks scored, to a tenth of a percent (a field accuracy)."""
+    passed, scored = counts
+    return f"{passed}/{scored} ({passed / scored if scored else 0.0:.1%})"
 
 
 def _seconds(timing: Timing | None) -> tuple[str, str, str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +43,12 @@ class TurnRecord:
     @property
     def failures(self) -> list[Check]:
         return [check for check in self.checks if check.status == "failed"]
+
+    @property
+    def check_counts(self) -> tuple[int, int]:
+        """Checks passed, and checks scored (unscored judge criteria count in neither)."""
+        scored = [check for check in self.checks if check.status != "unscored"]
+        return sum(check.status == "passed" for check in scored), len(scored)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -139,6 +145,11 @@ class ScenarioResult:
     def timing(self, *, skip_first: bool = False) -> Timing | None:
         return Timing.of([turn.seconds for run in self.runs for turn in run.turns[1 if skip_first else 0 :]])
 
+    def check_counts(self) -> tuple[int, int]:
+        """Checks passed and checks scored over every turn of every run: how much of what was
+        expected held, finer than whole turns (one matcher per extracted field gives field accuracy)."""
+        return _summed(turn.check_counts for run in self.runs for turn in run.turns)
+
     def usage(self) -> Usage:
         total = Usage()
         for run in self.runs:
@@ -205,6 +216,10 @@ class EvalResult:
             for check in turn.checks
         )
 
+    def check_counts(self) -> tuple[int, int]:
+        """Checks passed and checks scored over every scenario."""
+        return _summed(result.check_counts() for result in self.scenarios)
+
     def as_json(self) -> dict[str, Any]:
         return {
             "model": self.model,
@@ -217,6 +232,14 @@ class EvalResult:
             "judge_usage": self.judge_usage.as_dict() if self.judge is not None else None,
             "scenarios": [result.as_json() for result in self.scenarios],
         }
+
+
+def _summed(counts: Iterable[tuple[int, int]]) -> tuple[int, int]:
+    passed = scored = 0
+    for turn_passed, turn_scored in counts:
+        passed += turn_passed
+        scored += turn_scored
+    return passed, scored
 
 
 def _check_json(check: Check) -> dict[str, Any]:

@@ -191,7 +191,8 @@ async def _play(
             if playback is not None:
                 playback.start_turn(turn)
             started = time.perf_counter()
-            result = await engine.run(flow, turn.user, session_id, caller=caller)
+            files = scenario.attachments(index)
+            result = await engine.run(flow, turn.user, session_id, caller=caller, attachments=files)
             seconds = time.perf_counter() - started
             session_id = result.session_id or session_id
             seen, messages = await _observe(engine, result, session_id, committed)

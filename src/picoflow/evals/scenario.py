@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import re
 from datetime import date, datetime
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from picoflow.attachments import Attachment, AttachmentLimits, check_attachments
 from picoflow.context import Caller
+from picoflow.exceptions import AttachmentRefused, AttachmentTooLarge
 from picoflow.messages import ToolCall
 
 __all__ = [
@@ -201,6 +204,18 @@ class Turn(_Strict):
     from step name to that step's own list, for turns whose steps ask in an order scheduling decides
     (parallel sub-steps): ``{Hotels: [...], Events: [...]}``."""
     expect: Expectations = Field(default_factory=Expectations)
+    attach: list[str] = Field(default_factory=list)
+    """Files sent with the message (``engine.run(..., attachments=)``), as paths relative to the
+    scenario file; checked when the file is loaded (they exist, their type is accepted)."""
+
+    _as_list = field_validator("attach", mode="before")(_listed)
+
+    @field_validator("attach")
+    @classmethod
+    def _named(cls, paths: list[str]) -> list[str]:
+        if not all(path.strip() for path in paths):
+            raise ValueError("an attached file's path cannot be empty")
+        return paths
 
     @field_validator("scripted", mode="before")
     @classmethod
@@ -286,6 +301,7 @@ class Scenario(_Strict):
     turns: list[Turn] = Field(min_length=1)
 
     _source: str = PrivateAttr(default="<scenario>")
+    _folder: Path = PrivateAttr(default_factory=Path)
 
     @field_validator("env", mode="before")
     @classmethod
@@ -306,10 +322,34 @@ class Scenario(_Strict):
         return self._source
 
     def with_source(self, source: str) -> Scenario:
-        """This scenario, read from ``source`` (named in error messages and reports)."""
+        """This scenario, read from ``source`` (named in error messages and reports); its turns'
+        ``attach`` paths are relative to that file's folder, and must name files a turn may carry.
+
+        Raises ``ScenarioError`` naming the turn and the file when one does not.
+        """
         copy = self.model_copy()
         copy._source = source
+        # The loader names the nth document of a file "FILE (document n)"; the folder is FILE's.
+        copy._folder = Path(re.sub(r" \(document \d+\)$", "", source)).parent
+        for index in range(1, len(copy.turns) + 1):
+            copy.attachments(index)
         return copy
+
+    def attachments(self, turn: int) -> list[Attachment]:
+        """The files of turn ``turn`` (1-based), read from disk; ``ScenarioError`` for a file that is
+        missing or that a turn may not carry (its type, its size)."""
+        found = []
+        for name in self.turns[turn - 1].attach:
+            path = self._folder / name
+            where = f"{self.where(turn)}, attach: {name}"
+            if not path.is_file():
+                raise ScenarioError(f"{where}: no such file (paths are relative to the scenario file)")
+            found.append(Attachment.from_path(path))
+        try:
+            check_attachments(found, AttachmentLimits())
+        except (AttachmentRefused, AttachmentTooLarge) as refused:
+            raise ScenarioError(f"{self.where(turn)}, attach: {refused}") from None
+        return found
 
     @property
     def scripted(self) -> bool:
