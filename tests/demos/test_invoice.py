@@ -24,7 +24,7 @@ from picoflow_demos.invoice import (
     list_invoices,
 )
 from picoflow_demos.invoice.flow import ASK_FOR_FILE, DROPPED, NOT_CAUGHT, NOT_SIGNED_IN
-from picoflow_demos.invoice.reading import currency, day, money
+from picoflow_demos.invoice.reading import currency, day, money, rate
 from picoflow_demos.invoice.tables import CONFIRM_OR_CORRECT, CORRECT_FIRST
 
 SAMPLES = Path(__file__).parents[2] / "src" / "picoflow_demos" / "invoice" / "data" / "samples"
@@ -346,6 +346,17 @@ def test_values_are_parsed_as_printed() -> None:
         "CAD",
         "AUD",
         "EUR",
+        None,
+    ]
+
+
+def test_a_rate_is_a_percentage_and_an_amount_is_not_taken_for_one() -> None:
+    assert [rate(text) for text in ("8%", "7.25 %", "19", "45%", "88.6", None)] == [
+        Decimal("8"),
+        Decimal("7.25"),
+        Decimal("19"),
+        Decimal("45"),
+        None,
         None,
     ]
 

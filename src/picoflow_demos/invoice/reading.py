@@ -117,7 +117,7 @@ class Invoice(BaseModel):
                 for line in reading.lines
             ],
             subtotal=money(reading.subtotal),
-            tax_rate=number(reading.tax_rate),
+            tax_rate=rate(reading.tax_rate),
             tax=money(reading.tax),
             total=money(reading.total),
         )
@@ -145,6 +145,20 @@ def text(value: str | None) -> str | None:
 def number(value: str | None) -> Decimal | None:
     """A quantity or a rate as printed ("4.5", "8%", "1,5", "12 h"); None when it holds no number."""
     return _decimal(value)
+
+
+MOST_LIKELY_RATE = Decimal(30)
+"""Sales taxes and VAT stay below this; a larger figure printed without a % sign is not a rate."""
+
+
+def rate(value: str | None) -> Decimal | None:
+    """A tax rate in percent ("8%", "7.25 %", "19"). A number above any tax rate without its % sign is
+    an amount copied into the wrong field (a small model, given "Tax 88.60" and no rate, wrote 88.6):
+    no rate, so the tax is not checked against one that was never printed."""
+    found = _decimal(value)
+    if found is None or (found > MOST_LIKELY_RATE and "%" not in (value or "")):
+        return None
+    return found
 
 
 def money(value: str | None) -> Decimal | None:
