@@ -7,6 +7,7 @@ env: {ORDERS_FLOW_CURRENT_DATE: "2026-11-20", PICOFLOW_ORDERS_DB: "{run_dir}/ord
 caller: {principal: C-1001, visibilities: [partner], config: {}}
 turns:
   - user: Please refund order 40004
+    attach: [receipts/40004.pdf]          # optional: files sent with the message, beside this file
     scripted: [{tool: refund_order, args: {order_id: 40004}}]
     expect:
       step: ApproveRefund
