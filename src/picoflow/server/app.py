@@ -35,7 +35,7 @@ UPLOAD_PATHS = r"^/v1/(sessions/[^/]+/turns|flows/[^/]+/sessions)$"
 """The routes that take files, whose bodies may be as large as a turn's files allow."""
 
 _PAGE_CSP = (
-    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
     "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 )
 

@@ -1,400 +1,448 @@
-// The picoflow chat page: plain JavaScript talking to the /v1 API, no build step.
+// The picoflow chat page: plain JavaScript modules talking to the /v1 API, no build step. The files
+// sent with messages live in attachments.js.
 //
 // Safety rule of this file: text from the user or the model is only ever inserted with
 // textContent. The one exception is HTML the server produced for us (replies rendered with
 // ?render=html, and the flow diagram), which the server escapes; the page's Content Security
 // Policy blocks inline scripts as a second line of defence.
-"use strict";
+import { DEFAULT_LIMITS, createPicker, messageFiles } from "./attachments.js";
 
-(() => {
-  const config = JSON.parse(document.getElementById("picoflow-config").textContent);
-  const $ = (id) => document.getElementById(id);
-  const els = {
-    flow: $("flow-select"), description: $("flow-description"), messages: $("messages"),
-    busy: $("busy"), busyText: $("busy-text"), completed: $("completed"), error: $("error"),
-    composer: $("composer"), input: $("input"), send: $("send"), newChat: $("new-chat"),
-    restart: $("restart"), auth: $("auth"), apiKey: $("api-key"), diagram: $("diagram"),
-    modelStatus: $("model-status"), modelStatusText: $("model-status-text"), modelProgress: $("model-progress"),
-    step: $("current-step"), status: $("session-status"), turns: $("turns"), sessionId: $("session-id"),
-    usage: {
-      input: $("usage-input"), cached: $("usage-cached"), output: $("usage-output"), total: $("usage-total"),
-      calls: $("usage-calls"), tools: $("usage-tools"),
-    },
-  };
-  const state = { flows: [], flow: null, sessionId: null, busy: false, completed: false };
+const config = JSON.parse(document.getElementById("picoflow-config").textContent);
+const $ = (id) => document.getElementById(id);
+const els = {
+  flow: $("flow-select"), description: $("flow-description"), messages: $("messages"),
+  busy: $("busy"), busyText: $("busy-text"), completed: $("completed"), error: $("error"),
+  composer: $("composer"), input: $("input"), send: $("send"), newChat: $("new-chat"),
+  attach: $("attach"), fileInput: $("file-input"), chips: $("attachment-chips"), dropHint: $("drop-hint"),
+  restart: $("restart"), auth: $("auth"), apiKey: $("api-key"), diagram: $("diagram"),
+  modelStatus: $("model-status"), modelStatusText: $("model-status-text"), modelProgress: $("model-progress"),
+  step: $("current-step"), status: $("session-status"), turns: $("turns"), sessionId: $("session-id"),
+  usage: {
+    input: $("usage-input"), cached: $("usage-cached"), output: $("usage-output"), total: $("usage-total"),
+    calls: $("usage-calls"), tools: $("usage-tools"),
+  },
+};
+const state = { flows: [], flow: null, sessionId: null, busy: false, completed: false };
+const picker = createPicker({
+  button: els.attach, input: els.fileInput, chips: els.chips, dropZone: els.messages.closest("main"),
+  dropHint: els.dropHint, textarea: els.input, limits: { ...DEFAULT_LIMITS, ...config.attachmentLimits },
+  say: showError,
+});
+const shownFiles = messageFiles(async (url) => {
+  const response = await fetch(url, { headers: headers() });
+  if (!response.ok) throw await failure(response);
+  return response.blob();
+});
 
-  // --- HTTP -------------------------------------------------------------------------------------
+// --- HTTP -------------------------------------------------------------------------------------
 
-  class ApiError extends Error {
-    constructor(status, error) {
-      super((error && error.message) || `request failed (${status})`);
-      this.status = status;
-      this.kind = (error && error.kind) || "http_error";
-    }
+class ApiError extends Error {
+  constructor(status, error) {
+    super((error && error.message) || `request failed (${status})`);
+    this.status = status;
+    this.kind = (error && error.kind) || "http_error";
   }
+}
 
-  function headers(extra) {
-    const all = { ...extra };
-    const key = sessionStorage.getItem("picoflow.apiKey");
-    if (key) all.Authorization = `Bearer ${key}`;
-    return all;
-  }
+function headers(extra) {
+  const all = { ...extra };
+  const key = sessionStorage.getItem("picoflow.apiKey");
+  if (key) all.Authorization = `Bearer ${key}`;
+  return all;
+}
 
-  async function failure(response) {
-    let body = null;
-    try { body = await response.json(); } catch (_) { /* not JSON */ }
-    if (response.status === 401) els.auth.hidden = false;
-    return new ApiError(response.status, body && body.error);
-  }
+async function failure(response) {
+  let body = null;
+  try { body = await response.json(); } catch (_) { /* not JSON */ }
+  if (response.status === 401) els.auth.hidden = false;
+  return new ApiError(response.status, body && body.error);
+}
 
-  async function api(path, options = {}) {
-    const response = await fetch(path, { ...options, headers: headers(options.headers) });
-    if (!response.ok) throw await failure(response);
-    if (response.status === 204) return null;
-    const type = response.headers.get("content-type") || "";
-    return type.includes("json") ? response.json() : response.text();
-  }
+async function api(path, options = {}) {
+  const response = await fetch(path, { ...options, headers: headers(options.headers) });
+  if (!response.ok) throw await failure(response);
+  if (response.status === 204) return null;
+  const type = response.headers.get("content-type") || "";
+  return type.includes("json") ? response.json() : response.text();
+}
 
-  // Server-Sent Events over a POST (EventSource can only GET).
-  async function readEvents(response, onEvent) {
-    const reader = response.body.getReader();
-    const decoder = new TextDecoder();
-    let buffer = "";
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buffer += decoder.decode(value, { stream: true }).replace(/\r\n/g, "\n");
-      let end;
-      while ((end = buffer.indexOf("\n\n")) >= 0) {
-        const block = buffer.slice(0, end);
-        buffer = buffer.slice(end + 2);
-        let name = "message";
-        const data = [];
-        for (const line of block.split("\n")) {
-          if (line.startsWith("event:")) name = line.slice(6).trim();
-          else if (line.startsWith("data:")) data.push(line.slice(5).trimStart());
-        }
-        if (data.length) onEvent(name, JSON.parse(data.join("\n")));
+// Server-Sent Events over a POST (EventSource can only GET).
+async function readEvents(response, onEvent) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += decoder.decode(value, { stream: true }).replace(/\r\n/g, "\n");
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      let name = "message";
+      const data = [];
+      for (const line of block.split("\n")) {
+        if (line.startsWith("event:")) name = line.slice(6).trim();
+        else if (line.startsWith("data:")) data.push(line.slice(5).trimStart());
       }
+      if (data.length) onEvent(name, JSON.parse(data.join("\n")));
     }
   }
+}
 
-  // --- rendering --------------------------------------------------------------------------------
+// --- rendering --------------------------------------------------------------------------------
 
-  function addMessage(role, { text = "", html = null, extraClass = "" } = {}) {
-    const item = document.createElement("li");
-    item.className = `message ${role} ${extraClass}`.trim();
-    const bubble = document.createElement("div");
-    bubble.className = "bubble";
-    if (html !== null) {
-      bubble.classList.add("rendered");
-      bubble.innerHTML = html; // server-rendered, escaped HTML (see the note at the top)
-    } else {
-      bubble.textContent = text;
-    }
-    item.append(bubble);
-    els.messages.append(item);
-    scrollToEnd();
-    return bubble;
+function addMessage(role, { text = "", html = null, extraClass = "", files = [] } = {}) {
+  const item = document.createElement("li");
+  item.className = `message ${role} ${extraClass}`.trim();
+  const bubble = document.createElement("div");
+  bubble.className = "bubble";
+  if (html !== null) {
+    bubble.classList.add("rendered");
+    bubble.innerHTML = html; // server-rendered, escaped HTML (see the note at the top)
+  } else {
+    bubble.textContent = text;
   }
+  if (files.length) bubble.prepend(shownFiles.render(files));
+  item.append(bubble);
+  els.messages.append(item);
+  scrollToEnd();
+  return bubble;
+}
 
-  function scrollToEnd() {
-    els.messages.scrollTop = els.messages.scrollHeight;
+function clearMessages() {
+  els.messages.replaceChildren();
+  shownFiles.release();
+}
+
+function scrollToEnd() {
+  els.messages.scrollTop = els.messages.scrollHeight;
+}
+
+function showError(message) {
+  els.error.textContent = message;
+  els.error.hidden = !message;
+}
+
+function setBusy(busy, text = "Thinking…") {
+  state.busy = busy;
+  els.busy.hidden = !busy;
+  els.busyText.textContent = text;
+  document.body.classList.toggle("is-busy", busy);
+  updateControls();
+}
+
+function updateControls() {
+  const blocked = state.busy || state.completed || !state.flow;
+  els.input.disabled = blocked;
+  els.send.disabled = blocked;
+  picker.setEnabled(!blocked);
+  els.flow.disabled = state.busy;
+  els.newChat.disabled = state.busy;
+  els.completed.hidden = !state.completed;
+  // Showing or hiding the banner resizes the message list; keep the latest reply in view.
+  scrollToEnd();
+  if (!blocked) els.input.focus();
+}
+
+function showUsage(usage) {
+  const u = usage || {};
+  els.usage.input.textContent = u.input_tokens || 0;
+  els.usage.cached.textContent = u.cached_input_tokens || 0; // read from the provider's prompt cache
+  els.usage.output.textContent = u.output_tokens || 0;
+  els.usage.total.textContent = u.total_tokens || 0;
+  els.usage.calls.textContent = u.model_calls || 0;
+  els.usage.tools.textContent = u.tool_calls || 0;
+}
+
+function showSession(session) {
+  els.step.textContent = session ? session.step : (state.flow ? state.flow.start : "–");
+  els.status.textContent = session ? session.status : "new";
+  els.turns.textContent = session ? session.turns : 0;
+  els.sessionId.textContent = session ? session.id : "–";
+  showUsage(session && session.usage);
+  state.completed = Boolean(session && session.status !== "running");
+  updateControls();
+}
+
+async function showDiagram() {
+  if (!state.flow) return;
+  const path = state.sessionId
+    ? `/v1/sessions/${encodeURIComponent(state.sessionId)}/diagram.svg`
+    : `/v1/flows/${encodeURIComponent(state.flow.name)}/diagram.svg?step=${encodeURIComponent(state.flow.start)}`;
+  try {
+    els.diagram.innerHTML = await api(path); // server-made SVG, text escaped
+  } catch (error) {
+    els.diagram.textContent = "";
   }
+}
 
-  function showError(message) {
-    els.error.textContent = message;
-    els.error.hidden = !message;
+// A transcript holds what the runtime added too (tool results, forwarded and crossing
+// messages, the runs of sub-steps); the chat shows only what the user typed and what the
+// assistant said.
+function visible(message) {
+  if (message.within) return false;
+  if (message.role === "user") return message.kind === null;
+  return message.role === "assistant" && message.content && (message.kind === null || message.kind === "direct");
+}
+
+// --- the model loading ------------------------------------------------------------------------
+//
+// Until the server's model is loaded (downloaded, checked, read by llama.cpp), a line says how far
+// it is. The message box stays usable: a message sent meanwhile waits on the server, whose event
+// stream then reports the same status.
+
+const POLL_MS = 1000;
+
+function showModelStatus(status) {
+  const hidden = !status || status.status === "ready" || status.phase === "idle";
+  els.modelStatus.hidden = hidden;
+  if (hidden) return;
+  els.modelStatus.classList.toggle("failed", status.status === "failed");
+  els.modelStatusText.textContent = status.message;
+  const measured = status.total > 0 && (status.phase === "downloading" || status.phase === "checking");
+  els.modelProgress.hidden = !measured;
+  if (measured) {
+    els.modelProgress.max = status.total;
+    els.modelProgress.value = status.done || 0;
   }
+}
 
-  function setBusy(busy, text = "Thinking…") {
-    state.busy = busy;
-    els.busy.hidden = !busy;
-    els.busyText.textContent = text;
-    document.body.classList.toggle("is-busy", busy);
-    updateControls();
+async function watchReadiness() {
+  let status = null;
+  try {
+    const response = await fetch("/readyz", { headers: headers(), cache: "no-store" });
+    status = await response.json();
+  } catch (_) {
+    // The server is restarting or unreachable: ask again.
   }
-
-  function updateControls() {
-    const blocked = state.busy || state.completed || !state.flow;
-    els.input.disabled = blocked;
-    els.send.disabled = blocked;
-    els.flow.disabled = state.busy;
-    els.newChat.disabled = state.busy;
-    els.completed.hidden = !state.completed;
-    // Showing or hiding the banner resizes the message list; keep the latest reply in view.
-    scrollToEnd();
-    if (!blocked) els.input.focus();
+  if (status) showModelStatus(status);
+  if (!status || (status.status !== "ready" && status.status !== "failed")) {
+    setTimeout(watchReadiness, POLL_MS);
   }
+}
 
-  function showUsage(usage) {
-    const u = usage || {};
-    els.usage.input.textContent = u.input_tokens || 0;
-    els.usage.cached.textContent = u.cached_input_tokens || 0; // read from the provider's prompt cache
-    els.usage.output.textContent = u.output_tokens || 0;
-    els.usage.total.textContent = u.total_tokens || 0;
-    els.usage.calls.textContent = u.model_calls || 0;
-    els.usage.tools.textContent = u.tool_calls || 0;
-  }
+// --- sessions ---------------------------------------------------------------------------------
 
-  function showSession(session) {
-    els.step.textContent = session ? session.step : (state.flow ? state.flow.start : "–");
-    els.status.textContent = session ? session.status : "new";
-    els.turns.textContent = session ? session.turns : 0;
-    els.sessionId.textContent = session ? session.id : "–";
-    showUsage(session && session.usage);
-    state.completed = Boolean(session && session.status !== "running");
-    updateControls();
-  }
+const storageKey = () => `picoflow.session.${state.flow.name}`;
 
-  async function showDiagram() {
-    if (!state.flow) return;
-    const path = state.sessionId
-      ? `/v1/sessions/${encodeURIComponent(state.sessionId)}/diagram.svg`
-      : `/v1/flows/${encodeURIComponent(state.flow.name)}/diagram.svg?step=${encodeURIComponent(state.flow.start)}`;
-    try {
-      els.diagram.innerHTML = await api(path); // server-made SVG, text escaped
-    } catch (error) {
-      els.diagram.textContent = "";
-    }
-  }
+function remember(sessionId) {
+  state.sessionId = sessionId;
+  if (sessionId) localStorage.setItem(storageKey(), sessionId);
+  else localStorage.removeItem(storageKey());
+}
 
-  // A transcript holds what the runtime added too (tool results, forwarded and crossing
-  // messages, the runs of sub-steps); the chat shows only what the user typed and what the
-  // assistant said.
-  function visible(message) {
-    if (message.within) return false;
-    if (message.role === "user") return message.kind === null;
-    return message.role === "assistant" && message.content && (message.kind === null || message.kind === "direct");
-  }
+async function refreshSession() {
+  if (!state.sessionId) return showSession(null);
+  const session = await api(`/v1/sessions/${encodeURIComponent(state.sessionId)}?transcript=false`);
+  showSession(session);
+}
 
-  // --- the model loading ------------------------------------------------------------------------
-  //
-  // Until the server's model is loaded (downloaded, checked, read by llama.cpp), a line says how far
-  // it is. The message box stays usable: a message sent meanwhile waits on the server, whose event
-  // stream then reports the same status.
-
-  const POLL_MS = 1000;
-
-  function showModelStatus(status) {
-    const hidden = !status || status.status === "ready" || status.phase === "idle";
-    els.modelStatus.hidden = hidden;
-    if (hidden) return;
-    els.modelStatus.classList.toggle("failed", status.status === "failed");
-    els.modelStatusText.textContent = status.message;
-    const measured = status.total > 0 && (status.phase === "downloading" || status.phase === "checking");
-    els.modelProgress.hidden = !measured;
-    if (measured) {
-      els.modelProgress.max = status.total;
-      els.modelProgress.value = status.done || 0;
-    }
-  }
-
-  async function watchReadiness() {
-    let status = null;
-    try {
-      const response = await fetch("/readyz", { headers: headers(), cache: "no-store" });
-      status = await response.json();
-    } catch (_) {
-      // The server is restarting or unreachable: ask again.
-    }
-    if (status) showModelStatus(status);
-    if (!status || (status.status !== "ready" && status.status !== "failed")) {
-      setTimeout(watchReadiness, POLL_MS);
-    }
-  }
-
-  // --- sessions ---------------------------------------------------------------------------------
-
-  const storageKey = () => `picoflow.session.${state.flow.name}`;
-
-  function remember(sessionId) {
-    state.sessionId = sessionId;
-    if (sessionId) localStorage.setItem(storageKey(), sessionId);
-    else localStorage.removeItem(storageKey());
-  }
-
-  async function refreshSession() {
-    if (!state.sessionId) return showSession(null);
-    const session = await api(`/v1/sessions/${encodeURIComponent(state.sessionId)}?transcript=false`);
-    showSession(session);
-  }
-
-  async function openFlow(name) {
-    state.flow = state.flows.find((flow) => flow.name === name) || state.flows[0] || null;
-    if (!state.flow) return;
-    els.flow.value = state.flow.name;
-    localStorage.setItem("picoflow.flow", state.flow.name);
-    els.description.textContent = state.flow.description || "";
-    els.messages.replaceChildren();
-    showError("");
-    state.sessionId = localStorage.getItem(storageKey());
-    if (state.sessionId) {
-      try {
-        const session = await api(`/v1/sessions/${encodeURIComponent(state.sessionId)}?render=html`);
-        for (const message of session.transcript.filter(visible)) {
-          if (message.role === "user") addMessage("user", { text: message.content });
-          else addMessage("assistant", { html: message.html });
-        }
-        showSession(session);
-      } catch (error) {
-        if (error.status !== 404) showError(error.message);
-        remember(null);
-        showSession(null);
-      }
-    } else {
-      showSession(null);
-    }
-    await showDiagram();
-  }
-
-  function newConversation() {
-    if (state.busy) return;
-    remember(null);
-    els.messages.replaceChildren();
-    showError("");
-    showSession(null);
-    showDiagram();
-  }
-
-  // --- a turn -----------------------------------------------------------------------------------
-
-  // The text kept from a tool call arrived as plain streamed text; once the turn is stored, show it
-  // as the server renders it (Markdown), exactly as a reload will.
-  async function renderKept(kept) {
+async function openFlow(name) {
+  state.flow = state.flows.find((flow) => flow.name === name) || state.flows[0] || null;
+  if (!state.flow) return;
+  els.flow.value = state.flow.name;
+  localStorage.setItem("picoflow.flow", state.flow.name);
+  els.description.textContent = state.flow.description || "";
+  clearMessages();
+  showError("");
+  state.sessionId = localStorage.getItem(storageKey());
+  if (state.sessionId) {
     try {
       const session = await api(`/v1/sessions/${encodeURIComponent(state.sessionId)}?render=html`);
-      const replies = session.transcript.filter(visible).filter((message) => message.role !== "user");
-      const turn = replies.slice(-(kept.length + 1), -1);
-      if (turn.length !== kept.length) return;
-      turn.forEach((message, index) => {
-        kept[index].classList.add("rendered");
-        kept[index].innerHTML = message.html; // server-rendered, escaped HTML (see the note at the top)
-      });
+      for (const message of session.transcript.filter(visible)) {
+        if (message.role === "user") addMessage("user", { text: message.content, files: message.attachments });
+        else addMessage("assistant", { html: message.html });
+      }
+      showSession(session);
     } catch (error) {
-      // The plain text stays on the page; a reload shows it rendered.
+      if (error.status !== 404) showError(error.message);
+      remember(null);
+      showSession(null);
     }
+  } else {
+    showSession(null);
   }
+  await showDiagram();
+}
 
-  async function sendMessage(text) {
-    showError("");
-    addMessage("user", { text });
-    setBusy(true);
-    const path = state.sessionId
-      ? `/v1/sessions/${encodeURIComponent(state.sessionId)}/turns?render=html`
-      : `/v1/flows/${encodeURIComponent(state.flow.name)}/sessions?render=html`;
-    let live = null;
-    // Text the model wrote alongside a tool call stays on the page, as the stored transcript shows
-    // it after a reload; it goes again if the turn fails, since a failed turn stores nothing.
-    const kept = [];
-    try {
-      const response = await fetch(path, {
-        method: "POST",
-        headers: headers({ "Content-Type": "application/json", Accept: "text/event-stream" }),
-        body: JSON.stringify({ message: text, stream: true }),
-      });
-      if (!response.ok) throw await failure(response);
-      let failed = null;
-      await readEvents(response, (name, data) => {
-        if (name === "status") {
-          showModelStatus(data);
-          setBusy(true, "Waiting for the model…");
-          return;
-        }
-        // Any other event means the model is ready (or the turn is over).
-        if (name !== "error") showModelStatus(null);
-        if (name === "step" && data.parent) {
-          setBusy(true, `Asking ${data.step}…`); // a sub-step: the conversation stays where it is
-        } else if (name === "step") {
-          els.step.textContent = data.step;
-          setBusy(true, `Moving to ${data.step}…`);
-        } else if (name === "tool_call") {
-          if (live) {
-            live.closest("li").classList.remove("streaming");
-            kept.push(live);
-            live = null;
-          }
-          setBusy(true, `Running ${data.name}…`);
-        } else if (name === "text") {
-          live = live || addMessage("assistant", { extraClass: "streaming" });
-          live.textContent += data.text;
-          scrollToEnd();
-        } else if (name === "result") {
-          if (live) live.closest("li").remove();
+function newConversation() {
+  if (state.busy) return;
+  remember(null);
+  clearMessages();
+  showError("");
+  showSession(null);
+  showDiagram();
+}
+
+// --- a turn -----------------------------------------------------------------------------------
+
+// The text kept from a tool call arrived as plain streamed text; once the turn is stored, show it
+// as the server renders it (Markdown), exactly as a reload will.
+async function renderKept(kept) {
+  try {
+    const session = await api(`/v1/sessions/${encodeURIComponent(state.sessionId)}?render=html`);
+    const replies = session.transcript.filter(visible).filter((message) => message.role !== "user");
+    const turn = replies.slice(-(kept.length + 1), -1);
+    if (turn.length !== kept.length) return;
+    turn.forEach((message, index) => {
+      kept[index].classList.add("rendered");
+      kept[index].innerHTML = message.html; // server-rendered, escaped HTML (see the note at the top)
+    });
+  } catch (error) {
+    // The plain text stays on the page; a reload shows it rendered.
+  }
+}
+
+// What the server refuses to take (a file too large or of the wrong kind, a malformed message):
+// nothing ran and nothing was stored, so the message goes back into the composer to be fixed.
+const REFUSED = [413, 415, 422];
+
+// A turn with files goes as multipart/form-data (each file a part, as it is: no base64), one
+// without as JSON; both are streamed.
+function turnBody(text, files) {
+  if (!files.length) {
+    const body = JSON.stringify({ message: text, stream: true });
+    return { headers: { "Content-Type": "application/json" }, body };
+  }
+  const form = new FormData();
+  form.append("message", text);
+  form.append("stream", "true");
+  for (const file of files) form.append("attachments", file, file.name);
+  return { headers: {}, body: form }; // the browser writes the multipart Content-Type and boundary
+}
+
+async function sendMessage(typed, text, files) {
+  showError("");
+  const question = addMessage("user", { text, files });
+  setBusy(true);
+  const path = state.sessionId
+    ? `/v1/sessions/${encodeURIComponent(state.sessionId)}/turns?render=html`
+    : `/v1/flows/${encodeURIComponent(state.flow.name)}/sessions?render=html`;
+  let live = null;
+  // Text the model wrote alongside a tool call stays on the page, as the stored transcript shows
+  // it after a reload; it goes again if the turn fails, since a failed turn stores nothing.
+  const kept = [];
+  try {
+    const turn = turnBody(text, files);
+    const response = await fetch(path, {
+      method: "POST",
+      headers: headers({ ...turn.headers, Accept: "text/event-stream" }),
+      body: turn.body,
+    });
+    if (!response.ok) throw await failure(response);
+    let failed = null;
+    await readEvents(response, (name, data) => {
+      if (name === "status") {
+        showModelStatus(data);
+        setBusy(true, "Waiting for the model…");
+        return;
+      }
+      // Any other event means the model is ready (or the turn is over).
+      if (name !== "error") showModelStatus(null);
+      if (name === "step" && data.parent) {
+        setBusy(true, `Asking ${data.step}…`); // a sub-step: the conversation stays where it is
+      } else if (name === "step") {
+        els.step.textContent = data.step;
+        setBusy(true, `Moving to ${data.step}…`);
+      } else if (name === "tool_call") {
+        if (live) {
+          live.closest("li").classList.remove("streaming");
+          kept.push(live);
           live = null;
-          addMessage("assistant", { html: data.html });
-          remember(data.session_id);
-        } else if (name === "error") {
-          failed = new ApiError(data.status, data.error);
         }
-      });
-      if (failed) throw failed;
-      if (kept.length) await renderKept(kept);
-    } catch (error) {
-      if (live) live.closest("li").remove();
-      for (const bubble of kept) bubble.closest("li").remove();
-      addMessage("assistant", { text: error.message || "The request failed.", extraClass: "failed" });
-      if (error.kind === "session_not_found") remember(null);
-    } finally {
-      setBusy(false);
-    }
-    try {
-      await refreshSession();
-    } catch (error) {
+        setBusy(true, `Running ${data.name}…`);
+      } else if (name === "text") {
+        live = live || addMessage("assistant", { extraClass: "streaming" });
+        live.textContent += data.text;
+        scrollToEnd();
+      } else if (name === "result") {
+        if (live) live.closest("li").remove();
+        live = null;
+        addMessage("assistant", { html: data.html });
+        remember(data.session_id);
+      } else if (name === "error") {
+        failed = new ApiError(data.status, data.error);
+      }
+    });
+    if (failed) throw failed;
+    if (kept.length) await renderKept(kept);
+  } catch (error) {
+    if (live) live.closest("li").remove();
+    for (const bubble of kept) bubble.closest("li").remove();
+    if (REFUSED.includes(error.status)) {
+      question.closest("li").remove();
+      els.input.value = typed;
+      picker.restore(files);
       showError(error.message);
+    } else {
+      addMessage("assistant", { text: error.message || "The request failed.", extraClass: "failed" });
     }
-    await showDiagram();
+    if (error.kind === "session_not_found") remember(null);
+  } finally {
+    setBusy(false);
   }
-
-  // --- wiring -----------------------------------------------------------------------------------
-
-  els.composer.addEventListener("submit", (event) => {
-    event.preventDefault();
-    const text = els.input.value.trim();
-    if (!text || state.busy || state.completed) return;
-    if (text.length > config.maxMessageChars) {
-      showError(`Messages are limited to ${config.maxMessageChars} characters.`);
-      return;
-    }
-    els.input.value = "";
-    sendMessage(text);
-  });
-  els.input.addEventListener("keydown", (event) => {
-    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
-      event.preventDefault();
-      els.composer.requestSubmit();
-    }
-  });
-  els.flow.addEventListener("change", () => openFlow(els.flow.value));
-  els.newChat.addEventListener("click", newConversation);
-  els.restart.addEventListener("click", newConversation);
-  els.auth.addEventListener("submit", (event) => {
-    event.preventDefault();
-    sessionStorage.setItem("picoflow.apiKey", els.apiKey.value.trim());
-    els.auth.hidden = true;
-    start();
-  });
-
-  async function start() {
-    try {
-      state.flows = await api("/v1/flows");
-    } catch (error) {
-      showError(error.status === 401 ? "Enter an API key to use this server." : error.message);
-      return;
-    }
-    els.flow.replaceChildren(...state.flows.map((flow) => {
-      const option = document.createElement("option");
-      option.value = flow.name;
-      option.textContent = flow.name;
-      return option;
-    }));
-    const wanted = new URLSearchParams(location.search).get("flow")
-      || localStorage.getItem("picoflow.flow") || config.defaultFlow;
-    await openFlow(wanted);
-    document.body.dataset.ready = "true";
+  try {
+    await refreshSession();
+  } catch (error) {
+    showError(error.message);
   }
+  await showDiagram();
+}
 
-  if (config.authRequired && !sessionStorage.getItem("picoflow.apiKey")) els.auth.hidden = false;
-  watchReadiness();
+// --- wiring -----------------------------------------------------------------------------------
+
+els.composer.addEventListener("submit", (event) => {
+  event.preventDefault();
+  const text = els.input.value.trim();
+  if (state.busy || state.completed) return;
+  if (!text) {
+    if (picker.files().length) showError("Write a message to go with the files.");
+    return;
+  }
+  if (text.length > config.maxMessageChars) {
+    showError(`Messages are limited to ${config.maxMessageChars} characters.`);
+    return;
+  }
+  const typed = els.input.value;
+  els.input.value = "";
+  sendMessage(typed, text, picker.take());
+});
+els.input.addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    event.preventDefault();
+    els.composer.requestSubmit();
+  }
+});
+els.flow.addEventListener("change", () => openFlow(els.flow.value));
+els.newChat.addEventListener("click", newConversation);
+els.restart.addEventListener("click", newConversation);
+els.auth.addEventListener("submit", (event) => {
+  event.preventDefault();
+  sessionStorage.setItem("picoflow.apiKey", els.apiKey.value.trim());
+  els.auth.hidden = true;
   start();
-})();
+});
+
+async function start() {
+  try {
+    state.flows = await api("/v1/flows");
+  } catch (error) {
+    showError(error.status === 401 ? "Enter an API key to use this server." : error.message);
+    return;
+  }
+  els.flow.replaceChildren(...state.flows.map((flow) => {
+    const option = document.createElement("option");
+    option.value = flow.name;
+    option.textContent = flow.name;
+    return option;
+  }));
+  const wanted = new URLSearchParams(location.search).get("flow")
+    || localStorage.getItem("picoflow.flow") || config.defaultFlow;
+  await openFlow(wanted);
+  document.body.dataset.ready = "true";
+}
+
+if (config.authRequired && !sessionStorage.getItem("picoflow.apiKey")) els.auth.hidden = false;
+watchReadiness();
+start();
