@@ -126,7 +126,20 @@ def _add_page(app: FastAPI, state: ServerState, open_mode: bool) -> None:
         state.settings.default_flow if state.settings.default_flow in flows else (flows[0] if flows else None)
     )
     limit = state.engine.max_message_chars
-    config = json.dumps({"defaultFlow": default, "authRequired": not open_mode, "maxMessageChars": limit})
+    file_limits = state.engine.attachment_limits
+    config = json.dumps(
+        {
+            "defaultFlow": default,
+            "authRequired": not open_mode,
+            "maxMessageChars": limit,
+            # The page checks files against the engine's own limits (the server still decides).
+            "attachmentLimits": {
+                "maxFileBytes": file_limits.max_file_bytes,
+                "maxTurnBytes": file_limits.max_turn_bytes,
+                "maxFiles": file_limits.max_files,
+            },
+        }
+    )
     # JSON inside <script> must not be able to close the element.
     page = page.replace("{{PICOFLOW_CONFIG}}", re.sub(r"[<>&]", lambda m: f"\\u{ord(m.group()):04x}", config))
     headers = {
