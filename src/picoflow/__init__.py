@@ -16,6 +16,7 @@ from picoflow.exceptions import (
     UsageLimitExceeded,
 )
 from picoflow.flow import Flow
+from picoflow.mcp import MCPServer
 from picoflow.memory import Compaction
 from picoflow.messages import Message
 from picoflow.outcomes import (
@@ -48,6 +49,7 @@ __all__ = [
     "FlowEngine",
     "Go",
     "LogicStep",
+    "MCPServer",
     "Message",
     "Outcome",
     "PicoflowError",

@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from picoflow._engine_faces import RunFaces
+from picoflow._engine_mcp import MCPTools
 from picoflow._engine_sessions import MAX_OFFSET, StoredSessions, check_session_id
 from picoflow._run.loop import first_request
 from picoflow._run.observers import NO_OBSERVER, EventStream, combine
@@ -114,6 +115,10 @@ class FlowEngine(StoredSessions, RunFaces):
         self._models: dict[tuple[str, str], Model] = {}
         self._turns = SessionTurns(self)
         self._background: set[asyncio.Future[TurnResult]] = set()
+        self._mcp = MCPTools()
+        self._mcp_pending = False
+        """A registered flow still waits for the tools of its MCP servers (see ``start``)."""
+        self._mcp_lock: asyncio.Lock | None = None
         for flow in flows:
             self.register(flow)
 
@@ -136,7 +141,24 @@ class FlowEngine(StoredSessions, RunFaces):
                 # A bad PICOFLOW_MODEL should stop the engine now, not fail the first turn.
                 validate_selection(default_selection())
         self._flows[spec.name] = spec
+        if spec.mcp_servers:
+            self._mcp_pending = True
         return spec
+
+    async def start(self) -> None:
+        """Start the MCP servers of the registered flows, list their tools and add them to the steps.
+
+        The first turn does it when this was not called. Calling it at startup shows a server that
+        does not start (``ToolSourceUnavailable``) or a tool that cannot be offered
+        (``FlowDefinitionError``) before any user is served. Servers stay up until ``aclose()``.
+        """
+        if self._mcp_lock is None:
+            self._mcp_lock = asyncio.Lock()
+        async with self._mcp_lock:
+            for name, spec in list(self._flows.items()):
+                if spec.mcp_servers:
+                    self._flows[name] = await self._mcp.resolve(spec)
+            self._mcp_pending = False
 
     @property
     def flows(self) -> list[FlowSpec]:
@@ -189,6 +211,8 @@ class FlowEngine(StoredSessions, RunFaces):
         observer.turn_started(flow_name or "session", session_id, message)
         try:
             try:
+                if self._mcp_pending:
+                    await self.start()
                 spec = self.flow(flow) if flow is not None or session_id is None else None
                 text = self.check_message(message)
                 if session_id is not None:
@@ -247,6 +271,8 @@ class FlowEngine(StoredSessions, RunFaces):
         return session.copy()
 
     async def aclose(self) -> None:
+        """Close the store, the models and the MCP servers (their processes are stopped)."""
+        await self._mcp.aclose()
         await self.store.close()
         for model in {id(m): m for m in self._models.values()}.values():
             await model.aclose()

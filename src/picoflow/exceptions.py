@@ -212,6 +212,15 @@ class SubStepsFailed(SubStepFailed):
         return [None if isinstance(result, SubStepFailed) else result for result in self.results]
 
 
+class ToolSourceUnavailable(RunError):
+    """An MCP server a flow uses could not be started or did not list its tools; retry later."""
+
+    kind = "tool_source_unavailable"
+    status = 503
+    retryable = True
+    public_message = "A service the assistant needs is unavailable. Please try again later."
+
+
 class FlowNotFound(RunError):
     kind = "flow_not_found"
     status = 404
@@ -321,9 +330,14 @@ class ToolError(Exception):
     The message goes to the model as the tool result; the step stays where it is.
     """
 
-    def __init__(self, message: str) -> None:
+    warning: tuple[str, str] | None = None
+    """A session warning (code, text) recorded with the refusal: picoflow's MCP tools set it when
+    the server failed, so operators see what the model was only told in general terms."""
+
+    def __init__(self, message: str, *, warning: tuple[str, str] | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.warning = warning
 
 
 class ModelConfigurationError(ModelHTTPError):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -20,6 +20,7 @@ from picoflow._code_targets import go_targets, sub_step_targets
 from picoflow._schema import iter_property_names, json_schema, strict_variant
 from picoflow.context import INJECTED_NAMES
 from picoflow.exceptions import FlowDefinitionError
+from picoflow.mcp import MCPServer
 from picoflow.messages import OutputSchema, ToolDefinition
 from picoflow.runtime import FlowRuntime, StepState
 from picoflow.step import Step, validate_namespace
@@ -66,6 +67,10 @@ class StepSpec:
     overrides: frozenset[str]
     """Hooks the step class overrides; the runner skips calling the do-nothing defaults."""
     default_prompt: str
+    mcp_servers: tuple[MCPServer, ...] = ()
+    """MCP servers whose tools the step offers (its own, then its flow's)."""
+    mcp_tools: tuple[str, ...] = ()
+    """Names of the tools the engine added from the MCP servers (empty until it listed them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +87,8 @@ class FlowSpec:
     """The steps whose memory is compacted after a turn that touched it."""
     sub_steps: tuple[Transition, ...] = ()
     """``source`` runs ``target`` as a sub-step (``run_step``) via ``via``, as read from the code."""
+    mcp_servers: tuple[MCPServer, ...] = ()
+    """MCP servers whose tools the engine has still to list and add to the steps (empty once done)."""
 
 
 class Flow:
@@ -103,6 +110,8 @@ class Flow:
     limits: ClassVar[UsageLimits] = UsageLimits()
     #: Seconds an async tool handler may take unless its step or ``@tool(timeout=)`` says otherwise.
     tool_timeout: ClassVar[float | None] = None
+    #: MCP servers whose tools every conversational step of the flow offers (see ``MCPServer``).
+    mcp_servers: ClassVar[Sequence[MCPServer]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -190,7 +199,11 @@ def _build(cls: type[Flow]) -> FlowSpec:
     for name, step_cls in step_classes.items():
         here = f"{where}, step {name}"
         specs[name] = _build_step(
-            step_cls, here, has_terminate=terminate is not None, tool_timeout=cls.tool_timeout
+            step_cls,
+            here,
+            has_terminate=terminate is not None,
+            tool_timeout=cls.tool_timeout,
+            flow_servers=_servers(cls.mcp_servers, where),
         )
         for target, via in go_targets(step_cls):
             if target not in step_classes:
@@ -220,7 +233,14 @@ def _build(cls: type[Flow]) -> FlowSpec:
         transitions=tuple(dict.fromkeys(transitions)),
         compacting=tuple(spec for spec in specs.values() if spec.cls.compaction is not None),
         sub_steps=tuple(dict.fromkeys(sub_steps)),
+        mcp_servers=tuple(dict.fromkeys(server for spec in specs.values() for server in spec.mcp_servers)),
     )
+
+
+def _servers(servers: object, where: str) -> tuple[MCPServer, ...]:
+    if not isinstance(servers, list | tuple) or not all(isinstance(s, MCPServer) for s in servers):
+        raise FlowDefinitionError(f"{where}: mcp_servers must be a list of MCPServer.stdio(...) / .http(...)")
+    return tuple(servers)
 
 
 def as_sub_step(flow: FlowSpec, name: str, output: type[BaseModel] | None = None) -> FlowSpec:
@@ -248,7 +268,17 @@ def as_sub_step(flow: FlowSpec, name: str, output: type[BaseModel] | None = None
         f"flow {flow.name}, step {name} (as a sub-step)",
         has_terminate=False,
         tool_timeout=flow.cls.tool_timeout,
+        flow_servers=_servers(flow.cls.mcp_servers, name),
     )
+    if spec.mcp_tools:  # the engine's tools of the step's MCP servers come along
+        tools = {**built.tools, **{tool: spec.tools[tool] for tool in spec.mcp_tools}}
+        built = dataclasses.replace(
+            built,
+            tools=tools,
+            definitions=tuple(t.definition for t in tools.values()),
+            exposed=frozenset(tools),
+            mcp_tools=spec.mcp_tools,
+        )
     return dataclasses.replace(flow, steps={**flow.steps, name: built})
 
 
@@ -269,7 +299,12 @@ def _check_hooks_are_methods(step_cls: type[Step], where: str) -> None:
 
 
 def _build_step(
-    step_cls: type[Step], where: str, *, has_terminate: bool, tool_timeout: float | None = None
+    step_cls: type[Step],
+    where: str,
+    *,
+    has_terminate: bool,
+    tool_timeout: float | None = None,
+    flow_servers: tuple[MCPServer, ...] = (),
 ) -> StepSpec:
     namespace = step_cls.namespace()
     problem = validate_namespace(namespace, where)
@@ -299,16 +334,11 @@ def _build_step(
         del tools["terminate_session"]
     if step_cls.is_logic or step_cls.is_terminal:
         tools = {name: spec for name, spec in tools.items() if spec.handler is not Step.terminate_session}
-    if step_cls.is_logic and tools:
+    own_servers = _servers(step_cls.mcp_servers, where)
+    if step_cls.is_logic and (tools or own_servers):
         raise FlowDefinitionError(f"{where}: a LogicStep never calls a model, so it cannot have tools")
-    for spec in tools.values():
-        exposed = INJECTED_NAMES.intersection(iter_property_names(spec.definition.parameters))
-        if exposed:
-            raise FlowDefinitionError(
-                f"{where}, tool {spec.name!r}: argument {sorted(exposed)[0]!r} is injected by the runtime "
-                "and must not appear in the model-facing schema; declare a RunContext parameter and read "
-                "it from there"
-            )
+    servers = own_servers if step_cls.is_logic or step_cls.is_terminal else own_servers + flow_servers
+    _check_injected(tools.values(), where)
     group_map: dict[frozenset[str], ToolGroup] = {}
     for group in groups:
         unknown = sorted(group.names - tools.keys())
@@ -346,4 +376,21 @@ def _build_step(
         dynamic_tools=_overrides(step_cls, "active_tools", Step),
         overrides=frozenset(hook for hook in HOOKS if _overrides(step_cls, hook, Step)),
         default_prompt=(step_cls.__doc__ or "").strip(),
+        mcp_servers=tuple(dict.fromkeys(servers)),
     )
+
+
+def check_tool_schemas(step: StepSpec, where: str) -> None:
+    """The build-time checks of a step's tool schemas (also run on the tools of MCP servers)."""
+    _check_injected(step.tools.values(), where)
+
+
+def _check_injected(tools: Iterable[ToolSpec], where: str) -> None:
+    for spec in tools:
+        exposed = INJECTED_NAMES.intersection(iter_property_names(spec.definition.parameters))
+        if exposed:
+            raise FlowDefinitionError(
+                f"{where}, tool {spec.name!r}: argument {sorted(exposed)[0]!r} is injected by the runtime "
+                "and must not appear in the model-facing schema; declare a RunContext parameter and read "
+                "it from there"
+            )

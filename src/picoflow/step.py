@@ -22,6 +22,7 @@ from picoflow.tools import ToolSpec, tool
 if TYPE_CHECKING:
     from picoflow.context import Caller, RunContext
     from picoflow.exceptions import RunError
+    from picoflow.mcp import MCPServer
     from picoflow.memory import Compaction
     from picoflow.models.base import Model
     from picoflow.models.catalog import ModelSelection
@@ -61,6 +62,8 @@ class Step:
     terminate_tool: ClassVar[bool] = True
     #: User message added when the conversation enters this step without one.
     crossing_message: ClassVar[str] = "Continue."
+    #: MCP servers whose tools this step offers next to its ``@tool``s (see ``picoflow.mcp.MCPServer``).
+    mcp_servers: ClassVar[Sequence[MCPServer]] = ()
     #: Tools without a handler of their own (see ``declare_tool``), handled by a ``@tools`` group.
     declared_tools: ClassVar[Sequence[ToolSpec]] = ()
     #: Optional compaction of this step's memory (see ``picoflow.memory.Compaction``).

@@ -220,6 +220,8 @@ async def _invoke(
             else:
                 value = await _within(ws, spec, call, value, limit)
     except ToolError as refusal:
+        if refusal.warning is not None:
+            ws.warn(*refusal.warning, spec.name)
         value = refused(call, refusal.message)
     except RunError as error:
         observer.tool_failed(spec.name, call, error)
