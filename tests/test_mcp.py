@@ -363,3 +363,75 @@ async def test_the_callers_identity_reaches_an_http_server_from_code_not_from_th
         "Correct the arguments and call whoami again.",
         "Desk | assistant: Done.",
     ]
+
+
+async def test_concurrent_first_turns_of_two_sessions_start_one_shared_server() -> None:
+    def answer(request: ModelRequest) -> Any:
+        last = request.messages[-1]
+        return ToolCall("pid", {}) if last.role == "user" else f"pid {last.content}"
+
+    engine = FlowEngine([flow_with(misbehaving(allow=["pid"]))], model=FunctionModel(answer))
+    try:
+        async with asyncio.timeout(UPPER_BOUND):
+            one, two = await asyncio.gather(engine.run("mcp", "a"), engine.run("mcp", "b"))
+        assert one.error is None and two.error is None
+        assert one.message == two.message
+        first = await transcript_lines(engine, one.session_id)
+        assert first == [
+            "Desk | user: a",
+            "Desk | assistant: -> pid({}) #call_1",
+            f"Desk | tool pid #call_1: {one.message.removeprefix('pid ')}",
+            f"Desk | assistant: {one.message}",
+        ]
+    finally:
+        await engine.aclose()
+    assert not alive(int(one.message.removeprefix("pid ")))
+
+
+async def test_a_flows_servers_serve_its_conversational_steps_and_their_sub_step_runs() -> None:
+    class Helper(Step):
+        """Echo what you are given."""
+
+    class Front(Step):
+        """Delegate to the helper."""
+
+        @tool
+        async def ask_helper(self, text: str) -> str:
+            """Ask the helper."""
+            answer: str = await self.run_step(Helper, text)
+            return answer
+
+    class SharedFlow(Flow):
+        name = "mcp"
+        steps = [Front, Helper, TerminateStep]
+        mcp_servers = [misbehaving(allow=["echo"])]
+
+    model = ScriptedModel(
+        [ToolCall("ask_helper", {"text": "hi"}), ToolCall("echo", {"text": "hi"}), "hi (echoed)", "Done."]
+    )
+    engine = FlowEngine([SharedFlow], model=model)
+    try:
+        async with asyncio.timeout(UPPER_BOUND):
+            result = await engine.run("mcp", "Go.")
+        assert result.error is None, result.error
+        lines = await transcript_lines(engine, result.session_id)
+        steps = engine.flow("mcp").steps
+    finally:
+        await engine.aclose()
+    assert [tool_names(request) for request in model.requests] == [
+        ["ask_helper", "terminate_session", "echo"],
+        ["echo"],
+        ["echo"],
+        ["ask_helper", "terminate_session", "echo"],
+    ]
+    assert [d.name for d in steps["TerminateStep"].definitions] == []
+    assert lines == [
+        "Front | user: Go.",
+        'Front | assistant: -> ask_helper({"text": "hi"}) #call_1',
+        "Helper@2 | user: hi",
+        'Helper@2 | assistant: -> echo({"text": "hi"}) #call_2',
+        "Helper@2 | tool echo #call_2: hi",
+        "Helper@2 | assistant: hi (echoed)",
+        "Front | tool ask_helper #call_1: hi (echoed)",
+        "Front | assistant: Done.",
+    ]

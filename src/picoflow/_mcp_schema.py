@@ -171,7 +171,7 @@ class _Converter:
         except Exception as exc:
             raise _Refused(f"{where} has constraints picoflow cannot use ({exc})") from exc
 
-    def object_model(self, node: Mapping[str, Any], where: str) -> Any:
+    def object_model(self, node: Mapping[str, Any], where: str, *, top: bool = False) -> Any:
         properties = node.get("properties", {})
         extra = node.get("additionalProperties")
         if not isinstance(properties, Mapping):
@@ -187,12 +187,11 @@ class _Converter:
             default = ... if name in required else None
             fields[f"p{index}"] = (annotation, Field(default, alias=name))
         self.models += 1
-        model_name = self.model_name if self.models == 1 else f"{self.model_name}{self.models}"
+        model_name = self.model_name if top else f"{self.model_name}{self.models}"
         config = ConfigDict(extra="forbid" if extra in (None, False) else "allow", protected_namespaces=())
-        base = MCPArguments if self.models == 1 else None
         try:
-            if base is not None:
-                return create_model(model_name, __base__=base, **fields)
+            if top:  # the arguments themselves: they know how to be sent
+                return create_model(model_name, __base__=MCPArguments, **fields)
             return create_model(model_name, __config__=config, **fields)
         except Exception as exc:
             raise _Refused(f"{where or 'the arguments'} do not form a valid model ({exc})") from exc
@@ -222,7 +221,7 @@ def mcp_tool_spec(
         raise FlowDefinitionError(f"{here}: additionalProperties with a schema cannot be validated")
     converter = _Converter(top, "".join(part.title() for part in re.split(r"[_-]", name)) + "Args")
     try:
-        args_model = converter.object_model(top, "")
+        args_model = converter.object_model(top, "", top=True)
     except _Refused as refusal:
         raise FlowDefinitionError(f"{here}: its input schema {refusal}; leave it out with allow=") from None
     if extra is True:
