@@ -238,6 +238,8 @@ class FlowEngine(StoredSessions, RunFaces):
         processed prompt), so the first real turn does not pay for reading a long system prompt.
         It costs a model call: use it with local models. Best effort: returns whether it worked.
         """
+        if self._mcp_pending:  # the start step's request shows its MCP tools too
+            await self.start()
         spec = self.flow(flow)
         session = Session(id="warm-up", flow=spec.name, current_step=spec.start)
         ws = self._turns.workspace(spec, session, Caller(), combine())
