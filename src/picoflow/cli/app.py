@@ -11,6 +11,7 @@ import picoflow
 from picoflow.cli.chat import chat
 from picoflow.cli.flows import eval_scenarios, graph, list_flows
 from picoflow.cli.loading import console
+from picoflow.cli.mcp import mcp_app
 from picoflow.cli.serve import serve
 from picoflow.cli.sessions import db_app, sessions_app
 
@@ -47,6 +48,7 @@ app.command()(graph)
 app.command("eval")(eval_scenarios)
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(db_app, name="db")
+app.add_typer(mcp_app, name="mcp")
 
 
 def main() -> None:
