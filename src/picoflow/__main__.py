@@ -1,0 +1,5 @@
+"""``python -m picoflow``: the ``picoflow`` command."""
+
+from picoflow.cli import main
+
+main()
