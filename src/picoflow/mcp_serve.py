@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -27,16 +28,18 @@ from picoflow.exceptions import PicoflowError
 from picoflow.flow import FlowSpec
 from picoflow.models._readiness import LoadStatus, Phase, Preparable, preparable_models
 from picoflow.results import TurnResult
+from picoflow.server.auth import Authenticator, AuthError, Identity
 
 try:
     from mcp import types
     from mcp.server import Server, ServerRequestContext
     from mcp.shared.exceptions import MCPError
+    from starlette.requests import HTTPConnection
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("serving flows over MCP needs the mcp SDK: pip install 'picoflow[mcp]'") from exc
 
 if TYPE_CHECKING:
-    from starlette.applications import Starlette
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
 __all__ = ["DEFAULT_PRINCIPAL", "create_mcp_server", "mcp_http_app", "serve_http", "serve_stdio"]
 
@@ -89,7 +92,7 @@ def create_mcp_server(
     import picoflow
 
     tools = {spec.name: _tool(spec) for spec in engine.flows}
-    caller = Caller(principal=principal)
+    configured = Caller(principal=principal)
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -104,6 +107,11 @@ def create_mcp_server(
         problem, message, session_id = _read_arguments(params.arguments)
         if problem:
             return _error_result(problem, kind="invalid_input")
+        # Over HTTP with API keys, the key's identity (found by the gate in front of the transport);
+        # else the server's configured principal. Never anything the arguments say.
+        request = ctx.request
+        scope = getattr(request, "scope", None)
+        caller = scope.get(CALLER_SCOPE_KEY, configured) if isinstance(scope, dict) else configured
         try:
             result = await engine.run(params.name, message, session_id, caller=caller)
         except Exception:
@@ -255,15 +263,54 @@ async def _preparing(engine: FlowEngine, report: Callable[[str], None] | None) -
 
 
 def mcp_http_app(
-    engine: FlowEngine, *, principal: str = DEFAULT_PRINCIPAL, host: str = "127.0.0.1", path: str = "/mcp"
-) -> Starlette:
+    engine: FlowEngine,
+    *,
+    principal: str = DEFAULT_PRINCIPAL,
+    host: str = "127.0.0.1",
+    path: str = "/mcp",
+    api_keys: Mapping[str, Identity | str] | None = None,
+) -> ASGIApp:
     """The flows over MCP's streamable HTTP transport at ``path``, as an ASGI app (the SDK's).
 
-    On a loopback ``host`` the SDK refuses requests whose ``Host`` or ``Origin`` is not a loopback
-    name (DNS rebinding)."""
-    return create_mcp_server(engine, principal=principal).streamable_http_app(
+    With ``api_keys`` (key -> principal or ``Identity``, as ``picoflow serve`` takes them) every
+    request must present one (``Authorization: Bearer <key>`` or ``X-API-Key``; 401 otherwise) and
+    its turns run as the key's principal, so each client has its own sessions; without, every turn
+    runs as ``principal``. On a loopback ``host`` the SDK refuses requests whose ``Host`` or
+    ``Origin`` is not a loopback name (DNS rebinding)."""
+    app: ASGIApp = create_mcp_server(engine, principal=principal).streamable_http_app(
         streamable_http_path=path, host=host
     )
+    if api_keys:
+        app = _KeyGate(app, Authenticator(api_keys, open_mode=False))
+    return app
+
+
+CALLER_SCOPE_KEY = "picoflow.caller"
+"""Where ``_KeyGate`` leaves the authenticated ``Caller`` in a request's ASGI scope."""
+
+
+class _KeyGate:
+    """401 for an HTTP request without a valid API key; the caller of one with it, in its scope."""
+
+    def __init__(self, app: ASGIApp, auth: Authenticator) -> None:
+        self.app = app
+        self.auth = auth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            try:
+                scope[CALLER_SCOPE_KEY] = self.auth.caller(HTTPConnection(scope))
+            except AuthError as exc:
+                body = json.dumps({"error": {"kind": "unauthorized", "message": str(exc)}}).encode()
+                headers = [
+                    (b"content-type", b"application/json"),
+                    (b"www-authenticate", b'Bearer realm="picoflow"'),
+                    (b"content-length", str(len(body)).encode()),
+                ]
+                await send({"type": "http.response.start", "status": 401, "headers": headers})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
 
 
 async def serve_http(
@@ -275,6 +322,7 @@ async def serve_http(
     path: str = "/mcp",
     report: Callable[[str], None] | None = None,
     log_level: str = "warning",
+    api_keys: Mapping[str, Identity | str] | None = None,
 ) -> None:
     """Serve the flows over streamable HTTP under uvicorn until stopped, then close the engine.
 
@@ -283,7 +331,7 @@ async def serve_http(
     """
     import uvicorn
 
-    app = mcp_http_app(engine, principal=principal, host=host, path=path)
+    app = mcp_http_app(engine, principal=principal, host=host, path=path, api_keys=api_keys)
 
     class _Server(uvicorn.Server):
         async def startup(self, sockets: Any = None) -> None:

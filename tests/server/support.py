@@ -195,11 +195,18 @@ class _SignallingServer(uvicorn.Server):
 
 @asynccontextmanager
 async def serving(engine: FlowEngine, **settings: object) -> AsyncIterator[str]:
-    """uvicorn on a free 127.0.0.1 port, in this event loop, with its lifespan."""
+    """The engine's application under uvicorn on a free 127.0.0.1 port, in this event loop."""
+    app = create_app(engine, settings=ServerSettings(**settings))  # type: ignore[arg-type]
+    async with serving_asgi(app) as url:
+        yield url
+
+
+@asynccontextmanager
+async def serving_asgi(app: Any) -> AsyncIterator[str]:
+    """uvicorn serving ``app`` on a free 127.0.0.1 port, in this event loop, with its lifespan."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    app = create_app(engine, settings=ServerSettings(**settings))  # type: ignore[arg-type]
     server = _SignallingServer(uvicorn.Config(app, log_level="warning", lifespan="on"))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:

@@ -51,7 +51,10 @@ def serve(
     ] = 8765,
     principal: Annotated[
         str,
-        typer.Option(help="Who MCP callers are to the flows (RunContext.principal); their sessions are its."),
+        typer.Option(
+            help="Who MCP callers are to the flows (RunContext.principal); their sessions are its. Over "
+            "http with API keys (PICOFLOW_API_KEYS / PICOFLOW_API_KEYS_FILE), each key's principal instead."
+        ),
     ] = "mcp",
     open_mode: Annotated[
         bool,
@@ -66,14 +69,19 @@ def serve(
     """Serve each flow as an MCP tool FLOW(message, session_id?) answering the reply, the session id and
     whether the conversation completed; sessions are kept in the store."""
     from picoflow import mcp_serve
+    from picoflow.server.auth import load_api_keys
 
     if not principal.strip():
         raise fail("--principal must not be empty", code=2)
-    if transport is Transport.http and not open_mode and not _is_loopback(host):
+    try:
+        keys = load_api_keys() if transport is Transport.http else {}
+    except ValueError as exc:
+        raise fail(str(exc), code=2) from None
+    if transport is Transport.http and not keys and not open_mode and not _is_loopback(host):
         raise fail(
             f"refusing to serve MCP on {host} without authentication: anyone who can reach this "
-            "address could use the flows and read their sessions. Bind to 127.0.0.1, or pass --open "
-            "to accept the risk.",
+            "address could use the flows and read their sessions. Set API keys (PICOFLOW_API_KEYS), "
+            "bind to 127.0.0.1, or pass --open to accept the risk.",
             code=2,
         )
     try:
@@ -85,7 +93,7 @@ def serve(
     say(f"  transport  {transport.value}")
     say(f"  model      {escape(describe_model(model))}")
     say(f"  store      {escape(repr(engine.store))}")
-    say(f"  principal  {escape(principal)}")
+    say(f"  principal  {escape(principal) if not keys else f'each API key its own ({len(keys)} keys)'}")
 
     def report(line: str) -> None:
         say(f"  [dim]{escape(line)}[/dim]")
@@ -93,7 +101,9 @@ def serve(
     if transport is Transport.stdio:
         work = mcp_serve.serve_stdio(engine, principal=principal, report=report)
     else:
-        work = mcp_serve.serve_http(engine, host=host, port=port, principal=principal, report=report)
+        work = mcp_serve.serve_http(
+            engine, host=host, port=port, principal=principal, report=report, api_keys=keys
+        )
     try:
         asyncio.run(work)
     except KeyboardInterrupt:

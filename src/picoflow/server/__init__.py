@@ -7,8 +7,26 @@
 Run it with any ASGI server (``uvicorn``), or use ``picoflow serve``.
 """
 
-from picoflow.server.app import create_app
+from typing import TYPE_CHECKING, Any
+
 from picoflow.server.auth import Identity, UnsafeBind, load_api_keys
-from picoflow.server.schemas import ServerSettings
+
+if TYPE_CHECKING:
+    from picoflow.server.app import create_app
+    from picoflow.server.schemas import ServerSettings
 
 __all__ = ["Identity", "ServerSettings", "UnsafeBind", "create_app", "load_api_keys"]
+
+
+def __getattr__(name: str) -> Any:
+    # The application needs FastAPI (picoflow[server]); authentication alone does not, so the MCP
+    # server (picoflow[mcp]) can use picoflow.server.auth without it.
+    if name == "create_app":
+        from picoflow.server.app import create_app
+
+        return create_app
+    if name == "ServerSettings":
+        from picoflow.server.schemas import ServerSettings
+
+        return ServerSettings
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
