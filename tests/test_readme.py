@@ -18,13 +18,15 @@ def runnable_examples() -> list[str]:
     return [block for block in blocks if "asyncio.run(main())" in block]
 
 
-def test_the_readme_has_its_two_runnable_examples() -> None:
+def test_the_readme_has_its_three_runnable_examples() -> None:
     examples = runnable_examples()
-    assert len(examples) == 2
-    assert "class Orders(Flow)" in examples[0] and "run_steps" in examples[1]
+    assert len(examples) == 3
+    assert "class Orders(Flow)" in examples[0]
+    assert "MCPServer.stdio" in examples[1]
+    assert "run_steps" in examples[2]
 
 
-@pytest.mark.parametrize("index", [0, 1], ids=["a-flow-in-one-screen", "composition"])
+@pytest.mark.parametrize("index", [0, 1, 2], ids=["a-flow-in-one-screen", "mcp-tools", "composition"])
 def test_each_readme_example_runs_and_prints_what_it_claims(index: int, tmp_path: Path) -> None:
     example = runnable_examples()[index]
     claimed = [line.split("# ", 1)[1] for line in example.splitlines() if line.strip().startswith("print(")]
