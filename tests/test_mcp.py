@@ -21,6 +21,7 @@ from picoflow import Caller, Flow, FlowDefinitionError, FlowEngine, Step, Termin
 from picoflow.mcp import MCPServer
 from picoflow.messages import ModelRequest
 from picoflow.models import FunctionModel, ScriptedModel, ToolCall
+from picoflow.sessions import MemoryStore
 from picoflow.testing import transcript_lines
 
 UPPER_BOUND = 60.0
@@ -298,6 +299,27 @@ async def test_a_server_that_does_not_start_fails_the_turn_cleanly() -> None:
         503,
         True,
     )
+
+
+async def test_a_server_that_does_not_start_fails_only_its_own_flow() -> None:
+    broken = flow_with(MCPServer.stdio(str(MISBEHAVING.parent / "missing-server")), name="broken")
+    plain = flow_with(name="plain")
+    store = MemoryStore()
+    engine = FlowEngine([broken, plain], store=store, model=ScriptedModel(["Hello there.", "Still here."]))
+    try:
+        first = await engine.run("broken", "Hello")
+        served = await engine.run("plain", "Hello")
+        again = await engine.run("broken", "Hello")  # tried again, and refused again
+        more = await engine.run("plain", "More", served.session_id)
+    finally:
+        await engine.aclose()
+    assert [r.error.kind if r.error else r.message for r in (first, served, again, more)] == [
+        "tool_source_unavailable",
+        "Hello there.",
+        "tool_source_unavailable",
+        "Still here.",
+    ]
+    assert [info.flow for info in await store.list_sessions()] == ["plain"]
 
 
 @pytest.fixture

@@ -116,8 +116,6 @@ class FlowEngine(StoredSessions, RunFaces):
         self._turns = SessionTurns(self)
         self._background: set[asyncio.Future[TurnResult]] = set()
         self._mcp = MCPTools()
-        self._mcp_pending = False
-        """A registered flow still waits for the tools of its MCP servers (see ``start``)."""
         self._mcp_lock: asyncio.Lock | None = None
         for flow in flows:
             self.register(flow)
@@ -141,8 +139,6 @@ class FlowEngine(StoredSessions, RunFaces):
                 # A bad PICOFLOW_MODEL should stop the engine now, not fail the first turn.
                 validate_selection(default_selection())
         self._flows[spec.name] = spec
-        if spec.mcp_servers:
-            self._mcp_pending = True
         return spec
 
     async def start(self) -> None:
@@ -152,13 +148,23 @@ class FlowEngine(StoredSessions, RunFaces):
         does not start (``ToolSourceUnavailable``) or a tool that cannot be offered
         (``FlowDefinitionError``) before any user is served. Servers stay up until ``aclose()``.
         """
+        for spec in list(self._flows.values()):
+            if spec.mcp_servers:
+                await self.with_mcp_tools(spec)
+
+    async def with_mcp_tools(self, spec: FlowSpec) -> FlowSpec:
+        """``spec`` with the tools of its MCP servers, listed once and kept (a turn of a flow with
+        servers calls this first). Only that flow waits for them: a server that does not start
+        fails the turns of its own flow (``ToolSourceUnavailable``, 503), and they try again."""
         if self._mcp_lock is None:
             self._mcp_lock = asyncio.Lock()
         async with self._mcp_lock:
-            for name, spec in list(self._flows.items()):
-                if spec.mcp_servers:
-                    self._flows[name] = await self._mcp.resolve(spec)
-            self._mcp_pending = False
+            current = self._flows.get(spec.name, spec)
+            if current.mcp_servers:
+                current = await self._mcp.resolve(current)
+                if spec.name in self._flows:
+                    self._flows[spec.name] = current
+            return current
 
     @property
     def flows(self) -> list[FlowSpec]:
@@ -211,8 +217,6 @@ class FlowEngine(StoredSessions, RunFaces):
         observer.turn_started(flow_name or "session", session_id, message)
         try:
             try:
-                if self._mcp_pending:
-                    await self.start()
                 spec = self.flow(flow) if flow is not None or session_id is None else None
                 text = self.check_message(message)
                 if session_id is not None:
@@ -238,9 +242,9 @@ class FlowEngine(StoredSessions, RunFaces):
         processed prompt), so the first real turn does not pay for reading a long system prompt.
         It costs a model call: use it with local models. Best effort: returns whether it worked.
         """
-        if self._mcp_pending:  # the start step's request shows its MCP tools too
-            await self.start()
         spec = self.flow(flow)
+        if spec.mcp_servers:  # the start step's request shows its MCP tools too
+            spec = await self.with_mcp_tools(spec)
         session = Session(id="warm-up", flow=spec.name, current_step=spec.start)
         ws = self._turns.workspace(spec, session, Caller(), combine())
         try:

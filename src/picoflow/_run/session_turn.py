@@ -71,6 +71,10 @@ class TurnHost(Protocol):
 
     def flow(self, flow: str) -> FlowSpec: ...
 
+    async def with_mcp_tools(self, spec: FlowSpec) -> FlowSpec:
+        """The flow with its MCP servers' tools (``spec.mcp_servers`` is empty once they are in)."""
+        ...
+
     def model_for(self, flow: FlowSpec, step: StepSpec) -> Model: ...
 
 
@@ -97,6 +101,8 @@ class SessionTurns:
                 spec, session, expected = await self._load(request, reference)
             reference = session.id
             observer.session_opened(reference)
+            if spec.mcp_servers:  # its MCP servers' tools are not listed yet
+                spec = await host.with_mcp_tools(spec)
             if host.before_turn is not None:
                 await host.before_turn(spec)
             ws = self.workspace(spec, session, request.caller, observer)
