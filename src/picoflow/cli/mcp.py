@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import ipaddress
 from typing import Annotated
 
 import typer
@@ -69,7 +68,7 @@ def serve(
     """Serve each flow as an MCP tool FLOW(message, session_id?) answering the reply, the session id and
     whether the conversation completed; sessions are kept in the store."""
     from picoflow import mcp_serve
-    from picoflow.server.auth import load_api_keys
+    from picoflow.server.auth import is_loopback, load_api_keys
 
     if not principal.strip():
         raise fail("--principal must not be empty", code=2)
@@ -77,7 +76,7 @@ def serve(
         keys = load_api_keys() if transport is Transport.http else {}
     except ValueError as exc:
         raise fail(str(exc), code=2) from None
-    if transport is Transport.http and not keys and not open_mode and not _is_loopback(host):
+    if transport is Transport.http and not keys and not open_mode and not is_loopback(host):
         raise fail(
             f"refusing to serve MCP on {host} without authentication: anyone who can reach this "
             "address could use the flows and read their sessions. Set API keys (PICOFLOW_API_KEYS), "
@@ -116,12 +115,3 @@ def say(text: str) -> None:
     """A line for the person running the server, on stderr (stdout may be the protocol's)."""
     errors.print(text, soft_wrap=True)
 
-
-def _is_loopback(host: str) -> bool:
-    name = host.strip().strip("[]").lower()
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
