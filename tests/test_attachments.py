@@ -15,7 +15,8 @@ from picoflow import Flow, FlowEngine, RunContext, Step, tool
 from picoflow.attachments import Attachment, AttachmentLimits, AttachmentRef, check_attachments, sniff
 from picoflow.exceptions import AttachmentRefused, AttachmentTooLarge
 from picoflow.messages import ModelRequest
-from picoflow.models import FunctionModel
+from picoflow.models import FallbackModel, FunctionModel
+from picoflow.models.local import LocalModel
 from picoflow.sessions import SQLiteStore
 
 
@@ -188,3 +189,10 @@ async def test_a_model_that_cannot_see_images_is_never_sent_one() -> None:
     assert result.error is not None and result.error.status == 415
     assert "cannot read images ('photo.png')" in result.message
     assert result.session_id is None  # a first turn: nothing was stored
+
+
+def test_which_models_can_be_shown_images() -> None:
+    blind, seeing = LocalModel(), FunctionModel(lambda request: "ok")
+    assert (blind.reads_images, seeing.reads_images) == (False, True)
+    assert FallbackModel([seeing, blind]).reads_images is True
+    assert FallbackModel([Blind(lambda request: "no"), blind]).reads_images is False

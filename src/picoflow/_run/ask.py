@@ -131,7 +131,7 @@ async def ask(
             rebuild = functools.partial(build_request, ws, step, spec, extra)
             fitting = Fitting(window, spec, model.name, ws.session, rebuild, ws.warn)
             request = await fitting.fit(request, len(extra))
-        if request.files and not getattr(model, "reads_images", True):
+        if request.files and not model.reads_images:
             refuse_images([ref for message in request.messages for ref in message.attachments], model.name)
         observer.model_started(spec.name, model.name, request)
         try:

@@ -49,7 +49,10 @@ def refuse_images(refs: Sequence[AttachmentRef], model: str) -> None:
     """A model that cannot see images is never sent one: the turn is refused, nothing stored."""
     images = [ref for ref in refs if ref.is_image]
     if images:
-        raise AttachmentRefused(f"{model} cannot read images ({_names(images)}); send text or a PDF instead")
+        raise AttachmentRefused(
+            f"{model} cannot read images ({_names(images)}); choose a model with vision (openai:, "
+            "anthropic: or google:) or send a PDF or text file"
+        )
 
 
 def _names(refs: Sequence[AttachmentRef]) -> str:

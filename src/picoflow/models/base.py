@@ -51,6 +51,9 @@ class Model(ABC):
     context_window: int | None = None
     #: Tokens of the window kept free for the answer (the selection's ``max_tokens`` or the model's).
     output_reserve: int = 0
+    #: Whether the model can be shown images; a turn that would show one to a model that cannot is
+    #: refused (415) before the model is asked.
+    reads_images: bool = True
 
     @abstractmethod
     async def request(self, request: ModelRequest) -> ModelResponse:

@@ -47,6 +47,9 @@ class FallbackModel(Model):
         # A request must fit whichever member answers it.
         self.context_window = min(windows) if windows else None
         self.output_reserve = max(model.output_reserve for model in self.models)
+        # Images go to the list when one of its models can see them; a blind one they fall back to
+        # refuses them itself.
+        self.reads_images = any(model.reads_images for model in self.models)
 
     def falls_back(self, error: ModelError) -> bool:
         """Whether ``error`` of one member hands the request to the next."""

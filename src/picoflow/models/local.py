@@ -235,6 +235,8 @@ def _usage(raw: Mapping[str, Any] | None) -> Usage:
 class LocalModel(Model):
     """The embedded offline model. Instances are cheap; the loaded engine is shared per process."""
 
+    reads_images = False  # no vision: PDFs and text files reach it as text, images are refused
+
     def __init__(
         self, *, params: Mapping[str, Any] | None = None, model_dir: str | Path | None = None
     ) -> None:
