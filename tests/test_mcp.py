@@ -410,6 +410,52 @@ async def test_concurrent_first_turns_of_two_sessions_start_one_shared_server() 
     assert not alive(int(one.message.removeprefix("pid ")))
 
 
+async def test_a_sub_step_of_another_flow_gets_that_flows_mcp_tools_before_its_first_turn() -> None:
+    class Helper(Step):
+        """Echo what you are given."""
+
+    class Front(Step):
+        """Delegate to the helper of the tools flow."""
+
+        @tool
+        async def ask_helper(self, text: str) -> str:
+            """Ask the helper."""
+            answer: str = await self.run_step(Helper, text)
+            return answer
+
+    class ToolsFlow(Flow):
+        name = "tools"
+        steps = [Helper]
+        mcp_servers = [misbehaving(allow=["echo"])]
+
+    class FrontFlow(Flow):
+        name = "front"
+        steps = [Front]
+
+    model = ScriptedModel(
+        [ToolCall("ask_helper", {"text": "hi"}), ToolCall("echo", {"text": "hi"}), "hi (echoed)", "Done."]
+    )
+    engine = FlowEngine([FrontFlow, ToolsFlow], model=model)
+    try:
+        async with asyncio.timeout(UPPER_BOUND):
+            result = await engine.run("front", "Go.")
+        assert result.error is None, result.error
+        lines = await transcript_lines(engine, result.session_id)
+    finally:
+        await engine.aclose()
+    # The front flow offers no MCP tool; its helper, a step of the tools flow, offers that flow's.
+    assert [tool_names(request) for request in model.requests] == [
+        ["ask_helper"],
+        ["echo"],
+        ["echo"],
+        ["ask_helper"],
+    ]
+    assert lines[3:5] == [
+        'Helper@2 | assistant: -> echo({"text": "hi"}) #call_2',
+        "Helper@2 | tool echo #call_2: hi",
+    ]
+
+
 async def test_a_flows_servers_serve_its_conversational_steps_and_their_sub_step_runs() -> None:
     class Helper(Step):
         """Echo what you are given."""

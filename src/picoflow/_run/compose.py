@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -45,10 +45,15 @@ class Composer:
     """Runs sub-steps for the turns of one engine, over its registered flows."""
 
     def __init__(
-        self, flows: Mapping[str, FlowSpec], model_for: Callable[[FlowSpec, StepSpec], Model]
+        self,
+        flows: Mapping[str, FlowSpec],
+        model_for: Callable[[FlowSpec, StepSpec], Model],
+        with_mcp_tools: Callable[[FlowSpec], Awaitable[FlowSpec]] | None = None,
     ) -> None:
         self._flows = flows
         self._model_for = model_for
+        self._with_mcp_tools = with_mcp_tools
+        """Lists a flow's MCP tools (a sub-step of another flow may run before that flow's first turn)."""
         self._specs: dict[tuple[str, str, type[BaseModel] | None], FlowSpec] = {}
 
     async def run_steps(
@@ -69,7 +74,7 @@ class Composer:
         # Every request is checked before any runs: a typo in the third must not leave two done.
         runs = []
         for step, input, output in requests:
-            flow, name = self._resolve(ws, step, output)
+            flow, name = await self._resolve(ws, step, output)
             runs.append(((flow, name), _input_text(input, flow.steps[name].cls)))
         if concurrency is None:
             (flow, name), text = runs[0]
@@ -98,7 +103,7 @@ class Composer:
             )
         return results
 
-    def _resolve(self, ws: Workspace, step: Any, output: Any) -> tuple[FlowSpec, str]:
+    async def _resolve(self, ws: Workspace, step: Any, output: Any) -> tuple[FlowSpec, str]:
         """The flow (built for sub-step use) and name of the step a request names."""
         here = self._flows.get(ws.spec.name, ws.spec)
         if isinstance(step, str):
@@ -121,6 +126,8 @@ class Composer:
             )
         if output is not None and not (isinstance(output, type) and issubclass(output, BaseModel)):
             raise TypeError(f"run_step: output must be a pydantic model class, not {output!r:.60}")
+        if flow.mcp_servers and self._with_mcp_tools is not None:
+            flow = await self._with_mcp_tools(flow)  # never built (nor kept) without its MCP tools
         key = (flow.name, name, output)
         built = self._specs.get(key)
         if built is None:

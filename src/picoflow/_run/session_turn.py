@@ -83,7 +83,7 @@ class SessionTurns:
 
     def __init__(self, host: TurnHost) -> None:
         self.host = host
-        self.composer = Composer(host.registry, host.model_for)
+        self.composer = Composer(host.registry, host.model_for, host.with_mcp_tools)
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
 
     async def take(self, request: TurnRequest, observer: TurnObserver) -> TurnResult:
