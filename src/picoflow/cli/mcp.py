@@ -114,4 +114,3 @@ def serve(
 def say(text: str) -> None:
     """A line for the person running the server, on stderr (stdout may be the protocol's)."""
     errors.print(text, soft_wrap=True)
-
