@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+import re
 import xml.etree.ElementTree as ET
 
-from picoflow import Flow, LogicStep, Step, TerminateStep, go, tool
-from picoflow.diagram import flow_mermaid, flow_svg
+import pytest
+
+from picoflow import Flow, FlowEngine, LogicStep, Step, TerminateStep, go, tool
+from picoflow.diagram import _CHAR_WIDTH, flow_mermaid, flow_svg
+from picoflow_demos import FLOWS
 from picoflow_demos.hotel import HotelFlow
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -176,3 +181,29 @@ def test_sub_steps_are_read_from_the_code_and_drawn_dotted_without_terminate_edg
     mermaid = flow_mermaid(spec)
     assert "    Planner -.->|survey runs, ask_once runs| Scout\n" in mermaid
     assert "    Planner -.->|survey runs| Weather\n" in mermaid
+
+
+def _text_boxes(svg: str) -> list[tuple[float, float, float, float, str]]:
+    """Each ``<text>``'s box (left, right, top, bottom) as the diagram sizes text, and its words."""
+    boxes = []
+    pattern = r'<text x="([\d.]+)" y="([\d.]+)" text-anchor="(\w+)"[^>]*>([^<]*)</text>'
+    for found in re.finditer(pattern, svg):
+        x, y, anchor, words = float(found[1]), float(found[2]), found[3], found[4]
+        width = len(words) * _CHAR_WIDTH
+        left = x if anchor == "start" else x - width if anchor == "end" else x - width / 2
+        boxes.append((left, left + width, y - 10, y + 2, words))
+    return boxes
+
+
+@pytest.mark.parametrize("flow", FLOWS, ids=lambda flow: flow.name)
+def test_no_two_labels_of_a_demo_flow_overlap(flow: type[Flow]) -> None:
+    # Back edges side by side (the invoice flow has three into its Desk) once wrote their labels
+    # on one line, over each other.
+    boxes = _text_boxes(flow_svg(FlowEngine([flow]).flow(flow.name)))
+    assert len(boxes) >= len(FlowEngine([flow]).flow(flow.name).steps)
+    clashes = [
+        (a[4], b[4])
+        for a, b in itertools.combinations(boxes, 2)
+        if a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
+    ]
+    assert clashes == []

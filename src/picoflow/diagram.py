@@ -222,7 +222,9 @@ def _edge_svg(
         y1 = source.y + _NODE_HEIGHT / 2 + (6 if side == "right" else stagger)
         y2 = target.y + _NODE_HEIGHT / 2 + (-6 if side == "right" else stagger)
         path = f"M {x1:.1f} {y1:.1f} H {lane:.1f} V {y2:.1f} H {x2:.1f}"
-        label_y = (y1 + y2) / 2 + 4
+        # Lanes side by side would put their labels on one line, over each other: each lane's label
+        # sits a line higher or lower than its neighbour's, along its own vertical segment.
+        label_y = (y1 + y2) / 2 + 4 + ((lanes[side] - 1) % 3 - 1) * 13
         label_x, anchor = (lane - 4, "end") if side == "left" else (lane + 4, "start")
     dash = (
         ' stroke-dasharray="4 3"' if edge.terminate_only else ' stroke-dasharray="1.5 3"' if edge.runs else ""
@@ -239,7 +241,9 @@ def _edge_svg(
     elif label:
         out.append(
             f'<text x="{label_x:.1f}" y="{label_y:.1f}" text-anchor="{anchor}" font-size="11" '
-            f'fill="{_COLORS["label"]}">{escape(label)}</text>'
+            # A halo of the page's colour keeps a label legible where another edge's lane crosses it.
+            f'fill="{_COLORS["label"]}" stroke="{_COLORS["fill"]}" stroke-width="3" paint-order="stroke">'
+            f"{escape(label)}</text>"
         )
     out.append("</g>")
     return "".join(out)
