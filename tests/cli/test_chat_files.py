@@ -56,3 +56,15 @@ def test_a_file_that_cannot_be_sent_stops_the_chat_before_it_starts(tmp_path: Pa
     assert "attachment 'scan.png' is declared image/png but its bytes are application/pdf" in out
     code, out = chat(tmp_path, "--attach", str(tmp_path / "absent.pdf"), said="hi\n")
     assert code == 1 and "cannot read" in out and "absent.pdf" in out
+
+
+def test_sessions_show_lists_the_files_of_each_message(tmp_path: Path) -> None:
+    invoice = tmp_path / "invoice.pdf"
+    invoice.write_bytes(pdf())
+    code, out = chat(tmp_path, "--attach", str(invoice), said="here\n/quit\n")
+    assert code == 0, out
+    session_id = out.split("picoflow sessions show ")[1].split(")")[0]
+    shown = invoke("sessions", "show", session_id, "--store", f"sqlite:///{tmp_path / 'chat.sqlite3'}")
+    assert shown.exit_code == 0, shown.output
+    line = next(line for line in shown.output.splitlines() if "user: here" in line)
+    assert line.endswith(f"[files: invoice.pdf (application/pdf, {len(pdf()):,} bytes)]")

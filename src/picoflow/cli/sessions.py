@@ -139,7 +139,12 @@ def _transcript_line(message: Message) -> str:
         said = f"{escape(message.content)} " if message.content else ""
         return f"{where}[magenta]assistant[/magenta]{kind}: {said}[cyan]→ {escape(calls)}[/cyan]"
     color = "bold cyan" if message.role == "user" else "magenta"
-    return f"{where}[{color}]{message.role}[/{color}]{kind}: {escape(message.content)}"
+    files = ""
+    if message.attachments:
+        refs = message.attachments
+        listed = ", ".join(f"{ref.name} ({ref.media_type}, {ref.size:,} bytes)" for ref in refs)
+        files = f" [dim]{escape(f'[files: {listed}]')}[/dim]"
+    return f"{where}[{color}]{message.role}[/{color}]{kind}: {escape(message.content)}{files}"
 
 
 def _when(timestamp: float) -> str:
