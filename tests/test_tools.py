@@ -175,3 +175,21 @@ def test_allowed_values_and_bounds_are_never_garbled_by_redaction() -> None:
         "- nights: Input should be less than 100\n"
         "Correct the arguments and call pick again."
     )
+
+
+def test_a_tool_is_idempotent_only_when_marked() -> None:
+    class Booking(Step):
+        """Book."""
+
+        @tool(idempotent=True)
+        def quote(self, city: str) -> str:
+            """Quote a stay."""
+            return city
+
+        @tool
+        def book(self, city: str) -> str:
+            """Book a stay."""
+            return city
+
+    specs, _ = collect_tools(Booking, where="step Booking")
+    assert specs["quote"].idempotent and not specs["book"].idempotent

@@ -21,7 +21,7 @@ from picoflow._engine_mcp import MCPTools
 from picoflow._engine_sessions import MAX_OFFSET, StoredSessions, check_session_id
 from picoflow._run.loop import first_request
 from picoflow._run.observers import NO_OBSERVER, EventStream, combine
-from picoflow._run.session_turn import SessionTurns, TurnRequest, store_call
+from picoflow._run.session_turn import SessionTurns, TurnExecutor, TurnRequest, store_call
 from picoflow._text import check_message
 from picoflow._text import check_text as check_text  # the one input rule, public here
 from picoflow._tracing import TracingSetting
@@ -75,6 +75,7 @@ class FlowEngine(StoredSessions, RunFaces):
         trace_content: bool = False,
         before_turn: Callable[[FlowSpec], Awaitable[None]] | None = None,
         attachment_limits: AttachmentLimits | None = None,
+        executor: TurnExecutor | None = None,
     ) -> None:
         """
         Args:
@@ -95,6 +96,8 @@ class FlowEngine(StoredSessions, RunFaces):
                 raise a ``RunError`` to refuse the turn (a server waits here for the flow's models
                 to load, and refuses with 503 when one failed).
             attachment_limits: Sizes and types of the files a turn may carry (``AttachmentLimits``).
+            executor: Where turns run once their input is checked: None runs them here, in this
+                process; ``picoflow.temporal.TemporalExecutor`` runs each as a durable workflow.
         """
         self.store: SessionStore = store if store is not None else MemoryStore()
         self.deps = deps
@@ -103,6 +106,7 @@ class FlowEngine(StoredSessions, RunFaces):
         self.max_reply_chars = max_reply_chars
         self.attachment_limits = attachment_limits or AttachmentLimits()
         self.before_turn = before_turn
+        self.executor = executor
         self._tracing = TracingSetting(tracing, capture_content=trace_content)
         self._override: Model | ModelSelection | None = None
         if isinstance(model, Model):
@@ -228,7 +232,11 @@ class FlowEngine(StoredSessions, RunFaces):
                 result = await self._turns.failed(exc, session_id, session_id, None)
             else:
                 request = TurnRequest(spec, text, session_id, caller or Caller(), files)
-                result = await self._turns.take(request, observer)
+                executor = self.executor
+                if executor is None:
+                    result = await self._turns.take(request, observer)
+                else:
+                    result = await executor.take(self, request, observer)
         except BaseException as exc:
             observer.turn_aborted(exc)
             raise

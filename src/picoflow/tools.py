@@ -41,6 +41,7 @@ class _ToolMark:
     """Names visible where the tool was declared (for classes defined inside a function)."""
     concurrent: bool = False
     timeout: float | None = None
+    idempotent: bool = False
 
 
 def _declaring_scope() -> dict[str, Any]:
@@ -72,6 +73,7 @@ def tool(
     exclusive: bool = False,
     concurrent: bool = False,
     timeout: float | None = None,
+    idempotent: bool = False,
 ) -> Callable[[F], F]: ...
 
 
@@ -84,6 +86,7 @@ def tool(
     exclusive: bool = False,
     concurrent: bool = False,
     timeout: float | None = None,
+    idempotent: bool = False,
 ) -> Any:
     """Expose a step method to the model as a tool.
 
@@ -98,6 +101,8 @@ def tool(
     response's order. ``timeout=`` (seconds) stops an ``async`` handler that takes longer: the
     model is told the tool timed out and a warning is recorded (``Step.tool_timeout`` and
     ``Flow.tool_timeout`` give a default; a plain ``def`` handler cannot be stopped, so it takes none).
+    ``idempotent=True`` says running the handler twice does no more than running it once: a durable
+    executor (``picoflow.temporal``) may then retry it after a lost worker; other tools never are.
     """
     if callable(fn_or_name):
         setattr(fn_or_name, _TOOL_MARK, _ToolMark(None, description, strict, exclusive, _declaring_scope()))
@@ -110,7 +115,9 @@ def tool(
 
     def mark(fn: F) -> F:
         setattr(
-            fn, _TOOL_MARK, _ToolMark(fn_or_name, description, strict, exclusive, scope, concurrent, timeout)
+            fn,
+            _TOOL_MARK,
+            _ToolMark(fn_or_name, description, strict, exclusive, scope, concurrent, timeout, idempotent),
         )
         return fn
 
@@ -183,6 +190,8 @@ class ToolSpec:
     """May run at the same time as other concurrent calls of its response (read-only by contract)."""
     timeout: float | None = None
     """Seconds its (async) handler may take before it is stopped; None: no limit."""
+    idempotent: bool = False
+    """Running it again after a lost worker is harmless (a durable executor may retry it)."""
 
     def validate(self, call: ToolCall) -> BaseModel | str:
         """The validated arguments, or the error text for the model."""
@@ -261,6 +270,7 @@ def collect_tools(step_cls: type, *, where: str) -> tuple[dict[str, ToolSpec], l
                 exclusive=mark.exclusive,
                 concurrent=mark.concurrent,
                 timeout=mark.timeout,
+                idempotent=mark.idempotent,
             )
         group = getattr(fn, _GROUP_MARK, None)
         if isinstance(group, frozenset):

@@ -154,7 +154,7 @@ async def _run_group(
     kwargs: dict[str, Any] = {}
     _inject(ws, spec, group.context_params, kwargs)
     handler = _group_handler(group, validated)
-    value = await _invoke(ws, step, spec, calls[0], handler, group.is_async, kwargs)
+    value = await _invoke(ws, step, spec, calls[0], handler, group.is_async, kwargs, group=calls)
     if isinstance(value, CallResult):  # ToolError: the same refusal answers every call
         ws.observer.tool_finished(spec.name, calls[0], value.content, True)
         return [refused(call, value.content) for call in calls]
@@ -203,9 +203,13 @@ async def _invoke(
     is_async: bool,
     kwargs: dict[str, Any],
     limit: float | None = None,
+    group: list[ToolCall] | None = None,
 ) -> Any:
     """Run a handler within the turn's tool budget and its time limit: its value, or a refusal for
-    a ``ToolError`` or a handler that took too long."""
+    a ``ToolError`` or a handler that took too long. With a ``handler_runner`` (a durable executor)
+    the handler runs there, through this same function."""
+    if ws.handler_runner is not None:
+        return await ws.handler_runner(ws, spec, call, group)
     ws.limits.check_before_tool_call(ws.usage)
     ws.usage.tool_calls += 1
     observer = ws.observer
@@ -281,3 +285,31 @@ def _group_handler(group: ToolGroup, calls: list[ValidCall]) -> Callable[..., An
         return group.handler(step, calls, **kwargs)
 
     return call_group
+
+
+async def run_handler(ws: Workspace, step: Step, spec: StepSpec, calls: list[ToolCall], group: bool) -> Any:
+    """Run the handler of ``calls`` (one call, or a ``@tools`` group's) as dispatch would, here:
+    the other side of a ``handler_runner``, whose dispatch already validated and counted nothing.
+    Arguments are validated again (cheap, and the same), silently: the caller warned already."""
+    validated = [ValidCall(c.id, c.name, _quietly_validated(spec.tools[c.name], c)) for c in calls]
+    kwargs: dict[str, Any] = {}
+    if group:
+        owner = spec.groups[frozenset(call.name for call in calls)]
+        _inject(ws, spec, owner.context_params, kwargs)
+        handler = _group_handler(owner, validated)
+        return await _invoke(ws, step, spec, calls[0], handler, owner.is_async, kwargs)
+    tool = spec.tools[calls[0].name]
+    assert tool.handler is not None
+    kwargs = {param: getattr(validated[0].args, param) for param in tool.params}
+    _inject(ws, spec, tool.context_params, kwargs)
+    return await _invoke(ws, step, spec, calls[0], tool.handler, tool.is_async, kwargs, tool.timeout)
+
+
+def _quietly_validated(tool: ToolSpec, call: ToolCall) -> BaseModel:
+    args = call.args
+    if not isinstance(args, str) and not INJECTED_NAMES.isdisjoint(args):
+        call = ToolCall(call.name, {key: value for key, value in args.items() if key not in INJECTED_NAMES})
+    validated = tool.validate(call)
+    if isinstance(validated, str):  # the workflow validated the very same arguments
+        raise RunError(f"tool {call.name}: arguments that passed validation failed it again: {validated}")
+    return validated

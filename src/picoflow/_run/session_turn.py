@@ -55,6 +55,9 @@ class TurnRequest:
     caller: Caller
     files: tuple[Attachment, ...] = ()
     """The files sent with the message, checked."""
+    new_id: str | None = None
+    """The id a new session takes, when it was chosen before the turn (a durable executor names
+    the turn's execution after it); None: a fresh random one."""
 
 
 class TurnHost(Protocol):
@@ -76,6 +79,14 @@ class TurnHost(Protocol):
         ...
 
     def model_for(self, flow: FlowSpec, step: StepSpec) -> Model: ...
+
+
+class TurnExecutor(Protocol):
+    """Runs a checked turn somewhere other than this process (``FlowEngine(executor=...)``)."""
+
+    async def take(self, engine: Any, request: TurnRequest, observer: TurnObserver) -> TurnResult:
+        """The turn's result; like ``SessionTurns.take``, never raises for run-time failures."""
+        ...
 
 
 class SessionTurns:
@@ -178,7 +189,12 @@ class SessionTurns:
         spec = request.spec
         assert spec is not None  # the engine resolves the flow of a new session up front
         principal = request.caller.principal
-        session = Session(id=new_session_id(), flow=spec.name, current_step=spec.start, principal=principal)
+        session = Session(
+            id=request.new_id or new_session_id(),
+            flow=spec.name,
+            current_step=spec.start,
+            principal=principal,
+        )
         return spec, session, None
 
     async def _load(self, request: TurnRequest, session_id: str) -> tuple[FlowSpec, Session, int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +34,11 @@ if TYPE_CHECKING:
     from picoflow.models.base import Model
 
 ModelFor = Callable[[StepSpec], "Model"]
+
+HandlerRunner = Callable[["Workspace", StepSpec, ToolCall, "Sequence[ToolCall] | None"], Awaitable[Any]]
+"""Runs a tool handler somewhere else (a durable executor's activity) instead of in this process:
+given the workspace, the step, the call (and, for a ``@tools`` group, all its calls), it returns
+the value dispatch treats as the handler's, having applied to the workspace what the handler did."""
 
 RUNNING_CALL: ContextVar[ToolCall | None] = ContextVar("picoflow_running_call", default=None)
 """The tool call whose handler is running (what a sub-step run started there nests under)."""
@@ -62,6 +67,7 @@ class Workspace:
         "content_type",
         "deps",
         "files",
+        "handler_runner",
         "limits",
         "max_reply_chars",
         "model_for",
@@ -99,6 +105,7 @@ class Workspace:
         self.observer = observer
         self.composer = composer
         self.files: TurnFiles | None = None
+        self.handler_runner: HandlerRunner | None = None
         self.within: str | None = None
         self.usage = Usage()
         self.appended: list[tuple[str, Message]] = []

@@ -14,6 +14,7 @@ from picoflow.cli.loading import console
 from picoflow.cli.mcp import mcp_app
 from picoflow.cli.serve import serve
 from picoflow.cli.sessions import db_app, sessions_app
+from picoflow.cli.worker import worker
 
 app = typer.Typer(
     name="picoflow",
@@ -46,6 +47,7 @@ app.command()(chat)
 app.command("flows")(list_flows)
 app.command()(graph)
 app.command("eval")(eval_scenarios)
+app.command()(worker)
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(db_app, name="db")
 app.add_typer(mcp_app, name="mcp")

@@ -1,0 +1,328 @@
+"""What crosses between the workflow, its activities and the client, as JSON text.
+
+Every payload is one string: Temporal's converter then only carries text, and each value keeps
+picoflow's own shape (the values' dataclasses, read and written with pydantic ``TypeAdapter``s).
+Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic_core import to_jsonable_python
+
+from picoflow import exceptions
+from picoflow.context import Caller
+from picoflow.exceptions import RunError, SubStepFailed, ToolFailure
+from picoflow.messages import Message, ModelRequest, ModelResponse
+from picoflow.outcomes import Direct, Go, Outcome, Stay
+from picoflow.results import TurnError, TurnResult
+from picoflow.session import LogRecord
+from picoflow.usage import Usage
+
+_BYTES = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
+
+
+class _Request(BaseModel):
+    model_config = _BYTES  # a request carries the bytes of the files its messages show
+    request: ModelRequest
+
+
+class ModelCallIn(BaseModel):
+    """A model request of a step: the worker asks that step's model."""
+
+    model_config = _BYTES
+    flow: str
+    step: str
+    request: ModelRequest
+
+
+class SaveIn(BaseModel):
+    """A turn's commit: the session (``session_to_json``) and the messages it appended."""
+
+    session: str
+    expected_revision: int | None
+    appended: list[tuple[str, Message]] = Field(default_factory=list)
+
+
+class _Files(BaseModel):
+    model_config = _BYTES
+    files: dict[str, bytes]
+
+
+def encode_files(files: dict[str, bytes]) -> str:
+    return _Files(files=files).model_dump_json()
+
+
+def decode_files(data: str) -> dict[str, bytes]:
+    return _Files.model_validate_json(data).files
+
+
+_RESPONSE: TypeAdapter[ModelResponse] = TypeAdapter(ModelResponse)
+_USAGE: TypeAdapter[Usage] = TypeAdapter(Usage)
+
+
+def encode_request(request: ModelRequest) -> str:
+    return _Request(request=request).model_dump_json()
+
+
+def decode_request(data: str) -> ModelRequest:
+    return _Request.model_validate_json(data).request
+
+
+def encode_response(response: ModelResponse) -> str:
+    return _RESPONSE.dump_json(response).decode()
+
+
+def decode_response(data: str) -> ModelResponse:
+    return _RESPONSE.validate_json(data)
+
+
+# --- failures -------------------------------------------------------------------------------------
+
+
+class EncodedError(BaseModel):
+    """A ``RunError`` by its class name (every class is in ``picoflow.exceptions``)."""
+
+    error_class: str
+    message: str
+    step: str | None = None
+    retry_after: float | None = None
+
+
+def encode_error(exc: RunError) -> EncodedError:
+    # A sub-step's failure fails the turn as its root cause did; the message keeps the whole story.
+    cls = type(exc.root_cause) if isinstance(exc, SubStepFailed) else type(exc)
+    return EncodedError(
+        error_class=cls.__name__, message=str(exc), step=exc.step, retry_after=exc.retry_after
+    )
+
+
+def error_class(name: str) -> type[RunError]:
+    found = getattr(exceptions, name, None)
+    return found if isinstance(found, type) and issubclass(found, RunError) else RunError
+
+
+def decode_error(encoded: EncodedError) -> RunError:
+    """The error as it was raised, of its class (built without its constructor, whose arguments
+    differ from class to class)."""
+    cls = error_class(encoded.error_class)
+    if issubclass(cls, SubStepFailed):  # needs its cause; it never crosses (see ``encode_error``)
+        cls = ToolFailure
+    error = cls.__new__(cls)
+    Exception.__init__(error, encoded.message)
+    error.session_id = None
+    error.step = encoded.step
+    if encoded.retry_after is not None:
+        error.retry_after = encoded.retry_after
+    return error
+
+
+# --- the turn ---------------------------------------------------------------------------------------
+
+
+class TurnInput(BaseModel):
+    """A checked turn, as the client hands it to the workflow."""
+
+    flow: str | None
+    text: str
+    session_id: str | None
+    """The stored session the turn continues (None: a new session, named ``new_id``)."""
+    new_id: str | None = None
+    revision: int = 0
+    """The session's revision the client saw: the turn continues exactly that one."""
+    principal: str | None = None
+    visibilities: list[str] = Field(default_factory=list)
+    config: dict[str, Any] = Field(default_factory=dict)
+
+    def caller(self, deps: Any = None) -> Caller:
+        return Caller(
+            principal=self.principal, visibilities=frozenset(self.visibilities), deps=deps, config=self.config
+        )
+
+
+def caller_fields(caller: Caller) -> dict[str, Any]:
+    """The caller as ``TurnInput``'s fields (its ``deps`` stay behind: workers have their own)."""
+    return {
+        "principal": caller.principal,
+        "visibilities": sorted(caller.visibilities),
+        "config": to_jsonable_python(dict(caller.config)),
+    }
+
+
+class _Result(BaseModel):
+    message: str
+    session_id: str | None
+    completed: bool
+    content_type: str
+    step: str | None
+    usage: Usage
+    error: EncodedError | None = None
+    reference: str | None = None
+    field: str | None = None
+    warnings: list[str] = Field(default_factory=list)
+    flow: str | None = None
+
+
+def encode_result(result: TurnResult) -> str:
+    error = result.error
+    return _Result(
+        message=result.message,
+        session_id=result.session_id,
+        completed=result.completed,
+        content_type=result.content_type,
+        step=result.step,
+        usage=result.usage,
+        error=None
+        if error is None
+        else EncodedError(
+            error_class=error.error_class.__name__, message=error.message, retry_after=error.retry_after
+        ),
+        reference=None if error is None else error.reference,
+        field=None if error is None else error.field,
+        warnings=list(result.warnings),
+        flow=result.flow,
+    ).model_dump_json()
+
+
+def decode_result(data: str) -> TurnResult:
+    r = _Result.model_validate_json(data)
+    error = None
+    if r.error is not None:
+        cls = error_class(r.error.error_class)
+        error = TurnError(cls, r.error.message, r.error.retry_after, r.reference, r.field)
+    return TurnResult(
+        r.message,
+        r.session_id,
+        r.completed,
+        r.content_type,
+        r.step,
+        r.usage,
+        error,
+        tuple(r.warnings),
+        r.flow,
+    )
+
+
+# --- a tool handler's run -------------------------------------------------------------------------
+
+
+class EncodedOutcome(BaseModel):
+    """An outcome with its target as a step name."""
+
+    kind: Literal["go", "stay", "direct"]
+    target: str | None = None
+    step: str | None = None
+    content: str | None = None
+    remember: str | None = None
+    feedback: str | None = None
+    state: dict[str, Any] | None = None
+    prompt: str | None = None
+    content_type: str | None = None
+    message: str | None = None
+
+
+def encode_outcome(outcome: Outcome) -> EncodedOutcome:
+    common: dict[str, Any] = {
+        "feedback": outcome.feedback,
+        "state": None if outcome.state is None else to_jsonable_python(dict(outcome.state)),
+        "prompt": outcome.prompt,
+        "content_type": outcome.content_type,
+        "message": outcome.message,
+    }
+    if isinstance(outcome, Go):
+        return EncodedOutcome(kind="go", target=outcome.target_name, **common)
+    if isinstance(outcome, Stay):
+        return EncodedOutcome(kind="stay", step=outcome.step, **common)
+    if isinstance(outcome, Direct):
+        target = None if outcome.target is None else outcome.target_name
+        return EncodedOutcome(
+            kind="direct",
+            step=outcome.step,
+            content=outcome.content,
+            target=target,
+            remember=outcome.remember,
+            **common,
+        )
+    raise TypeError(f"not an outcome picoflow knows: {type(outcome).__name__}")
+
+
+def decode_outcome(encoded: EncodedOutcome) -> Outcome:
+    common: dict[str, Any] = {
+        "feedback": encoded.feedback,
+        "state": encoded.state,
+        "prompt": encoded.prompt,
+        "content_type": encoded.content_type,
+        "message": encoded.message,
+    }
+    if encoded.kind == "go":
+        assert encoded.target is not None
+        return Go(target=encoded.target, **common)
+    assert encoded.step is not None
+    if encoded.kind == "stay":
+        return Stay(step=encoded.step, **common)
+    return Direct(
+        step=encoded.step,
+        content=encoded.content or "",
+        target=encoded.target,
+        remember=encoded.remember,
+        **common,
+    )
+
+
+class ToolCallIn(BaseModel):
+    """What the tool activity needs to run a handler as the workflow would have."""
+
+    flow: str
+    step: str
+    calls: list[dict[str, Any]]
+    """The call (or, for a ``@tools`` group, all calls of the response): name, args, id."""
+    group: bool
+    session: str
+    """``session_to_json`` of the workspace's session when the handler is called."""
+    usage: Usage
+    erases_deferred: bool
+    principal: str | None = None
+    visibilities: list[str] = Field(default_factory=list)
+    config: dict[str, Any] = Field(default_factory=dict)
+
+    def caller(self, deps: Any = None) -> Caller:
+        return Caller(
+            principal=self.principal, visibilities=frozenset(self.visibilities), deps=deps, config=self.config
+        )
+
+
+class ToolValue(BaseModel):
+    """The handler's value as dispatch treats it."""
+
+    kind: Literal["outcome", "refusal", "text", "none", "step", "json"]
+    outcome: EncodedOutcome | None = None
+    text: str | None = None
+    """A refusal's or a text result's words, a step's name, or another value as JSON."""
+
+
+class ToolCallOut(BaseModel):
+    """What running the handler did: its value, and the workspace after it."""
+
+    value: ToolValue | None = None
+    error: EncodedError | None = None
+    session: str = ""
+    appended: list[tuple[str, Message]] = Field(default_factory=list)
+    warnings: list[LogRecord] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    erases: list[str] | None = None
+
+
+def encode_usage(usage: Usage) -> Any:
+    return _USAGE.dump_python(usage)
+
+
+class ErrorIn(BaseModel):
+    session_id: str
+    record: LogRecord
+
+
+class FilesIn(BaseModel):
+    session_id: str
+    hashes: list[str]

@@ -1,0 +1,97 @@
+"""``TemporalExecutor``: the client side. ``FlowEngine.run`` checks a turn's input as always, then
+hands the turn to Temporal as the workflow execution named after its session and revision, and
+waits for its result."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+
+from picoflow._run.observers import TurnObserver
+from picoflow._run.session_turn import TurnRequest, store_call
+from picoflow.exceptions import InvalidInput, RunError, StoreUnavailable
+from picoflow.results import TurnResult
+from picoflow.session import new_session_id
+from picoflow.temporal import _codec as codec
+from picoflow.temporal._workflow import TURN_FAILED, WORKFLOW_NAME
+
+
+class TemporalExecutor:
+    """Runs each turn as a Temporal workflow execution on ``task_queue``, where ``picoflow worker``
+    processes (or ``run_worker``) take it.
+
+    The execution's id is ``{id_prefix}-{session id}-{revision}``: submitting the same turn again
+    (a client's retry, a second server) joins the running execution, or gets the finished turn's
+    result, rather than running it twice. A failed turn may be submitted again.
+    """
+
+    def __init__(self, client: Client, task_queue: str = "picoflow", *, id_prefix: str = "picoflow") -> None:
+        self.client = client
+        self.task_queue = task_queue
+        self.id_prefix = id_prefix
+
+    async def take(self, engine: Any, request: TurnRequest, observer: TurnObserver) -> TurnResult:
+        try:
+            if request.files:
+                raise InvalidInput("files are not carried by the Temporal executor yet", field="attachments")
+            revision = 0
+            new_id = None
+            session_id = request.session_id
+            if session_id is None:
+                session_id = new_id = new_session_id()  # chosen here: the execution is named after it
+            else:
+                async with store_call("loading session", session_id):
+                    stored = await engine.store.load(session_id)
+                revision = stored.revision if stored is not None else 0
+            observer.session_opened(session_id)
+            turn = codec.TurnInput(
+                flow=request.spec.name if request.spec is not None else None,
+                text=request.text,
+                session_id=request.session_id,
+                new_id=new_id,
+                revision=revision,
+                **codec.caller_fields(request.caller),
+            )
+            data = await self._result(f"{self.id_prefix}-{session_id}-{revision}", turn.model_dump_json())
+        except RunError as exc:
+            turns = engine._turns
+            return await turns.failed(exc, request.session_id, request.session_id, None)  # type: ignore[no-any-return]
+        return codec.decode_result(data)
+
+    async def _result(self, workflow_id: str, payload: str) -> str:
+        try:
+            handle = await self.client.start_workflow(
+                WORKFLOW_NAME,
+                payload,
+                id=workflow_id,
+                task_queue=self.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
+                result_type=str,
+            )
+        except WorkflowAlreadyStartedError:  # that turn completed already: its result
+            handle = self.client.get_workflow_handle(workflow_id, result_type=str)
+        except RPCErrors as exc:
+            raise StoreUnavailable(f"Temporal did not take the turn: {exc}") from exc
+        try:
+            result: str = await handle.result()
+        except WorkflowFailureError as exc:
+            cause = exc.cause
+            if isinstance(cause, ApplicationError) and cause.type == TURN_FAILED and cause.details:
+                return str(cause.details[0])
+            raise RunError(f"the turn's workflow {workflow_id} failed: {cause or exc}") from exc
+        except RPCErrors as exc:
+            raise StoreUnavailable(f"Temporal did not answer for the turn: {exc}") from exc
+        return result
+
+
+def _rpc_errors() -> tuple[type[BaseException], ...]:
+    from temporalio.service import RPCError
+
+    return (RPCError,)
+
+
+RPCErrors = _rpc_errors()

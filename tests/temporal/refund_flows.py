@@ -1,0 +1,87 @@
+"""The flows of the Temporal tests, importable by worker processes (``refund_flows:RefundFlow``).
+
+A refund appends a line to ``$PICOFLOW_TEST_DIR/refunds`` (or to ``REFUNDS`` when the variable is
+unset): a side effect whose count shows whether the tool ran once."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from picoflow import Flow, Step, TerminateStep, go, stay, tool
+from picoflow.messages import ModelRequest, ToolCall
+from picoflow.models import FunctionModel
+from picoflow.outcomes import Outcome, direct
+
+REFUNDS: list[str] = []
+
+
+def record_refund(order: str) -> None:
+    folder = os.environ.get("PICOFLOW_TEST_DIR")
+    if folder is None:
+        REFUNDS.append(order)
+        return
+    with (Path(folder) / "refunds").open("a") as file:
+        file.write(order + "\n")
+
+
+class Desk(Step):
+    """You handle refunds. Look orders up before refunding them."""
+
+    @tool
+    def lookup(self, order: str) -> Outcome:
+        """Look an order up."""
+        self.state["looked_up"] = [*self.state.get("looked_up", []), order]
+        return stay(f"Order {order}: delivered, 40 EUR.")
+
+    @tool
+    def refund(self, order: str) -> str:
+        """Refund an order."""
+        record_refund(order)
+        self.state["refunded"] = [*self.state.get("refunded", []), order]
+        return f"Refunded {order}."
+
+    @tool
+    def finish(self) -> Outcome:
+        """The customer needs nothing else."""
+        return direct("Goodbye!").with_state(closed=True)
+
+    @tool
+    def transfer(self) -> Outcome:
+        """Hand the customer to the archive."""
+        return go(Archive).with_message("archived")
+
+
+class Archive(Step):
+    """You archive conversations."""
+
+
+class RefundFlow(Flow):
+    name = "refunds"
+    steps = [Desk, Archive, TerminateStep]
+
+
+TWO_TURNS: list[object] = [
+    ToolCall("lookup", {"order": "A1"}),
+    ToolCall("refund", {"order": "A1"}),
+    "Refunded A1. Anything else?",
+    ToolCall("finish", {}),
+]
+
+
+async def _crash_script(request: ModelRequest) -> object:
+    """The model of the crash test: refund, then (on the call after the refund) say it reached the
+    point, and wait for the test to release it."""
+    folder = Path(os.environ["PICOFLOW_TEST_DIR"])
+    last = request.messages[-1]
+    if last.role == "user":
+        return ToolCall("refund", {"order": "B7"}, "call-refund")
+    (folder / "reached").write_text(str(os.getpid()))
+    while not (folder / "release").exists():  # noqa: ASYNC110 - another process makes it
+        await asyncio.sleep(0.05)
+    return "Refunded B7."
+
+
+def crash_model() -> FunctionModel:
+    return FunctionModel(_crash_script, name="function:crash")

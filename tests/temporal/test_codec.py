@@ -1,0 +1,93 @@
+"""What crosses between the workflow, its activities and the client comes back as it left."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from picoflow.exceptions import ModelMisbehaved, SessionConflict, StoreUnavailable, SubStepFailed, ToolFailure
+from picoflow.messages import Message, ModelRequest, ModelResponse, OutputSchema, ToolCall, ToolDefinition
+from picoflow.outcomes import Direct, Go, Stay, direct_to, executing, go, stay
+from picoflow.outcomes import direct as direct_outcome
+from picoflow.results import TurnError, TurnResult
+from picoflow.temporal import _codec as codec
+from picoflow.usage import Usage
+
+texts = st.text(st.characters(exclude_categories=["Cs"]), max_size=40)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | texts,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
+    max_leaves=8,
+)
+calls = st.builds(ToolCall, texts, st.dictionaries(texts, json_values, max_size=3) | texts, texts)
+
+
+@given(texts, st.lists(calls, max_size=3), st.integers(0, 10**6))
+def test_a_model_response_comes_back_whole(text: str, tool_calls: list[ToolCall], tokens: int) -> None:
+    response = ModelResponse(
+        text,
+        tool_calls,
+        Usage(input_tokens=tokens, model_calls=1),
+        "stop",
+        "m",
+        [{"k": 1}],
+        answered_by="x:y",
+    )
+    assert codec.decode_response(codec.encode_response(response)) == response
+
+
+@given(texts, st.lists(st.tuples(texts, st.binary(max_size=16)), max_size=3))
+def test_a_model_request_comes_back_whole_with_its_files(system: str, files: list[tuple[str, bytes]]) -> None:
+    request = ModelRequest(
+        system,
+        [Message.user("hi"), Message.assistant("", [ToolCall("t", {"a": [1, {"b": None}]}, "c1")])],
+        [ToolDefinition("t", "does t", {"type": "object"}, strict=True)],
+        OutputSchema("answer", {"type": "object"}, "the answer"),
+        {"temperature": 0.2},
+        "Desk",
+        "sid",
+        dict(files),
+    )
+    call = codec.ModelCallIn(flow="f", step="Desk", request=request)
+    assert codec.ModelCallIn.model_validate_json(call.model_dump_json()).request == request
+
+
+def test_every_outcome_comes_back_with_its_target_as_a_step_name() -> None:
+    class Archive:
+        name = "Archive"
+
+    with executing("Desk"):
+        outcomes = [
+            go(Archive).with_state(a=1, b=[1, 2]).with_message("m").with_tool_feedback("fb"),
+            stay("more please").with_prompt("p"),
+            direct_outcome({"x": 1}).remember_as("a note"),
+            direct_to("Archive", "done").with_content_type("text/markdown"),
+        ]
+    back = [codec.decode_outcome(codec.encode_outcome(o)) for o in outcomes]
+    assert back[0] == Go(target="Archive", state={"a": 1, "b": [1, 2]}, message="m", feedback="fb")
+    assert back[1] == outcomes[1] and isinstance(back[1], Stay)
+    assert back[2] == outcomes[2] and isinstance(back[2], Direct)
+    assert back[3] == outcomes[3]
+
+
+def test_errors_come_back_of_their_class() -> None:
+    conflict = codec.decode_error(codec.encode_error(SessionConflict("moved on", step="Desk")))
+    assert type(conflict) is SessionConflict and str(conflict) == "moved on" and conflict.step == "Desk"
+    outage = codec.decode_error(codec.encode_error(StoreUnavailable("down", retry_after=3.0)))
+    assert type(outage) is StoreUnavailable and outage.retry_after == 3.0
+    inner = ModelMisbehaved("garbled")
+    sub = codec.decode_error(codec.encode_error(SubStepFailed("Quote failed: garbled", cause=inner)))
+    assert type(sub) is ModelMisbehaved and str(sub) == "Quote failed: garbled"
+    assert (
+        type(codec.decode_error(codec.EncodedError(error_class="Nonsense", message="x"))).__name__
+        == "RunError"
+    )
+    assert codec.error_class("ToolFailure") is ToolFailure
+
+
+def test_turn_results_come_back_whole() -> None:
+    ok = TurnResult("hi", "sid", False, "text/plain", "Desk", Usage(model_calls=2), None, ("w",), "refunds")
+    assert codec.decode_result(codec.encode_result(ok)) == ok
+    error = TurnError(SessionConflict, "Someone else changed it.", None, "sid", None)
+    failed = TurnResult("Someone else changed it.", "sid", False, error=error, flow="refunds")
+    assert codec.decode_result(codec.encode_result(failed)) == failed

@@ -1,0 +1,101 @@
+"""The must-show of durable turns: a worker process is killed after a refund ran and while the
+next model call waits; another worker process finishes the turn; the refund ran once, the session
+is saved once with the whole turn, and the client's ``engine.run`` gets the reply."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from refund_flows import RefundFlow
+from temporalio.client import Client
+
+from picoflow import FlowEngine
+from picoflow.models import ScriptedModel
+from picoflow.sessions import SQLiteStore
+from picoflow.temporal import TemporalExecutor
+
+HERE = Path(__file__).parent
+PICOFLOW = Path(sys.executable).parent / "picoflow"
+
+
+def start_worker(address: str, queue: str, folder: Path, name: str) -> subprocess.Popen[bytes]:
+    command = [str(PICOFLOW), "worker", "--temporal", address, "--task-queue", queue]
+    command += ["--flows", "refund_flows:RefundFlow", "--store", f"sqlite:///{folder / 'sessions.db'}"]
+    command += ["--model", "python:refund_flows:crash_model"]
+    env = {**os.environ, "PICOFLOW_TEST_DIR": str(folder), "PYTHONPATH": str(HERE)}
+    log = (folder / f"{name}.log").open("wb")
+    return subprocess.Popen(command, cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def read_if_there(path: Path) -> str | None:
+    return path.read_text() if path.exists() else None
+
+
+async def wait_for_file(path: Path, worker: subprocess.Popen[bytes], seconds: float = 60) -> str:
+    deadline = time.monotonic() + seconds
+    while (text := read_if_there(path)) is None:
+        assert worker.poll() is None, f"the worker exited with {worker.returncode}"
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        await asyncio.sleep(0.05)
+    return text
+
+
+async def test_a_killed_workers_turn_finishes_on_another_worker_without_repeating_the_refund(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    queue = f"crash-{uuid.uuid4().hex[:8]}"
+    client = await Client.connect(temporal_address)
+    engine = FlowEngine(
+        [RefundFlow],
+        store=SQLiteStore(tmp_path / "sessions.db"),
+        model=ScriptedModel([]),
+        executor=TemporalExecutor(client, task_queue=queue),
+    )
+    first = start_worker(temporal_address, queue, tmp_path, "first")
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        turn = asyncio.create_task(engine.run("refunds", "Please refund order B7"))
+        # The refund ran and the next model call is waiting, in the first worker.
+        assert await wait_for_file(tmp_path / "reached", first) == str(first.pid)
+        assert (tmp_path / "refunds").read_text() == "B7\n"
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        (tmp_path / "reached").unlink()
+
+        second = start_worker(temporal_address, queue, tmp_path, "second")
+        # Temporal gives the model call, lost with its worker, to the second worker.
+        assert await wait_for_file(tmp_path / "reached", second) == str(second.pid)
+        (tmp_path / "release").touch()
+        result = await asyncio.wait_for(turn, 90)
+    finally:
+        for worker in (first, second):
+            if worker is not None and worker.poll() is None:
+                worker.terminate()
+                worker.wait(10)
+
+    assert result.ok, result.error
+    assert result.message == "Refunded B7."
+    assert (tmp_path / "refunds").read_text() == "B7\n"  # the refund ran exactly once
+    sid = result.session_id or ""
+    stored = await engine.store.load(sid)
+    assert stored is not None
+    assert stored.revision == 1 and stored.turns == 1  # saved once, with the whole turn
+    assert stored.states["Desk"] == {"refunded": ["B7"]}
+    transcript = await engine.store.transcript(sid)
+    assert [(m.role, m.content, m.name, m.tool_calls) for m in transcript] == [
+        ("user", "Please refund order B7", None, ()),
+        ("assistant", "", None, transcript[1].tool_calls),
+        ("tool", "Refunded B7.", "refund", ()),
+        ("assistant", "Refunded B7.", None, ()),
+    ]
+    assert [
+        (c.name, dict(c.args) if not isinstance(c.args, str) else c.args) for c in transcript[1].tool_calls
+    ] == [("refund", {"order": "B7"})]
+    await engine.aclose()
