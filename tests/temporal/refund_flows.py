@@ -9,7 +9,7 @@ import asyncio
 import os
 from pathlib import Path
 
-from picoflow import Flow, Step, TerminateStep, go, stay, tool
+from picoflow import Flow, Step, TerminateStep, ToolError, go, stay, tool
 from picoflow.messages import ModelRequest, ToolCall
 from picoflow.models import FunctionModel
 from picoflow.outcomes import Outcome, direct
@@ -48,6 +48,21 @@ class Desk(Step):
         return direct("Goodbye!").with_state(closed=True)
 
     @tool
+    def void(self, order: str) -> str:
+        """Void an order."""
+        raise ToolError(f"Order {order} was delivered; it cannot be voided.")
+
+    @tool
+    def cancel(self, order: str) -> str:
+        """Cancel an order."""
+        raise RuntimeError("the card service is down")
+
+    @tool
+    async def second_opinion(self, order: str) -> str:
+        """Ask the checker whether an order may be refunded."""
+        return str(await self.run_step(Checker, f"May {order} be refunded?"))
+
+    @tool
     def transfer(self) -> Outcome:
         """Hand the customer to the archive."""
         return go(Archive).with_message("archived")
@@ -57,9 +72,13 @@ class Archive(Step):
     """You archive conversations."""
 
 
+class Checker(Step):
+    """You check refunds."""
+
+
 class RefundFlow(Flow):
     name = "refunds"
-    steps = [Desk, Archive, TerminateStep]
+    steps = [Desk, Archive, Checker, TerminateStep]
 
 
 TWO_TURNS: list[object] = [

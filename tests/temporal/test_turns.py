@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,8 @@ from refund_flows import TWO_TURNS, RefundFlow
 from temporalio.client import Client
 
 from picoflow import FlowEngine
-from picoflow.messages import Message
+from picoflow.exceptions import ToolFailure
+from picoflow.messages import Message, ToolCall
 from picoflow.models import ScriptedModel
 from picoflow.session import Session
 from picoflow.sessions import SQLiteStore
@@ -57,9 +59,17 @@ async def client(temporal_address: str) -> Client:
 
 @pytest.fixture
 async def durable(client: Client, tmp_path: Path) -> AsyncIterator[tuple[FlowEngine, ScriptedModel]]:
+    async with durable_engine(client, tmp_path, TWO_TURNS) as pair:
+        yield pair
+
+
+@asynccontextmanager
+async def durable_engine(
+    client: Client, tmp_path: Path, script: list[object]
+) -> AsyncIterator[tuple[FlowEngine, ScriptedModel]]:
     """A client engine submitting to Temporal, and the model of the worker running its turns."""
     queue = f"test-{uuid.uuid4().hex[:8]}"
-    model = ScriptedModel(list(TWO_TURNS))
+    model = ScriptedModel(list(script))
     worker_engine = FlowEngine([RefundFlow], store=SQLiteStore(tmp_path / "s.db"), model=model)
     engine = FlowEngine(
         [RefundFlow],
@@ -135,3 +145,53 @@ async def test_the_same_turn_submitted_twice_is_one_execution(
     stored = await engine.store.load(sid)
     assert stored is not None and stored.revision == 2 and stored.turns == 2
     assert len(model.requests) == asked + 1
+
+
+async def test_refusals_failures_and_a_resubmitted_failed_turn(client: Client, tmp_path: Path) -> None:
+    script: list[object] = [
+        "Hello, how can I help?",
+        ToolCall("void", {"order": "A1"}),
+        ToolCall("cancel", {"order": "A1"}),
+        "Cancelled A1.",
+    ]
+    async with durable_engine(client, tmp_path, script) as (engine, model):
+        first = await engine.run("refunds", "Hi")
+        sid = first.session_id or ""
+        failed = await engine.run("refunds", "Cancel A1", sid)
+        assert failed.error is not None and failed.error.is_a(ToolFailure)
+        assert failed.session_id == sid and failed.step == "Desk"
+        stored = await engine.store.load(sid)
+        assert stored is not None and stored.revision == 1 and stored.next_seq == 2  # nothing of it kept
+        [record] = await engine.store.errors(sid)
+        assert record.code == "tool_failed" and "the card service is down" in record.message
+        # The same turn (session and revision) may be sent again: a failed execution's id is reused.
+        again = await engine.run("refunds", "Cancel A1", sid)
+        assert again.ok and again.message == "Cancelled A1."
+        assert len(model.requests) == 4
+        transcript = await engine.store.transcript(sid)
+        assert [(m.role, m.content, m.is_error) for m in transcript[2:]] == [
+            ("user", "Cancel A1", False),
+            ("assistant", "Cancelled A1.", False),
+        ]
+
+
+async def test_a_handler_runs_its_sub_step_inside_its_activity(client: Client, tmp_path: Path) -> None:
+    script: list[object] = [
+        ToolCall("second_opinion", {"order": "A1"}),
+        "Yes, it may.",  # the Checker sub-step, run by the handler in the tool activity
+        "The checker says yes.",
+    ]
+    async with durable_engine(client, tmp_path, script) as (engine, _):
+        result = await engine.run("refunds", "Can A1 be refunded?")
+        assert result.ok and result.message == "The checker says yes."
+        assert result.usage.model_calls == 3 and result.usage.tool_calls == 1
+        transcript = await engine.store.transcript(result.session_id or "")
+        assert [(m.role, m.content, m.within) for m in transcript] == [
+            ("user", "Can A1 be refunded?", None),
+            ("assistant", "", None),
+            ("user", "May A1 be refunded?", transcript[2].within),
+            ("assistant", "Yes, it may.", transcript[2].within),
+            ("tool", "Yes, it may.", None),
+            ("assistant", "The checker says yes.", None),
+        ]
+        assert transcript[2].within is not None

@@ -259,6 +259,16 @@ class Workspace:
         """Hold erases until ``apply_erases``: a response's tool results are still to be written."""
         self._deferred_erase = _NONE_DEFERRED
 
+    @property
+    def deferred_erases(self) -> frozenset[str] | None:
+        """The namespaces whose erase waits for this response's tool results (None: erases are not
+        being held now)."""
+        return self._deferred_erase
+
+    def defer_more(self, namespaces: frozenset[str]) -> None:
+        """Hold these erases too (done by a handler that ran elsewhere, see ``handler_runner``)."""
+        self._deferred_erase = (self._deferred_erase or _NONE_DEFERRED) | namespaces
+
     def apply_erases(self) -> None:
         deferred, self._deferred_erase = self._deferred_erase, None
         for namespace in deferred or ():

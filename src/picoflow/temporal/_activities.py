@@ -97,7 +97,7 @@ class TurnActivities:
         out.appended = ws.appended
         out.warnings = ws.warnings
         out.usage = ws.usage
-        deferred = ws._deferred_erase
+        deferred = ws.deferred_erases
         out.erases = sorted(deferred) if deferred else None
         return out.model_dump_json()
 

@@ -227,7 +227,6 @@ async def run_handler(ws: Workspace, spec: StepSpec, call: ToolCall, group: Sequ
     calls = list(group) if group is not None else [call]
     tool = spec.tools.get(call.name)
     idempotent = group is None and tool is not None and tool.idempotent
-    deferred = ws._deferred_erase
     payload = codec.ToolCallIn(
         flow=ws.spec.name,
         step=spec.name,
@@ -235,7 +234,7 @@ async def run_handler(ws: Workspace, spec: StepSpec, call: ToolCall, group: Sequ
         group=group is not None,
         session=session_to_json(ws.session).decode(),
         usage=ws.usage,
-        erases_deferred=deferred is not None,
+        erases_deferred=ws.deferred_erases is not None,
         **codec.caller_fields(ws.caller),
     )
     seconds = (tool.timeout if tool is not None and tool.timeout else DEFAULT_MODEL_SECONDS) + 30
@@ -280,7 +279,7 @@ def _adopt(ws: Workspace, out: codec.ToolCallOut) -> None:
     for field in dataclasses.fields(usage):
         setattr(usage, field.name, getattr(out.usage, field.name))
     if out.erases:
-        ws._deferred_erase = (ws._deferred_erase or frozenset()) | frozenset(out.erases)
+        ws.defer_more(frozenset(out.erases))
 
 
 def _value(ws: Workspace, call: ToolCall, value: codec.ToolValue) -> Any:
