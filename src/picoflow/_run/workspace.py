@@ -259,16 +259,6 @@ class Workspace:
         """Hold erases until ``apply_erases``: a response's tool results are still to be written."""
         self._deferred_erase = _NONE_DEFERRED
 
-    @property
-    def deferred_erases(self) -> frozenset[str] | None:
-        """The namespaces whose erase waits for this response's tool results (None: erases are not
-        being held now)."""
-        return self._deferred_erase
-
-    def defer_more(self, namespaces: frozenset[str]) -> None:
-        """Hold these erases too (done by a handler that ran elsewhere, see ``handler_runner``)."""
-        self._deferred_erase = (self._deferred_erase or _NONE_DEFERRED) | namespaces
-
     def apply_erases(self) -> None:
         deferred, self._deferred_erase = self._deferred_erase, None
         for namespace in deferred or ():
@@ -302,6 +292,17 @@ class Workspace:
         self._steps.clear()
         self._contexts.clear()
         self._flow = None
+
+
+def held_erases(ws: Workspace) -> frozenset[str] | None:
+    """The namespaces whose erase waits for this response's tool results (None: erases are not
+    being held now)."""
+    return ws._deferred_erase
+
+
+def hold_erases(ws: Workspace, namespaces: frozenset[str]) -> None:
+    """Hold these erases too (made by a handler that ran elsewhere, see ``handler_runner``)."""
+    ws._deferred_erase = (ws._deferred_erase or _NONE_DEFERRED) | namespaces
 
 
 async def compact_memory(ws: Workspace) -> None:

@@ -13,6 +13,7 @@ from temporalio.exceptions import ApplicationError
 
 from picoflow._run.dispatch import CallResult, run_handler
 from picoflow._run.observers import NO_OBSERVER
+from picoflow._run.workspace import held_erases
 from picoflow.exceptions import ModelError, ModelMisbehaved, RunError, SessionConflict
 from picoflow.messages import ToolCall
 from picoflow.outcomes import Outcome
@@ -97,7 +98,7 @@ class TurnActivities:
         out.appended = ws.appended
         out.warnings = ws.warnings
         out.usage = ws.usage
-        deferred = ws.deferred_erases
+        deferred = held_erases(ws)
         out.erases = sorted(deferred) if deferred else None
         return out.model_dump_json()
 

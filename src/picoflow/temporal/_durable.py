@@ -21,7 +21,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from picoflow._run.dispatch import refused
 from picoflow._run.observers import TurnObserver
 from picoflow._run.session_turn import SessionTurns
-from picoflow._run.workspace import Workspace
+from picoflow._run.workspace import Workspace, held_erases, hold_erases
 from picoflow.attachments import Attachment, AttachmentRef
 from picoflow.context import Caller
 from picoflow.exceptions import ModelError, RunError, SessionConflict, StoreError, ToolFailure
@@ -234,7 +234,7 @@ async def run_handler(ws: Workspace, spec: StepSpec, call: ToolCall, group: Sequ
         group=group is not None,
         session=session_to_json(ws.session).decode(),
         usage=ws.usage,
-        erases_deferred=ws.deferred_erases is not None,
+        erases_deferred=held_erases(ws) is not None,
         **codec.caller_fields(ws.caller),
     )
     seconds = (tool.timeout if tool is not None and tool.timeout else DEFAULT_MODEL_SECONDS) + 30
@@ -279,7 +279,7 @@ def _adopt(ws: Workspace, out: codec.ToolCallOut) -> None:
     for field in dataclasses.fields(usage):
         setattr(usage, field.name, getattr(out.usage, field.name))
     if out.erases:
-        ws.defer_more(frozenset(out.erases))
+        hold_erases(ws, frozenset(out.erases))
 
 
 def _value(ws: Workspace, call: ToolCall, value: codec.ToolValue) -> Any:
