@@ -1,6 +1,7 @@
 """The must-show of durable turns: a worker process is killed after a refund ran and while the
 next model call waits; another worker process finishes the turn; the refund ran once, the session
-is saved once with the whole turn, and the client's ``engine.run`` gets the reply."""
+is saved once with the whole turn, and the client's HTTP request, waiting on the workflow all
+along, gets the reply."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ import time
 import uuid
 from pathlib import Path
 
+import httpx
 from refund_flows import RefundFlow
-from temporalio.client import Client
 
 from picoflow import FlowEngine
 from picoflow.models import ScriptedModel
+from picoflow.server import ServerSettings, create_app
 from picoflow.sessions import SQLiteStore
 from picoflow.temporal import TemporalExecutor
 
@@ -51,17 +53,19 @@ async def test_a_killed_workers_turn_finishes_on_another_worker_without_repeatin
     temporal_address: str, tmp_path: Path
 ) -> None:
     queue = f"crash-{uuid.uuid4().hex[:8]}"
-    client = await Client.connect(temporal_address)
     engine = FlowEngine(
         [RefundFlow],
         store=SQLiteStore(tmp_path / "sessions.db"),
         model=ScriptedModel([]),
-        executor=TemporalExecutor(client, task_queue=queue),
+        executor=TemporalExecutor.at(temporal_address, queue),  # as `picoflow serve --temporal` makes it
     )
+    app = create_app(engine, settings=ServerSettings(prepare_models=False))
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1", timeout=120)
     first = start_worker(temporal_address, queue, tmp_path, "first")
     second: subprocess.Popen[bytes] | None = None
     try:
-        turn = asyncio.create_task(engine.run("refunds", "Please refund order B7"))
+        body = {"message": "Please refund order B7"}
+        turn = asyncio.create_task(http.post("/v1/flows/refunds/sessions", json=body))
         # The refund ran and the next model call is waiting, in the first worker.
         assert await wait_for_file(tmp_path / "reached", first) == str(first.pid)
         assert (tmp_path / "refunds").read_text() == "B7\n"
@@ -73,17 +77,18 @@ async def test_a_killed_workers_turn_finishes_on_another_worker_without_repeatin
         # Temporal gives the model call, lost with its worker, to the second worker.
         assert await wait_for_file(tmp_path / "reached", second) == str(second.pid)
         (tmp_path / "release").touch()
-        result = await asyncio.wait_for(turn, 90)
+        response = await asyncio.wait_for(turn, 90)
     finally:
         for worker in (first, second):
             if worker is not None and worker.poll() is None:
                 worker.terminate()
                 worker.wait(10)
 
-    assert result.ok, result.error
-    assert result.message == "Refunded B7."
+    assert response.status_code == 201, response.text
+    reply = response.json()
+    assert reply["message"] == "Refunded B7." and reply["step"] == "Desk"
     assert (tmp_path / "refunds").read_text() == "B7\n"  # the refund ran exactly once
-    sid = result.session_id or ""
+    sid = reply["session_id"]
     stored = await engine.store.load(sid)
     assert stored is not None
     assert stored.revision == 1 and stored.turns == 1  # saved once, with the whole turn
@@ -98,4 +103,5 @@ async def test_a_killed_workers_turn_finishes_on_another_worker_without_repeatin
     assert [
         (c.name, dict(c.args) if not isinstance(c.args, str) else c.args) for c in transcript[1].tool_calls
     ] == [("refund", {"order": "B7"})]
+    await http.aclose()
     await engine.aclose()

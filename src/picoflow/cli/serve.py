@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 import time
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -68,6 +68,17 @@ def serve(
         ),
     ] = True,
     log_level: Annotated[LogLevel, typer.Option(help="uvicorn log level.")] = LogLevel.info,
+    temporal: Annotated[
+        str | None,
+        typer.Option(
+            "--temporal",
+            envvar="PICOFLOW_TEMPORAL",
+            help="Run turns on Temporal at HOST:PORT (durable turns; `picoflow worker` runs them).",
+        ),
+    ] = None,
+    task_queue: Annotated[
+        str, typer.Option("--task-queue", envvar="PICOFLOW_TASK_QUEUE", help="Temporal task queue.")
+    ] = "picoflow",
 ) -> None:
     """Serve the flows: chat page at /, HTTP API under /ai and /v1, OpenAPI docs at /docs."""
     import uvicorn
@@ -79,7 +90,9 @@ def serve(
         keys = load_api_keys()
         flow_classes = load_flows(flows)
         opened = open_store(store)  # kept to say which store is served
-        engine = FlowEngine(flow_classes, store=opened, model=build_model(model))
+        engine = FlowEngine(
+            flow_classes, store=opened, model=build_model(model), executor=_executor(temporal, task_queue)
+        )
         names = [spec.name for spec in engine.flows]
         first = default_flow or ("hotel" if "hotel" in names else None)
         settings = ServerSettings(
@@ -88,7 +101,7 @@ def serve(
             open_mode=open_mode,
             default_flow=first,
             close_engine=True,
-            prepare_models=warm,
+            prepare_models=warm and temporal is None,  # workers load the models of durable turns
         )
         server_app = create_app(engine, settings=settings)
     except UnsafeBind as exc:
@@ -103,8 +116,21 @@ def serve(
     console.print(f"  model      {escape(describe_model(model))}")
     console.print(f"  store      {escape(repr(opened))}")
     console.print(f"  auth       {f'{len(keys)} API key(s)' if keys else 'open (no API key needed)'}")
+    if temporal is not None:
+        console.print(f"  turns      on Temporal at {escape(temporal)}, task queue {escape(task_queue)}")
     _say_how_loading_goes(server_app.state.picoflow.readiness, warm)
     uvicorn.run(server_app, host=host, port=port, log_level=log_level.value, **uvicorn_options())
+
+
+def _executor(temporal: str | None, task_queue: str) -> Any:
+    """The engine's executor: None (turns run in this process), or Temporal's."""
+    if temporal is None:
+        return None
+    try:
+        from picoflow.temporal import TemporalExecutor
+    except ImportError:
+        raise fail("--temporal needs Temporal's SDK: pip install 'picoflow[temporal]'") from None
+    return TemporalExecutor.at(temporal, task_queue)
 
 
 def _say_how_loading_goes(readiness: Readiness, warm: bool) -> None:

@@ -4,6 +4,7 @@ waits for its result."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from temporalio.client import Client, WorkflowFailureError
@@ -29,9 +30,45 @@ class TemporalExecutor:
     """
 
     def __init__(self, client: Client, task_queue: str = "picoflow", *, id_prefix: str = "picoflow") -> None:
-        self.client = client
+        self._client: Client | None = client
         self.task_queue = task_queue
         self.id_prefix = id_prefix
+        self._address: tuple[str, str] | None = None
+        self._connecting: asyncio.Lock | None = None
+
+    @classmethod
+    def at(
+        cls,
+        address: str,
+        task_queue: str = "picoflow",
+        *,
+        namespace: str = "default",
+        id_prefix: str = "picoflow",
+    ) -> TemporalExecutor:
+        """An executor that connects to Temporal at ``address`` (HOST:PORT) with its first turn, in
+        the event loop that runs turns (for a server whose loop starts after the engine is built)."""
+        executor = cls.__new__(cls)
+        executor._client = None
+        executor.task_queue = task_queue
+        executor.id_prefix = id_prefix
+        executor._address = (address, namespace)
+        executor._connecting = None
+        return executor
+
+    async def client(self) -> Client:
+        """The client turns are submitted with (connected now, for an executor made with ``at``)."""
+        if self._client is None:
+            assert self._address is not None
+            if self._connecting is None:
+                self._connecting = asyncio.Lock()
+            async with self._connecting:
+                if self._client is None:
+                    address, namespace = self._address
+                    try:
+                        self._client = await Client.connect(address, namespace=namespace)
+                    except RuntimeError as exc:  # the SDK's connection failure
+                        raise StoreUnavailable(f"cannot reach Temporal at {address}: {exc}") from exc
+        return self._client
 
     async def take(self, engine: Any, request: TurnRequest, observer: TurnObserver) -> TurnResult:
         try:
@@ -62,8 +99,9 @@ class TemporalExecutor:
         return codec.decode_result(data)
 
     async def _result(self, workflow_id: str, payload: str) -> str:
+        client = await self.client()
         try:
-            handle = await self.client.start_workflow(
+            handle = await client.start_workflow(
                 WORKFLOW_NAME,
                 payload,
                 id=workflow_id,
@@ -73,7 +111,7 @@ class TemporalExecutor:
                 result_type=str,
             )
         except WorkflowAlreadyStartedError:  # that turn completed already: its result
-            handle = self.client.get_workflow_handle(workflow_id, result_type=str)
+            handle = client.get_workflow_handle(workflow_id, result_type=str)
         except RPCErrors as exc:
             raise StoreUnavailable(f"Temporal did not take the turn: {exc}") from exc
         try:
