@@ -9,7 +9,7 @@ import asyncio
 import os
 from pathlib import Path
 
-from picoflow import Flow, Step, TerminateStep, ToolError, go, stay, tool
+from picoflow import Flow, RunContext, Step, TerminateStep, ToolError, go, stay, tool
 from picoflow.messages import ModelRequest, ToolCall
 from picoflow.models import FunctionModel
 from picoflow.outcomes import Outcome, direct
@@ -104,3 +104,33 @@ async def _crash_script(request: ModelRequest) -> object:
 
 def crash_model() -> FunctionModel:
     return FunctionModel(_crash_script, name="function:crash")
+
+
+class Notes(Step):
+    """You take notes."""
+
+    @tool
+    def note(self, text: str, ctx: RunContext) -> str:
+        """Keep a note."""
+        with (Path(os.environ["PICOFLOW_TEST_DIR"]) / "notes").open("a") as file:
+            file.write(f"{ctx.session_id} {text}\n")  # one line per run of the tool
+        self.state["notes"] = [*self.state.get("notes", []), text]
+        return "Noted."
+
+
+class NoteFlow(Flow):
+    name = "notes"
+    steps = [Notes]
+
+
+def _note(request: ModelRequest) -> object:
+    last = request.messages[-1]
+    return (
+        ToolCall("note", {"text": last.content})
+        if last.role == "user"
+        else f"Noted: {request.messages[-3].content}"
+    )
+
+
+def note_model() -> FunctionModel:
+    return FunctionModel(_note, name="function:notes")
