@@ -48,6 +48,7 @@ bench: install
 	$(PY) bench/store.py
 	$(PY) bench/long_session.py
 	$(PY) bench/http.py
+	$(PY) bench/temporal.py
 	$(PY) bench/hotel.py
 	$(PY) bench/local_model.py
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -91,3 +92,30 @@ def test_turn_results_come_back_whole() -> None:
     error = TurnError(SessionConflict, "Someone else changed it.", None, "sid", None)
     failed = TurnResult("Someone else changed it.", "sid", False, error=error, flow="refunds")
     assert codec.decode_result(codec.encode_result(failed)) == failed
+
+
+async def test_a_save_retried_after_its_answer_was_lost_recognises_its_own_write() -> None:
+    from temporalio.exceptions import ApplicationError
+
+    from picoflow import FlowEngine
+    from picoflow.models import ScriptedModel
+    from picoflow.session import Session, session_to_json
+    from picoflow.temporal._activities import TurnActivities
+
+    engine = FlowEngine(model=ScriptedModel([]))
+    activities = TurnActivities(engine)
+    session = Session(id="s1", flow="f", current_step="A", turns=1, next_seq=1)
+    appended = [("A", Message.user("hi").stamped(step="A", seq=0))]
+    payload = codec.SaveIn(
+        session=session_to_json(session).decode(), expected_revision=None, appended=appended
+    )
+    assert await activities.save(payload.model_dump_json()) == 1
+    assert await activities.save(payload.model_dump_json()) == 1  # the retry: the same write, stored
+    other = Session(id="s1", flow="f", current_step="A", turns=1, next_seq=1, updated_at=0.0)
+    another = codec.SaveIn(session=session_to_json(other).decode(), expected_revision=None)
+    with pytest.raises(ApplicationError) as raised:  # another turn's write is a conflict, as always
+        await activities.save(another.model_dump_json())
+    assert raised.value.type == "picoflow" and raised.value.non_retryable
+    assert "SessionConflict" in str(raised.value.details[0])
+    [message] = await engine.store.transcript("s1")
+    assert message.content == "hi"
