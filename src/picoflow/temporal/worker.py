@@ -13,12 +13,15 @@ from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from picoflow.temporal._activities import TurnActivities
+from picoflow.temporal._checks import check_durable
 from picoflow.temporal._workflow import ENGINES, PicoflowTurn
 
 
 def build_worker(client: Client, task_queue: str, engine: Any, **options: Any) -> Worker:
     """A Temporal ``Worker`` running picoflow turns of ``engine``'s flows from ``task_queue``
     (``options`` go to ``Worker``). Use it as ``async with build_worker(...)`` or ``await .run()``."""
+    for spec in engine.flows:  # before any turn is taken: what cannot be replayed faithfully
+        check_durable(spec)
     ENGINES[task_queue] = engine
     for spec in engine.flows:  # built now, not inside a workflow task (which must not be slow)
         for step in spec.steps.values():
