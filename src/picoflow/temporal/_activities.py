@@ -21,6 +21,7 @@ from picoflow.session import session_from_json, session_to_json
 from picoflow.step import Step
 from picoflow.temporal import _codec as codec
 from picoflow.temporal._durable import ERROR_TYPE
+from picoflow.temporal._events import SubStepEvents
 
 T = TypeVar("T")
 
@@ -79,7 +80,8 @@ class TurnActivities:
         session = session_from_json(given.session)
         # The workspace the workflow had, rebuilt as ``SessionTurns.workspace`` builds it: a
         # handler that starts sub-steps runs them here, inside this activity, on the real models.
-        ws = engine._turns.workspace(spec, session, given.caller(engine.deps), NO_OBSERVER)
+        log = SubStepEvents() if given.events else None
+        ws = engine._turns.workspace(spec, session, given.caller(engine.deps), log or NO_OBSERVER)
         ws.usage = given.usage
         if given.erases_deferred:
             ws.defer_erases()
@@ -100,6 +102,7 @@ class TurnActivities:
         out.usage = ws.usage
         deferred = held_erases(ws)
         out.erases = sorted(deferred) if deferred else None
+        out.events = log.encoded if log is not None else []
         return out.model_dump_json()
 
     @activity.defn(name="picoflow.store.load")

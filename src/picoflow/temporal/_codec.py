@@ -14,6 +14,7 @@ from pydantic_core import to_jsonable_python
 
 from picoflow import exceptions
 from picoflow.context import Caller
+from picoflow.events import StepEntered, TextChunk, ToolCalled, ToolReturned, TurnEvent
 from picoflow.exceptions import RunError, SubStepFailed, ToolFailure
 from picoflow.messages import Message, ModelRequest, ModelResponse
 from picoflow.outcomes import Direct, Go, Outcome, Stay
@@ -135,6 +136,8 @@ class TurnInput(BaseModel):
     principal: str | None = None
     visibilities: list[str] = Field(default_factory=list)
     config: dict[str, Any] = Field(default_factory=dict)
+    events: bool = False
+    """Whether the client listens: the workflow then records the turn's step and tool events."""
 
     def caller(self, deps: Any = None) -> Caller:
         return Caller(
@@ -151,6 +154,69 @@ def caller_fields(caller: Caller) -> dict[str, Any]:
     }
 
 
+# --- events -----------------------------------------------------------------------------------------
+
+
+class EncodedEvent(BaseModel):
+    """A ``TurnEvent``: ``kind`` names its class, the other fields are its own."""
+
+    kind: Literal["step", "tool_call", "tool_result", "text"]
+    step: str
+    parent: str | None = None
+    previous: str | None = None
+    id: str = ""
+    name: str = ""
+    args: dict[str, Any] = Field(default_factory=dict)
+    content: str = ""
+    is_error: bool = False
+
+
+def encode_event(event: TurnEvent) -> EncodedEvent:
+    if isinstance(event, StepEntered):
+        return EncodedEvent(kind="step", step=event.step, previous=event.previous, parent=event.parent)
+    if isinstance(event, ToolCalled):
+        args = to_jsonable_python(dict(event.args), fallback=str)
+        return EncodedEvent(
+            kind="tool_call", step=event.step, id=event.id, name=event.name, args=args, parent=event.parent
+        )
+    if isinstance(event, ToolReturned):
+        return EncodedEvent(
+            kind="tool_result",
+            step=event.step,
+            id=event.id,
+            name=event.name,
+            content=event.content,
+            is_error=event.is_error,
+            parent=event.parent,
+        )
+    return EncodedEvent(kind="text", step=event.step, content=event.text, parent=event.parent)
+
+
+def decode_event(encoded: EncodedEvent) -> TurnEvent:
+    e = encoded
+    if e.kind == "step":
+        return StepEntered(e.step, e.previous, e.parent)
+    if e.kind == "tool_call":
+        return ToolCalled(e.step, e.id, e.name, e.args, e.parent)
+    if e.kind == "tool_result":
+        return ToolReturned(e.step, e.id, e.name, e.content, e.is_error, e.parent)
+    return TextChunk(e.step, e.content, e.parent)
+
+
+_EVENTS: TypeAdapter[list[EncodedEvent]] = TypeAdapter(list[EncodedEvent])
+
+
+def encode_events(events: list[EncodedEvent]) -> str:
+    return _EVENTS.dump_json(events).decode()
+
+
+def decode_events(data: str) -> list[TurnEvent]:
+    return [decode_event(e) for e in _EVENTS.validate_json(data)]
+
+
+# --- the result -------------------------------------------------------------------------------------
+
+
 class _Result(BaseModel):
     message: str
     session_id: str | None
@@ -163,9 +229,11 @@ class _Result(BaseModel):
     field: str | None = None
     warnings: list[str] = Field(default_factory=list)
     flow: str | None = None
+    events: list[EncodedEvent] = Field(default_factory=list)
+    """Every event of the turn, in order (when the client asked for them)."""
 
 
-def encode_result(result: TurnResult) -> str:
+def encode_result(result: TurnResult, events: list[EncodedEvent] | None = None) -> str:
     error = result.error
     return _Result(
         message=result.message,
@@ -183,16 +251,22 @@ def encode_result(result: TurnResult) -> str:
         field=None if error is None else error.field,
         warnings=list(result.warnings),
         flow=result.flow,
+        events=events or [],
     ).model_dump_json()
 
 
 def decode_result(data: str) -> TurnResult:
+    return decode_output(data)[0]
+
+
+def decode_output(data: str) -> tuple[TurnResult, list[TurnEvent]]:
+    """The turn's result and the events it carries."""
     r = _Result.model_validate_json(data)
     error = None
     if r.error is not None:
         cls = error_class(r.error.error_class)
         error = TurnError(cls, r.error.message, r.error.retry_after, r.reference, r.field)
-    return TurnResult(
+    result = TurnResult(
         r.message,
         r.session_id,
         r.completed,
@@ -203,6 +277,7 @@ def decode_result(data: str) -> TurnResult:
         tuple(r.warnings),
         r.flow,
     )
+    return result, [decode_event(e) for e in r.events]
 
 
 # --- a tool handler's run -------------------------------------------------------------------------
@@ -283,6 +358,8 @@ class ToolCallIn(BaseModel):
     """``session_to_json`` of the workspace's session when the handler is called."""
     usage: Usage
     erases_deferred: bool
+    events: bool = False
+    """Whether to record the events of sub-step runs the handler starts."""
     principal: str | None = None
     visibilities: list[str] = Field(default_factory=list)
     config: dict[str, Any] = Field(default_factory=dict)
@@ -312,6 +389,8 @@ class ToolCallOut(BaseModel):
     warnings: list[LogRecord] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     erases: list[str] | None = None
+    events: list[EncodedEvent] = Field(default_factory=list)
+    """The events of the sub-step runs the handler started (when the turn records events)."""
 
 
 def encode_usage(usage: Usage) -> Any:

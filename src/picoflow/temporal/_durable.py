@@ -19,7 +19,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from picoflow._run.dispatch import refused
-from picoflow._run.observers import TurnObserver
+from picoflow._run.observers import EventStream, TurnObserver
 from picoflow._run.session_turn import SessionTurns
 from picoflow._run.workspace import Workspace, held_erases, hold_erases
 from picoflow.attachments import Attachment, AttachmentRef
@@ -226,6 +226,12 @@ async def run_handler(ws: Workspace, spec: StepSpec, call: ToolCall, group: Sequ
     """Run a handler in the tool activity and take back what it did to the workspace."""
     calls = list(group) if group is not None else [call]
     tool = spec.tools.get(call.name)
+    # What ``_invoke`` does before it runs a handler, here in the workflow, so the call is reported
+    # while it runs (the activity checks again, on the same usage, and does the rest).
+    ws.limits.check_before_tool_call(ws.usage)
+    observer = ws.observer
+    observer.tool_started(spec.name, call)
+    records = isinstance(observer, EventStream)
     idempotent = group is None and tool is not None and tool.idempotent
     payload = codec.ToolCallIn(
         flow=ws.spec.name,
@@ -235,6 +241,7 @@ async def run_handler(ws: Workspace, spec: StepSpec, call: ToolCall, group: Sequ
         session=session_to_json(ws.session).decode(),
         usage=ws.usage,
         erases_deferred=held_erases(ws) is not None,
+        events=records,
         **codec.caller_fields(ws.caller),
     )
     seconds = (tool.timeout if tool is not None and tool.timeout else DEFAULT_MODEL_SECONDS) + 30
@@ -249,6 +256,9 @@ async def run_handler(ws: Workspace, spec: StepSpec, call: ToolCall, group: Sequ
         ),
     )
     out = codec.ToolCallOut.model_validate_json(data)
+    if isinstance(observer, EventStream):  # the handler's sub-step runs, reported by the activity
+        for event in out.events:
+            observer.emit(codec.decode_event(event))
     _adopt(ws, out)
     if out.error is not None:
         raise codec.decode_error(out.error)

@@ -5,19 +5,27 @@ waits for its result."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+)
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
-from picoflow._run.observers import TurnObserver
+from picoflow._run.observers import NO_OBSERVER, TurnObserver
 from picoflow._run.session_turn import TurnRequest, store_call
 from picoflow.exceptions import InvalidInput, RunError, StoreUnavailable
 from picoflow.results import TurnResult
 from picoflow.session import new_session_id
 from picoflow.temporal import _codec as codec
-from picoflow.temporal._workflow import TURN_FAILED, WORKFLOW_NAME
+from picoflow.temporal._events import POLL_SECONDS, Delivery
+from picoflow.temporal._workflow import EVENTS_QUERY, TURN_FAILED, WORKFLOW_NAME
 
 
 class TemporalExecutor:
@@ -84,21 +92,29 @@ class TemporalExecutor:
                     stored = await engine.store.load(session_id)
                 revision = stored.revision if stored is not None else 0
             observer.session_opened(session_id)
+            delivery = None if observer is NO_OBSERVER else Delivery(observer)
             turn = codec.TurnInput(
                 flow=request.spec.name if request.spec is not None else None,
                 text=request.text,
                 session_id=request.session_id,
                 new_id=new_id,
                 revision=revision,
+                events=delivery is not None,
                 **codec.caller_fields(request.caller),
             )
-            data = await self._result(f"{self.id_prefix}-{session_id}-{revision}", turn.model_dump_json())
+            workflow_id = f"{self.id_prefix}-{session_id}-{revision}"
+            data = await self._result(workflow_id, turn.model_dump_json(), delivery)
         except RunError as exc:
             turns = engine._turns
             return await turns.failed(exc, request.session_id, request.session_id, None)  # type: ignore[no-any-return]
-        return codec.decode_result(data)
+        result, events = codec.decode_output(data)
+        if delivery is not None:  # what the polls did not deliver, before the result
+            delivery.new(events, 0)
+            delivery.close(result)
+        return result
 
-    async def _result(self, workflow_id: str, payload: str) -> str:
+    async def _result(self, workflow_id: str, payload: str, delivery: Delivery | None = None) -> str:
+        """The turn's encoded result; meanwhile, with a ``delivery``, its events as they happen."""
         client = await self.client()
         try:
             handle = await client.start_workflow(
@@ -114,6 +130,7 @@ class TemporalExecutor:
             handle = client.get_workflow_handle(workflow_id, result_type=str)
         except RPCErrors as exc:
             raise StoreUnavailable(f"Temporal did not take the turn: {exc}") from exc
+        polling = None if delivery is None else asyncio.ensure_future(_poll(handle, delivery))
         try:
             result: str = await handle.result()
         except WorkflowFailureError as exc:
@@ -123,7 +140,26 @@ class TemporalExecutor:
             raise RunError(f"the turn's workflow {workflow_id} failed: {cause or exc}") from exc
         except RPCErrors as exc:
             raise StoreUnavailable(f"Temporal did not answer for the turn: {exc}") from exc
+        finally:
+            if polling is not None:
+                polling.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await polling
         return result
+
+
+async def _poll(handle: WorkflowHandle[Any, str], delivery: Delivery) -> None:
+    """Ask the running turn for its new events every ``POLL_SECONDS`` and deliver them, until
+    cancelled (when the result is in). A query that fails (the turn not started on a worker yet,
+    Temporal busy) is asked again at the next poll: the result carries every event anyway."""
+    while True:
+        await asyncio.sleep(POLL_SECONDS)
+        first = delivery.count
+        try:
+            data = await handle.query(EVENTS_QUERY, first, result_type=str)
+        except QUERY_ERRORS:
+            continue
+        delivery.new(codec.decode_events(data), first)
 
 
 def _rpc_errors() -> tuple[type[BaseException], ...]:
@@ -133,3 +169,8 @@ def _rpc_errors() -> tuple[type[BaseException], ...]:
 
 
 RPCErrors = _rpc_errors()
+QUERY_ERRORS: tuple[type[BaseException], ...] = (
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+    *RPCErrors,
+)

@@ -21,8 +21,10 @@ from picoflow._run.session_turn import TurnRequest
 from picoflow.exceptions import RunError
 from picoflow.temporal import _codec as codec
 from picoflow.temporal._durable import DurableHost, DurableTurns
+from picoflow.temporal._events import EventLog
 
 WORKFLOW_NAME = "PicoflowTurn"
+EVENTS_QUERY = "events"
 TURN_FAILED = "picoflow.turn_failed"
 """``ApplicationError.type`` of a turn that failed; its details hold the encoded ``TurnResult``.
 Failing the execution (rather than returning the result) lets the same turn be submitted again
@@ -34,9 +36,19 @@ ENGINES: dict[str, Any] = {}
 
 @workflow.defn(name=WORKFLOW_NAME)
 class PicoflowTurn:
+    def __init__(self) -> None:
+        self.log: EventLog | None = None
+
+    @workflow.query(name=EVENTS_QUERY)
+    def events(self, since: int) -> str:
+        """The turn's events from index ``since`` on (``encode_events``; none when not recorded)."""
+        return codec.encode_events(self.log.since(since) if self.log is not None else [])
+
     @workflow.run
     async def run(self, payload: str) -> str:
         turn = codec.TurnInput.model_validate_json(payload)
+        if turn.events:
+            self.log = EventLog()
         engine = ENGINES[workflow.info().task_queue]
         host = DurableHost(engine, turn.revision if turn.session_id is not None else None)
         turns = DurableTurns(host)
@@ -46,8 +58,8 @@ class PicoflowTurn:
             result = await turns.failed(exc, turn.session_id, turn.session_id, None)
         else:
             request = TurnRequest(spec, turn.text, turn.session_id, turn.caller(engine.deps), (), turn.new_id)
-            result = await turns.take(request, NO_OBSERVER)
-        encoded = codec.encode_result(result)
+            result = await turns.take(request, self.log or NO_OBSERVER)
+        encoded = codec.encode_result(result, self.log.encoded if self.log is not None else None)
         if result.error is not None:
             raise ApplicationError("the turn failed", encoded, type=TURN_FAILED, non_retryable=True)
         return encoded
