@@ -23,6 +23,7 @@ __all__ = [
     "AttachmentLimits",
     "AttachmentRef",
     "check_attachments",
+    "guess_media_type",
     "sniff",
 ]
 
@@ -56,6 +57,12 @@ def sniff(data: bytes) -> str | None:
     return "text/plain"
 
 
+def guess_media_type(name: str, data: bytes) -> str:
+    """The type of a file nobody declared: its name's extension, else its bytes, else
+    ``application/octet-stream`` (which no turn accepts)."""
+    return mimetypes.guess_type(name)[0] or sniff(data) or "application/octet-stream"
+
+
 @dataclass(frozen=True, slots=True)
 class AttachmentRef:
     """A stored file as a message refers to it (the bytes are kept once per session, by hash)."""
@@ -77,6 +84,11 @@ class Attachment:
     name: str
     media_type: str
     data: bytes = field(repr=False)
+    sha256: str = field(init=False, repr=False, compare=False)
+    """The bytes' SHA-256 (hex), computed once: the turn, the message and the store all use it."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sha256", hashlib.sha256(self.data).hexdigest())
 
     @classmethod
     def from_bytes(cls, data: bytes, media_type: str, name: str = "attachment") -> Attachment:
@@ -92,18 +104,11 @@ class Attachment:
         """A file read from disk; its type from ``media_type``, else its extension, else its bytes."""
         file = Path(path)
         data = file.read_bytes()
-        guessed = (
-            media_type or mimetypes.guess_type(file.name)[0] or sniff(data) or "application/octet-stream"
-        )
-        return cls.from_bytes(data, guessed, name or file.name)
+        return cls.from_bytes(data, media_type or guess_media_type(file.name, data), name or file.name)
 
     @property
     def size(self) -> int:
         return len(self.data)
-
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.data).hexdigest()
 
     @property
     def is_image(self) -> bool:

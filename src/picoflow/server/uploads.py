@@ -11,7 +11,6 @@ the bytes by the engine (415 for a type not accepted or contradicted by the byte
 from __future__ import annotations
 
 import json
-import mimetypes
 from typing import Any
 from urllib.parse import quote
 
@@ -21,7 +20,7 @@ from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 
-from picoflow.attachments import Attachment, AttachmentLimits, sniff
+from picoflow.attachments import Attachment, AttachmentLimits, guess_media_type
 from picoflow.server.errors import ApiError, engine_call, not_found
 from picoflow.server.schemas import AttachmentOut, TurnRequest
 from picoflow.server.state import AccessDep
@@ -122,7 +121,7 @@ def _declared_type(upload: UploadFile, data: bytes) -> str:
     declared = (upload.content_type or "").split(";", 1)[0].strip().lower()
     if declared and declared != "application/octet-stream":
         return declared
-    return mimetypes.guess_type(upload.filename or "")[0] or sniff(data) or "application/octet-stream"
+    return guess_media_type(upload.filename or "", data)
 
 
 def _malformed(where: str, problem: str) -> ApiError:

@@ -12,7 +12,6 @@ compare-and-swap, so this order is the same on every store and needs no clock.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ work, while any other value (``None`` and ``""`` too) is checked by ``file_rows`
 
 @dataclass(frozen=True, slots=True)
 class FileRow:
-    """One file of a save, hashed once (``Attachment.sha256`` hashes the bytes on every call)."""
+    """One file of a save, checked, with its place among the save's files."""
 
     sha256: str
     name: str
@@ -60,7 +59,7 @@ def file_rows(files: Sequence[Attachment]) -> list[FileRow]:
         for label, value in (("name", file.name), ("media type", file.media_type)):
             if not isinstance(value, str) or not value or "\x00" in value:
                 raise ValueError(f"files[{index}]: the {label} must be a non-empty string without NUL")
-        digest = hashlib.sha256(file.data).hexdigest()
+        digest = file.sha256
         if digest in seen:
             continue
         seen.add(digest)
