@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import quote
 
 from fastapi import Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
@@ -55,14 +56,14 @@ async def read_form(request: Request, limits: AttachmentLimits) -> tuple[TurnReq
             for name, value in form.multi_items():
                 if isinstance(value, UploadFile):
                     if name != FIELD:
-                        raise _malformed(f"body.{name}", f"only '{FIELD}' parts may carry files")
+                        raise _malformed(name, f"only '{FIELD}' parts may carry files")
                     uploads.append(value)
                 elif name in _FORM_FIELDS:
                     if name in fields:
-                        raise _malformed(f"body.{name}", "is given twice")
+                        raise _malformed(name, "is given twice")
                     fields[name] = value
                 elif name == FIELD:
-                    raise _malformed(f"body.{FIELD}", "must be a file part (with a filename)")
+                    raise _malformed(FIELD, "must be a file part (with a filename)")
             body = _turn_body(fields)
             return body, await _attachments(uploads, limits)
     except HTTPException as exc:
@@ -79,21 +80,20 @@ async def read_form(request: Request, limits: AttachmentLimits) -> tuple[TurnReq
 
 def _turn_body(fields: dict[str, Any]) -> TurnRequest:
     if "message" not in fields:
-        raise _malformed("body.message", "is required")
+        raise _malformed("message", "is required")
     data: dict[str, Any] = {"message": fields["message"]}
     if "config" in fields:
         try:
             data["config"] = json.loads(fields["config"])
         except ValueError:
-            raise _malformed("body.config", "is not valid JSON") from None
+            raise _malformed("config", "is not valid JSON") from None
     if "stream" in fields:
         data["stream"] = fields["stream"]
     try:
         return TurnRequest.model_validate(data)
     except ValidationError as exc:
-        problems = [(".".join(("body", *map(str, e["loc"]))), e["msg"]) for e in exc.errors()]
-        summary = "; ".join(f"{where}: {rule}" for where, rule in problems)
-        raise ApiError(422, "invalid_input", f"invalid request: {summary}", fields=problems) from None
+        # Rendered by the app's handler, as FastAPI's own refusal of a JSON body would be.
+        raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from None
 
 
 async def _attachments(uploads: list[UploadFile], limits: AttachmentLimits) -> list[Attachment]:
@@ -124,8 +124,9 @@ def _declared_type(upload: UploadFile, data: bytes) -> str:
     return guess_media_type(upload.filename or "", data)
 
 
-def _malformed(where: str, problem: str) -> ApiError:
-    return ApiError(422, "invalid_input", f"invalid request: {where}: {problem}", fields=[(where, problem)])
+def _malformed(field: str, problem: str) -> RequestValidationError:
+    """A field of the form that breaks a rule, refused like any other malformed body (422)."""
+    return RequestValidationError([{"loc": ("body", field), "msg": problem, "type": "value_error"}])
 
 
 def _too_large(message: str) -> ApiError:
@@ -148,10 +149,10 @@ async def get_attachment(session_id: str, sha256: str, access: AccessDep) -> Res
     """A file's bytes, to the session's owner only (404 for anyone else, as for an unknown file)."""
     principal = access.caller.principal
     async with engine_call(session_id):
-        # Whose session it is first: another principal gets the answer an unknown session gets.
-        if await access.engine.get_session(session_id, principal=principal) is None:
-            raise not_found(session_id)
         file = await access.engine.session_file(session_id, sha256, principal=principal)
+        # Which answer: another principal's session gets the one an unknown session gets.
+        if file is None and await access.engine.get_session(session_id, principal=principal) is None:
+            raise not_found(session_id)
     if file is None:
         raise ApiError(404, "attachment_not_found", "No such attachment.", session_id=session_id)
     # Stored bytes are users' uploads: shown inline only as what they are (no sniffing, no scripts),
