@@ -51,6 +51,7 @@ class NetworkModel(Model, Generic[C]):
         self.name = f"{self.provider}:{model}"
         self.spec = spec
         self._params, self._timeout, self.retry = split_params(params, retry, DEFAULT_TIMEOUT)
+        self.time_limit = self._timeout * (1 + self.retry.max_retries)
         self._api_key = api_key
         moved = os.environ.get(self.base_url_env) if self.base_url_env else None
         self._base_url = base_url or moved or None

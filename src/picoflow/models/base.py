@@ -54,6 +54,9 @@ class Model(ABC):
     #: Whether the model can be shown images; a turn that would show one to a model that cannot is
     #: refused (415) before the model is asked.
     reads_images: bool = True
+    #: Seconds one request may take, every attempt of the adapter's retries counted (not the waits
+    #: between them); None when unknown. A durable executor sizes its activity's time from it.
+    time_limit: float | None = None
 
     @abstractmethod
     async def request(self, request: ModelRequest) -> ModelResponse:

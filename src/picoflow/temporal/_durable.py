@@ -164,10 +164,8 @@ class DurableModel(Model):
         self.reads_images = real.reads_images
         # The adapter retries the provider itself; the activity is retried only when its worker is
         # lost, so its time allows every attempt of the adapter.
-        seconds = getattr(real, "_timeout", None)
-        retry = getattr(real, "retry", None)
-        attempts = 1 + int(getattr(retry, "max_retries", 3))
-        total = DEFAULT_MODEL_SECONDS if seconds is None else float(seconds) * attempts * 2 + 30
+        limit = real.time_limit
+        total = DEFAULT_MODEL_SECONDS if limit is None else limit * 2 + 30  # room for the retry waits
         self.options: dict[str, Any] = {
             "start_to_close_timeout": timedelta(seconds=total),
             "heartbeat_timeout": HEARTBEAT,
