@@ -236,7 +236,10 @@ class FlowEngine(StoredSessions, RunFaces):
                 if executor is None:
                     result = await self._turns.take(request, observer)
                 else:
-                    result = await executor.take(self, request, observer)
+                    try:
+                        result = await executor.take(self, request, observer)
+                    except RunError as exc:  # refused before any execution: nothing ran, nothing stored
+                        result = await self._turns.failed(exc, session_id, session_id, None)
         except BaseException as exc:
             observer.turn_aborted(exc)
             raise

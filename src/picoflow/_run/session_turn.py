@@ -85,7 +85,8 @@ class TurnExecutor(Protocol):
     """Runs a checked turn somewhere other than this process (``FlowEngine(executor=...)``)."""
 
     async def take(self, engine: Any, request: TurnRequest, observer: TurnObserver) -> TurnResult:
-        """The turn's result; like ``SessionTurns.take``, never raises for run-time failures."""
+        """The turn's result. A ``RunError`` raised before the turn ran (it could not be submitted)
+        becomes the turn's failure in the engine, as refused input does."""
         ...
 
 

@@ -79,34 +79,32 @@ class TemporalExecutor:
         return self._client
 
     async def take(self, engine: Any, request: TurnRequest, observer: TurnObserver) -> TurnResult:
-        try:
-            if request.files:
-                raise InvalidInput("files are not carried by the Temporal executor yet", field="attachments")
-            revision = 0
-            new_id = None
-            session_id = request.session_id
-            if session_id is None:
-                session_id = new_id = new_session_id()  # chosen here: the execution is named after it
-            else:
-                async with store_call("loading session", session_id):
-                    stored = await engine.store.load(session_id)
-                revision = stored.revision if stored is not None else 0
-            observer.session_opened(session_id)
-            delivery = None if observer is NO_OBSERVER else Delivery(observer)
-            turn = codec.TurnInput(
-                flow=request.spec.name if request.spec is not None else None,
-                text=request.text,
-                session_id=request.session_id,
-                new_id=new_id,
-                revision=revision,
-                events=delivery is not None,
-                **codec.caller_fields(request.caller),
-            )
-            workflow_id = f"{self.id_prefix}-{session_id}-{revision}"
-            data = await self._result(workflow_id, turn.model_dump_json(), delivery)
-        except RunError as exc:
-            turns = engine._turns
-            return await turns.failed(exc, request.session_id, request.session_id, None)  # type: ignore[no-any-return]
+        # A RunError raised here (no session, Temporal unreachable) is the turn's failure: the engine
+        # files it as it files refused input.
+        if request.files:
+            raise InvalidInput("files are not carried by the Temporal executor yet", field="attachments")
+        revision = 0
+        new_id = None
+        session_id = request.session_id
+        if session_id is None:
+            session_id = new_id = new_session_id()  # chosen here: the execution is named after it
+        else:
+            async with store_call("loading session", session_id):
+                stored = await engine.store.load(session_id)
+            revision = stored.revision if stored is not None else 0
+        observer.session_opened(session_id)
+        delivery = None if observer is NO_OBSERVER else Delivery(observer)
+        turn = codec.TurnInput(
+            flow=request.spec.name if request.spec is not None else None,
+            text=request.text,
+            session_id=request.session_id,
+            new_id=new_id,
+            revision=revision,
+            events=delivery is not None,
+            **codec.caller_fields(request.caller),
+        )
+        workflow_id = f"{self.id_prefix}-{session_id}-{revision}"
+        data = await self._result(workflow_id, turn.model_dump_json(), delivery)
         result, events = codec.decode_output(data)
         if delivery is not None:  # what the polls did not deliver, before the result
             delivery.new(events, 0)
