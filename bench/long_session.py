@@ -32,9 +32,9 @@ from typing import Any
 
 from _desk import DeskFlow, agent
 from picoflow import FlowEngine
+from picoflow._run.tokens import request_tokens
 from picoflow.models import FunctionModel
 from picoflow.sessions import PostgresStore, SessionStore, SQLiteStore
-from picoflow.tokens import request_tokens
 
 CHECKPOINTS = (1, 100, 1000)
 WINDOW = 8

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from picoflow import FlowDefinitionError
-from picoflow._mcp_schema import mcp_tool_spec
 from picoflow.mcp import MCPServer
+from picoflow.mcp._schema import mcp_tool_spec
 from picoflow.messages import ToolCall
 from picoflow.tools import ToolSpec
 

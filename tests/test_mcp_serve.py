@@ -24,8 +24,8 @@ from tests.cli.support import write_script
 
 from picoflow import FlowEngine
 from picoflow.context import Caller
-from picoflow.mcp_serve import INPUT_SCHEMA, OUTPUT_SCHEMA, create_mcp_server
 from picoflow.models import ScriptedModel
+from picoflow.server.mcp import INPUT_SCHEMA, OUTPUT_SCHEMA, create_mcp_server
 from picoflow.sessions import open_store
 from picoflow_demos import FLOWS, HotelFlow
 from picoflow_demos.hotel.scripted import CONVERSATION, CURRENT_DATE

@@ -13,9 +13,9 @@ from tests.server.files_support import FilesFlow, read_files
 from tests.server.support import serving_asgi
 
 from picoflow import FlowEngine
-from picoflow.mcp_serve import mcp_http_app
 from picoflow.models import FunctionModel
 from picoflow.server import Identity
+from picoflow.server.mcp import mcp_http_app
 from picoflow.sessions import MemoryStore
 
 KEYS = {"key-a": "alice", "key-b": Identity("bob")}

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from picoflow import Flow, FlowEngine, LogicStep, Step, direct, direct_to, tool
+from picoflow._run.tokens import message_tokens
 from picoflow.memory import Compaction, model_summarizer
 from picoflow.messages import Message, ModelRequest
 from picoflow.models import FunctionModel, ScriptedModel, ToolCall
 from picoflow.outcomes import Direct, executing
 from picoflow.sessions import SQLiteStore
 from picoflow.testing import request_lines, transcript_lines
-from picoflow.tokens import message_tokens
 
 TABLE = "| Night | #2 | #5 |\n| --- | ---: | ---: |\n" + "| Sun 8/1/2027 | $440.50 | $380.88 |\n" * 7
 

@@ -8,12 +8,12 @@ from collections.abc import Sequence
 import pytest
 
 from picoflow import Compaction, Flow, FlowDefinitionError, FlowEngine, Step, tool
+from picoflow._run.tokens import request_ceiling, request_tokens, text_tokens
 from picoflow.memory import model_summarizer
 from picoflow.messages import Message, ModelRequest
 from picoflow.models import FunctionModel, ScriptedModel, ToolCall
 from picoflow.session import Session
 from picoflow.testing import transcript_lines
-from picoflow.tokens import request_ceiling, request_tokens, text_tokens
 
 WINDOW = 1200
 RESERVE = 200

@@ -20,7 +20,7 @@ from picoflow._code_targets import go_targets, sub_step_targets
 from picoflow._schema import iter_property_names, json_schema, strict_variant
 from picoflow.context import INJECTED_NAMES
 from picoflow.exceptions import FlowDefinitionError
-from picoflow.mcp import MCPServer
+from picoflow.mcp.servers import MCPServer
 from picoflow.messages import OutputSchema, ToolDefinition
 from picoflow.runtime import FlowRuntime, StepState
 from picoflow.step import Step, validate_namespace

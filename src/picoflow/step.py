@@ -22,7 +22,7 @@ from picoflow.tools import ToolSpec, tool
 if TYPE_CHECKING:
     from picoflow.context import Caller, RunContext
     from picoflow.exceptions import RunError
-    from picoflow.mcp import MCPServer
+    from picoflow.mcp.servers import MCPServer
     from picoflow.memory import Compaction
     from picoflow.models.base import Model
     from picoflow.models.catalog import ModelSelection

@@ -10,7 +10,7 @@ import pytest
 
 from picoflow.cli import loading
 from picoflow.models import ScriptedModel
-from picoflow.models._readiness import LoadStatus, LoadTracker, Phase
+from picoflow.models.readiness import LoadStatus, LoadTracker, Phase
 from picoflow.session import Session
 from picoflow_demos.hotel.scripted import CONVERSATION, SHERWOOD, model_script
 

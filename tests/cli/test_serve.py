@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from picoflow.models._readiness import Phase
+from picoflow.models.readiness import Phase
 from picoflow.server.protocol import HeaderDeadlineProtocol
 
 from .support import invoke

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from picoflow import FlowEngine
+from picoflow._run.tokens import request_tokens
 from picoflow.models import ScriptedModel
 from picoflow.models.catalog import ModelSelection, context_limits_of
 from picoflow.sessions import SQLiteStore
 from picoflow.testing import transcript_lines
-from picoflow.tokens import request_tokens
 from picoflow_demos.hotel import HotelFlow
 from picoflow_demos.hotel.scripted import CONVERSATION, wants
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from picoflow.models._gguf import MODEL_FILENAME, model_dir
 from picoflow.models.local import choose_threads
+from picoflow.models.local._weights import MODEL_FILENAME, model_dir
 
 _CHILD = """
 import json, os, sys

@@ -14,11 +14,11 @@ from picoflow.attachments import Attachment
 from picoflow.exceptions import AttachmentRefused
 from picoflow.messages import Message, ModelRequest
 from picoflow.models._file_parts import MissingAttachment
-from picoflow.models._local_protocol import chat_messages
 from picoflow.models._retry import RetryPolicy
 from picoflow.models.anthropic import AnthropicModel
 from picoflow.models.catalog import ModelSelection, resolve
 from picoflow.models.google import GoogleModel
+from picoflow.models.local._protocol import chat_messages
 from picoflow.models.openai import OpenAIModel
 
 from . import fake_responses as fr

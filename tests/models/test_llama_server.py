@@ -20,10 +20,10 @@ from picoflow.events import TextChunk
 from picoflow.exceptions import ModelConfigurationError, ModelError
 from picoflow.messages import ModelRequest, ModelResponse
 from picoflow.models._retry import RetryPolicy
-from picoflow.models._text_calls import RECOVERED
 from picoflow.models.base import Model
 from picoflow.models.catalog import ModelSelection, create_model
 from picoflow.models.openai import OpenAIModel
+from picoflow.models.text_calls import RECOVERED
 from picoflow.results import TurnFinished
 
 from .fake_servers import RecordingSleep

@@ -11,16 +11,16 @@ from pydantic import BaseModel, Field
 
 from picoflow import Flow, FlowEngine, Step, go, tool
 from picoflow.messages import Message, ModelRequest, ModelResponse, OutputSchema, ToolCall, ToolDefinition
-from picoflow.models import local as local_module
-from picoflow.models._local_protocol import (
+from picoflow.models.base import Model, ResponseDone, TextDelta, ToolCallDelta
+from picoflow.models.local import LocalModel, choose_threads
+from picoflow.models.local import _model as local_module
+from picoflow.models.local._protocol import (
     ReplyStream,
     answer_schema,
     chat_messages,
     grammar_pattern,
     parse_answer,
 )
-from picoflow.models.base import Model, ResponseDone, TextDelta, ToolCallDelta
-from picoflow.models.local import LocalModel, choose_threads
 from picoflow.outcomes import Outcome
 
 SEARCH = ToolDefinition(

@@ -20,19 +20,18 @@ from typing import Any
 
 import pytest
 
-from picoflow.models import _gguf
-from picoflow.models import local as local_module
-from picoflow.models._gguf import (
+from picoflow.models.local import LocalModel, _weights, load_engine, tracker_for
+from picoflow.models.local import _model as local_module
+from picoflow.models.local._process import LlamaProcessError
+from picoflow.models.local._prompt_cache import PromptCache, build_key
+from picoflow.models.local._weights import (
     MODEL_FILENAME,
     LocalModelUnavailable,
     ensure_model_file,
     model_dir,
     run_pip,
 )
-from picoflow.models._llama_process import LlamaProcessError
-from picoflow.models._prompt_cache import PromptCache, build_key
-from picoflow.models._readiness import LoadStatus, LoadTracker, Phase
-from picoflow.models.local import LocalModel, load_engine, tracker_for
+from picoflow.models.readiness import LoadStatus, LoadTracker, Phase
 
 SLICES = {1: b"GGUF-first-", 2: b"second-", 3: b"third"}
 WHOLE = b"".join(SLICES[n] for n in (1, 2, 3))
@@ -184,13 +183,13 @@ def test_a_corrupt_model_file_is_refused_and_deleted(tmp_path: Path) -> None:
 def hashes(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """The files hashed, in order."""
     hashed: list[Path] = []
-    real = _gguf.sha256_of
+    real = _weights.sha256_of
 
     def counting(path: Path, progress: Any = None) -> str:
         hashed.append(path)
         return real(path, progress)
 
-    monkeypatch.setattr(_gguf, "sha256_of", counting)
+    monkeypatch.setattr(_weights, "sha256_of", counting)
     return hashed
 
 

@@ -11,9 +11,9 @@ import pytest
 from picoflow.exceptions import ModelConfigurationError, ModelError, ModelMisbehaved
 from picoflow.messages import Message, ModelRequest, OutputSchema, ToolDefinition
 from picoflow.models._retry import RetryPolicy
-from picoflow.models._text_calls import RECOVERED
 from picoflow.models.base import ResponseDone, TextDelta, ToolCallDelta
 from picoflow.models.openai import OpenAIModel
+from picoflow.models.text_calls import RECOVERED
 
 from .fake_servers import (
     RecordingSleep,

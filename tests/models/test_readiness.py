@@ -7,8 +7,8 @@ import asyncio
 import threading
 
 from picoflow.models import FunctionModel
-from picoflow.models._readiness import LoadStatus, LoadTracker, Phase, overall, preparable_models
 from picoflow.models.local import LocalModel
+from picoflow.models.readiness import LoadStatus, LoadTracker, Phase, overall, preparable_models
 
 DOWNLOAD = LoadStatus(phase=Phase.DOWNLOADING, done=312_400_000, total=1_117_320_768, part=7, parts=22)
 

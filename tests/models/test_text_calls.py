@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from picoflow.messages import Message, ModelRequest, ModelResponse, OutputSchema, ToolDefinition
-from picoflow.models._text_calls import RECOVERED, HeldText, calls_in_text, recover_tool_calls
+from picoflow.models.text_calls import RECOVERED, HeldText, calls_in_text, recover_tool_calls
 
 ADD = ToolDefinition("add", "Add two numbers.", {"type": "object", "properties": {}})
 OFFERED = {"add", "weather"}

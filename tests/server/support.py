@@ -24,7 +24,7 @@ from picoflow import Flow, FlowEngine, RunContext, Step, TerminateStep, direct, 
 from picoflow.exceptions import ModelError, ModelHTTPError
 from picoflow.messages import ModelRequest
 from picoflow.models import FunctionModel, ToolCall
-from picoflow.models._readiness import LoadStatus, LoadTracker, Phase, Warm
+from picoflow.models.readiness import LoadStatus, LoadTracker, Phase, Warm
 from picoflow.server import ServerSettings, create_app
 from picoflow.sessions import MemoryStore
 from picoflow.sessions.base import SessionStore

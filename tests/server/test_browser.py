@@ -31,7 +31,7 @@ from picoflow import Flow, FlowEngine, RunContext, Step, tool
 from picoflow.exceptions import ModelHTTPError
 from picoflow.messages import ModelRequest, ModelResponse, ToolCall
 from picoflow.models import FunctionModel, Model, ScriptedModel
-from picoflow.models._readiness import Phase
+from picoflow.models.readiness import Phase
 from picoflow.server import ServerSettings, create_app
 from picoflow.sessions import MemoryStore
 from picoflow_demos.hotel import HotelFlow

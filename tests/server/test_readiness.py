@@ -9,8 +9,8 @@ from pathlib import Path
 
 import httpx
 
-from picoflow.models._readiness import LoadStatus, Phase
 from picoflow.models.local import LocalModel
+from picoflow.models.readiness import LoadStatus, Phase
 from picoflow.server import ServerSettings
 
 from .support import LoadingDesk, client_for, desk_engine, events_of, serving

@@ -15,15 +15,15 @@ from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError, to_json
 
 from picoflow._run.files import refuse_images
+from picoflow._run.text import storable
+from picoflow._run.window import Fitting, fits_at_a_glance, limits_for, shown
 from picoflow._run.workspace import Workspace
 from picoflow._schema import describe_validation_error
-from picoflow._text import storable
-from picoflow._window import Fitting, fits_at_a_glance, limits_for, shown
 from picoflow.exceptions import AttemptsExhausted, HookFailure, ModelError, ModelMisbehaved, RunError
 from picoflow.flow import StepSpec
 from picoflow.messages import Message, ModelRequest, ModelResponse, ToolCall, ToolDefinition
-from picoflow.models._text_calls import recover_tool_calls
 from picoflow.models.base import Model, ResponseDone, TextDelta
+from picoflow.models.text_calls import recover_tool_calls
 from picoflow.outcomes import Reject
 from picoflow.step import Step
 

@@ -22,9 +22,9 @@ from picoflow._run.dispatch import first_failure
 from picoflow._run.loop import run_turn
 from picoflow._run.observers import TurnObserver
 from picoflow._run.subspace import SubWorkspace
+from picoflow._run.text import storable
 from picoflow._run.workspace import RUNNING_CALL, Workspace
 from picoflow._schema import describe_validation_error
-from picoflow._text import storable
 from picoflow.exceptions import (
     HookFailure,
     RunError,

@@ -17,8 +17,8 @@ from picoflow._run.compose import Composer
 from picoflow._run.files import TurnFiles
 from picoflow._run.loop import run_turn
 from picoflow._run.observers import TurnObserver
+from picoflow._run.window import TRIMMED
 from picoflow._run.workspace import Workspace, compact_memory
-from picoflow._window import TRIMMED
 from picoflow.attachments import Attachment
 from picoflow.context import ANY_PRINCIPAL, Caller, PrincipalFilter
 from picoflow.exceptions import (

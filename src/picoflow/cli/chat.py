@@ -29,7 +29,7 @@ from picoflow.engine import FlowEngine, TurnResult
 from picoflow.events import StepEntered, ToolCalled, TurnEvent
 from picoflow.exceptions import PicoflowError
 from picoflow.models import Model
-from picoflow.models._readiness import LoadStatus, Phase, Preparable, Warm, preparable_models
+from picoflow.models.readiness import LoadStatus, Phase, Preparable, Warm, preparable_models
 
 
 def chat(

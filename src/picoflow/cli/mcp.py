@@ -67,7 +67,7 @@ def serve(
 ) -> None:
     """Serve each flow as an MCP tool FLOW(message, session_id?) answering the reply, the session id and
     whether the conversation completed; sessions are kept in the store."""
-    from picoflow import mcp_serve
+    from picoflow.server import mcp as mcp_serve
     from picoflow.server.auth import is_loopback, load_api_keys
 
     if not principal.strip():

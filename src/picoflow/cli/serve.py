@@ -25,11 +25,11 @@ from picoflow.cli.loading import (
     load_flows,
 )
 from picoflow.engine import FlowEngine
-from picoflow.models._readiness import Phase
+from picoflow.models.readiness import Phase
 from picoflow.sessions import open_store
 
 if TYPE_CHECKING:
-    from picoflow.models._readiness import LoadStatus
+    from picoflow.models.readiness import LoadStatus
     from picoflow.server.readiness import Readiness
 
 

@@ -7,7 +7,7 @@ parameters passed through) rather than a second adapter that would drift.
 What real compatible servers and small models do is handled here too:
 
 * a tool call the model wrote as text (llama.cpp with a model's own template returns it as the
-  answer) is read back as a call, with a warning (``_text_calls``);
+  answer) is read back as a call, with a warning (``text_calls``);
 * errors are classified from what the server says: a refused key or an unknown model is a
   configuration error, tried once; a server that could not parse the model's output reports a
   misbehaving model, not an outage retried with the same request;
@@ -38,8 +38,8 @@ from picoflow.models._retry import (
     parse_retry_after,
     relay_stream,
 )
-from picoflow.models._text_calls import HeldText, new_call_id, recover_tool_calls
 from picoflow.models.base import ResponseDone, StreamEvent, TextDelta, ToolCallDelta
+from picoflow.models.text_calls import HeldText, new_call_id, recover_tool_calls
 from picoflow.usage import Usage
 
 if TYPE_CHECKING:

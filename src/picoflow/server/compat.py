@@ -13,7 +13,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from picoflow.exceptions import FlowMismatch, SessionCompleted
-from picoflow.models._readiness import Phase
+from picoflow.models.readiness import Phase
 from picoflow.server.errors import ApiError, engine_call, not_found, turn_error
 from picoflow.server.readiness import ReadyResponse, TurnWatch
 from picoflow.server.schemas import EndResponse, HealthResponse, RunRequest, RunResponse

@@ -24,7 +24,7 @@ from fastapi.responses import StreamingResponse
 from picoflow.attachments import Attachment
 from picoflow.context import Caller
 from picoflow.events import StepEntered, TextChunk, ToolCalled, ToolReturned, TurnEvent
-from picoflow.models._readiness import LoadStatus
+from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnFinished
 from picoflow.server.errors import ApiError, v1_error
 from picoflow.server.readiness import TurnWatch

@@ -22,7 +22,7 @@ from pydantic_core import to_json
 
 from picoflow.context import RunContext
 from picoflow.exceptions import ToolError, ToolSourceUnavailable
-from picoflow.mcp import MCPServer
+from picoflow.mcp.servers import MCPServer
 
 try:
     import httpx2

@@ -1,7 +1,7 @@
 """Fitting each model request to the model's context window and the step's memory budget.
 
 A step's memory only grows; a model reads at most its context window. Before every model call the
-runner estimates the request (``picoflow.tokens``). When it would not fit, or the step's memory has
+runner estimates the request (``picoflow._run.tokens``). When it would not fit, or the step's memory has
 passed its ``memory_budget``, the oldest messages of the step's memory are folded into its summary
 (the step's ``Compaction``) or dropped. A cut never separates a tool call from its results and
 never removes the user's latest message; what leaves memory stays in the session's transcript.
@@ -15,12 +15,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from picoflow._run.tokens import message_tokens, messages_tokens, request_ceiling, request_tokens
 from picoflow.exceptions import ContextWindowExceeded
 from picoflow.memory import fold, forget
 from picoflow.messages import Message, ModelRequest
 from picoflow.models.base import Model
 from picoflow.session import Namespace, Session
-from picoflow.tokens import message_tokens, messages_tokens, request_ceiling, request_tokens
 
 if TYPE_CHECKING:
     from picoflow.flow import StepSpec

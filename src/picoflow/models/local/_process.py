@@ -6,7 +6,7 @@ the process that serves the chat page, that stalled every request meanwhile — 
 crash in llama.cpp cannot take the server down. The child runs the same llama.cpp server
 handlers ``handle_chat_completions`` calls in-process; a key known only to the parent guards it.
 
-Run as ``python -m picoflow.models._llama_process``: it reads its settings as one JSON line on
+Run as ``python -m picoflow.models.local._process``: it reads its settings as one JSON line on
 stdin, answers ``{"url": ...}`` (or ``{"error": ...}``) on stdout once loaded, and exits when its
 stdin closes — when the parent closes it or exits in any way.
 """
@@ -48,7 +48,7 @@ class LlamaProcess:
         """
         self.api_key = secrets.token_urlsafe(24)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "picoflow.models._llama_process"],
+            [sys.executable, "-m", "picoflow.models.local._process"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=None if settings.get("verbose") else subprocess.DEVNULL,

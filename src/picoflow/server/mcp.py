@@ -26,7 +26,7 @@ from picoflow.context import Caller
 from picoflow.engine import FlowEngine
 from picoflow.exceptions import PicoflowError
 from picoflow.flow import FlowSpec
-from picoflow.models._readiness import LoadStatus, Phase, Preparable, preparable_models
+from picoflow.models.readiness import LoadStatus, Phase, Preparable, preparable_models
 from picoflow.results import TurnResult
 from picoflow.server.auth import Authenticator, AuthError, Identity
 

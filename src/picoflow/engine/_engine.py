@@ -16,20 +16,20 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from picoflow._engine_faces import RunFaces
-from picoflow._engine_mcp import MCPTools
-from picoflow._engine_sessions import MAX_OFFSET, StoredSessions, check_session_id
 from picoflow._run.loop import first_request
 from picoflow._run.observers import NO_OBSERVER, EventStream, combine
 from picoflow._run.session_turn import SessionTurns, TurnExecutor, TurnRequest, store_call
-from picoflow._text import check_message
-from picoflow._text import check_text as check_text  # the one input rule, public here
-from picoflow._tracing import TracingSetting
+from picoflow._run.text import check_message
+from picoflow._run.text import check_text as check_text  # the one input rule, public here
+from picoflow._run.tracing import TracingSetting
 from picoflow.attachments import Attachment, AttachmentLimits, check_attachments
 from picoflow.context import ANY_PRINCIPAL, Caller
+from picoflow.engine._faces import RunFaces
+from picoflow.engine._sessions import MAX_OFFSET, StoredSessions, check_session_id
 from picoflow.events import TurnEvent
 from picoflow.exceptions import FlowDefinitionError, FlowNotFound, InvalidInput, RunError
 from picoflow.flow import Flow, FlowSpec, StepSpec
+from picoflow.mcp._listing import MCPTools
 from picoflow.models.base import Model
 from picoflow.models.catalog import (
     ModelSelection,

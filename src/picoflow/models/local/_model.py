@@ -3,7 +3,7 @@
 It is the default when no provider is configured, so a fresh machine runs picoflow with no API key.
 llama.cpp runs in a child process (``xllamacpp.Server`` there, spoken to over 127.0.0.1); one engine
 is loaded per process and shared by every ``LocalModel``. Its calls block, so they run in a thread.
-Tool calling goes through the schema-constrained JSON protocol of ``_local_protocol``.
+Tool calling goes through the schema-constrained JSON protocol of ``_protocol``.
 
 Loading reports its phases into a ``LoadTracker`` (``LocalModel.load_status``), and
 ``LocalModel.prepare`` loads the model and reads a flow's first prompt before anyone waits for it,
@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from picoflow.exceptions import ModelError
 from picoflow.messages import ModelRequest, ModelResponse, ToolCall
-from picoflow.models._gguf import MODEL_SHA256, LocalModelUnavailable, ensure_model_file, model_dir
-from picoflow.models._llama_process import LlamaProcess, LlamaProcessError
-from picoflow.models._local_protocol import ReplyStream, answer_schema, chat_messages, parse_answer
-from picoflow.models._prompt_cache import PromptCache, build_key, cache_folder
-from picoflow.models._readiness import LoadStatus, LoadTracker, Phase, Warm
 from picoflow.models._specs import LOCAL_MODEL_NAME
 from picoflow.models.base import Model, ResponseDone, StreamEvent, TextDelta, ToolCallDelta
+from picoflow.models.local._process import LlamaProcess, LlamaProcessError
+from picoflow.models.local._prompt_cache import PromptCache, build_key, cache_folder
+from picoflow.models.local._protocol import ReplyStream, answer_schema, chat_messages, parse_answer
+from picoflow.models.local._weights import MODEL_SHA256, LocalModelUnavailable, ensure_model_file, model_dir
+from picoflow.models.readiness import LoadStatus, LoadTracker, Phase, Warm
 from picoflow.usage import Usage
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ def batch_threads(threads: int, cpus: int | None = None) -> int:
 
 
 class LocalEngine:
-    """One loaded llama.cpp model, in a child process (``_llama_process``). Thread-safe: requests
+    """One loaded llama.cpp model, in a child process (``_process``). Thread-safe: requests
     queue inside llama.cpp."""
 
     def __init__(self, path: Path, *, n_ctx: int, threads: int) -> None:
@@ -407,7 +407,3 @@ class LocalModel(Model):
 def fetch_model(directory: Path | None = None) -> Path:
     """Download, join and verify the model file now (e.g. while building an image); returns its path."""
     return ensure_model_file(directory)
-
-
-if __name__ == "__main__":  # python -m picoflow.models.local  -> prefetch the offline model
-    print(fetch_model())

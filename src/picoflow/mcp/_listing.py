@@ -14,14 +14,14 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from picoflow._mcp_schema import mcp_tool_spec
 from picoflow.exceptions import FlowDefinitionError, ToolSourceUnavailable
 from picoflow.flow import FlowSpec, StepSpec, check_tool_schemas
-from picoflow.mcp import MCPServer
+from picoflow.mcp._schema import mcp_tool_spec
+from picoflow.mcp.servers import MCPServer
 from picoflow.tools import ToolSpec
 
 if TYPE_CHECKING:
-    from picoflow._mcp_client import Connection
+    from picoflow.mcp._connection import Connection
 
 
 class MCPTools:
@@ -34,7 +34,7 @@ class MCPTools:
         connection = self._connections.get(id(server))
         if connection is None:
             try:
-                from picoflow._mcp_client import Connection
+                from picoflow.mcp._connection import Connection
             except ImportError as exc:
                 raise FlowDefinitionError(str(exc)) from exc
             connection = self._connections[id(server)] = Connection(server)

@@ -4,7 +4,7 @@ Small models often write a call as JSON in their answer instead of using the pro
 tool-call format: bare, in a ```json fence, or between ``<tool_call>`` tags (Qwen's template).
 Servers then return it as the answer, and the user would read JSON. ``recover_tool_calls`` turns
 such an answer back into the calls it holds and notes a warning; the embedded model's protocol
-(``_local_protocol``) reads its answers with the same ``first_json`` and ``as_call``.
+(``models.local._protocol``) reads its answers with the same ``first_json`` and ``as_call``.
 
 A call-looking object naming a tool the request did not offer is still taken as a call: the
 runner then tells the model that no such tool exists, so it is corrected, never shown to the user.

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO, Any, TextIO
 
 from picoflow.exceptions import ModelError
-from picoflow.models._readiness import LoadTracker, Phase
+from picoflow.models.readiness import LoadTracker, Phase
 
 MODEL_FILENAME = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 MODEL_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"

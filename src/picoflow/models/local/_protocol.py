@@ -9,7 +9,8 @@ and llama.cpp constrains decoding to the union of
 * ``{"reply": <text, or the structured-output schema>}`` — the answer to the user,
 
 which makes every tool call schema-valid by construction. ``parse_answer`` still reads leniently, for
-unconstrained servers and truncated output, with the parser every adapter shares (``_text_calls``).
+unconstrained servers and truncated output, with the parser every adapter shares
+(``picoflow.models.text_calls``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 from picoflow.messages import Message, ModelRequest, OutputSchema, ToolCall, ToolDefinition
 from picoflow.models._file_parts import text_with_files
-from picoflow.models._text_calls import Arguments, as_call, first_json
+from picoflow.models.text_calls import Arguments, as_call, first_json
 
 MAX_PARALLEL_CALLS = 8
 

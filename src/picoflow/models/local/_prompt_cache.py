@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from picoflow.models._llama_process import LlamaProcessError
+from picoflow.models.local._process import LlamaProcessError
 
 logger = logging.getLogger("picoflow.models")
 
