@@ -1,4 +1,4 @@
-"""Outcomes are immutable values; stay/direct need an executing step."""
+"""Outcomes are immutable values that can be built anywhere, outside any turn."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import dataclasses
 import pytest
 
 from picoflow import Reject, Step, direct, go, stay
-from picoflow.exceptions import OutcomeContextError
-from picoflow.outcomes import Direct, Go, Stay, executing
+from picoflow.outcomes import Direct, Go, Stay
 
 
 class Target(Step):
@@ -27,14 +26,11 @@ def test_builders_return_new_values_in_any_order() -> None:
     assert merged.state == {"x": 1, "y": 2, "z": 3}
 
 
-def test_stay_and_direct_outside_a_handler_raise_a_clear_error() -> None:
-    with pytest.raises(OutcomeContextError, match=r"stay\(\) can only be used while picoflow runs"):
-        stay("x")
-    with pytest.raises(OutcomeContextError, match=r"direct\(\) can only be used"):
-        direct("x")
-    with executing("Target"):
-        assert stay("again") == Stay(step="Target", feedback="again")
-        assert direct({"a": 1}) == Direct(step="Target", content='{"a":1}', content_type="application/json")
+def test_stay_and_direct_are_plain_values_built_outside_any_turn() -> None:
+    assert stay("again") == Stay(feedback="again")
+    assert direct({"a": 1}) == Direct(content='{"a":1}', content_type="application/json")
+    assert direct("x").target_name is None  # the step that returns it answers
+    assert stay() == Stay(feedback="Accepted.")
 
 
 def test_invalid_values_are_refused() -> None:

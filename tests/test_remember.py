@@ -9,7 +9,7 @@ from picoflow._run.tokens import message_tokens
 from picoflow.memory import Compaction, model_summarizer
 from picoflow.messages import Message, ModelRequest
 from picoflow.models import FunctionModel, ScriptedModel, ToolCall
-from picoflow.outcomes import Direct, executing
+from picoflow.outcomes import Direct
 from picoflow.sessions import SQLiteStore
 from picoflow.testing import request_lines, transcript_lines
 
@@ -41,13 +41,12 @@ class Hotels(Flow):
 
 
 def test_remember_as_keeps_the_content_and_refuses_an_empty_note() -> None:
-    with executing("Pick"):
-        outcome = direct(TABLE).remember_as("  Compared hotels 2 and 5.  ")
-        assert outcome == Direct(step="Pick", content=TABLE, remember="Compared hotels 2 and 5.")
-        moved = direct_to(Booked, "done").remember_as("Booked.")
-        assert (moved.target_name, moved.content, moved.remember) == ("Booked", "done", "Booked.")
-        with pytest.raises(ValueError, match="needs a short note"):
-            direct(TABLE).remember_as(" ")
+    outcome = direct(TABLE).remember_as("  Compared hotels 2 and 5.  ")
+    assert outcome == Direct(content=TABLE, remember="Compared hotels 2 and 5.")
+    moved = direct_to(Booked, "done").remember_as("Booked.")
+    assert (moved.target_name, moved.content, moved.remember) == ("Booked", "done", "Booked.")
+    with pytest.raises(ValueError, match="needs a short note"):
+        direct(TABLE).remember_as(" ")
 
 
 def test_a_remembered_message_is_shown_by_its_note() -> None:

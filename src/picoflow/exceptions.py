@@ -22,10 +22,6 @@ class FlowDefinitionError(PicoflowError):
     """A flow, step or tool is defined wrongly. Raised when the flow is built, before any turn."""
 
 
-class OutcomeContextError(PicoflowError):
-    """``stay()`` or ``direct()`` was called where no step is executing."""
-
-
 class RunError(PicoflowError):
     """A turn could not complete. The session keeps its last committed state."""
 

@@ -1,43 +1,20 @@
 """What happens next, as a value: ``go``, ``stay`` and ``direct``, plus ``Reject`` for the acceptance gate.
 
 A tool handler, ``LogicStep.run_logic()`` or ``Step.on_response()`` returns one of these. Each is
-immutable; the ``with_*`` builders return a new value, so the order of a chain does not matter.
+a plain immutable value that can be built anywhere (a test, a helper, a module constant); the runner
+resolves "the step that returned it" when it applies one. The ``with_*`` builders return a new
+value, so the order of a chain does not matter.
 The runner applies an outcome's effects in a fixed order: transition, prompt, state, content
 type, tool feedback, message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Self
 
-from picoflow.exceptions import OutcomeContextError
-
-EXECUTING_STEP: ContextVar[str | None] = ContextVar("picoflow_executing_step", default=None)
-"""Name of the step whose code runs now (set by the runner around tool handlers and hooks)."""
-
-
-@contextmanager
-def executing(step_name: str) -> Iterator[None]:
-    """Mark ``step_name`` as the step whose code is running, so ``stay``/``direct`` can resolve it."""
-    token = EXECUTING_STEP.set(step_name)
-    try:
-        yield
-    finally:
-        EXECUTING_STEP.reset(token)
-
-
-def current_step_name(helper: str) -> str:
-    name = EXECUTING_STEP.get()
-    if name is None:
-        raise OutcomeContextError(
-            f"{helper}() can only be used while picoflow runs a step's tool handler, on_response() or "
-            "run_logic(); it has no step to stay on here"
-        )
-    return name
+from pydantic_core import to_json
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,16 +74,13 @@ class Go(Outcome):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Stay(Outcome):
-    """Keep the executing step; the feedback goes to the model, which takes its next turn."""
-
-    step: str
+    """Keep the step that returned it; the feedback goes to the model, which takes its next turn."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Direct(Outcome):
     """End the turn with exactly ``content``. No further model call."""
 
-    step: str
     content: str
     target: type | str | None = None
     """Step the conversation moves to before the reply (``direct_to``); None stays where it is."""
@@ -114,8 +88,9 @@ class Direct(Outcome):
     """What the step's memory keeps in place of ``content`` (see ``remember_as``); None keeps it all."""
 
     @property
-    def target_name(self) -> str:
-        return self.step if self.target is None else _step_name(self.target)
+    def target_name(self) -> str | None:
+        """The name of the step moved to first, or None to answer from the step that returned it."""
+        return None if self.target is None else _step_name(self.target)
 
     def remember_as(self, note: str) -> Direct:
         """Show the user ``content`` whole but keep only ``note`` in the step's memory.
@@ -139,8 +114,8 @@ def go(target: type | str) -> Go:
 
 
 def stay(feedback: str = "Accepted.") -> Stay:
-    """Stay on the executing step and give the model ``feedback`` as the tool result."""
-    return Stay(step=current_step_name("stay"), feedback=feedback)
+    """Stay on the step that returns it and give the model ``feedback`` as the tool result."""
+    return Stay(feedback=feedback)
 
 
 def direct(content: Any) -> Direct:
@@ -149,12 +124,9 @@ def direct(content: Any) -> Direct:
     A string is sent as is; any other value (dict, list, Pydantic model) is sent as JSON with the
     content type ``application/json``. The content is recorded in memory as the assistant's message.
     """
-    step = current_step_name("direct")
     if isinstance(content, str):
-        return Direct(step=step, content=content)
-    from pydantic_core import to_json
-
-    return Direct(step=step, content=to_json(content).decode(), content_type="application/json")
+        return Direct(content=content)
+    return Direct(content=to_json(content).decode(), content_type="application/json")
 
 
 def direct_to(target: type | str, content: Any) -> Direct:

@@ -62,9 +62,13 @@ class SubSteps(Protocol):
 class StepRuntime(Protocol):
     """What the runner offers a step instance during a turn."""
 
-    session_id: str
-    caller: Caller
     attempt: int
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def caller(self) -> Caller: ...
 
     @property
     def flow(self) -> FlowView: ...

@@ -21,7 +21,7 @@ from typing import Any, TypeVar, overload
 from pydantic import BaseModel, ValidationError
 
 from picoflow._schema import build_args_model, describe_validation_error, json_schema, strict_variant
-from picoflow.exceptions import FlowDefinitionError
+from picoflow.exceptions import FlowDefinitionError, ToolError
 from picoflow.messages import ToolCall, ToolDefinition
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -122,6 +122,15 @@ def tool(
         return fn
 
     return mark
+
+
+def timed_out(name: str, seconds: float) -> ToolError:
+    """The refusal of a call stopped at its time limit: what the model is told (never the arguments)
+    and the warning the session keeps."""
+    return ToolError(
+        f"{name} did not finish within {seconds:g} seconds and was stopped; it gave no result.",
+        warning=("tool_timeout", f"tool {name} did not finish within {seconds:g} s and was stopped"),
+    )
 
 
 def check_timeout(timeout: object, where: str) -> None:

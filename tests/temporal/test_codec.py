@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from picoflow.exceptions import ModelMisbehaved, SessionConflict, StoreUnavailable, SubStepFailed, ToolFailure
 from picoflow.messages import Message, ModelRequest, ModelResponse, OutputSchema, ToolCall, ToolDefinition
-from picoflow.outcomes import Direct, Go, Stay, direct_to, executing, go, stay
+from picoflow.outcomes import Direct, Go, Stay, direct_to, go, stay
 from picoflow.outcomes import direct as direct_outcome
 from picoflow.results import TurnError, TurnResult
 from picoflow.temporal import _codec as codec
@@ -57,13 +57,12 @@ def test_every_outcome_comes_back_with_its_target_as_a_step_name() -> None:
     class Archive:
         name = "Archive"
 
-    with executing("Desk"):
-        outcomes = [
-            go(Archive).with_state(a=1, b=[1, 2]).with_message("m").with_tool_feedback("fb"),
-            stay("more please").with_prompt("p"),
-            direct_outcome({"x": 1}).remember_as("a note"),
-            direct_to("Archive", "done").with_content_type("text/markdown"),
-        ]
+    outcomes = [
+        go(Archive).with_state(a=1, b=[1, 2]).with_message("m").with_tool_feedback("fb"),
+        stay("more please").with_prompt("p"),
+        direct_outcome({"x": 1}).remember_as("a note"),
+        direct_to("Archive", "done").with_content_type("text/markdown"),
+    ]
     back = [codec.decode_outcome(codec.encode_outcome(o)) for o in outcomes]
     assert back[0] == Go(target="Archive", state={"a": 1, "b": [1, 2]}, message="m", feedback="fb")
     assert back[1] == outcomes[1] and isinstance(back[1], Stay)

@@ -105,7 +105,7 @@ class Composer:
 
     async def _resolve(self, ws: Workspace, step: Any, output: Any) -> tuple[FlowSpec, str]:
         """The flow (built for sub-step use) and name of the step a request names."""
-        here = self._flows.get(ws.spec.name, ws.spec)
+        here = self._flows.get(ws.config.spec.name, ws.config.spec)
         if isinstance(step, str):
             if step not in here.steps:
                 raise LookupError(f"run_step: flow {here.name} has no step named {step!r}")
@@ -141,7 +141,7 @@ class Composer:
             raise HookFailure(
                 f"sub-steps nest deeper than {MAX_DEPTH} (step {caller} runs {name})", step=caller
             )
-        observer: TurnObserver = ws.observer.sub_turn(caller, RUNNING_CALL.get())
+        observer: TurnObserver = ws.config.observer.sub_turn(caller, RUNNING_CALL.get())
         child = SubWorkspace(
             ws,
             flow,
@@ -154,7 +154,7 @@ class Composer:
         error: BaseException | None = None
         try:
             reply = await run_turn(child, text)
-            spec = child.spec.steps[name]
+            spec = child.config.spec.steps[name]
             if "on_exit" in spec.overrides:
                 leaving = child.step(name)
                 await child.hook(leaving, "on_exit", leaving.on_exit)

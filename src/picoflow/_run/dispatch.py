@@ -1,5 +1,9 @@
 """Tool dispatch: every call of a model response is validated, authorized and run, in order, and
 gets exactly one result. Nothing here changes the session; ``effects`` applies the results.
+
+Validated calls cross one seam, ``ToolRunner``: ``LOCAL_TOOLS`` runs the handler here, within the
+turn's tool budget and its time limit; a durable executor runs the same ``LocalTools`` in an
+activity instead.
 """
 
 from __future__ import annotations
@@ -9,18 +13,17 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel
 from pydantic_core import to_json
 
 from picoflow._run.ask import tools_for
-from picoflow._run.workspace import RUNNING_CALL, Workspace
+from picoflow._run.workspace import RUNNING_CALL, ToolJob, Workspace
 from picoflow.context import INJECTED_NAMES
 from picoflow.exceptions import HookFailure, RunError, ToolError, ToolFailure
 from picoflow.flow import StepSpec
 from picoflow.messages import ModelResponse, ToolCall
-from picoflow.outcomes import EXECUTING_STEP, Outcome, go
+from picoflow.outcomes import Outcome, go
 from picoflow.step import Step
-from picoflow.tools import ToolGroup, ToolSpec, ValidCall
+from picoflow.tools import ToolGroup, ValidCall, timed_out
 
 ACCEPTED = "Accepted."
 DONE = "Done."
@@ -124,16 +127,15 @@ async def _run_call(
     if tool.handler is None:
         ws.warn("missing_tool_handler", f"missing tool handler: {call.name}", spec.name)
         return refused(call, f"{call.name} cannot be used on its own here; nothing was run.")
-    validated = _validated(ws, spec, tool, call)
+    call = _without_injected(ws, spec, call)
+    validated = tool.validate(call)
     if isinstance(validated, str):
         return refused(call, validated)
-    kwargs = {param: getattr(validated, param) for param in tool.params}
-    _inject(ws, spec, tool.context_params, kwargs)
-    value = await _invoke(ws, step, spec, call, tool.handler, tool.is_async, kwargs, tool.timeout)
+    value = await ws.config.tools.run(ws, step, spec, ToolJob(spec.name, (call,), (validated,), False))
     if isinstance(value, type | str) and _names_a_step(ws, value):
         value = go(value)  # PicoFlow's way to route: return the step (or its registered name)
     result = value if isinstance(value, CallResult) else _result(call, value)
-    ws.observer.tool_finished(spec.name, call, result.content, result.is_error)
+    ws.config.observer.tool_finished(spec.name, call, result.content, result.is_error)
     return result
 
 
@@ -141,22 +143,18 @@ async def _run_group(
     ws: Workspace, step: Step, spec: StepSpec, group: ToolGroup, calls: list[ToolCall]
 ) -> list[CallResult]:
     """A ``@tools`` handler owns the whole response: it runs once, with every call validated."""
-    validated: list[ValidCall] = []
-    errors: dict[str, str] = {}
-    for call in calls:
-        args = _validated(ws, spec, spec.tools[call.name], call)
-        if isinstance(args, str):
-            errors[call.id] = args
-        else:
-            validated.append(ValidCall(call.id, call.name, args))
-    if errors:
-        return [refused(call, errors.get(call.id, NOT_RUN_GROUP)) for call in calls]
-    kwargs: dict[str, Any] = {}
-    _inject(ws, spec, group.context_params, kwargs)
-    handler = _group_handler(group, validated)
-    value = await _invoke(ws, step, spec, calls[0], handler, group.is_async, kwargs, group=calls)
+    calls = [_without_injected(ws, spec, call) for call in calls]
+    validated = [spec.tools[call.name].validate(call) for call in calls]
+    if any(isinstance(args, str) for args in validated):
+        return [
+            refused(call, args if isinstance(args, str) else NOT_RUN_GROUP)
+            for call, args in zip(calls, validated, strict=True)
+        ]
+    arguments = tuple(args for args in validated if not isinstance(args, str))
+    value = await ws.config.tools.run(ws, step, spec, ToolJob(spec.name, tuple(calls), arguments, True))
+    observer = ws.config.observer
     if isinstance(value, CallResult):  # ToolError: the same refusal answers every call
-        ws.observer.tool_finished(spec.name, calls[0], value.content, True)
+        observer.tool_finished(spec.name, calls[0], value.content, True)
         return [refused(call, value.content) for call in calls]
     if not isinstance(value, Outcome):
         failure = HookFailure(
@@ -164,85 +162,102 @@ async def _run_group(
             f"not {type(value).__name__}",
             step=spec.name,
         )
-        ws.observer.tool_failed(spec.name, calls[0], failure)
+        observer.tool_failed(spec.name, calls[0], failure)
         raise failure
     feedback = value.feedback or ACCEPTED
     results = [CallResult(call, feedback) for call in calls]
     results[0].outcome = value
-    ws.observer.tool_finished(spec.name, calls[0], feedback, False)
+    observer.tool_finished(spec.name, calls[0], feedback, False)
     return results
 
 
-def _validated(ws: Workspace, spec: StepSpec, tool: ToolSpec, call: ToolCall) -> BaseModel | str:
-    """The call's arguments validated, or the correction for the model (never quoting a value)."""
+def _without_injected(ws: Workspace, spec: StepSpec, call: ToolCall) -> ToolCall:
+    """The call without arguments the runtime injects (a model may try to set them); warned."""
     args = call.args
-    if not isinstance(args, str) and not INJECTED_NAMES.isdisjoint(args):
-        dropped = sorted(INJECTED_NAMES.intersection(args))
-        ws.warn(
-            "injected_argument_ignored",
-            f"the model sent {', '.join(dropped)} to {tool.name}; injected values come from the caller",
-            spec.name,
-        )
-        args = {key: value for key, value in args.items() if key not in INJECTED_NAMES}
-        call = ToolCall(call.name, args, call.id)
-    return tool.validate(call)
+    if isinstance(args, str) or INJECTED_NAMES.isdisjoint(args):
+        return call
+    dropped = sorted(INJECTED_NAMES.intersection(args))
+    ws.warn(
+        "injected_argument_ignored",
+        f"the model sent {', '.join(dropped)} to {call.name}; injected values come from the caller",
+        spec.name,
+    )
+    return ToolCall(
+        call.name, {key: value for key, value in args.items() if key not in INJECTED_NAMES}, call.id
+    )
 
 
-def _inject(ws: Workspace, spec: StepSpec, params: Collection[str], kwargs: dict[str, Any]) -> None:
-    """Hand the caller's context to the handler's ``RunContext`` parameters."""
-    for param in params:
-        kwargs[param] = ws.context_for(spec.name)
+class LocalTools:
+    """The ``ToolRunner`` that runs handlers here, in this process."""
+
+    async def run(self, ws: Workspace, step: Step, spec: StepSpec, job: ToolJob) -> Any:
+        """Run the job's handler within the turn's tool budget and its time limit: its value, or a
+        refusal for a ``ToolError`` or a handler that took too long."""
+        config = ws.config
+        config.limits.check_before_tool_call(ws.usage)
+        ws.usage.tool_calls += 1
+        call = job.calls[0]
+        kwargs: dict[str, Any] = {}
+        limit: float | None = None
+        if job.group:
+            group = spec.groups[frozenset(c.name for c in job.calls)]
+            calls = [ValidCall(c.id, c.name, a) for c, a in zip(job.calls, job.arguments, strict=True)]
+            handler = _group_handler(group, calls)
+            is_async, injected = group.is_async, group.context_params
+        else:
+            tool = spec.tools[call.name]
+            assert tool.handler is not None  # dispatch runs only calls with a handler
+            args = job.arguments[0]
+            kwargs = {param: getattr(args, param) for param in tool.params}
+            handler, is_async, injected, limit = (
+                tool.handler,
+                tool.is_async,
+                tool.context_params,
+                tool.timeout,
+            )
+        for param in injected:  # the caller's context, never the model's
+            kwargs[param] = ws.context_for(spec.name)
+        observer = config.observer
+        observer.tool_started(spec.name, call)
+        running = RUNNING_CALL.set(call)
+        try:
+            value = handler(step, **kwargs)
+            if is_async:
+                value = await (value if limit is None else _within(ws, spec, call, value, limit))
+        except ToolError as refusal:
+            if refusal.warning is not None:
+                ws.warn(*refusal.warning, spec.name)
+            value = refused(call, refusal.message)
+        except RunError as error:
+            observer.tool_failed(spec.name, call, error)
+            raise
+        except Exception as exc:
+            failure = ToolFailure(
+                f"tool {call.name} of step {spec.name} raised {type(exc).__name__}: {exc}", step=spec.name
+            )
+            observer.tool_failed(spec.name, call, failure)
+            raise failure from exc
+        except BaseException as exc:
+            observer.tool_failed(spec.name, call, exc)
+            raise
+        finally:
+            RUNNING_CALL.reset(running)
+        return value
 
 
-async def _invoke(
-    ws: Workspace,
-    step: Step,
-    spec: StepSpec,
-    call: ToolCall,
-    handler: Callable[..., Any],
-    is_async: bool,
-    kwargs: dict[str, Any],
-    limit: float | None = None,
-    group: list[ToolCall] | None = None,
-) -> Any:
-    """Run a handler within the turn's tool budget and its time limit: its value, or a refusal for
-    a ``ToolError`` or a handler that took too long. With a ``handler_runner`` (a durable executor)
-    the handler runs there, through this same function."""
-    if ws.handler_runner is not None:
-        return await ws.handler_runner(ws, spec, call, group)
-    ws.limits.check_before_tool_call(ws.usage)
-    ws.usage.tool_calls += 1
-    observer = ws.observer
-    observer.tool_started(spec.name, call)
-    token = EXECUTING_STEP.set(spec.name)
-    running = RUNNING_CALL.set(call)
-    try:
-        value = handler(step, **kwargs)
-        if is_async:
-            if limit is None:
-                value = await value
-            else:
-                value = await _within(ws, spec, call, value, limit)
-    except ToolError as refusal:
-        if refusal.warning is not None:
-            ws.warn(*refusal.warning, spec.name)
-        value = refused(call, refusal.message)
-    except RunError as error:
-        observer.tool_failed(spec.name, call, error)
-        raise
-    except Exception as exc:
-        failure = ToolFailure(
-            f"tool {call.name} of step {spec.name} raised {type(exc).__name__}: {exc}", step=spec.name
-        )
-        observer.tool_failed(spec.name, call, failure)
-        raise failure from exc
-    except BaseException as exc:
-        observer.tool_failed(spec.name, call, exc)
-        raise
-    finally:
-        RUNNING_CALL.reset(running)
-        EXECUTING_STEP.reset(token)
-    return value
+LOCAL_TOOLS = LocalTools()
+
+
+def job_of(spec: StepSpec, calls: list[ToolCall], group: bool) -> ToolJob:
+    """The job of ``calls`` that dispatch validated elsewhere (a durable executor sends the calls
+    it validated to the worker that runs them): their arguments, read into the same models."""
+    arguments = []
+    for call in calls:
+        validated = spec.tools[call.name].validate(call)
+        if isinstance(validated, str):  # the same arguments passed before: the flow changed since
+            raise RunError(f"tool {call.name}: arguments that passed validation failed it again: {validated}")
+        arguments.append(validated)
+    return ToolJob(spec.name, tuple(calls), tuple(arguments), group)
 
 
 async def _within(ws: Workspace, spec: StepSpec, call: ToolCall, running: Any, seconds: float) -> Any:
@@ -256,18 +271,20 @@ async def _within(ws: Workspace, spec: StepSpec, call: ToolCall, running: Any, s
     except TimeoutError:
         if not limit.expired():
             raise
-    ws.warn(
-        "tool_timeout", f"tool {call.name} did not finish within {seconds:g} s and was stopped", spec.name
-    )
-    return refused(
-        call, f"{call.name} did not finish within {seconds:g} seconds and was stopped; it gave no result."
-    )
+    refusal = timed_out(call.name, seconds)
+    if refusal.warning is not None:
+        ws.warn(*refusal.warning, spec.name)
+    return refused(call, refusal.message)
 
 
 def _names_a_step(ws: Workspace, value: type | str) -> bool:
     if isinstance(value, str):
-        return value in ws.spec.steps
-    return issubclass(value, Step) and value.name in ws.spec.steps and ws.spec.steps[value.name].cls is value
+        return value in ws.config.spec.steps
+    return (
+        issubclass(value, Step)
+        and value.name in ws.config.spec.steps
+        and ws.config.spec.steps[value.name].cls is value
+    )
 
 
 def _result(call: ToolCall, value: Any) -> CallResult:
@@ -285,31 +302,3 @@ def _group_handler(group: ToolGroup, calls: list[ValidCall]) -> Callable[..., An
         return group.handler(step, calls, **kwargs)
 
     return call_group
-
-
-async def run_handler(ws: Workspace, step: Step, spec: StepSpec, calls: list[ToolCall], group: bool) -> Any:
-    """Run the handler of ``calls`` (one call, or a ``@tools`` group's) as dispatch would, here:
-    the other side of a ``handler_runner``, whose dispatch already validated and counted nothing.
-    Arguments are validated again (cheap, and the same), silently: the caller warned already."""
-    validated = [ValidCall(c.id, c.name, _quietly_validated(spec.tools[c.name], c)) for c in calls]
-    kwargs: dict[str, Any] = {}
-    if group:
-        owner = spec.groups[frozenset(call.name for call in calls)]
-        _inject(ws, spec, owner.context_params, kwargs)
-        handler = _group_handler(owner, validated)
-        return await _invoke(ws, step, spec, calls[0], handler, owner.is_async, kwargs)
-    tool = spec.tools[calls[0].name]
-    assert tool.handler is not None
-    kwargs = {param: getattr(validated[0].args, param) for param in tool.params}
-    _inject(ws, spec, tool.context_params, kwargs)
-    return await _invoke(ws, step, spec, calls[0], tool.handler, tool.is_async, kwargs, tool.timeout)
-
-
-def _quietly_validated(tool: ToolSpec, call: ToolCall) -> BaseModel:
-    args = call.args
-    if not isinstance(args, str) and not INJECTED_NAMES.isdisjoint(args):
-        call = ToolCall(call.name, {key: value for key, value in args.items() if key not in INJECTED_NAMES})
-    validated = tool.validate(call)
-    if isinstance(validated, str):  # the workflow validated the very same arguments
-        raise RunError(f"tool {call.name}: arguments that passed validation failed it again: {validated}")
-    return validated

@@ -1,14 +1,19 @@
 """Applying outcomes, in the fixed effect order of DESIGN §2: (1) transition, (2) prompt,
 (3) state, (4) content type, (5) exactly one tool message per call, (6) forwarded message.
 ``with_state``/``with_prompt`` land on the destination step.
+
+Each function returns what happens next, as a value the loop matches on: the turn ends with a
+``Reply``, goes on in another step (``Moved``), or asks the same step's model again (``Stayed``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from picoflow._run.dispatch import CallResult
 from picoflow._run.workspace import Workspace
 from picoflow.flow import StepSpec
-from picoflow.outcomes import Direct, Go, Outcome
+from picoflow.outcomes import Direct, Go, Outcome, Stay
 
 NOT_APPLIED = (
     "Not applied: an earlier call of this response already decided where the conversation goes next, "
@@ -16,79 +21,97 @@ NOT_APPLIED = (
 )
 
 
-async def apply_results(ws: Workspace, spec: StepSpec, results: list[CallResult]) -> str | None:
-    """Apply the outcomes of one response's tool calls; returns the reply when one is ``direct``."""
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The turn ends; ``text`` is what the user reads."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """The conversation is now in ``destination``; the turn goes on there."""
+
+    source: str | None
+    """The step it left mid-turn (None: the turn starts here)."""
+    destination: str
+    user: str | None = None
+    """The user's words, not yet in any step's memory (the turn starts, or a LogicStep moved on)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stayed:
+    """The step stays; its model is asked again, with what the outcome added to memory."""
+
+
+STAYED = Stayed()
+Next = Reply | Moved | Stayed
+
+
+async def apply_results(ws: Workspace, spec: StepSpec, results: list[CallResult]) -> Next:
+    """Apply the outcomes of one response's tool calls."""
     source = spec.name
-    winner: Outcome | None = None
+    winner: Go | Direct | None = None
+    destination = source
     applied: list[Outcome] = []
     for result in results:
         outcome = result.outcome
         if outcome is None:
             continue
-        routes = isinstance(outcome, Direct) or (isinstance(outcome, Go) and ws.target(outcome) != source)
-        if routes and winner is not None:  # the first transition wins
-            result.content, result.is_error, result.outcome = NOT_APPLIED, True, None
-            continue
-        if routes:
-            winner = outcome
+        if isinstance(outcome, Go | Direct):
+            leads_to = ws.destination(outcome, source)
+            if isinstance(outcome, Direct) or leads_to != source:
+                if winner is not None:  # the first transition wins
+                    result.content, result.is_error, result.outcome = NOT_APPLIED, True, None
+                    continue
+                winner, destination = outcome, leads_to
         applied.append(outcome)
 
-    destination = ws.target(winner) if isinstance(winner, Go | Direct) else source
-    ws.defer_erases()
+    ws.held_erases = frozenset()
     try:
-        if destination != source:
-            await transition(ws, source, destination)  # (1)
+        await transition(ws, source, destination)  # (1)
         for outcome in applied:  # (2) prompt, (3) state, (4) content type
             apply_effects(ws, outcome, destination if outcome is winner else source)
-        namespace = spec.namespace
-        observer = ws.observer
+        observer = ws.config.observer
         for result in results:  # (5) exactly one tool message per call, in order
             call = result.call
-            ws.add(namespace, source, "tool", result.content, call=call, is_error=result.is_error)
+            ws.add_tool_result(source, call, result.content, result.is_error)
             observer.tool_answered(source, call, result.content, result.is_error)
     finally:
-        ws.apply_erases()
+        ws.release_erases()
     for outcome in applied:  # (6) messages
         if outcome.message is not None:
-            target = destination if outcome is winner else source
-            ws.add(ws.spec.steps[target].namespace, target, "user", outcome.message, kind="forwarded")
+            ws.forward(destination if outcome is winner else source, outcome.message)
     if isinstance(winner, Direct):
-        return _reply(ws, winner, destination)
-    return None
+        ws.add_direct(destination, winner)
+        return Reply(winner.content)
+    return STAYED if destination == source else Moved(source, destination)
 
 
-async def apply_route(ws: Workspace, spec: StepSpec, outcome: Go) -> None:
-    """Apply an outcome with no tool calls to answer (from ``run_logic`` or ``on_response``)."""
-    destination = ws.target(outcome)
-    if destination != spec.name:
-        await transition(ws, spec.name, destination)
+async def settle(ws: Workspace, spec: StepSpec, outcome: Outcome, user: str | None = None) -> Next:
+    """Apply an outcome that answers no tool call (from ``run_logic``, ``on_response`` or
+    ``on_model_error``). ``user``: the turn's message, when no step's memory holds it yet."""
+    source = spec.name
+    if isinstance(outcome, Stay):
+        apply_effects(ws, outcome, source)
+        if outcome.feedback:
+            ws.add(source, "user", outcome.feedback, "correction")
+        return STAYED
+    assert isinstance(outcome, Go | Direct)
+    destination = ws.destination(outcome, source)
+    await transition(ws, source, destination)
     apply_effects(ws, outcome, destination)
+    if isinstance(outcome, Direct):
+        if user is not None:  # a logic step answered: keep the user's words beside the reply
+            ws.add_user(destination, user)
+            user = None
+        if outcome.message is not None:
+            ws.forward(destination, outcome.message)
+        ws.add_direct(destination, outcome)
+        return Reply(outcome.content)
     if outcome.message is not None:
-        ws.add(ws.spec.steps[destination].namespace, destination, "user", outcome.message, kind="forwarded")
-
-
-async def finish_direct(
-    ws: Workspace, spec: StepSpec, outcome: Direct, pending_user: str | None = None
-) -> str:
-    """End the turn with a direct reply (from ``run_logic`` or ``on_response``), moving first if asked."""
-    destination = ws.target(outcome)
-    await transition(ws, spec.name, destination)
-    apply_effects(ws, outcome, destination)
-    namespace = ws.spec.steps[destination].namespace
-    if pending_user is not None:  # a logic step answered: keep the user's words beside the reply
-        ws.add(namespace, destination, "user", pending_user, attachments=ws.files.refs if ws.files else ())
-    if outcome.message is not None:
-        ws.add(namespace, destination, "user", outcome.message, kind="forwarded")
-    return _reply(ws, outcome, destination)
-
-
-def _reply(ws: Workspace, outcome: Direct, destination: str) -> str:
-    """Record a direct reply as the assistant's message, so the next turn knows what the user saw."""
-    namespace = ws.spec.steps[destination].namespace
-    ws.add(
-        namespace, destination, "assistant", outcome.content, kind="direct", remembered_as=outcome.remember
-    )
-    return outcome.content
+        ws.forward(destination, outcome.message)
+    return STAYED if destination == source else Moved(source, destination, user)
 
 
 def apply_effects(ws: Workspace, outcome: Outcome, destination: str) -> None:
@@ -105,8 +128,9 @@ async def transition(ws: Workspace, source: str, destination: str) -> None:
     if source == destination:
         return
     ws.transitions += 1
-    ws.limits.check_transition(ws.transitions)
-    if "on_exit" in ws.spec.steps[source].overrides:
+    steps = ws.config.spec.steps
+    ws.config.limits.check_transition(ws.transitions)
+    if "on_exit" in steps[source].overrides:
         leaving = ws.step(source)
         await ws.hook(leaving, "on_exit", leaving.on_exit)
     ws.session.prompts.pop(source, None)
@@ -117,9 +141,10 @@ async def enter(ws: Workspace, destination: str, *, previous: str | None) -> Non
     session = ws.session
     session.current_step = destination
     session.sequence.append(destination)
-    if ws.spec.steps[destination].is_terminal:
+    spec = ws.config.spec.steps[destination]
+    if spec.is_terminal:
         session.status = "completed"
-    ws.observer.step_entered(destination, previous)
-    if "on_enter" in ws.spec.steps[destination].overrides:
+    ws.config.observer.step_entered(destination, previous)
+    if "on_enter" in spec.overrides:
         step = ws.step(destination)
         await ws.hook(step, "on_enter", step.on_enter)

@@ -8,6 +8,7 @@ executes and routes:
         text: on_response turns it into the reply, or an outcome that routes
         a model that fails for good: a fallback model, or on_model_error, may take over
 
+Each round ends in a value — ``Reply``, ``Moved`` or ``Stayed`` — and the loop only matches on it.
 Everything happens on the workspace's private copy of the session; the engine commits it.
 """
 
@@ -19,14 +20,14 @@ from pydantic_core import to_json
 
 from picoflow._run.ask import ask, build_request
 from picoflow._run.dispatch import dispatch
-from picoflow._run.effects import apply_effects, apply_results, apply_route, enter, finish_direct
+from picoflow._run.effects import Moved, Next, Reply, Stayed, apply_results, enter, settle
 from picoflow._run.recovery import recover
 from picoflow._run.workspace import Workspace
 from picoflow.exceptions import AttemptsExhausted, HookFailure, ModelError
 from picoflow.flow import StepSpec
-from picoflow.messages import Message, ModelRequest
+from picoflow.messages import Message, ModelRequest, ModelResponse
 from picoflow.models.base import Model
-from picoflow.outcomes import Direct, Go, Stay
+from picoflow.outcomes import Direct, Go, Outcome
 from picoflow.step import LogicStep, Step
 
 
@@ -35,121 +36,92 @@ async def run_turn(ws: Workspace, text: str) -> str:
     session = ws.session
     if not session.sequence:
         await enter(ws, session.current_step, previous=None)
-    pending_user: str | None = text
-    crossed_from: str | None = None
-    running: str | None = None
+    now: Moved | Stayed = Moved(None, session.current_step, text)
+    steps = ws.config.spec.steps
     while True:
-        name = session.current_step
-        spec = ws.spec.steps[name]
-        step = ws.step(name)
-        if name != running:
-            ws.observer.step_started(name)
-            running = name
+        if isinstance(now, Moved):
+            ws.config.observer.step_started(now.destination)
+        spec = steps[session.current_step]
+        step = ws.step(spec.name)
         if spec.is_logic:
-            outcome = await _decide(ws, step, name)
-            if isinstance(outcome, Direct):
-                return await finish_direct(ws, spec, outcome, pending_user)
-            await apply_route(ws, spec, outcome)
-            crossed_from = name
-            continue
-
-        if pending_user is not None:
-            ws.add(spec.namespace, name, "user", pending_user, attachments=ws.files.refs if ws.files else ())
-            pending_user = None
-        elif crossed_from is not None:
-            await _cross(ws, step, spec, crossed_from)
-        crossed_from = None
-
-        try:
-            response, parsed = await ask(ws, step, spec)
-        except (ModelError, AttemptsExhausted) as error:  # another model or the step's hook may take over
-            recovered = await recover(ws, step, spec, error)
-            if isinstance(recovered, Direct):
-                return await finish_direct(ws, spec, recovered)
-            if isinstance(recovered, Go):
-                await apply_route(ws, spec, recovered)
-                if session.current_step != name:
-                    crossed_from = name
-                continue
-            response, parsed = recovered
-        if response.tool_calls:
-            # Reasoning rides along only with tool calls: the provider wants it back while the tool
-            # loop goes on, and drops it itself once a turn has ended in text.
-            ws.add(
-                spec.namespace,
-                name,
-                "assistant",
-                response.text,
-                response.tool_calls,
-                reasoning=response.reasoning,
-                model=response.answered_by,
-            )
-            results = await dispatch(ws, step, spec, response)
-            reply = await apply_results(ws, spec, results)
-            if reply is not None:
-                return reply
-            if session.current_step != name:
-                crossed_from = name
-            continue
-
-        value = parsed if spec.output is not None else response.text
-        if "on_response" in spec.overrides:
-            value = await ws.hook(step, "on_response", step.on_response, value)
-        if isinstance(value, Direct):
-            return await finish_direct(ws, spec, value)
-        if isinstance(value, Stay):
-            ws.add(spec.namespace, name, "assistant", response.text, model=response.answered_by)
-            apply_effects(ws, value, name)
-            if value.feedback:
-                ws.add(spec.namespace, name, "user", value.feedback, kind="correction")
-            continue
-        if isinstance(value, Go):
-            ws.add(spec.namespace, name, "assistant", response.text, model=response.answered_by)
-            await apply_route(ws, spec, value)
-            if session.current_step != name:
-                crossed_from = name
-            continue
-        reply = _reply_text(ws, value)
-        ws.add(spec.namespace, name, "assistant", reply, model=response.answered_by)
-        return reply
+            user = now.user if isinstance(now, Moved) else None
+            after = await settle(ws, spec, await _decide(ws, step, spec), user)
+        else:
+            await _arrive(ws, step, spec, now)
+            after = await _converse(ws, step, spec)
+        if isinstance(after, Reply):
+            return after.text
+        now = after
 
 
-async def _decide(ws: Workspace, step: Step, name: str) -> Go | Direct:
+async def _arrive(ws: Workspace, step: Step, spec: StepSpec, now: Moved | Stayed) -> None:
+    """What the step's memory gets before its model is asked: the user's words while no step holds
+    them yet, else, when the turn just moved here, what ``on_crossing`` adds."""
+    if isinstance(now, Stayed):
+        return
+    if now.user is not None:
+        ws.add_user(spec.name, now.user)
+    elif now.source is not None:
+        crossing = await ws.hook(step, "on_crossing", step.on_crossing, now.source)
+        if crossing:
+            ws.add(spec.name, "user", str(crossing), "crossing")
+
+
+async def _converse(ws: Workspace, step: Step, spec: StepSpec) -> Next:
+    """Ask the step's model and act on its answer."""
+    try:
+        response, parsed = await ask(ws, step, spec)
+    except (ModelError, AttemptsExhausted) as error:  # another model or the step's hook may take over
+        recovered = await recover(ws, step, spec, error)
+        if isinstance(recovered, Outcome):
+            return await settle(ws, spec, recovered)
+        response, parsed = recovered
+    if response.tool_calls:
+        ws.add_response(spec.name, response)
+        return await apply_results(ws, spec, await dispatch(ws, step, spec, response))
+    return await _answer(ws, step, spec, response, parsed)
+
+
+async def _answer(ws: Workspace, step: Step, spec: StepSpec, response: ModelResponse, parsed: Any) -> Next:
+    """A text answer: ``on_response`` makes it the reply, or an outcome that routes."""
+    value = parsed if spec.output is not None else response.text
+    if "on_response" in spec.overrides:
+        value = await ws.hook(step, "on_response", step.on_response, value)
+    if isinstance(value, Outcome):
+        if not isinstance(value, Direct):  # the model's words stay in memory beside where they led
+            ws.add_response(spec.name, response)
+        return await settle(ws, spec, value)
+    if isinstance(value, str):
+        reply = value
+    else:
+        ws.content_type = ws.content_type or "application/json"
+        reply = to_json(value).decode()
+    ws.add_reply(spec.name, reply, response.answered_by)
+    return Reply(reply)
+
+
+async def _decide(ws: Workspace, step: Step, spec: StepSpec) -> Go | Direct:
     """A LogicStep's decision, which must lead elsewhere or answer."""
     assert isinstance(step, LogicStep)
     outcome = await ws.hook(step, "run_logic", step.run_logic)
-    if isinstance(outcome, Direct) or (isinstance(outcome, Go) and ws.target(outcome) != name):
+    if isinstance(outcome, Direct) or (
+        isinstance(outcome, Go) and ws.destination(outcome, spec.name) != spec.name
+    ):
         return outcome
     raise HookFailure(
-        f"run_logic() of LogicStep {name} must return go(<another step>) or direct(...), not {outcome!r}",
-        step=name,
+        f"run_logic() of LogicStep {spec.name} must return go(<another step>) or direct(...), "
+        f"not {outcome!r}",
+        step=spec.name,
     )
-
-
-async def _cross(ws: Workspace, step: Step, spec: StepSpec, prior: str) -> None:
-    """Entering a step mid-turn: its ``on_crossing`` may add a user message to continue from."""
-    if "on_crossing" in spec.overrides:
-        crossing = await ws.hook(step, "on_crossing", step.on_crossing, prior)
-    else:
-        crossing = step.on_crossing(prior)
-    if crossing:
-        ws.add(spec.namespace, spec.name, "user", str(crossing), kind="crossing")
-
-
-def _reply_text(ws: Workspace, value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    ws.content_type = ws.content_type or "application/json"
-    return to_json(value).decode()
 
 
 async def first_request(ws: Workspace, text: str) -> tuple[Model, ModelRequest] | None:
     """The model and request a brand-new session would send first for ``text`` (None when the flow
     starts with a LogicStep). Nothing is sent; the workspace is not meant to be committed."""
     name = ws.session.current_step
-    spec = ws.spec.steps[name]
+    spec = ws.config.spec.steps[name]
     if spec.is_logic:
         return None
     await enter(ws, name, previous=None)
     request = await build_request(ws, ws.step(name), spec, [Message.user(text)])
-    return ws.model_for(spec), request
+    return ws.config.model_for(spec), request

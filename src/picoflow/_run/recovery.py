@@ -30,7 +30,7 @@ async def recover(
     ws: Workspace, step: Step, spec: StepSpec, error: ModelError | AttemptsExhausted
 ) -> tuple[ModelResponse, Any] | Direct | Go:
     """An answer after all, or where the turn goes instead; raises ``error`` when nothing helps."""
-    model = ws.model_for(spec)
+    model = ws.config.model_for(spec)
     asked: set[str] = set()
     while True:
         extra: list[Message] = []

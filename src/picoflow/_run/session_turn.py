@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from picoflow._run.compose import Composer
+from picoflow._run.dispatch import LOCAL_TOOLS
 from picoflow._run.files import TurnFiles
 from picoflow._run.loop import run_turn
 from picoflow._run.observers import TurnObserver
 from picoflow._run.window import TRIMMED
-from picoflow._run.workspace import Workspace, compact_memory
+from picoflow._run.workspace import ToolRunner, TurnConfig, Workspace, compact_memory
 from picoflow.attachments import Attachment
 from picoflow.context import ANY_PRINCIPAL, Caller, PrincipalFilter
 from picoflow.exceptions import (
@@ -33,7 +34,7 @@ from picoflow.exceptions import (
 from picoflow.flow import FlowSpec, StepSpec
 from picoflow.models.base import Model
 from picoflow.results import TurnError, TurnResult
-from picoflow.session import LogRecord, Session, new_session_id
+from picoflow.session import LogRecord, Session
 from picoflow.sessions.base import SessionStore
 from picoflow.usage import Usage, UsageLimits
 
@@ -45,19 +46,24 @@ MAX_WARNINGS = 200
 LATEST_ONLY = frozenset({TRIMMED})
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class TurnRequest:
-    """A turn as the engine resolved it: the flow (None: the session's own), the checked text."""
+    """A turn as the engine checked it: the flow (None: the session's own), the text, the session."""
 
     spec: FlowSpec | None
     text: str
-    session_id: str | None
+    session_id: str
+    """The session the turn continues, or the id of the one it starts."""
+    starts: bool
+    """The turn starts the session ``session_id`` (its id chosen by the engine, before the turn)."""
     caller: Caller
     files: tuple[Attachment, ...] = ()
     """The files sent with the message, checked."""
-    new_id: str | None = None
-    """The id a new session takes, when it was chosen before the turn (a durable executor names
-    the turn's execution after it); None: a fresh random one."""
+
+    @property
+    def continues(self) -> str | None:
+        """The id of the stored session the turn continues; None for a new one."""
+        return None if self.starts else self.session_id
 
 
 class TurnHost(Protocol):
@@ -81,121 +87,107 @@ class TurnHost(Protocol):
     def model_for(self, flow: FlowSpec, step: StepSpec) -> Model: ...
 
 
-class TurnExecutor(Protocol):
-    """Runs a checked turn somewhere other than this process (``FlowEngine(executor=...)``)."""
-
-    async def take(self, engine: Any, request: TurnRequest, observer: TurnObserver) -> TurnResult:
-        """The turn's result. A ``RunError`` raised before the turn ran (it could not be submitted)
-        becomes the turn's failure in the engine, as refused input does."""
-        ...
-
-
 class SessionTurns:
-    """Runs turns against the store, one at a time per session inside this process."""
+    """Runs turns against the store, one at a time per session inside this process; tool calls
+    run where ``tools`` runs them."""
 
-    def __init__(self, host: TurnHost) -> None:
+    def __init__(self, host: TurnHost, tools: ToolRunner = LOCAL_TOOLS) -> None:
         self.host = host
+        self.tools = tools
         self.composer = Composer(host.registry, host.model_for, host.with_mcp_tools)
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
 
     async def take(self, request: TurnRequest, observer: TurnObserver) -> TurnResult:
-        host = self.host
+        """The turn's result; a failure is filed with the session and leaves it as stored."""
         ws: Workspace | None = None
-        reference = request.session_id
-        lock = None if reference is None else self._lock(reference)
+        continued = request.continues
+        lock = None if continued is None else self._lock(continued)  # a new session needs none
         held = False
         try:
             if lock is not None:
                 held = await lock.acquire()
-            if reference is None:
-                spec, session, expected = self._new(request)
-            else:
-                spec, session, expected = await self._load(request, reference)
-            reference = session.id
-            observer.session_opened(reference)
-            if spec.mcp_servers:  # its MCP servers' tools are not listed yet
-                spec = await host.with_mcp_tools(spec)
-            if host.before_turn is not None:
-                await host.before_turn(spec)
+            spec, session, expected = await self._open(request)
+            observer.session_opened(session.id)
             ws = self.workspace(spec, session, request.caller, observer)
             if session.revision:
                 self._restore(ws)
             if request.files or ws.session.files_sent:
-                ws.files = TurnFiles(request.files, functools.partial(host.store.load_files, ws.session.id))
+                loader = functools.partial(self.host.store.load_files, ws.session.id)
+                ws.files = TurnFiles(request.files, loader)
             try:
                 reply = await run_turn(ws, request.text)
             except BaseException as exc:
                 observer.turn_ended(exc)
                 raise
             observer.turn_ended(None)
-            await compact_memory(ws)
-            ws.normalize_states()
-            session = ws.session
-            _commit_locally(ws)
-            try:
-                if request.files:
-                    session.files_sent += len(request.files)
-                    await host.store.save(
-                        session, expected_revision=expected, appended=ws.appended, files=request.files
-                    )
-                else:
-                    await host.store.save(session, expected_revision=expected, appended=ws.appended)
-            except OSError as exc:  # as in ``store_call``, without its await on the hot path
-                raise outage(f"saving session {session.id}", exc) from exc
-            warnings = tuple([record.message for record in ws.warnings]) if ws.warnings else ()
-            # Positional, in field order (message, session id, completed, content type, step, usage,
-            # error, warnings, flow): every turn builds one.
-            return TurnResult(
-                reply,
-                session.id,
-                session.status == "completed",
-                ws.content_type or "text/plain",
-                session.current_step,
-                ws.usage,
-                None,
-                warnings,
-                spec.name,
-            )
+            await self._commit(ws, expected, request.files)
+            return _result(ws, reply)
         except RunError as exc:
-            return await self.failed(exc, reference, request.session_id, ws)
+            return await self.failed(exc, request.session_id, continued, ws)
         except Exception as exc:
-            logger.exception("picoflow: unexpected error in a turn of session %s", reference)
+            logger.exception("picoflow: unexpected error in a turn of session %s", request.session_id)
             wrapped = RunError(f"unexpected {type(exc).__name__}: {exc}")
             wrapped.__cause__ = exc
-            return await self.failed(wrapped, reference, request.session_id, ws)
+            return await self.failed(wrapped, request.session_id, continued, ws)
         finally:
             if ws is not None:
                 ws.release()
             if lock is not None:
-                self._unlock(request.session_id or "", lock, held)
+                self._unlock(continued or "", lock, held)
 
     def workspace(
         self, spec: FlowSpec, session: Session, caller: Caller, observer: TurnObserver
     ) -> Workspace:
         host = self.host
-        return Workspace(
+        config = TurnConfig(
             spec=spec,
-            session=session,
             caller=caller,
             deps=caller.deps if caller.deps is not None else host.deps,
             model_for=functools.partial(host.model_for, spec),
             limits=host.limits or spec.limits,
+            tools=self.tools,
             max_reply_chars=host.max_reply_chars,
             observer=observer,
             composer=self.composer,
         )
+        return Workspace(config, session)
+
+    async def _open(self, request: TurnRequest) -> tuple[FlowSpec, Session, int | None]:
+        """The turn's flow (its MCP tools listed, its models ready), its session and the revision
+        the save expects (None: a new session)."""
+        if request.starts:
+            spec, session, expected = self._new(request)
+        else:
+            spec, session, expected = await self._load(request, request.session_id)
+        host = self.host
+        if spec.mcp_servers:  # its MCP servers' tools are not listed yet
+            spec = await host.with_mcp_tools(spec)
+        if host.before_turn is not None:
+            await host.before_turn(spec)
+        return spec, session, expected
+
+    async def _commit(self, ws: Workspace, expected: int | None, files: tuple[Attachment, ...]) -> None:
+        """Save the turn: all of it or, should the store refuse, nothing."""
+        await compact_memory(ws)
+        ws.normalize_states()
+        session = ws.session
+        _commit_locally(ws)
+        store = self.host.store
+        try:
+            if files:
+                session.files_sent += len(files)
+                await store.save(session, expected_revision=expected, appended=ws.appended, files=files)
+            else:
+                await store.save(session, expected_revision=expected, appended=ws.appended)
+        except OSError as exc:  # as in ``store_call``, without its await on the hot path
+            raise outage(f"saving session {session.id}", exc) from exc
 
     @staticmethod
     def _new(request: TurnRequest) -> tuple[FlowSpec, Session, None]:
         spec = request.spec
         assert spec is not None  # the engine resolves the flow of a new session up front
         principal = request.caller.principal
-        session = Session(
-            id=request.new_id or new_session_id(),
-            flow=spec.name,
-            current_step=spec.start,
-            principal=principal,
-        )
+        session = Session(id=request.session_id, flow=spec.name, current_step=spec.start, principal=principal)
         return spec, session, None
 
     async def _load(self, request: TurnRequest, session_id: str) -> tuple[FlowSpec, Session, int]:
@@ -231,7 +223,7 @@ class SessionTurns:
             restored = Session(
                 id=session.id,
                 flow=session.flow,
-                current_step=ws.spec.start,
+                current_step=ws.config.spec.start,
                 revision=session.revision,
                 principal=session.principal,
                 next_seq=session.next_seq,
@@ -272,7 +264,7 @@ class SessionTurns:
             usage=ws.usage if ws else Usage(),
             error=TurnError(type(exc), exc.public_text, exc.retry_after, reference, field),
             warnings=tuple(record.message for record in ws.warnings) if ws else (),
-            flow=ws.spec.name if ws else None,
+            flow=ws.config.spec.name if ws else None,
         )
 
     def session_lock(self, session_id: str) -> AbstractAsyncContextManager[None]:
@@ -307,6 +299,24 @@ class SessionTurns:
             del self._locks[session_id]
         else:
             self._locks[session_id] = (lock, users - 1)
+
+
+def _result(ws: Workspace, reply: str) -> TurnResult:
+    session = ws.session
+    warnings = tuple([record.message for record in ws.warnings]) if ws.warnings else ()
+    # Positional, in field order (message, session id, completed, content type, step, usage, error,
+    # warnings, flow): every turn builds one.
+    return TurnResult(
+        reply,
+        session.id,
+        session.status == "completed",
+        ws.content_type or "text/plain",
+        session.current_step,
+        ws.usage,
+        None,
+        warnings,
+        ws.config.spec.name,
+    )
 
 
 def _commit_locally(ws: Workspace) -> None:

@@ -16,15 +16,14 @@ mixes with a step of the turn's flow that has the same name.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
 from typing import Any
 
 from picoflow._run.observers import TurnObserver
 from picoflow._run.workspace import ModelFor, Workspace
-from picoflow.attachments import AttachmentRef
 from picoflow.exceptions import HookFailure
 from picoflow.flow import FlowSpec
-from picoflow.messages import Message, MessageKind, Role, ToolCall
+from picoflow.messages import Message
 from picoflow.outcomes import Direct, Go
 from picoflow.runtime import StepState
 from picoflow.session import Namespace, Session, copy_json
@@ -45,6 +44,7 @@ class SubWorkspace(Workspace):
         "parent",
         "root",
         "substep_input",
+        "within",
     )
 
     def __init__(
@@ -63,24 +63,16 @@ class SubWorkspace(Workspace):
         session = Session(
             main.id, flow.name, name, principal=main.principal, turns=main.turns, next_seq=main.next_seq
         )
-        super().__init__(
-            spec=flow,
-            session=session,
-            caller=parent.caller,
-            deps=parent.deps,
-            model_for=model_for,
-            limits=parent.limits,
-            max_reply_chars=parent.max_reply_chars,
-            observer=observer,
-            composer=parent.composer,
-        )
+        config = dataclasses.replace(parent.config, spec=flow, model_for=model_for, observer=observer)
+        super().__init__(config, session)
         self.usage = parent.usage  # one turn, one tally: its limits hold across every run
         self.files = parent.files  # the turn's files reach a sub-step's tools too
         self.parent = parent
         self.root = root
         self.substep_input = text
+        self.within: str | None = None
         self.depth = depth
-        self._prefix = "" if flow.name == root.spec.name else f"{flow.name}:"
+        self._prefix = "" if flow.name == root.config.spec.name else f"{flow.name}:"
         self._snapshots: dict[str, dict[str, Any]] = {}
         self.models_out: dict[str, str] = {}
         self.memory_out: dict[str, Namespace] = {}
@@ -110,9 +102,8 @@ class SubWorkspace(Workspace):
     def terminate_target(self) -> str | None:
         return None
 
-    def target(self, outcome: Go | Direct) -> str:
-        name = super().target(outcome)
-        here = self.session.current_step
+    def destination(self, outcome: Go | Direct, here: str) -> str:
+        name = super().destination(outcome, here)
         if name != here:
             raise HookFailure(
                 f"sub-step {here} cannot go to {name}: a sub-step answers the step that ran it (with "
@@ -121,44 +112,16 @@ class SubWorkspace(Workspace):
             )
         return name
 
-    def add(
-        self,
-        namespace: str,
-        step: str,
-        role: Role,
-        content: str,
-        tool_calls: Sequence[ToolCall] = (),
-        *,
-        call: ToolCall | None = None,
-        is_error: bool = False,
-        kind: MessageKind | None = None,
-        reasoning: Sequence[Mapping[str, Any]] = (),
-        remembered_as: str | None = None,
-        model: str | None = None,
-        attachments: tuple[AttachmentRef, ...] = (),
-    ) -> Message:
-        main = self.root.session
-        session = self.session
-        session.next_seq = main.next_seq
+    def _next_seq(self) -> int:
+        # Runs going on together take their seqs from the turn's session, so none is used twice.
+        seq = self.session.next_seq = self.root.session.next_seq
         if self.within is None:  # named after the step and its first message's seq: unique for good
-            self.within = f"{session.current_step}@{main.next_seq}"
-        message = super().add(
-            namespace,
-            step,
-            role,
-            content,
-            tool_calls,
-            call=call,
-            is_error=is_error,
-            kind=kind,
-            reasoning=reasoning,
-            remembered_as=remembered_as,
-            model=model,
-            attachments=attachments,
-        )
-        main.next_seq = session.next_seq
-        self.appended[-1] = (self._kept or self.within, message)
-        return message
+            self.within = f"{self.session.current_step}@{seq}"
+        return seq
+
+    def _record(self, namespace: str, message: Message) -> None:
+        self.root.session.next_seq = self.session.next_seq
+        self.appended.append((self._kept or self.within or namespace, message))
 
     # --- handing the run's changes up ---------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""A turn's workspace: its private working copy of the session and the services steps reach.
+"""A turn's workspace: its frozen configuration, its private working copy of the session, and the
+services steps reach.
 
 Nothing here touches the store. The engine commits the workspace's session (and the messages it
 appended) only when the whole turn succeeded, so a failure anywhere leaves the stored session as
@@ -10,9 +11,10 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic_core import to_jsonable_python
 
@@ -23,109 +25,136 @@ from picoflow.context import Caller, RunContext
 from picoflow.exceptions import HookFailure, RunError
 from picoflow.flow import Flow, FlowSpec, StepSpec
 from picoflow.memory import compact
-from picoflow.messages import Message, MessageKind, Role, ToolCall
-from picoflow.outcomes import EXECUTING_STEP, Direct, Go
+from picoflow.messages import Message, MessageKind, ModelResponse, Role, ToolCall
+from picoflow.outcomes import Direct, Go
 from picoflow.runtime import StepState, SubSteps
 from picoflow.session import LogRecord, Session
 from picoflow.step import Step
 from picoflow.usage import Usage, UsageLimits
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from picoflow.models.base import Model
 
 ModelFor = Callable[[StepSpec], "Model"]
-
-HandlerRunner = Callable[["Workspace", StepSpec, ToolCall, "Sequence[ToolCall] | None"], Awaitable[Any]]
-"""Runs a tool handler somewhere else (a durable executor's activity) instead of in this process:
-given the workspace, the step, the call (and, for a ``@tools`` group, all its calls), it returns
-the value dispatch treats as the handler's, having applied to the workspace what the handler did."""
 
 RUNNING_CALL: ContextVar[ToolCall | None] = ContextVar("picoflow_running_call", default=None)
 """The tool call whose handler is running (what a sub-step run started there nests under)."""
 
 
-_NONE_DEFERRED: frozenset[str] = frozenset()
+@dataclass(frozen=True, slots=True)
+class ToolJob:
+    """A response's call (or a ``@tools`` group's calls) validated and ready to run: what crosses
+    the ``ToolRunner`` seam."""
+
+    step: str
+    calls: tuple[ToolCall, ...]
+    """The calls as validated (without any injected name the model sent)."""
+    arguments: tuple[BaseModel, ...]
+    """Each call's validated arguments, in order."""
+    group: bool
+    """The calls are one ``@tools`` group's, run by its one handler."""
+
+
+class ToolRunner(Protocol):
+    """Where validated tool calls run: here (``_run.dispatch.LOCAL_TOOLS``), or as a durable
+    executor's activity. Dispatch validates and authorizes; a runner only runs."""
+
+    async def run(self, ws: Workspace, step: Step, spec: StepSpec, job: ToolJob) -> Any:
+        """The handler's value (a refusal ``CallResult`` for a ``ToolError`` or a time limit),
+        with what the handler did applied to ``ws``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnConfig:
+    """What a turn runs with; the same from its first step to its last."""
+
+    spec: FlowSpec
+    """The flow, with its MCP tools listed."""
+    caller: Caller
+    """Who asked for the turn (principal, visibilities, config), never the model."""
+    deps: Any
+    """The application's dependencies, handed to tools in ``RunContext.deps``."""
+    model_for: ModelFor
+    """The model of a step."""
+    limits: UsageLimits
+    """The turn's budgets."""
+    tools: ToolRunner
+    """Where validated tool calls run."""
+    max_reply_chars: int = 100_000
+    """Longest model response accepted (text plus tool arguments)."""
+    observer: TurnObserver = NO_OBSERVER
+    """What watches the turn (tracing, an event stream)."""
+    composer: SubSteps | None = None
+    """What runs sub-steps."""
 
 
 class Workspace:
-    """One turn's state on a private copy of ``session``; the runtime of its steps and flow."""
+    """One turn's mutable state on a private copy of ``session``; the runtime of its steps and flow."""
 
     substep_input: str | None = None
     """The input of a sub-step run (``SubWorkspace``); the turn itself has none."""
+    within: str | None = None
+    """The label of a sub-step run's messages (``SubWorkspace``); the turn's own have none."""
 
     # Slots: the runner reads and writes these a hundred times a turn.
     __slots__ = (
         "_contexts",
-        "_deferred_erase",
         "_flow",
         "_states",
         "_steps",
         "appended",
         "attempt",
-        "caller",
-        "composer",
+        "config",
         "content_type",
-        "deps",
         "files",
-        "handler_runner",
-        "limits",
-        "max_reply_chars",
-        "model_for",
-        "observer",
+        "held_erases",
         "session",
-        "session_id",
-        "spec",
         "transitions",
         "usage",
         "warnings",
-        "within",
     )
 
-    def __init__(
-        self,
-        *,
-        spec: FlowSpec,
-        session: Session,
-        caller: Caller,
-        deps: Any,
-        model_for: ModelFor,
-        limits: UsageLimits,
-        max_reply_chars: int = 100_000,
-        observer: TurnObserver = NO_OBSERVER,
-        composer: SubSteps | None = None,
-    ) -> None:
-        self.spec = spec
+    def __init__(self, config: TurnConfig, session: Session) -> None:
+        self.config = config
         self.session = session
-        self.session_id = session.id
-        self.caller = caller
-        self.deps = deps
-        self.model_for = model_for
-        self.limits = limits
-        self.max_reply_chars = max_reply_chars
-        self.observer = observer
-        self.composer = composer
         self.files: TurnFiles | None = None
-        self.handler_runner: HandlerRunner | None = None
-        self.within: str | None = None
         self.usage = Usage()
         self.appended: list[tuple[str, Message]] = []
+        """Every message the turn added, with the namespace (or sub-step label) that keeps it."""
         self.warnings: list[LogRecord] = []
         self.content_type: str | None = None
         self.transitions = 0
         self.attempt = 1
+        self.held_erases: frozenset[str] | None = None
+        """While a response's tool calls run: the namespaces whose erase waits until every result
+        is written (an erase then could separate a call from its result). None: erases happen at once."""
         self._steps: dict[str, Step] = {}
         self._states: dict[str, StepState] = {}
         self._contexts: dict[str, RunContext[Any]] = {}
-        self._deferred_erase: frozenset[str] | None = None
         self._flow: Flow | None = None
 
     # --- what steps and the flow object reach (StepRuntime, FlowRuntime) --------------------------
 
     @property
+    def session_id(self) -> str:
+        return self.session.id
+
+    @property
+    def caller(self) -> Caller:
+        return self.config.caller
+
+    @property
+    def composer(self) -> SubSteps | None:
+        return self.config.composer
+
+    @property
     def flow(self) -> Flow:
         flow = self._flow
         if flow is None:
-            flow = self._flow = self.spec.cls(self)
+            flow = self._flow = self.config.spec.cls(self)
         return flow
 
     def state_for(self, step_name: str) -> StepState:
@@ -140,15 +169,14 @@ class Workspace:
         return self.state_for(key)
 
     def messages_of(self, namespace: str) -> Sequence[Message]:
-        if self._deferred_erase and namespace in self._deferred_erase:
+        held = self.held_erases
+        if held and namespace in held:
             return ()
         return self.session.namespace(namespace).messages
 
     def erase(self, namespace: str) -> None:
-        if self._deferred_erase is not None:
-            # A tool call of this response still waits for its results in some namespace; erasing
-            # now could separate them, so the erase happens once the results are written.
-            self._deferred_erase = self._deferred_erase | {namespace}
+        if self.held_erases is not None:
+            self.held_erases = self.held_erases | {namespace}
             return
         ns = self.session.namespace(namespace)
         ns.messages = []
@@ -156,18 +184,19 @@ class Workspace:
         ns.summary = None
 
     def terminate_target(self) -> str | None:
-        return self.spec.terminate
+        return self.config.spec.terminate
 
     def context_for(self, step: str) -> RunContext[Any]:
         context = self._contexts.get(step)
         if context is None:
-            caller = self.caller
+            config = self.config
+            caller = config.caller
             # Positional, in field order: one context per step and turn, built on the hot path.
             context = self._contexts[step] = RunContext(
                 caller.principal,
                 caller.visibilities,
-                self.deps,
-                self.session_id,
+                config.deps,
+                self.session.id,
                 step,
                 self.usage,
                 caller.config,
@@ -180,16 +209,57 @@ class Workspace:
     def step(self, name: str) -> Step:
         step = self._steps.get(name)
         if step is None:
-            step = self._steps[name] = self.spec.steps[name].cls(self)
+            step = self._steps[name] = self.config.spec.steps[name].cls(self)
         return step
 
-    def add(
+    def add(self, step: str, role: Role, content: str, kind: MessageKind | None = None) -> Message:
+        """A message of ``role`` in ``step``'s memory: an answer written in code, a crossing or a
+        correction (what a person or a model said has a helper of its own)."""
+        return self._append(step, role, content, kind=kind)
+
+    def add_user(self, step: str, text: str) -> Message:
+        """The user's message of this turn, with the files sent with it."""
+        return self._append(step, "user", text, attachments=self.files.refs if self.files else ())
+
+    def forward(self, step: str, text: str) -> Message:
+        """A user message an outcome forwards to ``step`` (``with_message``)."""
+        return self._append(step, "user", text, kind="forwarded")
+
+    def add_response(self, step: str, response: ModelResponse) -> Message:
+        """The model's answer as it came: its text, and its calls with the reasoning behind them.
+
+        Reasoning rides along only with tool calls: the provider wants it back while the tool loop
+        goes on, and drops it itself once a turn has ended in text."""
+        calls = response.tool_calls
+        if calls:
+            return self._append(
+                step,
+                "assistant",
+                response.text,
+                tuple(calls),
+                reasoning=response.reasoning,
+                model=response.answered_by,
+            )
+        return self._append(step, "assistant", response.text, model=response.answered_by)
+
+    def add_reply(self, step: str, text: str, model: str | None) -> Message:
+        """The reply the turn ends with, from the model's answer (``model`` wrote it)."""
+        return self._append(step, "assistant", text, model=model)
+
+    def add_direct(self, step: str, outcome: Direct) -> Message:
+        """A reply written in code (``direct``), so the next turn knows what the user saw."""
+        return self._append(step, "assistant", outcome.content, kind="direct", remembered_as=outcome.remember)
+
+    def add_tool_result(self, step: str, call: ToolCall, content: str, is_error: bool) -> Message:
+        """The one tool message answering ``call``."""
+        return self._append(step, "tool", content, call=call, is_error=is_error)
+
+    def _append(
         self,
-        namespace: str,
         step: str,
         role: Role,
         content: str,
-        tool_calls: Sequence[ToolCall] = (),
+        tool_calls: tuple[ToolCall, ...] = (),
         *,
         call: ToolCall | None = None,
         is_error: bool = False,
@@ -199,15 +269,15 @@ class Workspace:
         model: str | None = None,
         attachments: tuple[AttachmentRef, ...] = (),
     ) -> Message:
-        """Append a message to ``namespace`` and to the turn's list of new messages."""
         session = self.session
-        seq = session.next_seq
+        seq = self._next_seq()
+        namespace = self.config.spec.steps[step].namespace
         # Look the namespace up first: a new one must start at this message's seq.
         ns = session.memory.get(namespace) or session.namespace(namespace)
         message = Message(
             role,
             content,
-            tool_calls if type(tool_calls) is tuple else tuple(tool_calls),
+            tool_calls,
             call.id if call else None,
             call.name if call else None,
             is_error,
@@ -223,24 +293,32 @@ class Workspace:
         )
         session.next_seq = seq + 1
         ns.messages.append(message)
-        self.appended.append((namespace, message))
+        self._record(namespace, message)
         return message
+
+    def _next_seq(self) -> int:
+        """The seq of the message about to be appended."""
+        return self.session.next_seq
+
+    def _record(self, namespace: str, message: Message) -> None:
+        """Keep ``message`` in the turn's list of new messages."""
+        self.appended.append((namespace, message))
 
     def warn(self, code: str, message: str, step: str | None) -> None:
         self.warnings.append(LogRecord(code, message, "warning", step, self.session.turns + 1))
 
-    def target(self, outcome: Go | Direct) -> str:
-        """The step an outcome leads to; naming no step of the flow is the hook's bug."""
+    def destination(self, outcome: Go | Direct, here: str) -> str:
+        """The step ``outcome``, returned by step ``here``, leads to; naming no step of the flow is
+        the hook's bug."""
         target = outcome.target_name
-        if target not in self.spec.steps:
-            raise HookFailure(
-                f"go({target!r}) names no step of flow {self.spec.name}", step=self.session.current_step
-            )
+        if target is None:
+            return here
+        if target not in self.config.spec.steps:
+            raise HookFailure(f"go({target!r}) names no step of flow {self.config.spec.name}", step=here)
         return target
 
     async def hook(self, step: Step, label: str, fn: Callable[..., Any], *args: Any) -> Any:
         """Run user code of ``step``; anything it raises fails the turn as a ``HookFailure``."""
-        token = EXECUTING_STEP.set(step.name)
         try:
             value = fn(*args)
             if inspect.isawaitable(value):
@@ -251,17 +329,12 @@ class Workspace:
             raise HookFailure(
                 f"{label}() of step {step.name} raised {type(exc).__name__}: {exc}", step=step.name
             ) from exc
-        finally:
-            EXECUTING_STEP.reset(token)
         return value
 
-    def defer_erases(self) -> None:
-        """Hold erases until ``apply_erases``: a response's tool results are still to be written."""
-        self._deferred_erase = _NONE_DEFERRED
-
-    def apply_erases(self) -> None:
-        deferred, self._deferred_erase = self._deferred_erase, None
-        for namespace in deferred or ():
+    def release_erases(self) -> None:
+        """Every tool result of the response is written: do the erases held meanwhile."""
+        held, self.held_erases = self.held_erases, None
+        for namespace in held or ():
             self.erase(namespace)
 
     def replace_session(self, session: Session) -> None:
@@ -294,28 +367,18 @@ class Workspace:
         self._flow = None
 
 
-def held_erases(ws: Workspace) -> frozenset[str] | None:
-    """The namespaces whose erase waits for this response's tool results (None: erases are not
-    being held now)."""
-    return ws._deferred_erase
-
-
-def hold_erases(ws: Workspace, namespaces: frozenset[str]) -> None:
-    """Hold these erases too (made by a handler that ran elsewhere, see ``handler_runner``)."""
-    ws._deferred_erase = (ws._deferred_erase or _NONE_DEFERRED) | namespaces
-
-
 async def compact_memory(ws: Workspace) -> None:
     """At the end of a turn, compact the memory of the namespaces it added messages to, of the
     steps that ask for it."""
-    if not ws.spec.compacting:
+    spec = ws.config.spec
+    if not spec.compacting:
         return
     touched = {namespace for namespace, _ in ws.appended}
-    for spec in ws.spec.compacting:
-        policy = spec.cls.compaction
-        if policy is None or spec.namespace not in touched:
+    for step in spec.compacting:
+        policy = step.cls.compaction
+        if policy is None or step.namespace not in touched:
             continue
         try:
-            await compact(ws.session.namespace(spec.namespace), policy)
+            await compact(ws.session.namespace(step.namespace), policy)
         except Exception as exc:  # compaction is an optimisation; a failure must not lose the turn
-            ws.warn("compaction_skipped", f"memory compaction skipped: {type(exc).__name__}", spec.name)
+            ws.warn("compaction_skipped", f"memory compaction skipped: {type(exc).__name__}", step.name)

@@ -1,20 +1,33 @@
 """The service: ``FlowEngine`` runs turns of registered flows against a session store.
 
-Executors decide where a checked turn runs (``LocalExecutor``, in this process, by default);
-the edges (HTTP, CLI, MCP, evals) translate requests into the engine's calls and nothing more.
+Executors decide where a checked turn runs (``LocalExecutor``, in this process, by default;
+``picoflow.temporal.TemporalExecutor`` on Temporal workers), and a ``ToolRunner`` where its
+validated tool calls run (``LOCAL_TOOLS``, here, by default). The edges (HTTP, CLI, MCP, evals)
+translate requests into the engine's calls and nothing more.
 """
 
+from picoflow._run.dispatch import LOCAL_TOOLS, LocalTools
+from picoflow._run.session_turn import SessionTurns, TurnRequest
+from picoflow._run.workspace import ToolJob, ToolRunner
 from picoflow.context import ANY_PRINCIPAL
-from picoflow.engine._engine import FlowEngine, check_text
-from picoflow.engine._sessions import MAX_OFFSET, check_session_id
+from picoflow.engine._engine import MAX_OFFSET, FlowEngine, check_session_id, check_text
+from picoflow.engine.executors import LocalExecutor, TurnExecutor
 from picoflow.results import TurnError, TurnFinished, TurnResult
 
 __all__ = [
     "ANY_PRINCIPAL",
+    "LOCAL_TOOLS",
     "MAX_OFFSET",
     "FlowEngine",
+    "LocalExecutor",
+    "LocalTools",
+    "SessionTurns",
+    "ToolJob",
+    "ToolRunner",
     "TurnError",
+    "TurnExecutor",
     "TurnFinished",
+    "TurnRequest",
     "TurnResult",
     "check_session_id",
     "check_text",

@@ -3,62 +3,59 @@
 ``await engine.run(flow, message, session_id)`` runs one turn and always returns a
 ``TurnResult``: run-time failures (a model outage, a budget exceeded, a bug in a tool, a
 concurrent turn on the same session) come back as ``result.error`` with text safe to show a user,
-and the stored session is left exactly as it was before the turn. The engine is the one service:
-the HTTP server and the command line translate requests into its calls and nothing more.
+and the stored session is left exactly as it was before the turn. ``run_stream`` and ``run_sync``
+are the same turn for a caller that watches its events, or that has no event loop. The engine also
+reads, lists and deletes stored sessions, every read checked against the caller's principal. It is
+the one service: the HTTP server and the command line translate requests into its calls and nothing
+more.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+import re
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
 from picoflow._run.loop import first_request
-from picoflow._run.observers import NO_OBSERVER, EventStream, combine
-from picoflow._run.session_turn import SessionTurns, TurnExecutor, TurnRequest, store_call
+from picoflow._run.observers import NO_OBSERVER, EventStream, TurnObserver, combine
+from picoflow._run.session_turn import SessionTurns, TurnRequest, may_access, store_call
 from picoflow._run.text import check_message
 from picoflow._run.text import check_text as check_text  # the one input rule, public here
 from picoflow._run.tracing import TracingSetting
-from picoflow.attachments import Attachment, AttachmentLimits, check_attachments
-from picoflow.context import ANY_PRINCIPAL, Caller
-from picoflow.engine._faces import RunFaces
-from picoflow.engine._sessions import MAX_OFFSET, StoredSessions, check_session_id
+from picoflow.attachments import Attachment, AttachmentLimits, AttachmentRef, check_attachments
+from picoflow.context import ANY_PRINCIPAL, Caller, PrincipalFilter
+from picoflow.engine.executors import LocalExecutor, TurnExecutor
 from picoflow.events import TurnEvent
 from picoflow.exceptions import FlowDefinitionError, FlowNotFound, InvalidInput, RunError
 from picoflow.flow import Flow, FlowSpec, StepSpec
 from picoflow.mcp._listing import MCPTools
+from picoflow.messages import Message
 from picoflow.models.base import Model
-from picoflow.models.catalog import (
-    ModelSelection,
-    as_selection,
-    default_selection,
-    validate_selection,
-)
+from picoflow.models.catalog import ModelSelection, as_selection, default_selection, validate_selection
 from picoflow.models.fallback import as_model
-from picoflow.results import TurnError, TurnFinished, TurnResult
-from picoflow.session import Session, new_session_id
+from picoflow.results import TurnFinished, TurnResult
+from picoflow.session import LogRecord, Session, SessionInfo, SessionStatus, new_session_id
 from picoflow.sessions.base import SessionStore
+from picoflow.sessions.health import StoreHealth, store_check
 from picoflow.sessions.memory import MemoryStore
 from picoflow.usage import UsageLimits
 
-__all__ = [
-    "ANY_PRINCIPAL",
-    "MAX_OFFSET",
-    "FlowEngine",
-    "TurnError",
-    "TurnFinished",
-    "TurnResult",
-    "check_session_id",
-    "check_text",
-]
+__all__ = ["ANY_PRINCIPAL", "MAX_OFFSET", "FlowEngine", "check_session_id", "check_text"]
 
 logger = logging.getLogger("picoflow")
 
+SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+MAX_OFFSET = 1_000_000_000
+"""Largest listing offset accepted: far beyond any real listing, well inside a 64-bit integer."""
 
-class FlowEngine(StoredSessions, RunFaces):
+
+class FlowEngine:
     """Runs turns of registered flows against a session store; reads and deletes stored sessions."""
 
     def __init__(
@@ -96,8 +93,9 @@ class FlowEngine(StoredSessions, RunFaces):
                 raise a ``RunError`` to refuse the turn (a server waits here for the flow's models
                 to load, and refuses with 503 when one failed).
             attachment_limits: Sizes and types of the files a turn may carry (``AttachmentLimits``).
-            executor: Where turns run once their input is checked: None runs them here, in this
-                process; ``picoflow.temporal.TemporalExecutor`` runs each as a durable workflow.
+            executor: Where turns run once their input is checked: ``LocalExecutor()`` (None) runs
+                them here, in this process; ``picoflow.temporal.TemporalExecutor`` runs each as a
+                durable workflow.
         """
         self.store: SessionStore = store if store is not None else MemoryStore()
         self.deps = deps
@@ -106,7 +104,7 @@ class FlowEngine(StoredSessions, RunFaces):
         self.max_reply_chars = max_reply_chars
         self.attachment_limits = attachment_limits or AttachmentLimits()
         self.before_turn = before_turn
-        self.executor = executor
+        self.executor: TurnExecutor = executor if executor is not None else LocalExecutor()
         self._tracing = TracingSetting(tracing, capture_content=trace_content)
         self._override: Model | ModelSelection | None = None
         if isinstance(model, Model):
@@ -117,7 +115,8 @@ class FlowEngine(StoredSessions, RunFaces):
         self._flows: dict[str, FlowSpec] = {}
         self.registry: Mapping[str, FlowSpec] = MappingProxyType(self._flows)  # read-only, live
         self._models: dict[tuple[str, str], Model] = {}
-        self._turns = SessionTurns(self)
+        self.turns = SessionTurns(self)
+        """How turns run against this engine's store, flows and models (what executors run them on)."""
         self._background: set[asyncio.Future[TurnResult]] = set()
         self._mcp = MCPTools()
         self._mcp_lock: asyncio.Lock | None = None
@@ -220,31 +219,103 @@ class FlowEngine(StoredSessions, RunFaces):
         flow_name = flow if isinstance(flow, str) or flow is None else flow.name
         observer.turn_started(flow_name or "session", session_id, message)
         try:
-            try:
-                spec = self.flow(flow) if flow is not None or session_id is None else None
-                text = self.check_message(message)
-                if session_id is not None:
-                    check_session_id(session_id)
-                files = tuple(attachments) if attachments else ()
-                if files:
-                    check_attachments(list(files), self.attachment_limits)
-            except RunError as exc:
-                result = await self._turns.failed(exc, session_id, session_id, None)
-            else:
-                request = TurnRequest(spec, text, session_id, caller or Caller(), files)
-                executor = self.executor
-                if executor is None:
-                    result = await self._turns.take(request, observer)
-                else:
-                    try:
-                        result = await executor.take(self, request, observer)
-                    except RunError as exc:  # refused before any execution: nothing ran, nothing stored
-                        result = await self._turns.failed(exc, session_id, session_id, None)
+            result = await self._take(flow, message, session_id, caller, attachments, observer)
         except BaseException as exc:
             observer.turn_aborted(exc)
             raise
         observer.turn_finished(result)
         return result
+
+    async def _take(
+        self,
+        flow: str | type[Flow] | None,
+        message: str,
+        session_id: str | None,
+        caller: Caller | None,
+        attachments: Sequence[Attachment],
+        observer: TurnObserver,
+    ) -> TurnResult:
+        """The turn's result. Input refused, or a turn the executor could not submit, is a
+        failure filed like any other: nothing ran, nothing was stored."""
+        try:
+            spec = self.flow(flow) if flow is not None or session_id is None else None
+            text = self.check_message(message)
+            if session_id is not None:
+                check_session_id(session_id)
+            files = tuple(attachments)
+            if files:
+                check_attachments(list(files), self.attachment_limits)
+            if session_id is None:
+                request = TurnRequest(spec, text, new_session_id(), True, caller or Caller(), files)
+            else:
+                request = TurnRequest(spec, text, session_id, False, caller or Caller(), files)
+            return await self.executor.take(self.turns, request, observer)
+        except RunError as exc:
+            return await self.turns.failed(exc, session_id, session_id, None)
+
+    async def run_stream(
+        self,
+        flow: str | type[Flow] | None,
+        message: str,
+        session_id: str | None = None,
+        *,
+        caller: Caller | None = None,
+        attachments: Sequence[Attachment] = (),
+    ) -> AsyncIterator[TurnEvent | TurnFinished]:
+        """Run one turn, yielding its events as they happen and ``TurnFinished`` last.
+
+        The turn runs to its end even if the consumer stops listening, so a disconnect never
+        leaves a half-done turn.
+        """
+        queue: asyncio.Queue[TurnEvent | TurnFinished | None] = asyncio.Queue()
+        task = asyncio.ensure_future(
+            self.run(
+                flow, message, session_id, caller=caller, on_event=queue.put_nowait, attachments=attachments
+            )
+        )
+        # The loop holds tasks weakly; keep this one alive even if the consumer walks away.
+        self._background.add(task)
+
+        def finished(done: asyncio.Future[TurnResult]) -> None:
+            self._background.discard(done)
+            queue.put_nowait(None if done.cancelled() or done.exception() else TurnFinished(done.result()))
+
+        task.add_done_callback(finished)
+        while True:
+            event = await queue.get()
+            if event is None:
+                if task.cancelled():
+                    raise asyncio.CancelledError("the turn was cancelled")
+                raise task.exception() or RuntimeError("the turn ended without a result")
+            yield event
+            if isinstance(event, TurnFinished):
+                return
+
+    def run_sync(
+        self,
+        flow: str | type[Flow] | None,
+        message: str,
+        session_id: str | None = None,
+        *,
+        caller: Caller | None = None,
+        attachments: Sequence[Attachment] = (),
+    ) -> TurnResult:
+        """``run`` for code without an event loop (scripts, notebooks without one running).
+
+        Each thread keeps one event loop for all its calls, so connections the store and the
+        models opened on the first call serve the next ones too.
+        """
+        loop = _thread_loop()
+        task = loop.create_task(self.run(flow, message, session_id, caller=caller, attachments=attachments))
+        try:
+            return loop.run_until_complete(task)
+        except BaseException:
+            # Interrupted (Ctrl-C): the turn is abandoned with its loop, so no later call resumes it
+            # (nothing of it was committed); the next call starts a new loop.
+            task.cancel()
+            _local.loop = None
+            loop.close()
+            raise
 
     async def warm(self, flow: str | type[Flow], *, message: str = "Hello") -> bool:
         """Send the first request of a new session of ``flow`` once, answering at most one token.
@@ -257,7 +328,7 @@ class FlowEngine(StoredSessions, RunFaces):
         if spec.mcp_servers:  # the start step's request shows its MCP tools too
             spec = await self.with_mcp_tools(spec)
         session = Session(id="warm-up", flow=spec.name, current_step=spec.start)
-        ws = self._turns.workspace(spec, session, Caller(), combine())
+        ws = self.turns.workspace(spec, session, Caller(), combine())
         try:
             first = await first_request(ws, message)
             if first is None:
@@ -287,6 +358,111 @@ class FlowEngine(StoredSessions, RunFaces):
             await self.store.save(session, expected_revision=None)
         return session.copy()
 
+    async def get_session(self, session_id: str, *, principal: PrincipalFilter = None) -> Session | None:
+        """The stored session, or None if unknown or owned by another principal (``ANY_PRINCIPAL``
+        reads any session: for operators' tools, never for end users' requests).
+
+        Raises ``InvalidInput`` for a malformed id and ``StoreError`` when the store fails."""
+        check_session_id(session_id)
+        async with store_call("loading session"):
+            session = await self.store.load(session_id)
+        if session is None or not may_access(session, principal):
+            return None
+        return session
+
+    async def transcript(self, session_id: str, *, principal: PrincipalFilter = None) -> list[Message] | None:
+        """Every message of the session in order (None if unknown or another principal's)."""
+        if await self.get_session(session_id, principal=principal) is None:
+            return None
+        async with store_call("reading a transcript"):
+            return await self.store.transcript(session_id)
+
+    async def session_files(
+        self, session_id: str, *, principal: PrincipalFilter = None
+    ) -> list[AttachmentRef] | None:
+        """The files users sent in the session, in the order first sent (None if unknown or another
+        principal's). Each file once, under the name it was first sent with."""
+        if await self.get_session(session_id, principal=principal) is None:
+            return None
+        async with store_call("listing a session's files"):
+            return await self.store.list_files(session_id)
+
+    async def session_file(
+        self, session_id: str, sha256: str, *, principal: PrincipalFilter = None
+    ) -> Attachment | None:
+        """One file of the session by its SHA-256, with its bytes (None if the session is unknown
+        or another principal's, or holds no such file)."""
+        refs = await self.session_files(session_id, principal=principal)
+        ref = next((ref for ref in refs or () if ref.sha256 == sha256), None)
+        if ref is None:
+            return None
+        async with store_call("reading a session's file"):
+            found = await self.store.load_files(session_id, [sha256])
+        data = found.get(sha256)
+        return None if data is None else Attachment(ref.name, ref.media_type, data)
+
+    async def session_errors(
+        self, session_id: str, *, principal: PrincipalFilter = None
+    ) -> list[LogRecord] | None:
+        """The error records filed with the session, oldest first (None if unknown or another's).
+
+        With ``ANY_PRINCIPAL`` the records are read even when no session was ever saved under the
+        id: a first turn that failed files its error under the id its session would have had."""
+        if principal is ANY_PRINCIPAL:
+            check_session_id(session_id)
+        elif await self.get_session(session_id, principal=principal) is None:
+            return None
+        async with store_call("reading error records"):
+            return await self.store.errors(session_id)
+
+    async def list_sessions(
+        self,
+        *,
+        principal: PrincipalFilter,
+        flow: str | None = None,
+        status: SessionStatus | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[SessionInfo]:
+        """The principal's sessions, most recent first (every principal's for ``ANY_PRINCIPAL``, and,
+        as before, for None). Raises ``InvalidInput`` for a limit outside 1..500 or an offset
+        outside 0..``MAX_OFFSET``, ``StoreError`` when the store fails."""
+        if not 1 <= limit <= 500:
+            raise InvalidInput("limit must be between 1 and 500", field="limit")
+        if not 0 <= offset <= MAX_OFFSET:
+            raise InvalidInput(f"offset must be between 0 and {MAX_OFFSET}", field="offset")
+        async with store_call("listing sessions"):
+            return await self.store.list_sessions(
+                flow=flow,
+                status=status,
+                principal=None if principal is ANY_PRINCIPAL else principal,
+                limit=limit,
+                offset=offset,
+            )
+
+    async def find_sessions(self, id_or_prefix: str, *, limit: int = 6) -> list[str]:
+        """Ids of stored sessions equal to ``id_or_prefix`` or starting with it (at most ``limit``),
+        the exact match alone when there is one: what a command line needs to accept short ids."""
+        check_session_id(id_or_prefix)
+        async with store_call("finding sessions"):
+            ids = await self.store.find_ids(id_or_prefix, limit=limit)
+        # An exact id is its own prefix and sorts before every longer id that starts with it.
+        return [id_or_prefix] if id_or_prefix in ids else ids
+
+    async def store_health(self) -> StoreHealth | None:
+        """``ok`` or ``unavailable`` from a short, briefly cached ping of the store; None for stores
+        that live in this process and need none (memory, SQLite)."""
+        check = store_check(self.store)
+        return None if check is None else await check.health()
+
+    async def delete_session(self, session_id: str, *, principal: PrincipalFilter = None) -> bool:
+        """Delete a session (waits for a turn in progress on it). False if it did not exist."""
+        async with self.turns.session_lock(session_id):
+            if await self.get_session(session_id, principal=principal) is None:
+                return False
+            async with store_call(f"deleting session {session_id}"):
+                return await self.store.delete(session_id)
+
     async def aclose(self) -> None:
         """Close the store, the models and the MCP servers (their processes are stopped)."""
         await self._mcp.aclose()
@@ -298,3 +474,24 @@ class FlowEngine(StoredSessions, RunFaces):
         """The user's message as the turn will see it (stripped), or ``InvalidInput`` /
         ``MessageTooLong`` naming the rule it breaks. Every turn runs this first."""
         return check_message(message, self.max_message_chars)
+
+
+def check_session_id(session_id: str) -> None:
+    """Refuse an id no store could hold, before any store is asked."""
+    if not isinstance(session_id, str) or not SESSION_ID.match(session_id):
+        raise InvalidInput("session id must be 1-128 letters, digits, '-' or '_'", field="session_id")
+
+
+_local = threading.local()
+
+
+def _thread_loop() -> asyncio.AbstractEventLoop:
+    """This thread's event loop for ``run_sync``: made on first use, reused after (a bare
+    ``run_until_complete`` costs a fraction of ``asyncio.run``, which builds and closes a loop)."""
+    if asyncio._get_running_loop() is not None:  # exported by asyncio.events; no exception per call
+        raise RuntimeError("run_sync() cannot be called from a running event loop: await engine.run(...)")
+    loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = _local.loop = asyncio.new_event_loop()
+        atexit.register(loop.close)
+    return loop

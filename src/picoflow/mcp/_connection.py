@@ -23,6 +23,7 @@ from pydantic_core import to_json
 from picoflow.context import RunContext
 from picoflow.exceptions import ToolError, ToolSourceUnavailable
 from picoflow.mcp.servers import MCPServer
+from picoflow.tools import timed_out
 
 try:
     import httpx2
@@ -112,8 +113,18 @@ class Connection:
             raise _failed(shown_as, exc.message) from exc
         assert live.session is not None
         token = _CALLER_HEADERS.set({k: str(v) for k, v in headers.items()}) if headers else None
+        limit = asyncio.timeout(server.timeout)
         try:
-            result = await live.session.call_tool(name, arguments, meta=meta)
+            async with limit:
+                result = await live.session.call_tool(name, arguments, meta=meta)
+        except TimeoutError as exc:
+            if not limit.expired():
+                self._retire(live)
+                raise _failed(shown_as, f"MCP server {server.label}: {_describe(exc)}") from exc
+            # Nothing says the server will ever answer this call: start afresh for the next one.
+            self._retire(live)
+            assert server.timeout is not None
+            raise timed_out(shown_as, server.timeout) from None
         except asyncio.CancelledError:
             # Timed out or abandoned: nothing says the server will ever answer, so start afresh.
             self._retire(live)
@@ -169,6 +180,8 @@ class Connection:
         except BaseException as exc:
             live.stop.set()
             task.cancel()
+            # Nobody waits for ``ready`` any more: the failure the task may still set on it is seen here.
+            ready.add_done_callback(_observed)
             if isinstance(exc, Exception):
                 raise ToolSourceUnavailable(
                     f"MCP server {self.server.label} did not start: {_describe(exc)}"
@@ -247,3 +260,9 @@ def _describe(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     text = str(exc) if not isinstance(exc, MCPError) else exc.error.message
     return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__
+
+
+def _observed(future: asyncio.Future[None]) -> None:
+    """Mark a future's exception as retrieved (its waiter gave up)."""
+    if not future.cancelled():
+        future.exception()

@@ -107,7 +107,7 @@ class MCPTools:
             schema=tool.input_schema,
             handler=call_mcp_tool,
             where=where,
-            timeout=server.timeout,
+            timeout=None,  # the connection times the call itself, not the server's (re)start
             concurrent=bool(hints is not None and hints.read_only_hint),
         )
 

@@ -53,8 +53,9 @@ class MCPServer:
     allow: frozenset[str] | None = None
     """The server's tool names to offer (its own names, without the prefix); None offers all."""
     timeout: float | None = 30.0
-    """Seconds one call may take; past it the model is told the tool timed out, a ``tool_timeout``
-    warning is recorded and the server is restarted. None: no limit."""
+    """Seconds one call may take once the server is up (its start is ``startup_timeout``'s); past
+    it the model is told the tool timed out, a ``tool_timeout`` warning is recorded and the server
+    is restarted. None: no limit."""
     startup_timeout: float = 30.0
     """Seconds the server may take to start and answer the handshake."""
     caller_headers: CallerValues | None = None

@@ -11,9 +11,8 @@ from pydantic_core import to_json
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from picoflow._run.dispatch import CallResult, run_handler
+from picoflow._run.dispatch import LOCAL_TOOLS, CallResult, job_of
 from picoflow._run.observers import NO_OBSERVER
-from picoflow._run.workspace import held_erases
 from picoflow.exceptions import ModelError, ModelMisbehaved, RunError, SessionConflict
 from picoflow.messages import ToolCall
 from picoflow.outcomes import Outcome
@@ -78,18 +77,19 @@ class TurnActivities:
         engine = self.engine
         spec = engine.flow(given.flow)
         session = session_from_json(given.session)
-        # The workspace the workflow had, rebuilt as ``SessionTurns.workspace`` builds it: a
-        # handler that starts sub-steps runs them here, inside this activity, on the real models.
+        # The workspace the workflow had, rebuilt as the engine's turns build it: a handler that
+        # starts sub-steps runs them here, inside this activity, on the real models.
         log = SubStepEvents() if given.events else None
-        ws = engine._turns.workspace(spec, session, given.caller(engine.deps), log or NO_OBSERVER)
+        ws = engine.turns.workspace(spec, session, given.caller(engine.deps), log or NO_OBSERVER)
         ws.usage = given.usage
-        if given.erases_deferred:
-            ws.defer_erases()
+        if given.erases_held:
+            ws.held_erases = frozenset()
         step_spec = spec.steps[given.step]
         calls = [ToolCall(c["name"], c["args"], c["id"]) for c in given.calls]
         out = codec.ToolCallOut()
         try:
-            value = await beating(run_handler(ws, ws.step(given.step), step_spec, calls, given.group))
+            job = job_of(step_spec, calls, given.group)
+            value = await beating(LOCAL_TOOLS.run(ws, ws.step(given.step), step_spec, job))
             out.value = _encoded_value(value, spec.steps)
         except RunError as exc:
             out.error = codec.encode_error(exc)
@@ -100,8 +100,7 @@ class TurnActivities:
         out.appended = ws.appended
         out.warnings = ws.warnings
         out.usage = ws.usage
-        deferred = held_erases(ws)
-        out.erases = sorted(deferred) if deferred else None
+        out.erases = sorted(ws.held_erases or ())
         out.events = log.encoded if log is not None else []
         return out.model_dump_json()
 

@@ -128,9 +128,9 @@ class TurnInput(BaseModel):
 
     flow: str | None
     text: str
-    session_id: str | None
-    """The stored session the turn continues (None: a new session, named ``new_id``)."""
-    new_id: str | None = None
+    session_id: str
+    """The session the turn continues, or the id of the one it starts (``starts``)."""
+    starts: bool = False
     revision: int = 0
     """The session's revision the client saw: the turn continues exactly that one."""
     principal: str | None = None
@@ -288,7 +288,6 @@ class EncodedOutcome(BaseModel):
 
     kind: Literal["go", "stay", "direct"]
     target: str | None = None
-    step: str | None = None
     content: str | None = None
     remember: str | None = None
     feedback: str | None = None
@@ -309,12 +308,11 @@ def encode_outcome(outcome: Outcome) -> EncodedOutcome:
     if isinstance(outcome, Go):
         return EncodedOutcome(kind="go", target=outcome.target_name, **common)
     if isinstance(outcome, Stay):
-        return EncodedOutcome(kind="stay", step=outcome.step, **common)
+        return EncodedOutcome(kind="stay", **common)
     if isinstance(outcome, Direct):
         target = None if outcome.target is None else outcome.target_name
         return EncodedOutcome(
             kind="direct",
-            step=outcome.step,
             content=outcome.content,
             target=target,
             remember=outcome.remember,
@@ -334,11 +332,9 @@ def decode_outcome(encoded: EncodedOutcome) -> Outcome:
     if encoded.kind == "go":
         assert encoded.target is not None
         return Go(target=encoded.target, **common)
-    assert encoded.step is not None
     if encoded.kind == "stay":
-        return Stay(step=encoded.step, **common)
+        return Stay(**common)
     return Direct(
-        step=encoded.step,
         content=encoded.content or "",
         target=encoded.target,
         remember=encoded.remember,
@@ -357,7 +353,8 @@ class ToolCallIn(BaseModel):
     session: str
     """``session_to_json`` of the workspace's session when the handler is called."""
     usage: Usage
-    erases_deferred: bool
+    erases_held: bool
+    """Erases are being held for the response's tool results (``Workspace.held_erases``)."""
     events: bool = False
     """Whether to record the events of sub-step runs the handler starts."""
     principal: str | None = None
@@ -388,7 +385,8 @@ class ToolCallOut(BaseModel):
     appended: list[tuple[str, Message]] = Field(default_factory=list)
     warnings: list[LogRecord] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
-    erases: list[str] | None = None
+    erases: list[str] = Field(default_factory=list)
+    """Namespaces whose erase the handler asked for while erases were held."""
     events: list[EncodedEvent] = Field(default_factory=list)
     """The events of the sub-step runs the handler started (when the turn records events)."""
 

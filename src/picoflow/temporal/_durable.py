@@ -19,11 +19,9 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from picoflow._run.dispatch import refused
-from picoflow._run.observers import EventStream, TurnObserver
-from picoflow._run.session_turn import SessionTurns
-from picoflow._run.workspace import Workspace, held_erases, hold_erases
+from picoflow._run.observers import EventStream
+from picoflow._run.workspace import ToolJob, Workspace
 from picoflow.attachments import Attachment, AttachmentRef
-from picoflow.context import Caller
 from picoflow.exceptions import ModelError, RunError, SessionConflict, StoreError, ToolFailure
 from picoflow.flow import FlowSpec, StepSpec
 from picoflow.messages import Message, ModelRequest, ModelResponse, ToolCall
@@ -37,6 +35,7 @@ from picoflow.session import (
     session_to_json,
 )
 from picoflow.sessions.base import SessionStore
+from picoflow.step import Step
 from picoflow.temporal import _codec as codec
 
 ERROR_TYPE = "picoflow"
@@ -209,64 +208,59 @@ class DurableHost:
         return model
 
 
-class DurableTurns(SessionTurns):
-    """``SessionTurns`` whose workspaces send tool handlers to the tool activity."""
+class DurableTools:
+    """The ``ToolRunner`` of a turn inside the workflow: a validated call runs in the tool activity,
+    and the workspace takes back what the handler did there."""
 
-    def workspace(
-        self, spec: FlowSpec, session: Session, caller: Caller, observer: TurnObserver
-    ) -> Workspace:
-        ws = super().workspace(spec, session, caller, observer)
-        ws.handler_runner = run_handler
-        return ws
+    async def run(self, ws: Workspace, step: Step, spec: StepSpec, job: ToolJob) -> Any:
+        call = job.calls[0]
+        tool = None if job.group else spec.tools[call.name]
+        # Checked and reported here, in the workflow, so the call shows while it runs; the activity
+        # checks again, on the same usage, and counts it.
+        ws.config.limits.check_before_tool_call(ws.usage)
+        observer = ws.config.observer
+        observer.tool_started(spec.name, call)
+        records = isinstance(observer, EventStream)
+        payload = codec.ToolCallIn(
+            flow=ws.config.spec.name,
+            step=spec.name,
+            calls=[{"name": c.name, "args": c.args, "id": c.id} for c in job.calls],
+            group=job.group,
+            session=session_to_json(ws.session).decode(),
+            usage=ws.usage,
+            erases_held=ws.held_erases is not None,
+            events=records,
+            **codec.caller_fields(ws.caller),
+        )
+        seconds = (tool.timeout if tool is not None and tool.timeout else DEFAULT_MODEL_SECONDS) + 30
+        idempotent = tool is not None and tool.idempotent
+        data = await call_activity(
+            "picoflow.tool",
+            payload.model_dump_json(),
+            ToolFailure,
+            start_to_close_timeout=timedelta(seconds=seconds),
+            heartbeat_timeout=HEARTBEAT,
+            retry_policy=RetryPolicy(
+                maximum_attempts=3 if idempotent else 1, non_retryable_error_types=[ERROR_TYPE]
+            ),
+        )
+        out = codec.ToolCallOut.model_validate_json(data)
+        if isinstance(observer, EventStream):  # the handler's sub-step runs, reported by the activity
+            for event in out.events:
+                observer.emit(codec.decode_event(event))
+        _adopt(ws, out)
+        if out.error is not None:
+            raise codec.decode_error(out.error)
+        assert out.value is not None
+        return _value(ws, call, out.value)
 
 
-async def run_handler(ws: Workspace, spec: StepSpec, call: ToolCall, group: Sequence[ToolCall] | None) -> Any:
-    """Run a handler in the tool activity and take back what it did to the workspace."""
-    calls = list(group) if group is not None else [call]
-    tool = spec.tools.get(call.name)
-    # What ``_invoke`` does before it runs a handler, here in the workflow, so the call is reported
-    # while it runs (the activity checks again, on the same usage, and does the rest).
-    ws.limits.check_before_tool_call(ws.usage)
-    observer = ws.observer
-    observer.tool_started(spec.name, call)
-    records = isinstance(observer, EventStream)
-    idempotent = group is None and tool is not None and tool.idempotent
-    payload = codec.ToolCallIn(
-        flow=ws.spec.name,
-        step=spec.name,
-        calls=[{"name": c.name, "args": c.args, "id": c.id} for c in calls],
-        group=group is not None,
-        session=session_to_json(ws.session).decode(),
-        usage=ws.usage,
-        erases_deferred=held_erases(ws) is not None,
-        events=records,
-        **codec.caller_fields(ws.caller),
-    )
-    seconds = (tool.timeout if tool is not None and tool.timeout else DEFAULT_MODEL_SECONDS) + 30
-    data = await call_activity(
-        "picoflow.tool",
-        payload.model_dump_json(),
-        ToolFailure,
-        start_to_close_timeout=timedelta(seconds=seconds),
-        heartbeat_timeout=HEARTBEAT,
-        retry_policy=RetryPolicy(
-            maximum_attempts=3 if idempotent else 1, non_retryable_error_types=[ERROR_TYPE]
-        ),
-    )
-    out = codec.ToolCallOut.model_validate_json(data)
-    if isinstance(observer, EventStream):  # the handler's sub-step runs, reported by the activity
-        for event in out.events:
-            observer.emit(codec.decode_event(event))
-    _adopt(ws, out)
-    if out.error is not None:
-        raise codec.decode_error(out.error)
-    assert out.value is not None
-    return _value(ws, call, out.value)
+DURABLE_TOOLS = DurableTools()
 
 
 def _adopt(ws: Workspace, out: codec.ToolCallOut) -> None:
     """Make the workspace what the handler left: its session (in place, so the step states the
-    turn's objects hold stay the live ones), messages, warnings, usage and pending erases."""
+    turn's objects hold stay the live ones), messages, warnings, usage and held erases."""
     session, after = ws.session, session_from_json(out.session)
     states = session.states
     for key, state in after.states.items():
@@ -286,8 +280,8 @@ def _adopt(ws: Workspace, out: codec.ToolCallOut) -> None:
     usage = ws.usage  # the same object the step contexts hold
     for field in dataclasses.fields(usage):
         setattr(usage, field.name, getattr(out.usage, field.name))
-    if out.erases:
-        hold_erases(ws, frozenset(out.erases))
+    if out.erases and ws.held_erases is not None:
+        ws.held_erases = ws.held_erases | frozenset(out.erases)
 
 
 def _value(ws: Workspace, call: ToolCall, value: codec.ToolValue) -> Any:
@@ -297,7 +291,7 @@ def _value(ws: Workspace, call: ToolCall, value: codec.ToolValue) -> Any:
     if value.kind == "refusal":
         return refused(call, value.text or "")
     if value.kind == "step":
-        return ws.spec.steps[value.text or ""].cls
+        return ws.config.spec.steps[value.text or ""].cls
     if value.kind == "none":
         return None
     return value.text  # text, or another value already as its JSON

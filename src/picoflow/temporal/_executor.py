@@ -19,10 +19,9 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
 from picoflow._run.observers import NO_OBSERVER, TurnObserver
-from picoflow._run.session_turn import TurnRequest, store_call
+from picoflow._run.session_turn import SessionTurns, TurnRequest, store_call
 from picoflow.exceptions import InvalidInput, RunError, StoreUnavailable
 from picoflow.results import TurnResult
-from picoflow.session import new_session_id
 from picoflow.temporal import _codec as codec
 from picoflow.temporal._events import POLL_SECONDS, Delivery
 from picoflow.temporal._workflow import EVENTS_QUERY, TURN_FAILED, WORKFLOW_NAME
@@ -37,11 +36,22 @@ class TemporalExecutor:
     result, rather than running it twice. A failed turn may be submitted again.
     """
 
-    def __init__(self, client: Client, task_queue: str = "picoflow", *, id_prefix: str = "picoflow") -> None:
-        self._client: Client | None = client
+    def __init__(
+        self,
+        client: Client | None,
+        task_queue: str = "picoflow",
+        *,
+        id_prefix: str = "picoflow",
+        address: tuple[str, str] | None = None,
+    ) -> None:
+        """``client`` submits the turns; None connects to ``address`` (HOST:PORT, namespace) with
+        the first turn instead (see ``at``)."""
+        if client is None and address is None:
+            raise ValueError("TemporalExecutor needs a client, or an address to connect to")
+        self._client = client
         self.task_queue = task_queue
         self.id_prefix = id_prefix
-        self._address: tuple[str, str] | None = None
+        self._address = address
         self._connecting: asyncio.Lock | None = None
 
     @classmethod
@@ -55,13 +65,7 @@ class TemporalExecutor:
     ) -> TemporalExecutor:
         """An executor that connects to Temporal at ``address`` (HOST:PORT) with its first turn, in
         the event loop that runs turns (for a server whose loop starts after the engine is built)."""
-        executor = cls.__new__(cls)
-        executor._client = None
-        executor.task_queue = task_queue
-        executor.id_prefix = id_prefix
-        executor._address = (address, namespace)
-        executor._connecting = None
-        return executor
+        return cls(None, task_queue, id_prefix=id_prefix, address=(address, namespace))
 
     async def client(self) -> Client:
         """The client turns are submitted with (connected now, for an executor made with ``at``)."""
@@ -78,27 +82,24 @@ class TemporalExecutor:
                         raise StoreUnavailable(f"cannot reach Temporal at {address}: {exc}") from exc
         return self._client
 
-    async def take(self, engine: Any, request: TurnRequest, observer: TurnObserver) -> TurnResult:
+    async def take(self, turns: SessionTurns, request: TurnRequest, observer: TurnObserver) -> TurnResult:
         # A RunError raised here (no session, Temporal unreachable) is the turn's failure: the engine
         # files it as it files refused input.
         if request.files:
             raise InvalidInput("files are not carried by the Temporal executor yet", field="attachments")
         revision = 0
-        new_id = None
         session_id = request.session_id
-        if session_id is None:
-            session_id = new_id = new_session_id()  # chosen here: the execution is named after it
-        else:
+        if not request.starts:
             async with store_call("loading session", session_id):
-                stored = await engine.store.load(session_id)
+                stored = await turns.host.store.load(session_id)
             revision = stored.revision if stored is not None else 0
         observer.session_opened(session_id)
         delivery = None if observer is NO_OBSERVER else Delivery(observer)
         turn = codec.TurnInput(
             flow=request.spec.name if request.spec is not None else None,
             text=request.text,
-            session_id=request.session_id,
-            new_id=new_id,
+            session_id=session_id,
+            starts=request.starts,
             revision=revision,
             events=delivery is not None,
             **codec.caller_fields(request.caller),

@@ -17,10 +17,10 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 from picoflow._run.observers import NO_OBSERVER
-from picoflow._run.session_turn import TurnRequest
+from picoflow._run.session_turn import SessionTurns, TurnRequest
 from picoflow.exceptions import RunError
 from picoflow.temporal import _codec as codec
-from picoflow.temporal._durable import DurableHost, DurableTurns
+from picoflow.temporal._durable import DURABLE_TOOLS, DurableHost
 from picoflow.temporal._events import EventLog
 
 WORKFLOW_NAME = "PicoflowTurn"
@@ -50,14 +50,15 @@ class PicoflowTurn:
         if turn.events:
             self.log = EventLog()
         engine = ENGINES[workflow.info().task_queue]
-        host = DurableHost(engine, turn.revision if turn.session_id is not None else None)
-        turns = DurableTurns(host)
+        host = DurableHost(engine, None if turn.starts else turn.revision)
+        turns = SessionTurns(host, tools=DURABLE_TOOLS)
         try:
             spec = engine.flow(turn.flow) if turn.flow is not None else None
         except RunError as exc:  # this worker does not have the flow the client has
-            result = await turns.failed(exc, turn.session_id, turn.session_id, None)
+            continued = None if turn.starts else turn.session_id
+            result = await turns.failed(exc, turn.session_id, continued, None)
         else:
-            request = TurnRequest(spec, turn.text, turn.session_id, turn.caller(engine.deps), (), turn.new_id)
+            request = TurnRequest(spec, turn.text, turn.session_id, turn.starts, turn.caller(engine.deps))
             result = await turns.take(request, self.log or NO_OBSERVER)
         encoded = codec.encode_result(result, self.log.encoded if self.log is not None else None)
         if result.error is not None:

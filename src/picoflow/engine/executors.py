@@ -1,0 +1,36 @@
+"""Where a checked turn runs: ``FlowEngine(executor=...)``.
+
+The engine checks a turn's input (the message, the session id, the files), then hands it to its
+executor. ``LocalExecutor``, the default, runs it here, in this process, on the engine's store.
+``picoflow.temporal.TemporalExecutor`` runs it as a durable workflow on worker processes.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from picoflow._run.observers import TurnObserver
+from picoflow._run.session_turn import SessionTurns, TurnRequest
+from picoflow.results import TurnResult
+
+__all__ = ["LocalExecutor", "TurnExecutor"]
+
+
+class TurnExecutor(Protocol):
+    """Runs checked turns, and returns each one's result."""
+
+    async def take(self, turns: SessionTurns, request: TurnRequest, observer: TurnObserver) -> TurnResult:
+        """The result of ``request``. ``turns`` are the engine's (its store, flows and models).
+
+        A ``RunError`` raised before the turn ran (it could not be submitted) becomes the turn's
+        failure in the engine, filed as refused input is; anything the turn itself fails with is
+        in the result."""
+        ...
+
+
+class LocalExecutor:
+    """Runs each turn in this process, one at a time per session (the store's compare-and-swap
+    keeps turns in other processes apart)."""
+
+    async def take(self, turns: SessionTurns, request: TurnRequest, observer: TurnObserver) -> TurnResult:
+        return await turns.take(request, observer)
