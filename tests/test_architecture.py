@@ -16,6 +16,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
         "values",
         (
+            "picoflow._frozen",
             "picoflow.attachments",
             "picoflow.context",
             "picoflow.events",
@@ -161,6 +162,14 @@ def test_an_import_from_a_higher_layer_is_found() -> None:
 
 def test_the_import_graph_has_no_cycle() -> None:
     assert cycles_in(import_graph()) == []
+
+
+def test_the_architecture_page_has_a_row_for_every_module() -> None:
+    page = (SOURCE.parents[1] / "docs" / "architecture.md").read_text()
+    rows = {line.split("`")[1] for line in page.splitlines() if line.startswith("| `")}
+    paths = {str(path.relative_to(SOURCE)) for path in modules().values()}
+    assert sorted(paths - rows) == [], "modules docs/architecture.md does not describe"
+    assert sorted(rows - paths) == [], "rows of docs/architecture.md for modules that are gone"
 
 
 def test_the_longest_modules_and_classes_are_listed(capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,6 +15,7 @@ from typing import Any, Generic, Literal, TypeAlias
 
 from typing_extensions import TypeVar
 
+from picoflow._frozen import quick_init
 from picoflow.attachments import Attachment
 from picoflow.usage import Usage
 
@@ -52,6 +53,7 @@ class Caller:
     """Per-request settings from the caller (never persisted)."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class RunContext(Generic[DepsT]):
     """Injected into tool handlers that declare a parameter of this type."""

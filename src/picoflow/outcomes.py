@@ -16,7 +16,10 @@ from typing import Any, Self
 
 from pydantic_core import to_json
 
+from picoflow._frozen import quick_init
 
+
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Outcome:
     """Common effects of every outcome. Use ``go``, ``stay`` or ``direct`` to make one."""
@@ -61,6 +64,7 @@ def _step_name(target: type | str) -> str:
     return name if isinstance(name, str) else target.__name__
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Go(Outcome):
     """Move to ``target`` and continue the same turn there."""
@@ -72,11 +76,13 @@ class Go(Outcome):
         return _step_name(self.target)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Stay(Outcome):
     """Keep the step that returned it; the feedback goes to the model, which takes its next turn."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Direct(Outcome):
     """End the turn with exactly ``content``. No further model call."""

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from picoflow._frozen import quick_init
 from picoflow.exceptions import RunError
 from picoflow.usage import Usage
 
 __all__ = ["TurnError", "TurnFinished", "TurnResult"]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class TurnError:
     """Why a turn failed, in words safe for an end user, plus what a program needs to react.
@@ -46,6 +48,7 @@ class TurnError:
         return issubclass(self.error_class, types)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class TurnResult:
     """The outcome of one turn."""

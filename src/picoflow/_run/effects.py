@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from picoflow._frozen import quick_init
 from picoflow._run.dispatch import CallResult
 from picoflow._run.workspace import Workspace
 from picoflow.flow import StepSpec
@@ -21,6 +22,7 @@ NOT_APPLIED = (
 )
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Reply:
     """The turn ends; ``text`` is what the user reads."""
@@ -28,6 +30,7 @@ class Reply:
     text: str
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Moved:
     """The conversation is now in ``destination``; the turn goes on there."""
@@ -39,6 +42,7 @@ class Moved:
     """The user's words, not yet in any step's memory (the turn starts, or a LogicStep moved on)."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Stayed:
     """The step stays; its model is asked again, with what the outcome added to memory."""

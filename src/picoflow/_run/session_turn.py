@@ -13,6 +13,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from picoflow._frozen import quick_init
 from picoflow._run.compose import Composer
 from picoflow._run.dispatch import LOCAL_TOOLS
 from picoflow._run.files import TurnFiles
@@ -46,6 +47,7 @@ MAX_WARNINGS = 200
 LATEST_ONLY = frozenset({TRIMMED})
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class TurnRequest:
     """A turn as the engine checked it: the flow (None: the session's own), the text, the session."""

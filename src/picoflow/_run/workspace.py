@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic_core import to_jsonable_python
 
+from picoflow._frozen import quick_init
 from picoflow._run.files import TurnFiles
 from picoflow._run.observers import NO_OBSERVER, TurnObserver
 from picoflow.attachments import AttachmentRef
@@ -43,6 +44,7 @@ RUNNING_CALL: ContextVar[ToolCall | None] = ContextVar("picoflow_running_call", 
 """The tool call whose handler is running (what a sub-step run started there nests under)."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolJob:
     """A response's call (or a ``@tools`` group's calls) validated and ready to run: what crosses
@@ -67,6 +69,7 @@ class ToolRunner(Protocol):
         ...
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnConfig:
     """What a turn runs with; the same from its first step to its last."""
