@@ -16,8 +16,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import free_port
 
+from conftest import free_port
 from picoflow.sessions import open_store
 
 pytestmark = pytest.mark.postgres
