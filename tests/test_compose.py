@@ -197,7 +197,7 @@ async def test_usage_and_limits_count_across_nesting_and_a_limit_inside_stops_th
 
     model = ScriptedModel(
         {
-            "Planner": [ToolCall("research_or_not", {"topic": "tides"}, "r1"), "never"],
+            "Planner": [ToolCall("research_or_not", {"topic": "tides"}, "r1")],
             "Researcher": [
                 ToolCall("search", {"query": "tides"}, "s1"),
                 ToolCall("search", {"query": "moon"}, "s2"),
@@ -218,7 +218,7 @@ async def test_a_sub_step_failure_fails_the_turn_as_its_cause_and_leaves_the_ses
     store = SQLiteStore(tmp_path / "s.db")
     model = ScriptedModel(
         {
-            "Planner": ["Hello.", ToolCall("research", {"topic": "tides"}, "r1"), "never"],
+            "Planner": ["Hello.", ToolCall("research", {"topic": "tides"}, "r1")],
             "Researcher": [ToolCall("search", {"query": "tides"}, "s1"), ToolCall("wander", {}, "w1")],
         }
     )

@@ -124,7 +124,7 @@ class FailingFlow(Flow):
 
 async def test_a_failing_concurrent_call_stops_the_others_and_fails_the_turn_cleanly() -> None:
     Failing.stopped = []
-    model = ScriptedModel([[ToolCall("slow", {}, "s"), ToolCall("broken", {}, "b")], "never"])
+    model = ScriptedModel([[ToolCall("slow", {}, "s"), ToolCall("broken", {}, "b")]])
     engine = FlowEngine([FailingFlow], model=model)
     async with asyncio.timeout(UPPER_BOUND):
         result = await engine.run("failing", "go")
@@ -196,7 +196,7 @@ async def test_a_slow_handler_is_stopped_and_the_model_told_without_its_argument
 
 
 async def test_a_handlers_own_timeout_error_is_a_tool_failure() -> None:
-    engine = FlowEngine([TimedFlow], model=ScriptedModel([ToolCall("own_limit", {}, "o1"), "never"]))
+    engine = FlowEngine([TimedFlow], model=ScriptedModel([ToolCall("own_limit", {}, "o1")]))
     result = await engine.run("timed", "go")
     assert result.error is not None and result.error.kind == "tool_failed"
 

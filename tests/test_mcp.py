@@ -287,7 +287,7 @@ async def test_allow_naming_a_tool_the_server_lacks_is_refused(engine_for: Any) 
 async def test_a_server_that_does_not_start_fails_the_turn_cleanly() -> None:
     engine = FlowEngine(
         [flow_with(MCPServer.stdio(str(MISBEHAVING.parent / "missing-server"), startup_timeout=10))],
-        model=ScriptedModel(["never asked"]),
+        model=ScriptedModel([]),
     )
     try:
         result = await engine.run("mcp", "Hello")

@@ -177,9 +177,11 @@ async def test_a_fallback_model_takes_over_from_a_member_that_keeps_misbehaving(
     session = await engine.store.load(result.session_id or "")
     assert session is not None and session.models == {"Plain": "big:model"}
     # Without on_misbehaviour the step's attempts are all there is.
-    strict = FallbackModel(ScriptedModel(["three", "about three"]), ScriptedModel(['{"value": 3}']))
+    never_asked = ScriptedModel([])
+    strict = FallbackModel(ScriptedModel(["three", "about three"]), never_asked)
     failed = await FlowEngine([PlainFlow], model=strict).run("plain", "how many?")
     assert failed.error is not None and failed.error.kind == "attempts_exhausted"
+    assert never_asked.requests == []
 
 
 class Adder(Step):

@@ -96,6 +96,7 @@ async def test_extend_adds_to_the_same_kind_of_script_and_refuses_the_other() ->
     assert listed.remaining == 2
     with pytest.raises(TypeError, match="has one script for every step: extend it with a list"):
         listed.extend({"A": ["a"]})
+    assert [(await listed.request(request())).text for _ in range(2)] == ["x", "y"]
 
 
 def test_a_script_per_step_is_keyed_by_names_and_holds_lists() -> None:
