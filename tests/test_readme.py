@@ -54,7 +54,7 @@ def test_each_readme_example_runs_and_prints_what_it_claims(index: int, tmp_path
     runner = tmp_path / "played_through.py"
     runner.write_text(PLAYED_THROUGH, encoding="utf-8")
     run = subprocess.run(
-        [sys.executable, str(runner), str(script)],
+        [sys.executable, "-W", "error", str(runner), str(script)],
         capture_output=True,
         text=True,
         timeout=60,
