@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -20,6 +21,8 @@ from picoflow.models.anthropic import AnthropicModel
 from picoflow.models.catalog import default_selection
 from picoflow.models.google import KEY_VARIABLES, GoogleModel
 from picoflow.models.openai import OpenAIClientModel
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class Chat(Step):
@@ -44,20 +47,29 @@ def count_lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return hosts
 
 
+@pytest.mark.parametrize(
+    ("model", "key_variable", "host"),
+    [
+        ("openai:gpt-4.1-mini", "OPENAI_API_KEY", "api.openai.com"),
+        ("openai-chat:gpt-4.1-mini", "OPENAI_API_KEY", "api.openai.com"),
+        ("anthropic:claude-haiku-4-5", "ANTHROPIC_API_KEY", "api.anthropic.com"),
+        ("google:gemini-2.5-flash", "GEMINI_API_KEY", "generativelanguage.googleapis.com"),
+    ],
+)
 async def test_a_turn_on_a_real_provider_fails_at_once_with_the_guards_error(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, model: str, key_variable: str, host: str
 ) -> None:
-    # A key, so the adapter gets as far as the network; no base URL, so it aims at OpenAI itself.
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    # A key, so the adapter gets as far as the network; no base URL, so it aims at the provider itself.
+    monkeypatch.setenv(key_variable, "sk-test-not-a-real-key")
     lookups = count_lookups(monkeypatch)
-    engine = FlowEngine([ChatFlow], model="openai:gpt-4.1-mini")
+    engine = FlowEngine([ChatFlow], model=model)
     try:
-        with pytest.raises(RealNetworkCall, match=r"api\.openai\.com:443.*model=ScriptedModel"):
+        with pytest.raises(RealNetworkCall, match=rf"{re.escape(host)}:443.*model=ScriptedModel"):
             await engine.run("chat", "hello")
     finally:
         await engine.aclose()
     # Asked once: neither the SDK nor picoflow's retry loop saw an error to back off from and retry.
-    assert lookups == ["api.openai.com"]
+    assert lookups == [host]
 
 
 async def test_the_guard_is_not_an_exception_so_no_handler_can_swallow_it() -> None:
@@ -138,8 +150,8 @@ def test_no_provider_variable_is_visible_to_a_test() -> None:
     assert default_selection().provider == "local"
 
 
-def test_a_developers_keys_never_reach_the_tests(tmp_path: Path) -> None:
-    # The shell of a developer with keys and a model chosen: the session starts without them.
+def test_a_developers_keys_never_reach_the_tests() -> None:
+    # A session started from the shell of a developer with keys and a model chosen.
     shell = {
         **os.environ,
         "OPENAI_API_KEY": "sk-test-not-a-real-key",
@@ -149,11 +161,11 @@ def test_a_developers_keys_never_reach_the_tests(tmp_path: Path) -> None:
     }
     run = subprocess.run(
         [
-            *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", os.getcwd()),
+            *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"),
             f"{__file__}::test_no_provider_variable_is_visible_to_a_test",
         ],
         env=shell,
-        cwd=tmp_path,
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
