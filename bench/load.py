@@ -226,6 +226,9 @@ async def run_load(processes: int, sessions: int, turns: int, doubled: int = 10)
                 server.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 server.kill()
+                server.wait()
+            if server.stderr is not None:
+                server.stderr.close()
         await drop_schema(schema)
     return report
 

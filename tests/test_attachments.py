@@ -170,9 +170,7 @@ async def test_a_refused_file_leaves_the_session_as_it_was() -> None:
     before = await engine.store.load(session_id)
     lying = Attachment.from_bytes(PDF, "image/png", "scan.png")
     result = await engine.run("reading", "this one", session_id, attachments=[lying])
-    assert (
-        result.error is not None and result.error.status == 415 and result.error.kind == "attachment_refused"
-    )
+    assert result.error is not None and result.error.status == 415 and result.error.is_a(AttachmentRefused)
     assert result.message == "attachment 'scan.png' is declared image/png but its bytes are application/pdf"
     assert await engine.store.load(session_id) == before
     assert await engine.store.list_files(session_id) == []

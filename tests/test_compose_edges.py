@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from picoflow import Flow, FlowEngine, LogicStep, Step, TerminateStep, direct, tool
 from picoflow.events import TurnEvent
+from picoflow.exceptions import HookFailure, ScriptExhausted, ToolFailure
 from picoflow.models import ScriptedModel, ToolCall
 from picoflow.sessions import SQLiteStore
 from picoflow.testing import transcript_lines
@@ -256,7 +257,7 @@ async def test_a_wrong_request_fails_the_turn_with_a_clear_reason(tool_name: str
     engine = FlowEngine([Wrong], model=ScriptedModel({"Caller": ["Hello.", ToolCall(tool_name, {}, "x1")]}))
     session_id = (await engine.run("wrong", "hi")).session_id or ""
     result = await engine.run("wrong", "go", session_id)
-    assert result.error is not None and result.error.kind == "tool_failed"
+    assert result.error is not None and result.error.is_a(ToolFailure)
     errors = await engine.session_errors(session_id)
     assert errors is not None and message in errors[0].message
     assert result.usage.model_calls == 1  # refused before any sub-step ran
@@ -267,7 +268,7 @@ async def test_nesting_is_bounded() -> None:
     engine = FlowEngine([Wrong], model=ScriptedModel(script))
     session_id = (await engine.run("wrong", "hi")).session_id or ""
     result = await engine.run("wrong", "go", session_id)
-    assert result.error is not None and result.error.kind == "hook_failed"
+    assert result.error is not None and result.error.is_a(HookFailure)
     errors = await engine.session_errors(session_id)
     assert errors is not None and "sub-steps nest deeper than 8 (step Echo runs Echo)" in errors[0].message
     assert result.usage.model_calls == 9
@@ -352,7 +353,7 @@ async def test_input_is_none_outside_a_sub_step_and_a_scripts_end_is_never_a_sub
     )
     session_id = (await engine.run("budgets", "hi")).session_id or ""
     result = await engine.run("budgets", "go", session_id)
-    assert result.error is not None and result.error.kind == "tool_failed"
+    assert result.error is not None and result.error.is_a(ToolFailure)
     errors = await engine.session_errors(session_id)
     assert (
         errors is not None
@@ -361,4 +362,4 @@ async def test_input_is_none_outside_a_sub_step_and_a_scripts_end_is_never_a_sub
 
     short = ScriptedModel({"Budget": [ToolCall("price", {}, "p1")], "Picky": []})
     failed = await FlowEngine([Budgets], model=short).run("budgets", "price it")
-    assert failed.error is not None and failed.error.kind == "script_exhausted"
+    assert failed.error is not None and failed.error.is_a(ScriptExhausted)

@@ -10,6 +10,7 @@ import pytest
 from picoflow import Flow, FlowDefinitionError, FlowEngine, Step, tool
 from picoflow._run.ask import VETOED
 from picoflow.events import ToolCalled, ToolReturned, TurnEvent
+from picoflow.exceptions import ToolFailure
 from picoflow.messages import ModelResponse
 from picoflow.models import ScriptedModel, ToolCall
 from picoflow.testing import transcript_lines
@@ -124,11 +125,11 @@ class FailingFlow(Flow):
 
 async def test_a_failing_concurrent_call_stops_the_others_and_fails_the_turn_cleanly() -> None:
     Failing.stopped = []
-    model = ScriptedModel([[ToolCall("slow", {}, "s"), ToolCall("broken", {}, "b")], "never"])
+    model = ScriptedModel([[ToolCall("slow", {}, "s"), ToolCall("broken", {}, "b")]])
     engine = FlowEngine([FailingFlow], model=model)
     async with asyncio.timeout(UPPER_BOUND):
         result = await engine.run("failing", "go")
-    assert result.error is not None and result.error.kind == "tool_failed"
+    assert result.error is not None and result.error.is_a(ToolFailure)
     assert Failing.stopped == ["slow"]
     assert await engine.list_sessions(principal=None) == []
 
@@ -196,9 +197,9 @@ async def test_a_slow_handler_is_stopped_and_the_model_told_without_its_argument
 
 
 async def test_a_handlers_own_timeout_error_is_a_tool_failure() -> None:
-    engine = FlowEngine([TimedFlow], model=ScriptedModel([ToolCall("own_limit", {}, "o1"), "never"]))
+    engine = FlowEngine([TimedFlow], model=ScriptedModel([ToolCall("own_limit", {}, "o1")]))
     result = await engine.run("timed", "go")
-    assert result.error is not None and result.error.kind == "tool_failed"
+    assert result.error is not None and result.error.is_a(ToolFailure)
 
 
 def test_timeouts_are_checked_when_the_flow_is_built() -> None:

@@ -107,7 +107,7 @@ def test_run_sync_keeps_one_event_loop_per_thread() -> None:
 
 
 async def test_run_sync_refuses_to_run_inside_an_event_loop() -> None:
-    engine = FlowEngine([Plain], model=ScriptedModel(["never"]))
+    engine = FlowEngine([Plain], model=ScriptedModel([]))
     with pytest.raises(RuntimeError, match=r"await engine\.run"):
         engine.run_sync("plain", "hi")
 

@@ -176,7 +176,8 @@ def http_server(tmp_path: Path, store: str) -> Iterator[str]:
             lines.put(line)
         lines.put(None)
 
-    threading.Thread(target=drain, daemon=True).start()
+    drainer = threading.Thread(target=drain, daemon=True)
+    drainer.start()
     seen: list[str] = []
     try:
         while True:
@@ -189,6 +190,9 @@ def http_server(tmp_path: Path, store: str) -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(timeout=30)
+        drainer.join(30)  # the pipe ended with the process, so the drain ends too
+        assert process.stderr is not None
+        process.stderr.close()
 
 
 async def test_an_mcp_client_holds_a_hotel_conversation_over_http(tmp_path: Path) -> None:

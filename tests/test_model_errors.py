@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from picoflow import Flow, FlowEngine, Step, direct, go, retry_with, stay, tool
-from picoflow.exceptions import AttemptsExhausted, ModelHTTPError, RunError
+from picoflow.exceptions import AttemptsExhausted, HookFailure, ModelHTTPError, RunError
 from picoflow.messages import ModelRequest
 from picoflow.models import FallbackModel, FunctionModel, ScriptedModel
 from picoflow.testing import transcript_lines
@@ -135,7 +135,7 @@ async def test_retry_with_asks_another_model_once_and_the_message_names_it() -> 
 
     Switcher.backup = down("backup:down")  # the retry fails too: the error stands
     failed = await FlowEngine([Switching], model=down()).run("switching", "hi")
-    assert failed.error is not None and failed.error.kind == "model_unavailable"
+    assert failed.error is not None and failed.error.is_a(ModelHTTPError) and failed.error.retryable
 
 
 class Bad(Step):
@@ -152,7 +152,7 @@ class BadFlow(Flow):
 
 async def test_a_hook_returning_something_else_fails_the_turn_clearly() -> None:
     result = await FlowEngine([BadFlow], model=down()).run("bad", "hi")
-    assert result.error is not None and result.error.kind == "hook_failed"
+    assert result.error is not None and result.error.is_a(HookFailure)
 
 
 class Plain(Step):
@@ -177,9 +177,11 @@ async def test_a_fallback_model_takes_over_from_a_member_that_keeps_misbehaving(
     session = await engine.store.load(result.session_id or "")
     assert session is not None and session.models == {"Plain": "big:model"}
     # Without on_misbehaviour the step's attempts are all there is.
-    strict = FallbackModel(ScriptedModel(["three", "about three"]), ScriptedModel(['{"value": 3}']))
+    never_asked = ScriptedModel([])
+    strict = FallbackModel(ScriptedModel(["three", "about three"]), never_asked)
     failed = await FlowEngine([PlainFlow], model=strict).run("plain", "how many?")
-    assert failed.error is not None and failed.error.kind == "attempts_exhausted"
+    assert failed.error is not None and failed.error.is_a(AttemptsExhausted)
+    assert never_asked.requests == []
 
 
 class Adder(Step):

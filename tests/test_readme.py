@@ -10,6 +10,24 @@ from pathlib import Path
 import pytest
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+#: Runs an example as a program and then holds it to what tests/conftest.py holds every test to:
+#: each ScriptedModel it built played its whole script.
+PLAYED_THROUGH = """
+import runpy, sys
+from picoflow.models import ScriptedModel
+
+built = []
+init = ScriptedModel.__init__
+
+def recording_init(self, *args, **kwargs):
+    init(self, *args, **kwargs)
+    built.append(self)
+
+ScriptedModel.__init__ = recording_init
+runpy.run_path(sys.argv[1], run_name="__main__")
+for model in built:
+    model.assert_complete()
+"""
 
 
 def runnable_examples() -> list[str]:
@@ -33,8 +51,14 @@ def test_each_readme_example_runs_and_prints_what_it_claims(index: int, tmp_path
     assert claimed, "an example must say what it prints"
     script = tmp_path / "example.py"
     script.write_text(example, encoding="utf-8")
+    runner = tmp_path / "played_through.py"
+    runner.write_text(PLAYED_THROUGH, encoding="utf-8")
     run = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-W", "error", str(runner), str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines() == claimed

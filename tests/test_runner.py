@@ -29,6 +29,19 @@ from picoflow import (
     tool,
     tools,
 )
+from picoflow.exceptions import (
+    AttemptsExhausted,
+    FlowNotFound,
+    InvalidInput,
+    MessageTooLong,
+    RunError,
+    ScriptExhausted,
+    SessionCompleted,
+    SessionConflict,
+    SessionNotFound,
+    ToolFailure,
+    UsageLimitExceeded,
+)
 from picoflow.messages import ModelResponse
 from picoflow.models import FunctionModel, ModelRequest, ScriptedModel, ToolCall
 from picoflow.session import session_to_json
@@ -482,7 +495,7 @@ async def test_async_gate_rejecting_every_attempt_exhausts_the_budget() -> None:
     engine = engine_with(model, StrictFlow)
     result = await engine.run("strict", "hi")
     assert not result.ok and result.error is not None
-    assert result.error.kind == "attempts_exhausted"
+    assert result.error.is_a(AttemptsExhausted)
     assert result.usage.model_calls == 2 and result.session_id is None
     assert request_lines(model.requests[1])[-2:] == [
         "assistant [correction]: Hello",
@@ -507,7 +520,7 @@ async def test_model_call_budget_is_enforced() -> None:
     model = FunctionModel(lambda request: ToolCall("search_orders", {"since": "bad"}))
     engine = engine_with(model, SupportFlow, limits=UsageLimits(model_calls=4))
     result = await engine.run("support", "loop forever", caller=Caller(principal="C-1"))
-    assert result.error is not None and result.error.kind == "usage_limit"
+    assert result.error is not None and result.error.is_a(UsageLimitExceeded)
     assert result.message == "This request needed more work than one turn allows (model_calls limit of 4)."
     assert len(model.requests) == 4
 
@@ -516,7 +529,7 @@ async def test_tool_call_budget_is_enforced() -> None:
     model = FunctionModel(lambda request: ToolCall("search_orders", {"since": "2026-01-01"}))
     engine = engine_with(model, SupportFlow, limits=UsageLimits(tool_calls=3, model_calls=None))
     result = await engine.run("support", "loop", caller=Caller(principal="C-1"))
-    assert result.error is not None and result.error.kind == "usage_limit"
+    assert result.error is not None and result.error.is_a(UsageLimitExceeded)
     assert result.usage.tool_calls == 3 and result.usage.model_calls == 4
 
 
@@ -524,7 +537,7 @@ async def test_token_budget_is_enforced() -> None:
     big = ModelResponse(text="x", usage=Usage(input_tokens=900, output_tokens=200, model_calls=1))
     engine = engine_with(ScriptedModel([big]), SupportFlow, limits=UsageLimits(total_tokens=1000))
     result = await engine.run("support", "hi")
-    assert result.error is not None and result.error.kind == "usage_limit"
+    assert result.error is not None and result.error.is_a(UsageLimitExceeded)
     assert "total_tokens limit of 1000" in result.message
 
 
@@ -562,7 +575,7 @@ async def test_unexpected_exception_leaves_the_stored_session_unchanged() -> Non
     model.extend([ToolCall("save_note", {"note": "second"}), ToolCall("explode", {})])
     failed = await engine.run("fragile", "note: second, then explode", first.session_id)
 
-    assert failed.error is not None and failed.error.kind == "tool_failed"
+    assert failed.error is not None and failed.error.is_a(ToolFailure)
     assert failed.message == "The assistant could not complete this turn."
     assert "hunter2" not in failed.message and failed.session_id == first.session_id
     after = await store.load(first.session_id)
@@ -726,7 +739,7 @@ async def test_terminate_session_completes_and_the_session_is_not_resumed() -> N
     result = await engine.run("support", "bye")
     assert result.ok and result.completed and result.step == "TerminateStep" and result.message == "Goodbye!"
     again = await engine.run("support", "hello again", result.session_id)
-    assert again.error is not None and again.error.kind == "session_completed" and again.completed
+    assert again.error is not None and again.error.is_a(SessionCompleted) and again.completed
     assert len(model.requests) == 2
 
 
@@ -838,8 +851,8 @@ async def test_concurrent_saves_conflict_across_engines_sharing_a_store() -> Non
     await both_waiting.wait()  # both turns loaded the session and wait in their model
     gate.set()
     results = await asyncio.gather(task_a, task_b)
-    kinds = sorted(r.error.kind if r.error else "ok" for r in results)
-    assert kinds == ["ok", "session_conflict"]
+    [lost] = [r for r in results if not r.ok]
+    assert lost.error is not None and lost.error.is_a(SessionConflict)
     session = await store.load(opened.session_id)
     assert session is not None and session.revision == 2
     assert [m.content for m in await store.transcript(opened.session_id)][-2:] in (
@@ -871,24 +884,26 @@ def test_run_sync_wrapper() -> None:
 
 
 @pytest.mark.parametrize(
-    ("message", "kind"), [("", "invalid_input"), ("   ", "invalid_input"), ("x" * 40, "message_too_long")]
+    ("message", "refusal"), [("", InvalidInput), ("   ", InvalidInput), ("x" * 40, MessageTooLong)]
 )
-async def test_bad_input_is_refused_before_anything_runs(message: str, kind: str) -> None:
+async def test_bad_input_is_refused_before_anything_runs(message: str, refusal: type[RunError]) -> None:
     model = ScriptedModel([])
     engine = engine_with(model, SupportFlow, max_message_chars=32)
     result = await engine.run("support", message)
-    assert result.error is not None and result.error.kind == kind and not model.requests
+    # Exactly the class: an empty message is not "too long", though MessageTooLong is an InvalidInput.
+    assert result.error is not None and result.error.error_class is refusal and not model.requests
     assert await engine.store.list_sessions() == []
 
 
 async def test_unknown_flow_and_session_and_foreign_principal() -> None:
     engine = engine_with(ScriptedModel(["hi"]), SupportFlow)
-    assert (await engine.run("nope", "hi")).error.kind == "flow_not_found"  # type: ignore[union-attr]
-    assert (await engine.run("support", "hi", "missing")).error.kind == "session_not_found"  # type: ignore[union-attr]
-    assert (await engine.run("support", "hi", "bad id!")).error.kind == "invalid_input"  # type: ignore[union-attr]
+    assert (await engine.run("nope", "hi")).error.is_a(FlowNotFound)  # type: ignore[union-attr]
+    assert (await engine.run("support", "hi", "missing")).error.is_a(SessionNotFound)  # type: ignore[union-attr]
+    bad_id = (await engine.run("support", "hi", "bad id!")).error
+    assert bad_id is not None and bad_id.is_a(InvalidInput) and bad_id.field == "session_id"
     mine = await engine.run("support", "hi", caller=Caller(principal="alice"))
     theirs = await engine.run("support", "hi", mine.session_id, caller=Caller(principal="mallory"))
-    assert theirs.error is not None and theirs.error.kind == "session_not_found"
+    assert theirs.error is not None and theirs.error.is_a(SessionNotFound)
     assert await engine.get_session(mine.session_id or "", principal="mallory") is None
     assert await engine.delete_session(mine.session_id or "", principal="mallory") is False
     assert await engine.delete_session(mine.session_id or "", principal="alice") is True
@@ -897,7 +912,7 @@ async def test_unknown_flow_and_session_and_foreign_principal() -> None:
 async def test_script_exhausted_is_a_clear_failure() -> None:
     engine = engine_with(ScriptedModel([]), SupportFlow)
     result = await engine.run("support", "hi")
-    assert result.error is not None and result.error.kind == "script_exhausted"
+    assert result.error is not None and result.error.is_a(ScriptExhausted)
     errors = await engine.store.errors(result.error.reference or "")
     assert "asked for response 1, but the script has only 0" in errors[0].message
 

@@ -31,6 +31,7 @@ from picoflow import (
     merge_slots,
 )
 from picoflow._schema import json_schema, strict_variant
+from picoflow.exceptions import AttemptsExhausted
 from picoflow.models import ScriptedModel
 from picoflow.session import Session, session_to_json
 from picoflow.slots import EXTRACT_RULES, FORMAT_HINT, Merge, Reading, reading_of
@@ -515,7 +516,7 @@ async def test_attempts_exhausted_fail_the_turn_and_leave_the_stored_session_as_
     chat.model.extend(["no JSON", '{"name": "Ada"}', '{"found": "Ada"}'])
     result = await chat.engine.run("trip", "Ada", chat.session_id)
     assert not result.ok and result.error is not None
-    assert result.error.kind == "attempts_exhausted"
+    assert result.error.is_a(AttemptsExhausted)
     assert result.usage.model_calls == 3 and chat.model.remaining == 0
     after = await chat.session()
     assert session_to_json(after) == session_to_json(before)

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from picoflow import Flow, FlowEngine, Go, Message, Step, go, since_last_user, tool
+from picoflow.exceptions import AttemptsExhausted, HookFailure
 from picoflow.messages import ToolCall
 from picoflow.models import ScriptedModel
 from picoflow.testing import request_lines, transcript_lines
@@ -246,7 +247,7 @@ async def test_a_history_hook_that_raises_fails_the_turn_as_a_hook_failure() -> 
     model = ScriptedModel([])
     engine = FlowEngine([BrokenFlow], model=model)
     result = await engine.run("broken", "Hi")
-    assert not result.ok and result.error is not None and result.error.kind == "hook_failed"
+    assert not result.ok and result.error is not None and result.error.is_a(HookFailure)
     assert model.requests == [] and result.session_id is None
 
 
@@ -315,7 +316,7 @@ async def test_parse_output_refusing_every_answer_exhausts_the_attempts() -> Non
     model = ScriptedModel(['{"amount": 0}', '{"amount": -1}', "forty-two"])
     engine = FlowEngine([InvoiceFlow], model=model)
     result = await engine.run("invoice", "Total due: 42")
-    assert not result.ok and result.error is not None and result.error.kind == "attempts_exhausted"
+    assert not result.ok and result.error is not None and result.error.is_a(AttemptsExhausted)
     assert result.usage.model_calls == 3 and result.session_id is None
     assert request_lines(model.requests[2])[-4:] == [
         'assistant [correction]: {"amount": 0}',

@@ -9,6 +9,7 @@ import pytest
 
 from picoflow import Compaction, Flow, FlowDefinitionError, FlowEngine, Step, tool
 from picoflow._run.tokens import request_ceiling, request_tokens, text_tokens
+from picoflow.exceptions import ContextWindowExceeded
 from picoflow.memory import model_summarizer
 from picoflow.messages import Message, ModelRequest
 from picoflow.models import FunctionModel, ScriptedModel, ToolCall
@@ -212,9 +213,8 @@ async def test_a_message_too_long_for_the_window_fails_cleanly_and_the_session_g
     before = await stored(engine, session_id)
 
     result = await engine.run("research", "question 4 " + "and more " * 400, session_id)
-    assert result.error is not None
-    assert (result.error.kind, result.error.retryable, result.message) == (
-        "context_window_exceeded",
+    assert result.error is not None and result.error.is_a(ContextWindowExceeded)
+    assert (result.error.retryable, result.message) == (
         False,
         "That message is too long for the assistant to read. Please send a shorter one.",
     )

@@ -71,7 +71,8 @@ def test_chat_new_quit_and_failures(tmp_path: Path) -> None:
 
 def test_chat_continues_a_session_given_by_a_unique_prefix(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'chat.sqlite3'}"
-    model = write_script(tmp_path / "script.json", ['{"found": []}', '{"found": []}'])
+    # Each chat reads the script afresh and sends one message.
+    model = write_script(tmp_path / "script.json", ['{"found": []}'])
     first = invoke("chat", "hotel", "--store", store, "--model", model, input="hi\n/quit\n")
     assert first.exit_code == 0, first.output
     session_id = first.output.split("picoflow sessions show ")[1].split(")")[0]

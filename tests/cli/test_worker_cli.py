@@ -12,7 +12,7 @@ from .support import invoke
 
 def test_worker_ends_in_one_line_when_temporal_is_not_there(tmp_path: Path) -> None:
     script = tmp_path / "script.json"
-    script.write_text('["hi"]')
+    script.write_text("[]")  # the worker stops before any turn
     store = f"sqlite:///{tmp_path / 'w.sqlite3'}"
     result = invoke("worker", "--temporal", "127.0.0.1:1", "--model", f"scripted:{script}", "--store", store)
     assert result.exit_code == 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from picoflow import FlowEngine
+from picoflow.exceptions import SessionCompleted
 from picoflow.models import ScriptedModel
 from picoflow.testing import request_lines, transcript_lines
 from picoflow_demos.hotel import HotelFlow
@@ -259,7 +260,7 @@ async def test_final_state(chat: Chat) -> None:
     assert len(session.namespace("hotel-explore").messages) <= 2
     assert len(session.namespace("Present").messages) == 0
     again = await chat.engine.run("hotel", "one more thing", chat.session_id)
-    assert again.error is not None and again.error.kind == "session_completed"
+    assert again.error is not None and again.error.is_a(SessionCompleted)
 
 
 async def test_the_real_generator_gives_distinct_readable_numbers() -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from picoflow import Caller, FlowEngine, TurnResult
 from picoflow.attachments import Attachment
+from picoflow.exceptions import AttachmentRefused
 from picoflow.models import ScriptedModel
 from picoflow.testing import transcript_lines
 from picoflow_demos.invoice import (
@@ -312,7 +313,7 @@ async def test_a_file_of_the_wrong_type_is_refused_and_nothing_is_stored(db: Inv
     failed = await desk.engine.run(
         "invoice", "and this", None, caller=Caller(principal=ME), attachments=[archive]
     )
-    assert failed.error is not None and failed.error.kind == "attachment_refused"
+    assert failed.error is not None and failed.error.is_a(AttachmentRefused)
     assert db.count() == 0 and not db.path.exists()
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from picoflow import Caller, FlowEngine, Message
+from picoflow.exceptions import StoreError
 from picoflow.models import ScriptedModel
 from picoflow.sessions import MemoryStore, Session
 from picoflow.testing import transcript_lines
@@ -292,7 +293,7 @@ async def test_a_retried_yes_after_a_failed_turn_refunds_once(orders_db: OrdersD
     await chat.say("refund 40006 please")
     store.fail_next = True
     failed = await chat.say("yes")  # the refund is written, then saving the session fails
-    assert failed.error is not None and failed.error.kind == "store_error"
+    assert failed.error is not None and failed.error.is_a(StoreError)
     # The session rolled back to the approval step, but the database kept the refund.
     session = await session_of(chat)
     assert session.current_step == "ApproveRefund" and orders_db.refund_count(40006) == 1

@@ -123,3 +123,4 @@ def llama_server(api_key: str, *, n_ctx: int = 4096) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
+        child.stdout.close()

@@ -40,8 +40,10 @@ async def test_the_next_model_answers_when_one_is_unavailable_and_says_so() -> N
 
 async def test_a_misbehaving_model_is_not_skipped_unless_asked() -> None:
     odd = failing(ModelMisbehaved("garbage"), "first:odd")
+    untouched = ScriptedModel([])
     with pytest.raises(ModelMisbehaved):
-        await FallbackModel(odd, ScriptedModel(["Hello."])).request(REQUEST)
+        await FallbackModel(odd, untouched).request(REQUEST)
+    assert untouched.requests == []
     lenient = FallbackModel(odd, ScriptedModel(["Hello."], name="second:up"), on_misbehaviour=True)
     assert (await lenient.request(REQUEST)).answered_by == "second:up"
 
@@ -73,10 +75,12 @@ async def test_a_stream_falls_back_only_before_its_first_event() -> None:
             yield TextDelta("Hel")
             raise ModelHTTPError("connection reset", status_code=None)
 
-    half = FallbackModel(Breaks(["x"], name="a:breaks"), ScriptedModel(["Hello."], name="b:up"))
+    untouched = ScriptedModel([], name="b:up")
+    half = FallbackModel(Breaks([], name="a:breaks"), untouched)
     with pytest.raises(ModelHTTPError):
         async for _event in half.request_stream(REQUEST):
             pass
+    assert untouched.requests == []
 
 
 def test_members_window_names_and_what_comes_after() -> None:

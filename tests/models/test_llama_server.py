@@ -103,6 +103,9 @@ class Recording(Model):
         self.responses.append(response)
         return response
 
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
 
 def on_llama(url: str) -> Model:
     selection = ModelSelection.parse(
@@ -119,7 +122,11 @@ def assert_added_once_and_recovered(warnings: tuple[str, ...]) -> None:
 @pytest.mark.usefixtures("keyed")
 async def test_the_tool_round_trip_answers_42_with_the_call_read_from_text(server_url: str) -> None:
     model = Recording(on_llama(server_url))
-    result = await FlowEngine([Sums], model=model).run("sums", "What is 17 + 25?")
+    engine = FlowEngine([Sums], model=model)
+    try:
+        result = await engine.run("sums", "What is 17 + 25?")
+    finally:
+        await engine.aclose()  # the connection belongs to this test's event loop
 
     assert result.ok, result.error
     assert "42" in result.message
@@ -135,11 +142,14 @@ async def test_streaming_shows_no_json_and_answers_42(server_url: str) -> None:
     engine = FlowEngine([Sums], model=on_llama(server_url))
     shown: list[str] = []
     finished = None
-    async for event in engine.run_stream("sums", "What is 17 + 25?"):
-        if isinstance(event, TextChunk):
-            shown.append(event.text)
-        elif isinstance(event, TurnFinished):
-            finished = event.result
+    try:
+        async for event in engine.run_stream("sums", "What is 17 + 25?"):
+            if isinstance(event, TextChunk):
+                shown.append(event.text)
+            elif isinstance(event, TurnFinished):
+                finished = event.result
+    finally:
+        await engine.aclose()
     assert finished is not None and finished.ok, finished
     text = "".join(shown)
     assert "42" in text and "42" in finished.message
@@ -159,7 +169,11 @@ async def test_a_wrong_key_is_one_attempt_and_a_configuration_error(
         retry=RetryPolicy(sleep=sleep),
     )
     model = Recording(inner)
-    result = await FlowEngine([Sums], model=model).run("sums", "What is 17 + 25?")
+    engine = FlowEngine([Sums], model=model)
+    try:
+        result = await engine.run("sums", "What is 17 + 25?")
+    finally:
+        await engine.aclose()
 
     assert result.error is not None and result.error.is_a(ModelConfigurationError)
     assert not result.error.retryable
@@ -174,7 +188,11 @@ async def test_a_wrong_key_is_one_attempt_and_a_configuration_error(
 async def test_a_step_with_tools_and_output_calls_its_tool_then_returns_the_output(server_url: str) -> None:
     totals.clear()
     model = Recording(on_llama(server_url))
-    result = await FlowEngine([StructuredSums], model=model).run("structured_sums", "What is 17 + 25?")
+    engine = FlowEngine([StructuredSums], model=model)
+    try:
+        result = await engine.run("structured_sums", "What is 17 + 25?")
+    finally:
+        await engine.aclose()
 
     assert result.ok, result.error
     assert additions == [(17, 25)]

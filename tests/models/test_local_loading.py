@@ -455,6 +455,7 @@ def test_a_new_engine_reads_a_saved_prompt_back_instead_of_processing_it() -> No
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.build_opener(urllib.request.ProxyHandler({})).open(anonymous, timeout=30)
         assert refused.value.code == 401
+        refused.value.close()  # the refusal holds the connection its body would be read from
         assert read["cache_n"] == 0 and read["prompt_n"] > 100
         assert first.prompt_cache.save(name)
         first.close()

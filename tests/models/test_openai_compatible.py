@@ -101,7 +101,7 @@ async def test_a_wrong_key_is_a_configuration_error_after_one_attempt(
             await model.request(ask())
     error = caught.value
     assert len(server.received) == 1 and sleep.delays == []
-    assert not error.retryable and error.kind == "model_configuration" and error.status_code == 401
+    assert not error.retryable and type(error) is ModelConfigurationError and error.status_code == 401
     assert "OPENAI_COMPATIBLE_API_KEY" in str(error) and "Invalid API Key" in str(error)
     assert "wrong-key-0123456789" not in str(error)
 

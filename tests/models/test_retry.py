@@ -76,7 +76,7 @@ async def test_a_misbehaviour_is_not_retried_and_blames_the_model() -> None:
     with pytest.raises(ModelMisbehaved) as caught:
         await call_with_retries(attempt, provider="p", classify=classify, policy=policy(sleep))
     assert attempt.calls == 1 and sleep.delays == []
-    assert caught.value.kind == "model_error" and caught.value.status == 502
+    assert type(caught.value) is ModelMisbehaved and caught.value.status == 502
 
 
 def test_backoff_grows_exponentially_with_bounded_jitter() -> None:

@@ -96,6 +96,7 @@ async def test_extend_adds_to_the_same_kind_of_script_and_refuses_the_other() ->
     assert listed.remaining == 2
     with pytest.raises(TypeError, match="has one script for every step: extend it with a list"):
         listed.extend({"A": ["a"]})
+    assert [(await listed.request(request())).text for _ in range(2)] == ["x", "y"]
 
 
 def test_a_script_per_step_is_keyed_by_names_and_holds_lists() -> None:
@@ -120,3 +121,42 @@ async def test_drop_remaining_forgets_what_was_not_played() -> None:
     per_step.extend({"A": ["a3"], "B": ["b2"]})
     assert (await per_step.request(step_request("A"))).text == "a3"
     assert (await per_step.request(step_request("B"))).text == "b2"
+
+
+async def test_assert_complete_names_how_many_responses_were_not_played_and_the_first_ones() -> None:
+    model = ScriptedModel(["hi", ToolCall("search", {"q": "rooms"}), [ToolCall("a"), ToolCall("b")], "bye"])
+    await model.request(request())
+    with pytest.raises(AssertionError) as caught:
+        model.assert_complete()
+    assert str(caught.value) == (
+        'scripted:test: 3 scripted responses were not played: search({"q": "rooms"}), [a({}), b({})], ...'
+    )
+    model.drop_remaining()
+    model.assert_complete()
+
+
+async def test_assert_complete_counts_per_step_for_a_script_per_step() -> None:
+    model = ScriptedModel(
+        {
+            "Hotels": ["h1", ModelResponse(text="h2", tool_calls=[ToolCall("pick")])],
+            "Events": [TimeoutError("slow"), "e2"],
+            "Weather": ["w1"],
+        }
+    )
+    await model.request(step_request("Hotels"))
+    await model.request(step_request("Weather"))
+    with pytest.raises(AssertionError) as caught:
+        model.assert_complete()
+    assert str(caught.value) == (
+        "scripted:test: 3 scripted responses were not played: Hotels: 1 (ModelResponse('h2', pick({}))); "
+        "Events: 2 (raise TimeoutError('slow'), 'e2')"
+    )
+    model.drop_remaining()
+
+
+async def test_assert_complete_passes_once_every_response_was_played_and_shortens_long_items() -> None:
+    model = ScriptedModel(["x" * 100])
+    with pytest.raises(AssertionError, match=r"1 scripted response was not played: 'x{37}\.\.\.'$"):
+        model.assert_complete()
+    await model.request(request())
+    model.assert_complete()

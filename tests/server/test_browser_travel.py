@@ -26,16 +26,21 @@ __all__ = ["page"]  # the fixture, shared with the hotel test
 SCENARIOS = Path(__file__).resolve().parents[2] / "src" / "picoflow_demos" / "scenarios" / "travel.yaml"
 
 
+#: The turns of the scenario the page plays: up to the plan, not the goodbye after it.
+PLAYED_TURNS = 3
+
+
 def travel_plan() -> tuple[list[str], dict[str, list[Any]]]:
-    """The messages of the travel-plan scenario and its per-step script, every turn's joined."""
+    """The messages of the travel-plan scenario's first turns and their per-step script, joined."""
     scenario = next(s for s in load_scenarios(SCENARIOS) if s.name == "travel-plan")
     script: dict[str, list[Any]] = {}
-    for turn in scenario.turns:
+    turns = scenario.turns[:PLAYED_TURNS]
+    for turn in turns:
         played = turn.script()
         assert isinstance(played, dict)
         for step, items in played.items():
             script.setdefault(step, []).extend(items)
-    return [turn.user for turn in scenario.turns], script
+    return [turn.user for turn in turns], script
 
 
 @pytest.fixture
@@ -54,7 +59,7 @@ def test_a_trip_planned_with_parallel_sub_steps_in_the_chat_page(travel_url: str
     expect(page.locator("body")).to_have_attribute("data-ready", "true")
     expect(page.locator("#flow-select")).to_have_value("travel")
     messages, _ = travel_plan()
-    for text in messages[:3]:
+    for text in messages:
         say(page, text)
     # The plan: tables written by code from the data and the sub-steps' picks.
     plan = last_reply(page)

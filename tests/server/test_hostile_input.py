@@ -22,7 +22,7 @@ import pytest
 import uvicorn
 
 from picoflow.engine import FlowEngine
-from picoflow.exceptions import AttemptsExhausted, ContextWindowExceeded
+from picoflow.exceptions import AttemptsExhausted, ContextWindowExceeded, InvalidInput
 from picoflow.messages import ModelRequest
 from picoflow.server import ServerSettings, create_app
 from picoflow.server.protocol import HeaderDeadlineProtocol, uvicorn_options
@@ -130,9 +130,8 @@ async def test_text_no_store_can_keep_is_422_before_the_model_on_every_route(
 async def test_the_library_gets_the_same_typed_refusal(engine: FlowEngine) -> None:
     model = model_of(engine)
     result = await engine.run("desk", "yes \ud83d")
-    assert result.error is not None and not result.ok
-    assert (result.error.kind, result.error.status, result.error.retryable, result.error.message) == (
-        "invalid_input",
+    assert result.error is not None and not result.ok and result.error.is_a(InvalidInput)
+    assert (result.error.status, result.error.retryable, result.error.message) == (
         422,
         False,
         SURROGATE_PROBLEM,

@@ -323,6 +323,7 @@ def server_process() -> Iterator[tuple[subprocess.Popen[str], str]]:
     finally:
         process.terminate()
         process.wait(timeout=30)
+        process.stderr.close()
 
 
 def _peak_rss_kib(pid: int) -> int:

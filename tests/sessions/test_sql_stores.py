@@ -232,7 +232,7 @@ async def test_conflicts_carry_the_session_id(sql_store: SessionStore) -> None:
     with pytest.raises(SessionConflict) as caught:
         await sql_store.save(session, expected_revision=0)
     assert caught.value.session_id == "conflict-id"
-    assert caught.value.kind == "session_conflict"
+    assert type(caught.value) is SessionConflict
 
 
 async def test_errors_keep_their_order_and_fields(sql_store: SessionStore) -> None:

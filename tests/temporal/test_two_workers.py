@@ -16,8 +16,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import free_port
 
+from conftest import free_port
 from picoflow.sessions import open_store
 
 pytestmark = pytest.mark.postgres
@@ -53,10 +53,11 @@ def postgres_store_url() -> Iterator[str]:
 def start(args: list[str], folder: Path, name: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PICOFLOW_TEST_DIR": str(folder), "PYTHONPATH": str(HERE)}
     env.pop("PICOFLOW_API_KEYS", None)
-    log = (folder / f"{name}.log").open("wb")
-    return subprocess.Popen(
-        [str(BIN / "picoflow"), *args], cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT
-    )
+    # The process writes to its own copy of the file; the test's copy is not needed past the start.
+    with (folder / f"{name}.log").open("wb") as log:
+        return subprocess.Popen(
+            [str(BIN / "picoflow"), *args], cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
 
 
 async def wait_until_serving(http: httpx.AsyncClient, process: subprocess.Popen[bytes]) -> None:

@@ -32,8 +32,9 @@ def start_worker(address: str, queue: str, folder: Path, name: str) -> subproces
     command += ["--flows", "refund_flows:RefundFlow", "--store", f"sqlite:///{folder / 'sessions.db'}"]
     command += ["--model", "python:refund_flows:crash_model"]
     env = {**os.environ, "PICOFLOW_TEST_DIR": str(folder), "PYTHONPATH": str(HERE)}
-    log = (folder / f"{name}.log").open("wb")
-    return subprocess.Popen(command, cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT)
+    # The worker writes to its own copy of the file; the test's copy is not needed past the start.
+    with (folder / f"{name}.log").open("wb") as log:
+        return subprocess.Popen(command, cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 def read_if_there(path: Path) -> str | None:

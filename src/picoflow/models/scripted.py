@@ -77,6 +77,10 @@ class ScriptedModel(_RecordingModel):
 
     ``context_window`` and ``output_reserve`` play a model with that window (default: unlimited), so
     a test sees its requests fitted as a real model's would be.
+
+    ``assert_complete()`` fails when responses were left unplayed: a script longer than what the
+    flow asked for means the flow took another path than the test believes (a step ended early, a
+    tool call was never proposed). ``drop_remaining()`` forgets them when that is the point.
     """
 
     def __init__(
@@ -125,6 +129,30 @@ class ScriptedModel(_RecordingModel):
             del self.script[self._played.get(None, 0) :]
         return dropped
 
+    def assert_complete(self) -> None:
+        """Raise ``AssertionError`` unless every response of the script was played.
+
+        The message says how many were left (per step for a script per step) and what the first of
+        them are, so a test can see which answer the flow never asked for.
+        """
+        unplayed = self._unplayed()
+        total = sum(len(items) for items in unplayed.values())
+        if not total:
+            return
+        noun = "response was" if total == 1 else "responses were"
+        if isinstance(self.script, dict):
+            detail = "; ".join(
+                f"{step}: {len(items)} ({_preview(items)})" for step, items in unplayed.items() if items
+            )
+        else:
+            detail = _preview(unplayed[None])
+        raise AssertionError(f"{self.name}: {total} scripted {noun} not played: {detail}")
+
+    def _unplayed(self) -> dict[str | None, list[Any]]:
+        if isinstance(self.script, dict):
+            return {step: items[self._played.get(step, 0) :] for step, items in self.script.items()}
+        return {None: self.script[self._played.get(None, 0) :]}
+
     async def request(self, request: ModelRequest) -> ModelResponse:
         self.requests.append(request)
         if isinstance(self.script, dict):
@@ -156,6 +184,31 @@ class ScriptedModel(_RecordingModel):
         step = request.step or ""
         self._ids[step] = self._ids.get(step, 0) + 1
         return f"call_{step}_{self._ids[step]}"
+
+
+def _preview(items: Sequence[Any], shown: int = 2) -> str:
+    """The first few script items, each in a few words."""
+    text = ", ".join(_describe(item) for item in items[:shown])
+    return text + (", ..." if len(items) > shown else "")
+
+
+def _describe(item: Any, width: int = 40) -> str:
+    def clip(text: str) -> str:
+        return text if len(text) <= width else text[: width - 3] + "..."
+
+    if isinstance(item, str):
+        return repr(clip(item))
+    if isinstance(item, ToolCall):
+        return f"{item.name}({clip(item.args_json())})"
+    if isinstance(item, ModelResponse):
+        parts = [repr(clip(item.text))] if item.text else []
+        parts += [_describe(call, width) for call in item.tool_calls]
+        return "ModelResponse(" + ", ".join(parts) + ")"
+    if isinstance(item, BaseException):
+        return f"raise {type(item).__name__}({clip(str(item))!r})"
+    if isinstance(item, Sequence):
+        return "[" + ", ".join(_describe(call, width) for call in item) + "]"
+    return type(item).__name__
 
 
 def _per_step(script: Mapping[str, Iterable[Any]]) -> dict[str, list[Any]]:

@@ -79,6 +79,8 @@ class LlamaProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
 
     def _request(self, path: str, body: Mapping[str, Any]) -> urllib.request.Request:
         return urllib.request.Request(
