@@ -13,6 +13,7 @@ keeping what it read on disk so that a restart does not read it again (``_prompt
 from __future__ import annotations
 
 import asyncio
+import atexit
 import importlib.util
 import logging
 import os
@@ -192,9 +193,21 @@ def load_engine(
                 logger.exception("picoflow: llama.cpp could not load the offline model")
                 status.report(Phase.FAILED, reason=f"llama.cpp could not load it ({type(exc).__name__})")
                 raise
+            if not _engines:
+                atexit.register(_close_engines)
             _engines[key] = engine
             status.report(then)
         return engine
+
+
+def _close_engines() -> None:
+    """At exit, stop every llama.cpp process this one started and reap it (it would stop on its
+    own once this process is gone, but an unreaped child is a leak to the interpreter)."""
+    with _engines_lock:
+        engines = list(_engines.values())
+        _engines.clear()
+    for engine in engines:
+        engine.close()
 
 
 async def _in_daemon_thread(work: Callable[[], T]) -> T:
