@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from picoflow._frozen import quick_init
 from picoflow.attachments import AttachmentRef
 from picoflow.usage import Usage
 
@@ -22,7 +21,6 @@ MessageKind = Literal["direct", "crossing", "forwarded", "correction", "nudge", 
 """Why the runtime, rather than a person or the model, put a message there."""
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """A model's proposal to call a tool. Nothing has run yet.
@@ -53,7 +51,6 @@ class ToolCall:
         return value if isinstance(value, dict) else raw
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Message:
     """One entry of a step's memory and of the session transcript."""
@@ -164,7 +161,6 @@ class OutputSchema:
     strict: bool = False
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
     """Everything a model adapter needs for one call. Built fresh for every call."""

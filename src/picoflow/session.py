@@ -20,14 +20,16 @@ from picoflow.messages import Message
 from picoflow.usage import Usage
 
 
+_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
+"""The UUID variant digit (``10xx`` in binary) for a random hex digit, keeping its two low bits."""
+
+
 def new_session_id() -> str:
     """A random (version 4) UUID in its usual text form, made without ``uuid.UUID``'s overhead:
-    a new session costs one id, and ids must be unguessable, so they come from ``os.urandom``."""
-    raw = bytearray(os.urandom(16))
-    raw[6] = (raw[6] & 0x0F) | 0x40
-    raw[8] = (raw[8] & 0x3F) | 0x80
-    h = raw.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    a new session costs one id, and ids must be unguessable, so its 122 random bits come from
+    ``os.urandom``; the version and variant digits are written over the hex text."""
+    h = os.urandom(16).hex()
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"
 
 
 def copy_json(value: Any) -> Any:

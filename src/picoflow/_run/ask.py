@@ -76,7 +76,7 @@ async def build_request(ws: Workspace, step: Step, spec: StepSpec, extra: list[M
         spec.output,
         _NO_SETTINGS,
         spec.name,
-        ws.session_id,
+        ws.session.id,
         _NO_FILES if ws.files is None else await ws.files.for_messages(messages),
     )
 
@@ -121,16 +121,42 @@ async def ask(
     window = limits_for(model, spec.cls.memory_budget)
     attempts = spec.cls.max_attempts
     problems: list[str] = []
+    limits, usage, observer = ws.config.limits, ws.usage, ws.config.observer
     for attempt in range(1, attempts + 1):
         ws.attempt = attempt
-        ws.config.limits.check_before_model_call(ws.usage)
-        request = await _request(ws, step, spec, model, window, extra)
-        response = await _call(ws, spec, model, request)
-        if response is None:  # unreadable: a failed attempt, asked again with a correction
+        limits.check_before_model_call(usage)
+        request = await build_request(ws, step, spec, extra)
+        if window is not None and not fits_at_a_glance(window, request):
+            rebuild = functools.partial(build_request, ws, step, spec, extra)
+            request = await Fitting(window, spec, model.name, ws.session, rebuild, ws.warn).fit(
+                request, len(extra)
+            )
+        if request.files and not model.reads_images:
+            refuse_images([ref for message in request.messages for ref in message.attachments], model.name)
+        observer.model_started(spec.name, model.name, request)
+        try:
+            if observer.wants_text:
+                response = await _streamed(model, request, spec.name, observer.text)
+            else:
+                response = await model.request(request)
+        except BaseException as exc:
+            _failed(ws, spec, model, exc)
             problems.append("unreadable answer")
             extra.append(Message.user(UNREADABLE, kind="correction"))
             continue
-        _take_in(ws, spec, model, request, response)
+        observer.model_finished(spec.name, response)
+        # Count the response against the turn's budget; note who answered and what it warned.
+        usage.add(response.usage)
+        answered = response.answered_by = response.answered_by or model.name
+        ws.session.models[spec.name] = answered
+        if request.tools and not response.tool_calls and "{" in response.text:
+            recover_tool_calls(response, request, model=answered)  # a call written as text, read as one
+        if response.warnings:
+            for warning in response.warnings:
+                ws.warn(warning.code, warning.message, spec.name)
+        if response.usage.model_calls == 0:
+            usage.model_calls += 1
+        limits.check_tokens(usage)
         problem = _problem(ws, spec, response)
         if problem is None and spec.checks_response:
             problem = await _gate(ws, step, spec, response)
@@ -149,61 +175,18 @@ async def ask(
     )
 
 
-async def _request(
-    ws: Workspace, step: Step, spec: StepSpec, model: Model, window: Any, extra: list[Message]
-) -> ModelRequest:
-    """The request of this attempt, fitted to the model's window, with no image it cannot see."""
-    request = await build_request(ws, step, spec, extra)
-    if window is not None and not fits_at_a_glance(window, request):
-        rebuild = functools.partial(build_request, ws, step, spec, extra)
-        fitting = Fitting(window, spec, model.name, ws.session, rebuild, ws.warn)
-        request = await fitting.fit(request, len(extra))
-    if request.files and not model.reads_images:
-        refuse_images([ref for message in request.messages for ref in message.attachments], model.name)
-    return request
-
-
-async def _call(ws: Workspace, spec: StepSpec, model: Model, request: ModelRequest) -> ModelResponse | None:
-    """The model's response; None when the provider could not read what the model wrote (a broken
-    call, a format it refused), which is the model's to correct. Anything else that escapes the
-    model becomes an outage or a misbehaviour, raised."""
-    observer = ws.config.observer
-    observer.model_started(spec.name, model.name, request)
-    try:
-        if observer.wants_text:
-            response = await _streamed(model, request, spec.name, observer.text)
-        else:
-            response = await model.request(request)
-    except BaseException as exc:
-        error = _classified(exc, model, spec.name)
-        observer.model_failed(spec.name, error)
-        if type(exc) is ModelMisbehaved:
-            ws.warn("model_misbehaved", "the model's answer could not be read; it was asked again", spec.name)
-            return None
-        if error is exc:
-            raise
-        raise error from exc
-    observer.model_finished(spec.name, response)
-    return response
-
-
-def _take_in(
-    ws: Workspace, spec: StepSpec, model: Model, request: ModelRequest, response: ModelResponse
-) -> None:
-    """Count the response's usage against the turn's budget and note who answered and what it warned;
-    a tool call the model wrote as text is read as one."""
-    usage = ws.usage
-    usage.add(response.usage)
-    answered = response.answered_by = response.answered_by or model.name
-    ws.session.models[spec.name] = answered
-    if request.tools and not response.tool_calls and "{" in response.text:
-        recover_tool_calls(response, request, model=answered)
-    if response.warnings:
-        for warning in response.warnings:
-            ws.warn(warning.code, warning.message, spec.name)
-    if response.usage.model_calls == 0:
-        usage.model_calls += 1
-    ws.config.limits.check_tokens(usage)
+def _failed(ws: Workspace, spec: StepSpec, model: Model, exc: BaseException) -> None:
+    """A model call raised ``exc``. Returns (the attempt failed, to be asked again with a
+    correction) when the provider could not read what the model wrote (a broken call, a format it
+    refused); anything else that escapes the model is raised as an outage or a misbehaviour."""
+    error = _classified(exc, model, spec.name)
+    ws.config.observer.model_failed(spec.name, error)
+    if type(exc) is ModelMisbehaved:
+        ws.warn("model_misbehaved", "the model's answer could not be read; it was asked again", spec.name)
+        return
+    if error is exc:
+        raise exc
+    raise error from exc
 
 
 def _problem(ws: Workspace, spec: StepSpec, response: ModelResponse) -> tuple[str, list[Message]] | None:

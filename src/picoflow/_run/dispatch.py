@@ -127,7 +127,8 @@ async def _run_call(
     if tool.handler is None:
         ws.warn("missing_tool_handler", f"missing tool handler: {call.name}", spec.name)
         return refused(call, f"{call.name} cannot be used on its own here; nothing was run.")
-    call = _without_injected(ws, spec, call)
+    if not (isinstance(call.args, str) or INJECTED_NAMES.isdisjoint(call.args)):
+        call = _without_injected(ws, spec, call)
     validated = tool.validate(call)
     if isinstance(validated, str):
         return refused(call, validated)

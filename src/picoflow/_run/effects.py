@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from picoflow._frozen import quick_init
 from picoflow._run.dispatch import CallResult
 from picoflow._run.workspace import Workspace
 from picoflow.flow import StepSpec
@@ -22,16 +21,14 @@ NOT_APPLIED = (
 )
 
 
-@quick_init
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Reply:
     """The turn ends; ``text`` is what the user reads."""
 
     text: str
 
 
-@quick_init
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Moved:
     """The conversation is now in ``destination``; the turn goes on there."""
 
@@ -42,8 +39,7 @@ class Moved:
     """The user's words, not yet in any step's memory (the turn starts, or a LogicStep moved on)."""
 
 
-@quick_init
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Stayed:
     """The step stays; its model is asked again, with what the outcome added to memory."""
 
@@ -71,17 +67,20 @@ async def apply_results(ws: Workspace, spec: StepSpec, results: list[CallResult]
                 winner, destination = outcome, leads_to
         applied.append(outcome)
 
-    ws.held_erases = frozenset()
-    try:
-        await transition(ws, source, destination)  # (1)
-        for outcome in applied:  # (2) prompt, (3) state, (4) content type
-            apply_effects(ws, outcome, destination if outcome is winner else source)
-        observer = ws.config.observer
-        for result in results:  # (5) exactly one tool message per call, in order
-            call = result.call
-            ws.add_tool_result(source, call, result.content, result.is_error)
-            observer.tool_answered(source, call, result.content, result.is_error)
-    finally:
+    moving = destination != source
+    if moving:  # (1)
+        # The hooks of the steps left and entered may erase memory while this response's results
+        # are still to be written: those erases wait until they are (a failure discards it all).
+        ws.held_erases = frozenset()
+        await transition(ws, source, destination)
+    for outcome in applied:  # (2) prompt, (3) state, (4) content type
+        apply_effects(ws, outcome, destination if outcome is winner else source)
+    observer = ws.config.observer
+    for result in results:  # (5) exactly one tool message per call, in order
+        call = result.call
+        ws.add_tool_result(source, call, result.content, result.is_error)
+        observer.tool_answered(source, call, result.content, result.is_error)
+    if moving:
         ws.release_erases()
     for outcome in applied:  # (6) messages
         if outcome.message is not None:
@@ -103,7 +102,8 @@ async def settle(ws: Workspace, spec: StepSpec, outcome: Outcome, user: str | No
         return STAYED
     assert isinstance(outcome, Go | Direct)
     destination = ws.destination(outcome, source)
-    await transition(ws, source, destination)
+    if destination != source:
+        await transition(ws, source, destination)
     apply_effects(ws, outcome, destination)
     if isinstance(outcome, Direct):
         if user is not None:  # a logic step answered: keep the user's words beside the reply
@@ -128,9 +128,7 @@ def apply_effects(ws: Workspace, outcome: Outcome, destination: str) -> None:
 
 
 async def transition(ws: Workspace, source: str, destination: str) -> None:
-    """Leave ``source`` for ``destination`` (nothing when they are the same step)."""
-    if source == destination:
-        return
+    """Leave ``source`` for another step, ``destination``."""
     ws.transitions += 1
     steps = ws.config.spec.steps
     ws.config.limits.check_transition(ws.transitions)

@@ -20,7 +20,7 @@ from pydantic_core import to_json
 
 from picoflow._run.ask import ask, build_request
 from picoflow._run.dispatch import dispatch
-from picoflow._run.effects import Moved, Next, Reply, Stayed, apply_results, enter, settle
+from picoflow._run.effects import Moved, Next, Reply, apply_results, enter, settle
 from picoflow._run.recovery import recover
 from picoflow._run.workspace import Workspace
 from picoflow.exceptions import AttemptsExhausted, HookFailure, ModelError
@@ -36,50 +36,44 @@ async def run_turn(ws: Workspace, text: str) -> str:
     session = ws.session
     if not session.sequence:
         await enter(ws, session.current_step, previous=None)
-    now: Moved | Stayed = Moved(None, session.current_step, text)
-    steps = ws.config.spec.steps
-    while True:
-        if isinstance(now, Moved):
-            ws.config.observer.step_started(now.destination)
+    steps, observer = ws.config.spec.steps, ws.config.observer
+    now: Next = Moved(None, session.current_step, text)
+    while not isinstance(now, Reply):
+        moved = now if isinstance(now, Moved) else None
         spec = steps[session.current_step]
         step = ws.step(spec.name)
-        if spec.is_logic:
-            user = now.user if isinstance(now, Moved) else None
-            after = await settle(ws, spec, await _decide(ws, step, spec), user)
+        if moved is not None:
+            observer.step_started(spec.name)
+        if spec.is_logic:  # code decides: another step, or the reply
+            now = await settle(ws, spec, await _decide(ws, step, spec), moved.user if moved else None)
+            continue
+        if moved is not None:
+            await _arrive(ws, step, spec, moved)
+        try:
+            response, parsed = await ask(ws, step, spec)
+        except (ModelError, AttemptsExhausted) as error:  # another model or the step's hook may take over
+            recovered = await recover(ws, step, spec, error)
+            if isinstance(recovered, Outcome):
+                now = await settle(ws, spec, recovered)
+                continue
+            response, parsed = recovered
+        if response.tool_calls:
+            ws.add_response(spec.name, response)
+            now = await apply_results(ws, spec, await dispatch(ws, step, spec, response))
         else:
-            await _arrive(ws, step, spec, now)
-            after = await _converse(ws, step, spec)
-        if isinstance(after, Reply):
-            return after.text
-        now = after
+            now = await _answer(ws, step, spec, response, parsed)
+    return now.text
 
 
-async def _arrive(ws: Workspace, step: Step, spec: StepSpec, now: Moved | Stayed) -> None:
-    """What the step's memory gets before its model is asked: the user's words while no step holds
-    them yet, else, when the turn just moved here, what ``on_crossing`` adds."""
-    if isinstance(now, Stayed):
-        return
-    if now.user is not None:
-        ws.add_user(spec.name, now.user)
-    elif now.source is not None:
-        crossing = await ws.hook(step, "on_crossing", step.on_crossing, now.source)
+async def _arrive(ws: Workspace, step: Step, spec: StepSpec, moved: Moved) -> None:
+    """What the step's memory gets before its model is first asked: the user's words while no step
+    holds them yet, else, as the turn moved here from another step, what ``on_crossing`` adds."""
+    if moved.user is not None:
+        ws.add_user(spec.name, moved.user)
+    elif moved.source is not None:
+        crossing = await ws.hook(step, "on_crossing", step.on_crossing, moved.source)
         if crossing:
             ws.add(spec.name, "user", str(crossing), "crossing")
-
-
-async def _converse(ws: Workspace, step: Step, spec: StepSpec) -> Next:
-    """Ask the step's model and act on its answer."""
-    try:
-        response, parsed = await ask(ws, step, spec)
-    except (ModelError, AttemptsExhausted) as error:  # another model or the step's hook may take over
-        recovered = await recover(ws, step, spec, error)
-        if isinstance(recovered, Outcome):
-            return await settle(ws, spec, recovered)
-        response, parsed = recovered
-    if response.tool_calls:
-        ws.add_response(spec.name, response)
-        return await apply_results(ws, spec, await dispatch(ws, step, spec, response))
-    return await _answer(ws, step, spec, response, parsed)
 
 
 async def _answer(ws: Workspace, step: Step, spec: StepSpec, response: ModelResponse, parsed: Any) -> Next:

@@ -13,7 +13,6 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from picoflow._frozen import quick_init
 from picoflow._run.compose import Composer
 from picoflow._run.dispatch import LOCAL_TOOLS
 from picoflow._run.files import TurnFiles
@@ -47,8 +46,7 @@ MAX_WARNINGS = 200
 LATEST_ONLY = frozenset({TRIMMED})
 
 
-@quick_init
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TurnRequest:
     """A turn as the engine checked it: the flow (None: the session's own), the text, the session."""
 
@@ -102,7 +100,7 @@ class SessionTurns:
     async def take(self, request: TurnRequest, observer: TurnObserver) -> TurnResult:
         """The turn's result; a failure is filed with the session and leaves it as stored."""
         ws: Workspace | None = None
-        continued = request.continues
+        continued = None if request.starts else request.session_id
         lock = None if continued is None else self._lock(continued)  # a new session needs none
         held = False
         try:

@@ -23,7 +23,6 @@ from picoflow._run.observers import TurnObserver
 from picoflow._run.workspace import ModelFor, Workspace
 from picoflow.exceptions import HookFailure
 from picoflow.flow import FlowSpec
-from picoflow.messages import Message
 from picoflow.outcomes import Direct, Go
 from picoflow.runtime import StepState
 from picoflow.session import Namespace, Session, copy_json
@@ -112,16 +111,15 @@ class SubWorkspace(Workspace):
             )
         return name
 
-    def _next_seq(self) -> int:
-        # Runs going on together take their seqs from the turn's session, so none is used twice.
-        seq = self.session.next_seq = self.root.session.next_seq
+    def _numbered(self, namespace: str) -> tuple[int, str]:
+        # Runs going on together take their seqs from the turn's session, so none is used twice;
+        # the seq is taken there at once (nothing else runs before the message is appended).
+        main = self.root.session
+        seq = self.session.next_seq = main.next_seq
+        main.next_seq = seq + 1
         if self.within is None:  # named after the step and its first message's seq: unique for good
             self.within = f"{self.session.current_step}@{seq}"
-        return seq
-
-    def _record(self, namespace: str, message: Message) -> None:
-        self.root.session.next_seq = self.session.next_seq
-        self.appended.append((self._kept or self.within or namespace, message))
+        return seq, self._kept or self.within
 
     # --- handing the run's changes up ---------------------------------------------------------
 

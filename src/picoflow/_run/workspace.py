@@ -44,8 +44,7 @@ RUNNING_CALL: ContextVar[ToolCall | None] = ContextVar("picoflow_running_call", 
 """The tool call whose handler is running (what a sub-step run started there nests under)."""
 
 
-@quick_init
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ToolJob:
     """A response's call (or a ``@tools`` group's calls) validated and ready to run: what crosses
     the ``ToolRunner`` seam."""
@@ -132,8 +131,9 @@ class Workspace:
         self.transitions = 0
         self.attempt = 1
         self.held_erases: frozenset[str] | None = None
-        """While a response's tool calls run: the namespaces whose erase waits until every result
-        is written (an erase then could separate a call from its result). None: erases happen at once."""
+        """While the conversation moves on after a response's tool calls: the namespaces whose
+        erase waits until every result is written (an erase then could separate a call from its
+        result). None: erases happen at once."""
         self._steps: dict[str, Step] = {}
         self._states: dict[str, StepState] = {}
         self._contexts: dict[str, RunContext[Any]] = {}
@@ -273,8 +273,8 @@ class Workspace:
         attachments: tuple[AttachmentRef, ...] = (),
     ) -> Message:
         session = self.session
-        seq = self._next_seq()
         namespace = self.config.spec.steps[step].namespace
+        seq, key = self._numbered(namespace)
         # Look the namespace up first: a new one must start at this message's seq.
         ns = session.memory.get(namespace) or session.namespace(namespace)
         message = Message(
@@ -296,16 +296,13 @@ class Workspace:
         )
         session.next_seq = seq + 1
         ns.messages.append(message)
-        self._record(namespace, message)
+        self.appended.append((key, message))
         return message
 
-    def _next_seq(self) -> int:
-        """The seq of the message about to be appended."""
-        return self.session.next_seq
-
-    def _record(self, namespace: str, message: Message) -> None:
-        """Keep ``message`` in the turn's list of new messages."""
-        self.appended.append((namespace, message))
+    def _numbered(self, namespace: str) -> tuple[int, str]:
+        """The seq of the message about to be appended to ``namespace``, and what the turn's list of
+        new messages files it under."""
+        return self.session.next_seq, namespace
 
     def warn(self, code: str, message: str, step: str | None) -> None:
         self.warnings.append(LogRecord(code, message, "warning", step, self.session.turns + 1))

@@ -226,7 +226,7 @@ class FlowEngine:
         observer.turn_finished(result)
         return result
 
-    async def _take(
+    def _take(
         self,
         flow: str | type[Flow] | None,
         message: str,
@@ -234,9 +234,9 @@ class FlowEngine:
         caller: Caller | None,
         attachments: Sequence[Attachment],
         observer: TurnObserver,
-    ) -> TurnResult:
-        """The turn's result. Input refused, or a turn the executor could not submit, is a
-        failure filed like any other: nothing ran, nothing was stored."""
+    ) -> Awaitable[TurnResult]:
+        """The turn to await for its result: the executor's, or the failure of input refused
+        (filed like any other: nothing ran, nothing was stored)."""
         try:
             spec = self.flow(flow) if flow is not None or session_id is None else None
             text = self.check_message(message)
@@ -249,9 +249,9 @@ class FlowEngine:
                 request = TurnRequest(spec, text, new_session_id(), True, caller or Caller(), files)
             else:
                 request = TurnRequest(spec, text, session_id, False, caller or Caller(), files)
-            return await self.executor.take(self.turns, request, observer)
         except RunError as exc:
-            return await self.turns.failed(exc, session_id, session_id, None)
+            return self.turns.failed(exc, session_id, session_id, None)
+        return self.executor.take(self.turns, request, observer)
 
     async def run_stream(
         self,

@@ -7,7 +7,8 @@ executor. ``LocalExecutor``, the default, runs it here, in this process, on the 
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Coroutine
+from typing import Any, Protocol
 
 from picoflow._run.observers import TurnObserver
 from picoflow._run.session_turn import SessionTurns, TurnRequest
@@ -20,11 +21,9 @@ class TurnExecutor(Protocol):
     """Runs checked turns, and returns each one's result."""
 
     async def take(self, turns: SessionTurns, request: TurnRequest, observer: TurnObserver) -> TurnResult:
-        """The result of ``request``. ``turns`` are the engine's (its store, flows and models).
-
-        A ``RunError`` raised before the turn ran (it could not be submitted) becomes the turn's
-        failure in the engine, filed as refused input is; anything the turn itself fails with is
-        in the result."""
+        """The result of ``request``; never raises for a run-time failure. ``turns`` are the
+        engine's (its store, flows and models); a turn that could not even be submitted is
+        ``turns.failed(...)``, filed as refused input is."""
         ...
 
 
@@ -32,5 +31,8 @@ class LocalExecutor:
     """Runs each turn in this process, one at a time per session (the store's compare-and-swap
     keeps turns in other processes apart)."""
 
-    async def take(self, turns: SessionTurns, request: TurnRequest, observer: TurnObserver) -> TurnResult:
-        return await turns.take(request, observer)
+    def take(
+        self, turns: SessionTurns, request: TurnRequest, observer: TurnObserver
+    ) -> Coroutine[Any, Any, TurnResult]:
+        # The turn itself, handed on to be awaited: no coroutine of its own on every turn's path.
+        return turns.take(request, observer)

@@ -82,8 +82,6 @@ class TurnActivities:
         log = SubStepEvents() if given.events else None
         ws = engine.turns.workspace(spec, session, given.caller(engine.deps), log or NO_OBSERVER)
         ws.usage = given.usage
-        if given.erases_held:
-            ws.held_erases = frozenset()
         step_spec = spec.steps[given.step]
         calls = [ToolCall(c["name"], c["args"], c["id"]) for c in given.calls]
         out = codec.ToolCallOut()
@@ -100,7 +98,6 @@ class TurnActivities:
         out.appended = ws.appended
         out.warnings = ws.warnings
         out.usage = ws.usage
-        out.erases = sorted(ws.held_erases or ())
         out.events = log.encoded if log is not None else []
         return out.model_dump_json()
 

@@ -353,8 +353,6 @@ class ToolCallIn(BaseModel):
     session: str
     """``session_to_json`` of the workspace's session when the handler is called."""
     usage: Usage
-    erases_held: bool
-    """Erases are being held for the response's tool results (``Workspace.held_erases``)."""
     events: bool = False
     """Whether to record the events of sub-step runs the handler starts."""
     principal: str | None = None
@@ -385,8 +383,6 @@ class ToolCallOut(BaseModel):
     appended: list[tuple[str, Message]] = Field(default_factory=list)
     warnings: list[LogRecord] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
-    erases: list[str] = Field(default_factory=list)
-    """Namespaces whose erase the handler asked for while erases were held."""
     events: list[EncodedEvent] = Field(default_factory=list)
     """The events of the sub-step runs the handler started (when the turn records events)."""
 

@@ -228,7 +228,6 @@ class DurableTools:
             group=job.group,
             session=session_to_json(ws.session).decode(),
             usage=ws.usage,
-            erases_held=ws.held_erases is not None,
             events=records,
             **codec.caller_fields(ws.caller),
         )
@@ -260,7 +259,8 @@ DURABLE_TOOLS = DurableTools()
 
 def _adopt(ws: Workspace, out: codec.ToolCallOut) -> None:
     """Make the workspace what the handler left: its session (in place, so the step states the
-    turn's objects hold stay the live ones), messages, warnings, usage and held erases."""
+    turn's objects hold stay the live ones), messages, warnings and usage. Its erases are in the
+    session: handlers run before a response's erases are ever held."""
     session, after = ws.session, session_from_json(out.session)
     states = session.states
     for key, state in after.states.items():
@@ -280,8 +280,6 @@ def _adopt(ws: Workspace, out: codec.ToolCallOut) -> None:
     usage = ws.usage  # the same object the step contexts hold
     for field in dataclasses.fields(usage):
         setattr(usage, field.name, getattr(out.usage, field.name))
-    if out.erases and ws.held_erases is not None:
-        ws.held_erases = ws.held_erases | frozenset(out.erases)
 
 
 def _value(ws: Workspace, call: ToolCall, value: codec.ToolValue) -> Any:

@@ -83,8 +83,12 @@ class TemporalExecutor:
         return self._client
 
     async def take(self, turns: SessionTurns, request: TurnRequest, observer: TurnObserver) -> TurnResult:
-        # A RunError raised here (no session, Temporal unreachable) is the turn's failure: the engine
-        # files it as it files refused input.
+        try:
+            return await self._take(turns, request, observer)
+        except RunError as exc:  # not submitted (files, no session, Temporal unreachable): nothing ran
+            return await turns.failed(exc, request.continues, request.continues, None)
+
+    async def _take(self, turns: SessionTurns, request: TurnRequest, observer: TurnObserver) -> TurnResult:
         if request.files:
             raise InvalidInput("files are not carried by the Temporal executor yet", field="attachments")
         revision = 0
