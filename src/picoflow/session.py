@@ -19,7 +19,6 @@ from pydantic import TypeAdapter
 from picoflow.messages import Message
 from picoflow.usage import Usage
 
-
 _VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
 """The UUID variant digit (``10xx`` in binary) for a random hex digit, keeping its two low bits."""
 
