@@ -106,15 +106,20 @@ async def test_a_budget_given_early_is_not_asked_for_and_is_in_the_search() -> N
 
 
 async def test_values_the_guest_did_not_write_are_dropped() -> None:
-    # A small model answers "Hi" with a whole plausible stay, or reads "2,5,8" as a price of 258.
+    # A small model answers "Hi" with a whole plausible stay, reads "2,5,8" as a price of 258, or
+    # adds a pool to the wifi. Room types and amenities are kept only with their words (criteria.py).
     chat = chat_with(
-        found(("check_in", "next week", day(7, 20)), ("max_price", "Hi", 300)),
+        found(
+            ("check_in", "next week", day(7, 20)), ("max_price", "Hi", 300), ("room_types", "Hi", ["suite"])
+        ),
         found(("in_portland", "yes", True), ("max_price", "yes 2,5,8", 258)),
+        found(("amenities", "free wifi", ["freeWiFi", "indoorPool"]), ("room_types", "twin", ["two beds"])),
     )
-    first, second = await chat.say_all(["Hi", "yes 2,5,8"])
+    first, second, third = await chat.say_all(["Hi", "yes 2,5,8", "free wifi and a twin room"])
     assert first.message == f"{HELLO} {PORTLAND}"
     assert second.message == f"Great. {DATES}"
-    assert (await known(chat)) == {"in_portland": True}
+    assert third.message == f"Noted: two beds; Free Wi-Fi. {DATES}"
+    assert (await known(chat)) == {"in_portland": True, "room_types": ["two beds"], "amenities": ["freeWiFi"]}
 
 
 async def test_a_past_check_in_goes_back_to_the_model_once_then_to_the_guest() -> None:
