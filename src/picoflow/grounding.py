@@ -49,6 +49,7 @@ class Said:
 
     # One field per kind of evidence: a bound's direction and yes-or-no words fit beside this one.
     options: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    _phrases: Mapping[str, tuple[Phrase, ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         options: dict[str, tuple[Phrase, ...]] = {}
@@ -60,8 +61,6 @@ class Said:
             phrases = [_phrase(option), *(_phrase(word) for word in words)]
             options[option.casefold()] = tuple(dict.fromkeys(phrase for phrase in phrases if phrase))
         object.__setattr__(self, "_phrases", MappingProxyType(options))
-
-    _phrases: Mapping[str, tuple[Phrase, ...]] = field(init=False, repr=False, compare=False)
 
     def names(self) -> list[str]:
         """The options the marker speaks for, as declared."""
@@ -98,13 +97,9 @@ class FieldEvidence:
         return value
 
 
+@cache
 def evidence_of(slots: type[BaseModel]) -> Mapping[str, FieldEvidence]:
     """The evidence every field of ``slots`` needs, read off its annotations once."""
-    return _evidence(slots)
-
-
-@cache
-def _evidence(slots: type[BaseModel]) -> Mapping[str, FieldEvidence]:
     found: dict[str, FieldEvidence] = {}
     for name, info in slots.model_fields.items():
         markers: list[Said] = [item for item in info.metadata if isinstance(item, Said)]

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, TypeVar, cast
 from pydantic import BaseModel
 
 from picoflow.exceptions import FlowDefinitionError
-from picoflow.form import Ask, Form
+from picoflow.form import Ask, Form, Merge
 from picoflow.grounding import evidence_of
 from picoflow.outcomes import Outcome, direct, stay
 from picoflow.reading import EXTRACT_RULES, Extraction, ReadingFormat, parse_reading, reading_of
@@ -149,6 +149,8 @@ class SlotStep(Step):
         if merged.problems and merged.form.corrections < self.max_corrections:
             self.form = merged.form.corrected()
             return stay(_correction(merged.problems))
+        # The reading is final: from here on code answers the user, and the next message starts
+        # the corrections again, whatever the step does with it.
         form = merged.form
         values = form.values(self.slots)
         self.erase_memory()
@@ -156,6 +158,10 @@ class SlotStep(Step):
         acted = await _settled(self.on_reading(values, merged.accepted))
         if acted is not None:
             return acted
+        return await self._ask_next(form, values, merged)
+
+    async def _ask_next(self, form: Form, values: Any, merged: Merge) -> Outcome:
+        """The question of the field just refused, else the first one open; or, none left, on_complete."""
         refused = next(iter(merged.problems), None)
         question = next((q for q in self.questions if refused in q.fields), None) or form.pending(
             self.questions
@@ -166,7 +172,7 @@ class SlotStep(Step):
         words = [self.acknowledge(values, merged.accepted)]
         if not form.introduced:
             words.insert(0, self.intro)
-        if refused is not None:
+        if refused is not None:  # the rule as its validator words it, after the user's answers
             words.append(f"Sorry, {merged.problems[refused].rstrip('.')}.")
         words.append(self.phrase(question, values))
         return direct(" ".join(word.strip() for word in words if word.strip()))
