@@ -200,3 +200,26 @@ def test_merge_declines_the_optional_question_being_asked_when_the_reading_gives
     # A required question is never declined, nor is anything without the questions.
     assert Form(asking="age").merge(Trip, {}, QUESTIONS).form.declined == ()
     assert asking_cities.merge(Trip, {}).form.declined == ()
+
+
+def test_the_fields_of_one_question_that_contradict_each_other_are_refused_together() -> None:
+    # Without the questions each field is tried alone: the start is kept, the end refused.
+    alone = merged({"name": "Ada"}, {"start": "2027-05-10", "end": "2027-05-01"})
+    assert alone.form.known == {"name": "Ada", "start": "2027-05-10"}
+    assert list(alone.problems) == ["end"]
+    # Asked together, neither is known to be the right one: both are asked for again.
+    together = Form(known={"name": "Ada"}).merge(
+        Trip, {"start": "2027-05-10", "end": "2027-05-01"}, QUESTIONS
+    )
+    assert together.form.known == {"name": "Ada"} and together.accepted == ()
+    assert together.problems == {
+        "start": "the end date must be after the start date",
+        "end": "the end date must be after the start date",
+    }
+    # A field of the pair refused by its own rule leaves the other one standing.
+    own = Form().merge(Trip, {"start": "someday", "end": "2027-05-01", "name": "Ada"}, QUESTIONS)
+    assert own.form.known == {"end": "2027-05-01", "name": "Ada"}
+    assert list(own.problems) == ["start"]
+    # One date given against a known one is tried alone.
+    later = Form(known={"start": "2027-05-10"}).merge(Trip, {"end": "2027-05-01"}, QUESTIONS)
+    assert later.form.known == {"start": "2027-05-10"} and list(later.problems) == ["end"]

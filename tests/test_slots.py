@@ -360,6 +360,10 @@ async def test_a_model_that_corrects_a_cross_field_value_after_the_rule_is_told(
     right = found(("start", "2027-05-10", "2027-05-10"), ("end", "2027-05-12", "2027-05-12"))
     done = await chat.say("2027-05-10 to 2027-05-12", wrong, right)
     assert done == "Planned: Ada, 36, 2027-05-10 to 2027-05-12, Rome."
+    # The dates contradict each other and are asked for together: both go back, on one line.
+    assert chat.requests()[-1][-1] == "user [correction]: " + refused(
+        "start, end: " + DATE_RULE.removeprefix("end: ")
+    )
 
 
 def _assert_value_never_echoed(chat: Chat, value: str) -> None:

@@ -130,11 +130,13 @@ class Form(BaseModel):
         The fields given are tried together (a new check-in and check-out may only be valid
         together); fields whose own rules fail are set aside and the rest tried together again.
         Only a rule about the value as a whole (end before start) sends the merge field by field,
-        in order, each kept if the whole value is still valid with it. Known values are replaced,
-        never lost to a refused one. An optional question being asked (among ``questions``) whose
-        fields ``given`` does not name is declined: it is not asked again.
+        in order, each kept if the whole value is still valid with it — and the fields one of
+        ``questions`` asks for together stand or fall together there: of a check-in and check-out
+        that contradict each other, neither is known to be the right one. Known values are
+        replaced, never lost to a refused one. An optional question being asked whose fields
+        ``given`` does not name is declined: it is not asked again.
         """
-        values, accepted, problems = _merged(slots, self.known, given)
+        values, accepted, problems = _merged(slots, self.known, given, questions)
         declined = self.declined
         asked = self.asked(questions)
         if asked is not None and asked.optional and not set(asked.fields) & set(given):
@@ -162,7 +164,7 @@ class Form(BaseModel):
 
 
 def _merged(
-    slots: type[BaseModel], known: Mapping[str, Any], given: Mapping[str, Any]
+    slots: type[BaseModel], known: Mapping[str, Any], given: Mapping[str, Any], questions: Sequence[Ask]
 ) -> tuple[dict[str, Any], tuple[str, ...], dict[str, str]]:
     fields = slots.model_fields
     offered = {name: value for name, value in given.items() if name in fields and value is not None}
@@ -191,15 +193,24 @@ def _merged(
     values = dict(known)
     accepted: list[str] = []
     problems = {}
-    for name, value in offered.items():
-        candidate = {**values, name: value}
+    for unit in _units(offered, questions):
+        candidate = {**values, **unit}
         try:
             values = _known(slots.model_validate(candidate), candidate)
         except ValidationError as error:
-            problems[name] = _reason(error, name)
+            problems.update({name: _reason(error, name) for name in unit})
             continue
-        accepted.append(name)
-    return values, tuple(accepted), problems
+        accepted.extend(unit)
+    return values, tuple(accepted), {name: problems[name] for name in offered if name in problems}
+
+
+def _units(offered: Mapping[str, Any], questions: Sequence[Ask]) -> list[dict[str, Any]]:
+    """``offered`` in the groups that are merged as one: the fields of one question, or a field alone."""
+    units: dict[str, dict[str, Any]] = {}
+    for name, value in offered.items():
+        asked = next((question for question in questions if name in question.fields), None)
+        units.setdefault(asked.key if asked is not None else f"field {name}", {})[name] = value
+    return list(units.values())
 
 
 def _known(model: BaseModel, names: Mapping[str, Any]) -> dict[str, Any]:

@@ -179,8 +179,13 @@ class SlotStep(Step):
 
 
 def _correction(problems: Mapping[str, str]) -> str:
+    # Fields refused together (a check-in and check-out that contradict each other) share one line.
+    fields_of: dict[str, list[str]] = {}
+    for name, why in problems.items():
+        fields_of.setdefault(why, []).append(name)
     rules = "\n".join(
-        f"- {why}" if why.startswith(f"{name}:") else f"- {name}: {why}" for name, why in problems.items()
+        f"- {why}" if why.startswith(f"{names[0]}:") else f"- {', '.join(names)}: {why}"
+        for why, names in fields_of.items()
     )
     return (
         f"These fields were not accepted:\n{rules}\nAnswer again with those items corrected, or without "
