@@ -174,7 +174,7 @@ def seattle_scripts(**more: Sequence[Any]) -> dict[str, list[Any]]:
 async def test_a_whole_conversation_from_hello_to_goodbye() -> None:
     chat = chat_with(
         seattle_scripts(
-            Planner=[found(), found(("goodbye", "bye", True))],
+            Planner=[found(), found(("goodbye", "bye", "goodbye"))],
             TravelGoodbye=["Have a wonderful time in Seattle!"],
         )
     )
@@ -215,7 +215,7 @@ async def test_a_whole_conversation_from_hello_to_goodbye() -> None:
         "Planner | user: Thanks!",
         f"Planner | assistant [direct]: {ANYTHING_ELSE}",
         "Planner | user: That's all, bye",
-        'Planner | assistant: {"found": [{"field": "goodbye", "quote": "bye", "value": true}]}',
+        'Planner | assistant: {"found": [{"field": "goodbye", "quote": "bye", "value": "goodbye"}]}',
         "TravelGoodbye | user [crossing]: I'm done, thank you.",
         "TravelGoodbye | assistant: Have a wonderful time in Seattle!",
     ]
@@ -267,7 +267,7 @@ async def test_a_whole_conversation_from_hello_to_goodbye() -> None:
     seattle = {**SEATTLE_TRIP, "max_price": 200.0, "interests": ["music", "food"]}
     # The form beside the Planner's own keys: the trip it planned and the records it showed.
     assert session.states["Planner"] == {
-        "form": form({**seattle, "goodbye": True}),
+        "form": form({**seattle, "goodbye": "goodbye"}),
         "planned": seattle,
         "hotels": ["H6", "H2"],
         "events": ["E2", "E3"],
@@ -788,27 +788,31 @@ def test_unknown_picks_are_named_once_and_malformed_answers_are_left_to_output_v
 
 
 async def test_what_the_message_does_not_bear_out_is_dropped_and_a_goodbye_ends_the_chat() -> None:
-    # A small model fills in a trip on "hello": a city, dates and interests nobody wrote. Code keeps
-    # only what the message bears out (numbers it holds, a city's names, an interest's words), so it
-    # asks; a goodbye ends the conversation whatever question is pending.
+    # A small model fills in a trip on "hello", or reads it as a goodbye: a city, dates, interests
+    # and an ending nobody wrote. Code keeps only what the message bears out (numbers it holds, a
+    # city's names, an interest's words, a goodbye's), so it asks; a goodbye written ends the
+    # conversation whatever question is pending.
     invented = found(
+        ("goodbye", "Hi!", "goodbye"),
         ("city", "plan a trip", "Seattle"),
         ("check_in", "Can you help", day(5, 15)),
         ("check_out", "a trip", day(5, 20)),
         ("interests", "help me plan a trip", ["music", "art"]),
     )
-    chat = chat_with({"Planner": [invented, found(("goodbye", "Bye!", True))], "TravelGoodbye": ["Goodbye!"]})
+    chat = chat_with(
+        {"Planner": [invented, found(("goodbye", "Bye!", "goodbye"))], "TravelGoodbye": ["Goodbye!"]}
+    )
     first, bye = await chat.say_all(["Hi! Can you help me plan a trip?", "Perfect, thanks. Bye!"])
     assert first.message == GREETING
     assert (bye.message, bye.completed, bye.step) == ("Goodbye!", True, "TravelGoodbye")
     session = await session_of(chat)
     assert session.status == "completed"
-    assert session.states["Planner"] == {"form": form({"goodbye": True}, asking="city")}
+    assert session.states["Planner"] == {"form": form({"goodbye": "goodbye"}, asking="city")}
     assert conversation(await transcript(chat)) == [
         "Planner | user: Hi! Can you help me plan a trip?",
         f"Planner | assistant [direct]: {GREETING}",
         "Planner | user: Perfect, thanks. Bye!",
-        'Planner | assistant: {"found": [{"field": "goodbye", "quote": "Bye!", "value": true}]}',
+        'Planner | assistant: {"found": [{"field": "goodbye", "quote": "Bye!", "value": "goodbye"}]}',
         "TravelGoodbye | user [crossing]: I'm done, thank you.",
         "TravelGoodbye | assistant: Goodbye!",
     ]

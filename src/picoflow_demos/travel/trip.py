@@ -11,7 +11,7 @@ the sub-steps.
 from __future__ import annotations
 
 from datetime import date, timedelta
-from typing import Annotated, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -55,6 +55,14 @@ INTEREST_WORDS = Said(
 )
 
 
+# A goodbye ends the conversation for good, so it is an option that needs its words: a model that
+# reads "hello" as a goodbye (the embedded one did) quotes none of them.
+Goodbye = Annotated[
+    Literal["goodbye"],
+    Said(options={"goodbye": ("bye", "farewell", "stop", "quit", "that's all", "finished", "see you")}),
+]
+
+
 class TripDetails(BaseModel):
     """What the traveller said about their trip."""
 
@@ -69,7 +77,7 @@ class TripDetails(BaseModel):
     interests: list[Annotated[Interest, INTEREST_WORDS]] | None = Field(
         None, max_length=len(INTERESTS), description="What they enjoy (jazz is music, hiking is outdoors)"
     )
-    goodbye: bool | None = Field(None, description="true when they say goodbye or want to stop")
+    goodbye: Goodbye | None = Field(None, description="goodbye when they say goodbye or want to stop")
 
     @field_validator("city")
     @classmethod
