@@ -1,9 +1,10 @@
-"""SlotStep: each turn the model reads the user's latest words into a partial value; code keeps it and asks.
+"""SlotStep: each turn the model reads the user's latest words into items; its Form keeps them and code asks.
 
 Whole conversations through the runner with a scripted model (every script item is the model's JSON
 reading of one message), asserting the replies, the number of model calls, what each request showed
-the model, the transcript and the final state; then the pieces on their own: grounding, merging,
-parsing, the answer schema and the class-definition checks.
+the model, the transcript and the final state; then what the step leaves to its author (its hooks,
+its prompt, its own state keys) and the class-definition checks. The Form, grounding and the reading
+format are tested on their own in test_form.py, test_grounding.py and test_reading.py.
 """
 
 from __future__ import annotations
@@ -14,27 +15,26 @@ from datetime import date
 from typing import Any, Self
 
 import pytest
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from picoflow import (
     Ask,
-    Extraction,
     Flow,
     FlowDefinitionError,
     FlowEngine,
+    Form,
     Outcome,
     SlotStep,
     Step,
     ask,
     direct,
     direct_to,
-    merge_slots,
 )
 from picoflow._schema import json_schema, strict_variant
 from picoflow.exceptions import AttemptsExhausted
 from picoflow.models import ScriptedModel
 from picoflow.session import Session, session_to_json
-from picoflow.slots import EXTRACT_RULES, FORMAT_HINT, Merge, Reading, reading_of
+from picoflow.slots.reading import EXTRACT_RULES, FORMAT_HINT, reading_of
 from picoflow.testing import request_lines, transcript_lines
 
 
@@ -138,6 +138,30 @@ class Chat:
     def requests(self) -> list[list[str]]:
         return [request_lines(request) for request in self.model.requests]
 
+    async def state(self, step: str = "Interview") -> dict[str, Any]:
+        return dict((await self.session()).state_of(step))
+
+    async def form(self, step: str = "Interview") -> Form:
+        return Form.model_validate((await self.state(step))["form"])
+
+
+def form(
+    known: dict[str, Any],
+    *,
+    declined: Sequence[str] = (),
+    asking: str | None = None,
+    introduced: bool = True,
+    corrections: int = 0,
+) -> dict[str, Any]:
+    """A form as the step state stores it."""
+    return {
+        "known": known,
+        "declined": list(declined),
+        "asking": asking,
+        "corrections": corrections,
+        "introduced": introduced,
+    }
+
 
 # --- whole conversations ---------------------------------------------------------------------------
 
@@ -164,15 +188,15 @@ async def test_one_answer_per_turn_each_reply_is_the_next_question_word_for_word
         }
     }
     assert session.state_of("Interview") == {
-        "slots": {
-            "name": "Ada",
-            "age": 36,
-            "start": "2027-05-10",
-            "end": "2027-05-14",
-            "cities": ["Rome", "Paris"],
-        },
-        "asking": None,
-        "introduced": True,
+        "form": form(
+            {
+                "name": "Ada",
+                "age": 36,
+                "start": "2027-05-10",
+                "end": "2027-05-14",
+                "cities": ["Rome", "Paris"],
+            }
+        )
     }
     assert await chat.transcript() == [
         "Interview | user: Hi",
@@ -236,8 +260,10 @@ async def test_everything_in_one_message_completes_at_once_without_the_intro() -
         "cities": ["Rome"],
     }
     assert session.state_of("Interview") == {
-        "slots": {"name": "Ada", "age": 36, "cities": ["Rome"], "start": "2027-05-10", "end": "2027-05-14"},
-        "asking": None,
+        "form": form(
+            {"name": "Ada", "age": 36, "cities": ["Rome"], "start": "2027-05-10", "end": "2027-05-14"},
+            introduced=False,
+        )
     }
     assert session.memory["Interview"].messages == []
 
@@ -248,7 +274,9 @@ async def test_an_optional_question_answered_with_nothing_is_declined_and_not_as
     await chat.say("Ada", found(("name", "Ada", "Ada")))
     assert await chat.say("36", found(("age", "36", 36))) == CITIES
     assert await chat.say("No preference", found()) == DATES
-    assert (await chat.session()).state_of("Interview")["declined"] == ["cities"]
+    assert await chat.state() == {
+        "form": form({"name": "Ada", "age": 36}, declined=["cities"], asking="start")
+    }
     # Only one date: the dates are asked again, never the cities.
     assert await chat.say("From 2027-05-10", found(("start", "2027-05-10", "2027-05-10"))) == DATES
     done = await chat.say("Until 2027-05-12", found(("end", "2027-05-12", "2027-05-12")))
@@ -261,8 +289,7 @@ async def test_a_required_question_answered_with_nothing_is_asked_again() -> Non
     assert await chat.say("Hi", found()) == f"{INTRO} {NAME}"
     assert await chat.say("Why do you ask?", found()) == NAME
     assert await chat.say("Fine, it's Ada", found(("name", "Ada", "Ada"))) == AGE
-    state = (await chat.session()).state_of("Interview")
-    assert state == {"slots": {"name": "Ada"}, "asking": "age", "introduced": True}
+    assert await chat.state() == {"form": form({"name": "Ada"}, asking="age")}
 
 
 async def test_an_invalid_field_gets_one_correction_with_the_rule_and_valid_fields_are_kept() -> None:
@@ -279,7 +306,8 @@ async def test_an_invalid_field_gets_one_correction_with_the_rule_and_valid_fiel
         f"assistant: {first}",
         f"user [correction]: {correction}",
     ]
-    assert (await chat.session()).state_of("Interview")["slots"] == {"name": "Ada"}
+    # The correction round is over: the count starts again for the user's next message.
+    assert await chat.state() == {"form": form({"name": "Ada"}, asking="age")}
     _assert_value_never_echoed(chat, "347")
     assert await chat.transcript() == [
         "Interview | user: Hi",
@@ -302,8 +330,7 @@ async def test_an_invalid_value_repeated_is_explained_to_the_user_and_its_questi
     reply = await chat.say("347, and I want to see Rome", wrong, wrong)
     assert reply == f"Sorry, age: input should be less than or equal to 120. {AGE}"
     assert len(chat.model.requests) == 4  # one correction only, then the user is asked
-    assert (await chat.session()).state_of("Interview")["slots"] == {"name": "Ada", "cities": ["Rome"]}
-    assert (await chat.session()).state_of("Interview")["asking"] == "age"
+    assert await chat.state() == {"form": form({"name": "Ada", "cities": ["Rome"]}, asking="age")}
     _assert_value_never_echoed(chat, "347")
     # The cities given with the wrong age are kept: once the age is known the dates come next.
     assert await chat.say("36", found(("age", "36", 36))) == DATES
@@ -320,11 +347,7 @@ async def test_a_cross_field_rule_broken_across_two_turns_is_explained() -> None
     reply = await chat.say("I'm back May 1 2027", back, back)
     assert reply == f"Sorry, the end date must be after the start date. {DATES}"
     assert chat.requests()[-1][-1] == (f"user [correction]: {refused(DATE_RULE)}")
-    assert (await chat.session()).state_of("Interview")["slots"] == {
-        "name": "Ada",
-        "age": 36,
-        "start": "2027-05-10",
-    }
+    assert (await chat.form()).known == {"name": "Ada", "age": 36, "start": "2027-05-10"}
     _assert_value_never_echoed(chat, "2027-05-01")
     done = await chat.say("Sorry, May 12 2027", found(("end", "May 12 2027", "2027-05-12")))
     assert done == "Planned: Ada, 36, 2027-05-10 to 2027-05-12, anywhere."
@@ -338,6 +361,10 @@ async def test_a_model_that_corrects_a_cross_field_value_after_the_rule_is_told(
     right = found(("start", "2027-05-10", "2027-05-10"), ("end", "2027-05-12", "2027-05-12"))
     done = await chat.say("2027-05-10 to 2027-05-12", wrong, right)
     assert done == "Planned: Ada, 36, 2027-05-10 to 2027-05-12, Rome."
+    # The dates contradict each other and are asked for together: both go back, on one line.
+    assert chat.requests()[-1][-1] == "user [correction]: " + refused(
+        "start, end: " + DATE_RULE.removeprefix("end: ")
+    )
 
 
 def _assert_value_never_echoed(chat: Chat, value: str) -> None:
@@ -395,12 +422,113 @@ async def test_on_complete_may_forget_fields_and_their_question_is_asked_again()
     await chat.say("No idea", found())
     dates = found(("start", "2027-05-01", "2027-05-01"), ("end", "2027-05-30", "2027-05-30"))
     assert await chat.say("2027-05-01 to 2027-05-30", dates) == f"At most a week, please. {DATES}"
-    state = (await chat.session()).state_of("WeekTrip")
-    assert state["slots"] == {"name": "Ada", "age": 36}
-    assert state["declined"] == ["cities"] and state["asking"] is None
+    assert await chat.state("WeekTrip") == {"form": form({"name": "Ada", "age": 36}, declined=["cities"])}
     dates = found(("start", "2027-05-01", "2027-05-01"), ("end", "2027-05-05", "2027-05-05"))
     done = await chat.say("Then 2027-05-01 to 2027-05-05", dates)
     assert done == "Planned: Ada, 36, 2027-05-01 to 2027-05-05, anywhere."
+
+
+class Stop(BaseModel):
+    """A trip being planned, or the wish to stop."""
+
+    name: str | None = Field(None, description="The traveller's first name")
+    city: str | None = Field(None, description="The city to visit")
+    stop: bool | None = Field(None, description="true when they want to stop")
+
+
+class Counted(SlotStep):
+    """Plan the traveller's trip."""
+
+    slots = Stop
+    intro = INTRO
+    questions = [ask(NAME, "name"), ask("Which city?", "city")]
+
+    # Hooks of Step that stay the author's: the prompt (the reading rules follow it on their own),
+    # and the step's own state keys beside the form.
+    def prompt(self) -> str:
+        return f"Plan the trip of traveller number {self.state.get('turns', 0) + 1}."
+
+    def on_reading(self, values: Stop, accepted: Sequence[str]) -> Outcome | None:
+        self.state["turns"] = self.state.get("turns", 0) + 1
+        if "stop" in accepted and values.stop:
+            return direct_to(Planned, "Stopped: nothing was planned.")
+        return None
+
+    async def on_complete(self, values: Stop) -> Outcome:
+        summary = await self.summarise(values)
+        return direct_to(Planned, summary)
+
+    async def summarise(self, values: Stop) -> str:
+        return f"{values.name} goes to {values.city}."
+
+
+class CountedFlow(Flow):
+    name = "counted"
+    steps = [Counted, Planned]
+
+
+async def test_the_prompt_and_the_state_beside_the_form_are_the_authors() -> None:
+    chat = Chat(CountedFlow)
+    assert await chat.say("Hi", found()) == f"{INTRO} {NAME}"
+    assert await chat.say("Ada", found(("name", "Ada", "Ada"))) == "Which city?"
+    assert await chat.state("Counted") == {"form": form({"name": "Ada"}, asking="city"), "turns": 2}
+    # prompt() is the author's, and the reading rules still follow it.
+    assert [request.system for request in chat.model.requests] == [
+        f"Plan the trip of traveller number 1.\n\n{EXTRACT_RULES}",
+        f"Plan the trip of traveller number 2.\n\n{EXTRACT_RULES}",
+    ]
+    # An async on_complete is awaited.
+    assert await chat.say("Rome", found(("city", "Rome", "Rome"))) == "Ada goes to Rome."
+    assert await chat.state("Counted") == {"form": form({"name": "Ada", "city": "Rome"}), "turns": 3}
+
+
+async def test_on_reading_acts_on_what_was_said_whatever_question_is_pending() -> None:
+    chat = Chat(CountedFlow)
+    await chat.say("Hi", found())
+    reply = await chat.say(
+        "Rome, but actually let's stop", found(("city", "Rome", "Rome"), ("stop", "stop", True))
+    )
+    assert reply == "Stopped: nothing was planned."
+    session = await chat.session()
+    assert session.current_step == "Planned"
+    # What was said is kept in the form, and the question it had asked is still the one open.
+    assert session.state_of("Counted") == {
+        "form": form({"city": "Rome", "stop": True}, asking="name"),
+        "turns": 2,
+    }
+    assert await chat.transcript() == [
+        "Counted | user: Hi",
+        f"Counted | assistant [direct]: {INTRO} {NAME}",
+        "Counted | user: Rome, but actually let's stop",
+        "Planned | assistant [direct]: Stopped: nothing was planned.",
+    ]
+
+
+async def test_the_form_occupies_only_on_response_and_parse_output_of_steps_hooks() -> None:
+    assert TripFlow.spec().steps["Interview"].overrides == {"on_response"}
+    assert CountedFlow.spec().steps["Counted"].overrides == {"on_response", "prompt"}
+    assert SlotStep.parse_output is not Step.parse_output
+    assert TripFlow.spec().steps["Interview"].instructions == EXTRACT_RULES
+
+
+class Refusing(Interview):
+    """Plan the traveller's trip."""
+
+    # The age rule refuses what the user said, not how it was read: no correction round.
+    max_corrections = 0
+
+
+class RefusingFlow(Flow):
+    name = "refusing"
+    steps = [Refusing, Planned]
+
+
+async def test_without_corrections_a_refused_field_goes_straight_to_the_user() -> None:
+    chat = Chat(RefusingFlow)
+    await chat.say("Hi, I'm Ada", found(("name", "Ada", "Ada")))
+    reply = await chat.say("I am 347", found(("age", "347", 347)))
+    assert reply == f"Sorry, age: input should be less than or equal to 120. {AGE}"
+    assert await chat.state("Refusing") == {"form": form({"name": "Ada"}, asking="age")}
 
 
 # --- grounding in a conversation ---------------------------------------------------------------------
@@ -411,7 +539,7 @@ async def test_an_item_whose_quote_the_user_never_said_is_dropped() -> None:
     await chat.say("Hi", found())
     invented = found(("name", "Ada", "Ada"), ("age", "I'm 30", 30))
     assert await chat.say("Ada", invented) == AGE
-    assert (await chat.session()).state_of("Interview")["slots"] == {"name": "Ada"}
+    assert (await chat.form()).known == {"name": "Ada"}
 
 
 async def test_an_item_whose_number_is_not_written_in_the_quote_is_dropped() -> None:
@@ -419,7 +547,7 @@ async def test_an_item_whose_number_is_not_written_in_the_quote_is_dropped() -> 
     await chat.say("Hi", found())
     await chat.say("Ada", found(("name", "Ada", "Ada")))
     assert await chat.say("2,5,8", found(("age", "2,5,8", 258))) == AGE
-    assert (await chat.session()).state_of("Interview")["slots"] == {"name": "Ada"}
+    assert (await chat.form()).known == {"name": "Ada"}
 
 
 async def test_a_quote_is_matched_word_for_word_and_list_items_of_two_readings_are_joined() -> None:
@@ -432,15 +560,14 @@ async def test_a_quote_is_matched_word_for_word_and_list_items_of_two_readings_a
         ("cities", "Milan", ["Milan"]),  # never said
     )
     assert await chat.say(said, reading) == DATES
-    slots = (await chat.session()).state_of("Interview")["slots"]
-    assert slots["cities"] == ["Rome", "Venice", "Paris"]
+    assert (await chat.form()).known["cities"] == ["Rome", "Venice", "Paris"]
 
 
 async def test_a_greeting_read_as_values_keeps_none_of_them() -> None:
     chat = Chat()
     invented = found(("name", "John", "John"), ("age", "30", 30), ("start", "tomorrow", "2027-01-01"))
     assert await chat.say("Hello there", invented) == f"{INTRO} {NAME}"
-    assert (await chat.session()).state_of("Interview")["slots"] == {}
+    assert await chat.state() == {"form": form({}, asking="name")}
 
 
 # --- answers that cannot be read ---------------------------------------------------------------------
@@ -505,7 +632,7 @@ async def test_blank_values_are_no_answer() -> None:
         }
     )
     assert await chat.say("Ada", blank) == NAME
-    assert (await chat.session()).state_of("Interview")["slots"] == {}
+    assert (await chat.form()).known == {}
 
 
 async def test_attempts_exhausted_fail_the_turn_and_leave_the_stored_session_as_it_was() -> None:
@@ -550,165 +677,7 @@ async def test_memory_holds_only_the_last_question_and_each_request_only_the_que
     assert len(await chat.transcript()) == 2 * len(turns)
 
 
-# --- grounding, on its own ----------------------------------------------------------------------------
-
-
-def _kept(said: str, *items: Reading) -> list[Reading]:
-    return list(Extraction(items).grounded(said).items)
-
-
-def test_grounding_matches_the_quote_as_written_ignoring_case_and_spacing() -> None:
-    name = Reading("name", "ada  LOVELACE", "Ada Lovelace")
-    assert _kept("I am Ada\nLovelace.", name) == [name]
-    assert _kept("I am Grace Hopper.", name) == []
-    assert _kept("I am Ada Lovelace.", Reading("name", "", "Ada Lovelace")) == []
-    assert _kept("I am Ada Lovelace.", Reading("name", "   ", "Ada Lovelace")) == []
-
-
-def test_grounding_matches_the_quote_word_for_word() -> None:
-    parking = Reading("amenities", "free parking", ["freeParking"])
-    wifi = Reading("amenities", "Free WiFi", ["freeWiFi"])
-    breakfast = Reading("amenities", "free breakfast", ["freeBreakfast"])
-    assert _kept("free wifi, parking", parking, wifi, breakfast) == [parking, wifi]
-    # Parts of words are not words: "park" is not in "parking".
-    assert _kept("free wifi, parking", Reading("amenities", "free park", ["freeParking"])) == []
-
-
-def test_grounding_needs_a_number_of_the_value_written_in_the_quote() -> None:
-    said = "compare 2,5,8 and keep it under $1,250.50, max 700"
-    assert _kept(said, Reading("hotels", "2,5,8", 258)) == []
-    assert _kept(said, Reading("hotels", "2,5,8", [2, 5, 8])) == [Reading("hotels", "2,5,8", [2, 5, 8])]
-    assert _kept(said, Reading("price", "$1,250.50", 1250.5)) == [Reading("price", "$1,250.50", 1250.5)]
-    assert _kept(said, Reading("price", "max 700", 700)) == [Reading("price", "max 700", 700)]
-    assert _kept(said, Reading("price", "max 700", 7000)) == []
-    # The number must be in the quote, not anywhere in the message.
-    assert _kept(said, Reading("price", "max", 700)) == []
-
-
-def test_grounding_checks_numbers_inside_objects_and_not_in_booleans_or_text() -> None:
-    day = Reading("check_in", "8/1", {"month": 8, "day": 1, "year": None})
-    invented = Reading("check_in", "next month", {"month": 9, "day": 1, "year": 2027})
-    yes = Reading("in_portland", "yes", True)
-    name = Reading("name", "Ada", "Ada")
-    assert _kept("8/1 please, next month, yes, Ada", day, invented, yes, name) == [day, yes, name]
-
-
-def test_grounding_does_not_let_a_number_written_as_text_through() -> None:
-    # BUG: `_numbers` ignores strings, so a model answering a number field with "258" (a JSON string, which
-    # pydantic coerces to 258 when merged) bypasses the check that "2,5,8" never becomes 258.
-    assert _kept("2,5,8", Reading("age", "2,5,8", "258")) == []
-    assert merge_slots(Trip, {}, {"age": "58"}).values == {"age": 58}  # the string would be taken
-
-
-def test_given_joins_list_values_of_the_same_field_and_keeps_the_last_scalar() -> None:
-    extraction = Extraction(
-        (
-            Reading("cities", "Rome", ["Rome"]),
-            Reading("name", "Ada", "Ada"),
-            Reading("cities", "Paris and Oslo", ["Paris", "Oslo"]),
-            Reading("name", "Ada Lovelace", "Ada Lovelace"),
-        )
-    )
-    assert extraction.given == {"cities": ["Rome", "Paris", "Oslo"], "name": "Ada Lovelace"}
-    assert Extraction().given == {}
-
-
-# --- parse_output, on its own ---------------------------------------------------------------------
-
-
-def test_parse_output_reads_items_in_order_and_drops_blank_values() -> None:
-    text = json.dumps(
-        {
-            "found": [
-                {"field": "age", "quote": "36", "value": 36},
-                {"field": "name", "value": "Ada"},
-                {"field": "name", "quote": "x", "value": ""},
-                {"field": "cities", "quote": "none", "value": None},
-            ]
-        }
-    )
-    assert Interview.parse_output(text) == Extraction((Reading("age", "36", 36), Reading("name", "", "Ada")))
-    assert Interview.parse_output('{"found": []}') == Extraction()
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "",
-        "nope",
-        "[]",
-        '{"found": null}',
-        '{"found": "Ada"}',
-        '{"found": [1]}',
-        '{"found": [{"field": "x"}]}',
-    ],
-)
-def test_parse_output_refuses_anything_else_with_the_format_hint(text: str) -> None:
-    with pytest.raises(ValueError, match=r"^Answer with one JSON object") as error:
-        Interview.parse_output(text)
-    assert str(error.value) == FORMAT_HINT
-
-
-# --- merge_slots, on its own --------------------------------------------------------------------------
-
-
-def test_merge_tries_the_whole_patch_first() -> None:
-    # Moving the trip a month later: the new start alone is after the old end, but both together are valid.
-    known = {"name": "Ada", "start": "2027-05-10", "end": "2027-05-12"}
-    merged = merge_slots(Trip, known, {"start": date(2027, 6, 1), "end": "2027-06-05"})
-    assert merged == Merge(
-        {"name": "Ada", "start": "2027-06-01", "end": "2027-06-05"}, accepted=("start", "end"), problems={}
-    )
-    # And a month earlier: the new end alone is before the old start.
-    earlier = merge_slots(Trip, merged.values, {"start": "2027-04-01", "end": "2027-04-03"})
-    assert earlier.values == {"name": "Ada", "start": "2027-04-01", "end": "2027-04-03"}
-    assert earlier.accepted == ("start", "end") and earlier.problems == {}
-
-
-def test_merge_goes_field_by_field_when_the_whole_patch_fails() -> None:
-    merged = merge_slots(
-        Trip, {"name": "Ada"}, {"age": 347, "cities": ["Rome"], "name": None, "email": "ada@example.com"}
-    )
-    assert merged == Merge(
-        {"name": "Ada", "cities": ["Rome"]},
-        accepted=("cities",),
-        problems={"age": "age: input should be less than or equal to 120"},
-    )
-
-
-def test_merge_keeps_known_values_when_a_new_one_is_refused() -> None:
-    merged = merge_slots(Trip, {"age": 36, "start": "2027-05-10"}, {"age": 0, "end": "2027-05-09"})
-    assert merged.values == {"age": 36, "start": "2027-05-10"}
-    assert merged.accepted == ()
-    assert merged.problems == {
-        "age": "age: input should be greater than 0",
-        "end": "the end date must be after the start date",
-    }
-
-
-def test_merge_replaces_known_values_and_stores_json_values() -> None:
-    merged = merge_slots(Trip, {"age": 36, "cities": ["Rome"]}, {"age": "37", "cities": ("Oslo",)})
-    assert merged.values == {"age": 37, "cities": ["Oslo"]}
-    assert merged.accepted == ("age", "cities")
-    assert merge_slots(Trip, {"age": 36}, {}) == Merge({"age": 36})
-
-
-def test_merge_refuses_a_value_of_the_wrong_type_without_quoting_it() -> None:
-    merged = merge_slots(Trip, {}, {"age": "thirty-six", "start": "someday"})
-    assert merged.values == {} and merged.accepted == ()
-    assert set(merged.problems) == {"age", "start"}
-    assert all("thirty-six" not in why and "someday" not in why for why in merged.problems.values())
-
-
-def test_merge_keeps_a_new_date_pair_together_when_another_field_is_refused() -> None:
-    # BUG: once the whole patch fails (here because of the age), each field is tried alone against the
-    # *old* values: the new start (after the old end) is refused with a rule it does not break, and the new
-    # end is kept next to the old start -- a trip from May 10 to June 5 that the user never asked for.
-    known = {"start": "2027-05-10", "end": "2027-05-12"}
-    merged = merge_slots(Trip, known, {"start": "2027-06-01", "end": "2027-06-05", "age": 347})
-    assert merged.values == {"start": "2027-06-01", "end": "2027-06-05"}
-    assert merged.accepted == ("start", "end")
-    assert list(merged.problems) == ["age"]
+# --- merging through the runner ---------------------------------------------------------------
 
 
 async def test_changing_both_dates_with_a_wrong_age_only_the_age_is_refused() -> None:
@@ -725,54 +694,10 @@ async def test_changing_both_dates_with_a_wrong_age_only_the_age_is_refused() ->
     without_age = found(("start", "2027-06-01", "2027-06-01"), ("end", "2027-06-05", "2027-06-05"))
     assert await chat.say("No: 2027-06-01 to 2027-06-05. Age 347", moved, without_age) == AGE
     assert chat.requests()[-1][-1] == (f"user [correction]: {refused(AGE_RULE)}")
-    slots = (await chat.session()).state_of("Interview")["slots"]
-    assert slots == {"name": "Ada", "start": "2027-06-01", "end": "2027-06-05"}
+    assert (await chat.form()).known == {"name": "Ada", "start": "2027-06-01", "end": "2027-06-05"}
 
 
-# --- the answer format ------------------------------------------------------------------------------
-
-
-def test_reading_schema_has_one_item_kind_per_field_and_is_strict() -> None:
-    schema = json_schema(reading_of(Trip))
-    assert schema["required"] == ["found"]
-    assert schema["description"] == "What the user's latest message says (A trip being planned.)"
-    kinds = [ref["$ref"].removeprefix("#/$defs/") for ref in schema["properties"]["found"]["items"]["anyOf"]]
-    assert kinds == ["Trip_name", "Trip_age", "Trip_start", "Trip_end", "Trip_cities"]
-    for kind, name in zip(kinds, Trip.model_fields, strict=True):
-        item = schema["$defs"][kind]
-        assert list(item["properties"]) == ["field", "quote", "value"]  # the quote before the value
-        assert item["required"] == ["field", "quote", "value"]
-        assert item["properties"]["field"]["const"] == name
-    assert strict_variant(schema) is not None
-
-
-def test_reading_values_keep_the_field_type_and_constraints_without_null() -> None:
-    defs = json_schema(reading_of(Trip))["$defs"]
-    values = {kind: item["properties"]["value"] for kind, item in defs.items()}
-    assert values == {
-        "Trip_name": {"type": "string", "description": "The traveller's first name"},
-        "Trip_age": {"type": "integer", "exclusiveMinimum": 0, "maximum": 120, "description": "Age in years"},
-        "Trip_start": {"type": "string", "format": "date", "description": "First day of the trip"},
-        "Trip_end": {"type": "string", "format": "date", "description": "Last day of the trip"},
-        "Trip_cities": {"type": "array", "items": {"type": "string"}, "description": "Cities to visit"},
-    }
-    assert "null" not in json.dumps(defs)
-    reading = reading_of(Trip)
-    with pytest.raises(ValidationError):
-        reading.model_validate({"found": [{"field": "name", "quote": "Ada", "value": None}]})
-    with pytest.raises(ValidationError):
-        reading.model_validate({"found": [{"field": "email", "quote": "Ada", "value": "Ada"}]})
-    parsed = reading.model_validate({"found": [{"field": "age", "quote": "36", "value": 36}]})
-    assert parsed.model_dump() == {"found": [{"field": "age", "quote": "36", "value": 36}]}
-
-
-def test_reading_of_a_single_field_model() -> None:
-    class Name(BaseModel):
-        name: str | None = None
-
-    schema = json_schema(reading_of(Name))
-    assert schema["properties"]["found"]["items"] == {"$ref": "#/$defs/Name_name"}
-    assert strict_variant(schema) is not None
+# --- the answer format and the standing instructions -------------------------------------------
 
 
 async def test_the_step_sends_the_reading_schema_as_its_strict_output() -> None:
@@ -788,6 +713,41 @@ async def test_the_step_sends_the_reading_schema_as_its_strict_output() -> None:
 
 
 # --- class-definition errors ---------------------------------------------------------------------------
+
+
+def test_a_slot_step_may_not_set_its_own_output() -> None:
+    class Other(BaseModel):
+        name: str
+
+    with pytest.raises(
+        FlowDefinitionError, match=r"SlotStep Bad: do not set `output`; .*reading_of\(slots\)"
+    ):
+
+        class Bad(SlotStep):
+            slots = Trip
+            output = Other
+
+    class WithOutput:
+        output = Other
+
+    with pytest.raises(FlowDefinitionError, match="do not set `output`"):
+
+        class Mixed(WithOutput, SlotStep):  # type: ignore[misc]
+            slots = Trip
+
+
+def test_a_subclass_with_other_slots_gets_their_reading_format() -> None:
+    class Name(BaseModel):
+        """Just a name."""
+
+        name: str | None = None
+
+    class Renamed(Interview):
+        slots = Name
+        questions = [ask(NAME, "name")]
+
+    assert Interview.output is reading_of(Trip)
+    assert Renamed.output is reading_of(Name) and Renamed.output.__name__ == "NameReading"
 
 
 def test_a_slots_field_without_a_default_is_refused() -> None:

@@ -1,8 +1,10 @@
-"""The ``history`` and ``parse_output`` hooks of a plain ``Step``, and ``since_last_user``.
+"""The ``history`` and ``parse_output`` hooks of a plain ``Step``, its standing ``instructions``, and
+``since_last_user``.
 
 ``history(memory)`` chooses what of the step's memory the model is shown (memory itself is unchanged);
 ``parse_output(text)`` turns a structured answer into the value ``on_response`` gets, and a
-``ValueError`` from it is sent back to the model as a correction.
+``ValueError`` from it is sent back to the model as a correction; ``instructions`` follow the system
+prompt whatever ``prompt()`` returns.
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
 from pydantic import BaseModel
 
-from picoflow import Flow, FlowEngine, Go, Message, Step, go, since_last_user, tool
+from picoflow import Flow, FlowDefinitionError, FlowEngine, Go, Message, Step, go, since_last_user, tool
 from picoflow.exceptions import AttemptsExhausted, HookFailure
 from picoflow.messages import ToolCall
 from picoflow.models import ScriptedModel
@@ -389,3 +392,95 @@ async def test_parse_output_is_not_used_without_output_nor_for_tool_calls() -> N
     result = await tooled.run("tooled", "How much?")
     assert result.ok and result.message == '{"amount":7}'
     assert parsed == ['{"amount": 7}']
+
+
+# --- instructions --------------------------------------------------------------------------------------
+
+
+class Ruled(Step):
+    """Answer the user."""
+
+    instructions = "Answer in one sentence."
+
+
+class OwnPrompt(Ruled):
+    """Not the prompt: prompt() is."""
+
+    def prompt(self) -> str:
+        return "You are a travel agent.\n"
+
+
+class MoreRules(OwnPrompt):
+    instructions = "Never name a price."
+
+
+class Handover(Step):
+    """Hand over."""
+
+    @tool
+    def hand_over(self) -> Go:
+        """Hand over to the next step."""
+        return go(MoreRules).with_prompt("Special prompt.")
+
+
+class RuledFlow(Flow):
+    name = "ruled"
+    steps = [Ruled, OwnPrompt, MoreRules, Handover]
+
+
+async def system_of(step: type[Step], *script: Any) -> list[str]:
+    model = ScriptedModel(list(script) or ["Hello."])
+    flow = type(f"{step.__name__}Flow", (RuledFlow,), {"name": "ruled-" + step.name.lower(), "start": step})
+    result = await FlowEngine([flow], model=model).run(flow.name, "Hi")
+    assert result.ok, result.error
+    return [request.system for request in model.requests]
+
+
+async def test_instructions_follow_the_docstring_prompt() -> None:
+    assert await system_of(Ruled) == ["Answer the user.\n\nAnswer in one sentence."]
+    assert RuledFlow.spec().steps["Ruled"].instructions == "Answer in one sentence."
+    assert RuledFlow.spec().steps["Handover"].instructions == ""
+
+
+async def test_a_prompt_of_its_own_does_not_drop_the_instructions_of_a_base_class() -> None:
+    assert await system_of(OwnPrompt) == ["You are a travel agent.\n\nAnswer in one sentence."]
+    # A subclass's own instructions come after its bases', each once.
+    assert await system_of(MoreRules) == [
+        "You are a travel agent.\n\nAnswer in one sentence.\n\nNever name a price."
+    ]
+
+
+async def test_instructions_follow_a_with_prompt_override_too() -> None:
+    systems = await system_of(Handover, ToolCall("hand_over"), "Done.")
+    assert systems == [
+        "Hand over.",
+        "Special prompt.\n\nAnswer in one sentence.\n\nNever name a price.",
+    ]
+
+
+async def test_an_empty_prompt_leaves_the_instructions_alone() -> None:
+    class Bare(Ruled):
+        def prompt(self) -> str:
+            return "  "
+
+    class BareFlow(Flow):
+        name = "bare"
+        steps = [Bare]
+
+    model = ScriptedModel(["Hello."])
+    assert (await FlowEngine([BareFlow], model=model).run("bare", "Hi")).ok
+    assert model.requests[0].system == "Answer in one sentence."
+
+
+def test_instructions_that_are_not_text_are_refused_when_the_flow_is_built() -> None:
+    class Odd(Step):
+        """Odd."""
+
+        instructions = ["Be brief."]  # type: ignore[assignment]
+
+    class OddFlow(Flow):
+        name = "odd"
+        steps = [Odd]
+
+    with pytest.raises(FlowDefinitionError, match="`instructions` must be a string, not list"):
+        OddFlow.spec()

@@ -33,7 +33,10 @@ from picoflow.outcomes import (
     stay,
 )
 from picoflow.prompts import Prompt
-from picoflow.slots import Ask, Extraction, SlotStep, ask, merge_slots
+from picoflow.slots.form import Ask, Form, ask
+from picoflow.slots.grounding import Said
+from picoflow.slots.reading import Extraction
+from picoflow.slots.step import SlotStep
 from picoflow.step import LogicStep, Step, TerminateStep, since_last_user
 from picoflow.tools import ValidCall, declare_tool, tool, tools
 from picoflow.usage import Usage, UsageLimits
@@ -47,6 +50,7 @@ __all__ = [
     "Flow",
     "FlowDefinitionError",
     "FlowEngine",
+    "Form",
     "Go",
     "LogicStep",
     "MCPServer",
@@ -58,6 +62,7 @@ __all__ = [
     "RetryWith",
     "RunContext",
     "RunError",
+    "Said",
     "SessionConflict",
     "SlotStep",
     "Stay",
@@ -78,7 +83,6 @@ __all__ = [
     "direct",
     "direct_to",
     "go",
-    "merge_slots",
     "retry_with",
     "since_last_user",
     "stay",

@@ -67,6 +67,8 @@ class StepSpec:
     overrides: frozenset[str]
     """Hooks the step class overrides; the runner skips calling the do-nothing defaults."""
     default_prompt: str
+    instructions: str = ""
+    """The standing instructions of the step's classes, base first; added after the prompt."""
     mcp_servers: tuple[MCPServer, ...] = ()
     """MCP servers whose tools the step offers (its own, then its flow's)."""
     mcp_tools: tuple[str, ...] = ()
@@ -376,8 +378,23 @@ def _build_step(
         dynamic_tools=_overrides(step_cls, "active_tools", Step),
         overrides=frozenset(hook for hook in HOOKS if _overrides(step_cls, hook, Step)),
         default_prompt=(step_cls.__doc__ or "").strip(),
+        instructions=_instructions(step_cls, where),
         mcp_servers=tuple(dict.fromkeys(servers)),
     )
+
+
+def _instructions(step_cls: type[Step], where: str) -> str:
+    """Every class's own ``instructions``, base classes' first, each once."""
+    found: list[str] = []
+    for klass in reversed(step_cls.__mro__):
+        text = klass.__dict__.get("instructions")
+        if text is None:
+            continue
+        if not isinstance(text, str):
+            raise FlowDefinitionError(f"{where}: `instructions` must be a string, not {type(text).__name__}")
+        if text.strip() and text.strip() not in found:
+            found.append(text.strip())
+    return "\n\n".join(found)
 
 
 def check_tool_schemas(step: StepSpec, where: str) -> None:

@@ -40,9 +40,9 @@ NAMESPACE_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$")
 class Step:
     """A conversational stage: its own prompt, tools, state and memory.
 
-    Override ``prompt()`` (the class docstring is used when you don't), add ``@tool`` methods, and
-    optionally the hooks ``on_enter``, ``on_exit``, ``on_crossing``, ``on_response`` and
-    ``check_response``. Every hook may be ``async``.
+    Override ``prompt()`` (the class docstring is used when you don't; ``instructions`` are added
+    after it), add ``@tool`` methods, and optionally the hooks ``on_enter``, ``on_exit``,
+    ``on_crossing``, ``on_response`` and ``check_response``. Every hook may be ``async``.
     """
 
     #: Step name used in sessions, transitions and diagrams. Defaults to the class name.
@@ -54,6 +54,11 @@ class Step:
     model: ClassVar[ModelChoice | None] = None
     #: Pydantic model the final answer must match (structured output); ``on_response`` gets it parsed.
     output: ClassVar[type[BaseModel] | None] = None
+    #: Standing instructions: added after the system prompt on every model call, whatever
+    #: ``prompt()`` (or a ``with_prompt`` override) returns. Each class of the step's hierarchy adds
+    #: its own, base classes' first, so a base class's rules (a ``SlotStep``'s reading rules) stay
+    #: when a subclass writes its own prompt or instructions.
+    instructions: ClassVar[str] = ""
     #: Seconds an async tool handler of this step may take unless ``@tool(timeout=)`` says otherwise.
     tool_timeout: ClassVar[float | None] = None
     #: Model attempts per call (empty, rejected or malformed responses are retried up to this).
@@ -196,7 +201,9 @@ class Step:
     # --- what the step tells the model ------------------------------------------------------
 
     def prompt(self) -> str:
-        """The system prompt, rebuilt before every model call. Defaults to the class docstring."""
+        """The system prompt, rebuilt before every model call. Defaults to the class docstring.
+
+        The step's ``instructions`` follow it in the request; there is no need to repeat them."""
         return (type(self).__doc__ or "").strip()
 
     def active_tools(self) -> Collection[str] | None:

@@ -1,10 +1,17 @@
-"""Small helpers the example flows share: a reproducible "today" and US money."""
+"""Small helpers the example flows share: a reproducible "today", a day read as its parts, US money."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import date
 from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import core_schema
 
 CENT = Decimal("0.01")
 
@@ -18,6 +25,56 @@ def today_from(variable: str) -> date:
         return date.fromisoformat(value)
     except ValueError:
         raise ValueError(f"{variable} must be an ISO date such as 2027-07-15") from None
+
+
+DAY_PARTS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "month": {"type": "integer", "minimum": 1, "maximum": 12},
+        "day": {"type": "integer", "minimum": 1, "maximum": 31},
+        "year": {"anyOf": [{"type": "integer"}, {"type": "null"}], "description": "null when not said"},
+    },
+    "required": ["month", "day", "year"],
+    "additionalProperties": False,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CalendarDay:
+    """A ``date`` the model gives as its parts, for ``Annotated[date, CalendarDay(today)]``.
+
+    Parts are easier for a small model than a format: "8/1/2027" is month 8, day 1, year 2027,
+    where asked for ISO it wrote 8012-08-01. A missing year is the next such date from ``today()``
+    on (the flow's own today), a rule that lives here, in code, not in a prompt. An ISO date or a
+    ``date`` is taken as it is (a stored value read back).
+    """
+
+    today: Callable[[], date]
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_before_validator_function(self.from_parts, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return dict(DAY_PARTS_SCHEMA)
+
+    def from_parts(self, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        month, day, year = value.get("month"), value.get("day"), value.get("year")
+        if not isinstance(month, int) or not isinstance(day, int):
+            raise ValueError("give the month and the day as numbers")
+        try:
+            if isinstance(year, int):
+                return date(year, month, day)
+            current = self.today()
+            guess = date(current.year, month, day)
+            return guess if guess >= current else date(current.year + 1, month, day)
+        except ValueError:
+            raise ValueError("that month has no such day") from None
 
 
 def cents(value: Decimal) -> Decimal:

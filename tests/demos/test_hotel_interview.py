@@ -31,10 +31,11 @@ def chat_with(*script: str) -> Chat:
     return Chat(FlowEngine([HotelFlow], model=model), model, "hotel")
 
 
-async def explore_state(chat: Chat) -> dict[str, object]:
+async def known(chat: Chat) -> dict[str, object]:
+    """What Explore's form knows."""
     session = await chat.engine.store.load(chat.session_id or "")
     assert session is not None
-    return dict(session.state_of("Explore"))
+    return dict(session.state_of("Explore")["form"]["known"])
 
 
 async def test_everything_in_one_message_is_kept_and_searched() -> None:
@@ -62,7 +63,7 @@ async def test_everything_in_one_message_is_kept_and_searched() -> None:
         "No hotel matches Aug 1 to Aug 8, 7 nights; up to $300 a night; suite; Free Wi-Fi, Free parking. "
         "Would you like to relax one of them: the budget, the room type, the amenities or the distance?"
     )
-    assert (await explore_state(chat))["slots"] == {
+    assert (await known(chat)) == {
         "room_types": ["suite"],
         "check_in": "2027-08-01",
         "check_out": "2027-08-08",
@@ -105,15 +106,20 @@ async def test_a_budget_given_early_is_not_asked_for_and_is_in_the_search() -> N
 
 
 async def test_values_the_guest_did_not_write_are_dropped() -> None:
-    # A small model answers "Hi" with a whole plausible stay, or reads "2,5,8" as a price of 258.
+    # A small model answers "Hi" with a whole plausible stay, reads "2,5,8" as a price of 258, or
+    # adds a pool to the wifi. Room types and amenities are kept only with their words (criteria.py).
     chat = chat_with(
-        found(("check_in", "next week", day(7, 20)), ("max_price", "Hi", 300)),
+        found(
+            ("check_in", "next week", day(7, 20)), ("max_price", "Hi", 300), ("room_types", "Hi", ["suite"])
+        ),
         found(("in_portland", "yes", True), ("max_price", "yes 2,5,8", 258)),
+        found(("amenities", "free wifi", ["freeWiFi", "indoorPool"]), ("room_types", "twin", ["two beds"])),
     )
-    first, second = await chat.say_all(["Hi", "yes 2,5,8"])
+    first, second, third = await chat.say_all(["Hi", "yes 2,5,8", "free wifi and a twin room"])
     assert first.message == f"{HELLO} {PORTLAND}"
     assert second.message == f"Great. {DATES}"
-    assert (await explore_state(chat))["slots"] == {"in_portland": True}
+    assert third.message == f"Noted: two beds; Free Wi-Fi. {DATES}"
+    assert (await known(chat)) == {"in_portland": True, "room_types": ["two beds"], "amenities": ["freeWiFi"]}
 
 
 async def test_a_past_check_in_goes_back_to_the_model_once_then_to_the_guest() -> None:
@@ -133,7 +139,7 @@ async def test_a_past_check_in_goes_back_to_the_model_once_then_to_the_guest() -
     )
     assert "7/1" not in correction.content and "2027-07-01" not in correction.content
     # The check-out alone was valid and is kept; only the dates question is asked again.
-    assert (await explore_state(chat))["slots"] == {"in_portland": True, "check_out": "2027-07-04"}
+    assert (await known(chat)) == {"in_portland": True, "check_out": "2027-07-04"}
 
 
 async def test_a_stay_outside_portland_is_refused_with_the_reason() -> None:
@@ -141,7 +147,7 @@ async def test_a_stay_outside_portland_is_refused_with_the_reason() -> None:
     chat = chat_with(no, no)
     result = await chat.say("no, Seattle")
     assert result.message == f"{HELLO} Sorry, we only have hotels in the Portland, Oregon area. {PORTLAND}"
-    assert "in_portland" not in (await explore_state(chat))["slots"]
+    assert "in_portland" not in (await known(chat))
 
 
 @pytest.fixture

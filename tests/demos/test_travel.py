@@ -1,5 +1,6 @@
-"""TravelFlow: the Planner's model reads the request, code checks it, and three sub-steps look into
-hotels, events and weather side by side before the Itinerary sub-step writes a line per day."""
+"""TravelFlow: the Planner (a SlotStep) reads the request into its form, code checks it, and three
+sub-steps look into hotels, events and weather side by side before the Itinerary sub-step writes a
+line per day."""
 
 from __future__ import annotations
 
@@ -13,20 +14,21 @@ import pytest
 
 from picoflow import Caller, FlowEngine, Reject
 from picoflow.messages import Message, ModelResponse
-from picoflow.models import ScriptedModel, ToolCall
+from picoflow.models import ScriptedModel
 from picoflow.sessions import Session
+from picoflow.slots.reading import EXTRACT_RULES, FORMAT_HINT
 from picoflow.testing import describe, request_lines
 from picoflow_demos.travel import TravelFlow
-from picoflow_demos.travel.flow import ANYTHING_ELSE, EVENT_FALLBACK, HOTEL_FALLBACK
+from picoflow_demos.travel.flow import ANYTHING_ELSE, EVENT_FALLBACK, HOTEL_FALLBACK, PLANNER, WISHES_QUESTION
 from picoflow_demos.travel.research import HotelShortlist, unknown_picks
-from picoflow_demos.travel.trip import WISHES_QUESTION
 
 from .conftest import Chat
 
 TODAY = "2027-04-20"  # a Tuesday
 CITIES = "Seattle, San Francisco, Chicago, New Orleans and Boston"
 WHICH_CITY = f"Which city would you like to visit? I can plan trips to {CITIES}."
-GREETING = f"Hello! I plan short trips: hotels, local events and the weather, day by day. {WHICH_CITY}"
+HELLO = "Hello! I plan short trips: hotels, local events and the weather, day by day."
+GREETING = f"{HELLO} {WHICH_CITY}"
 SEATTLE_TRIP = {"city": "Seattle", "check_in": "2027-05-14", "check_out": "2027-05-17"}
 
 
@@ -39,8 +41,11 @@ def day(month: int, number: int, year: int | None = None) -> dict[str, int | Non
     return {"month": month, "day": number, "year": year}
 
 
-def note(**said: Any) -> ToolCall:
-    return ToolCall("note_trip", {"said": said})
+def found(*items: tuple[str, str, Any]) -> str:
+    """The Planner's reading: what the message says, as ``(field, quoted words, value)`` items."""
+    return json.dumps(
+        {"found": [{"field": name, "quote": quote, "value": value} for name, quote, value in items]}
+    )
 
 
 def picks(*chosen: tuple[str, str]) -> str:
@@ -50,6 +55,19 @@ def picks(*chosen: tuple[str, str]) -> str:
 def itinerary(first: date, *lines: str) -> str:
     days = [{"date": (first + timedelta(days=n)).isoformat(), "line": line} for n, line in enumerate(lines)]
     return json.dumps({"days": days})
+
+
+def form(
+    known: dict[str, Any], *, asking: str | None = None, declined: Sequence[str] = (), introduced: bool = True
+) -> dict[str, Any]:
+    """The Planner's form as its state keeps it."""
+    return {
+        "known": known,
+        "declined": list(declined),
+        "asking": asking,
+        "corrections": 0,
+        "introduced": introduced,
+    }
 
 
 SEATTLE_LINES = (
@@ -126,6 +144,10 @@ Hotels up to $200.00 a night; interests: music, food.
 
 
 SEATTLE_HOTELS = picks(("H6", "Central, by the lake"), ("H2", "Quiet and cheaper"))
+SEATTLE_READING = found(
+    ("city", "Seattle", "Seattle"), ("check_in", "May 14", day(5, 14)), ("check_out", "to 17", day(5, 17))
+)
+SEATTLE_NOTED = f"Noted: Seattle; Fri May 14 to Mon May 17, 2027 (3 nights). {WISHES_QUESTION}"
 
 
 def seattle_scripts(**more: Sequence[Any]) -> dict[str, list[Any]]:
@@ -133,11 +155,11 @@ def seattle_scripts(**more: Sequence[Any]) -> dict[str, list[Any]]:
     food; ``more`` adds responses after those of each step."""
     scripts: dict[str, list[Any]] = {
         "Planner": [
-            # Words instead of a reading, and again after being told to read: code still greets.
+            # Words instead of a reading: sent back with the format, then a reading.
             "Hello! How can I help?",
-            "Hello!",
-            note(city="Seattle", check_in=day(5, 14), check_out=day(5, 17)),
-            note(max_price=200, interests=["music", "food"]),
+            found(),
+            SEATTLE_READING,
+            found(("max_price", "Under $200", 200), ("interests", "jazz and good food", ["music", "food"])),
         ],
         # H1 costs $239, above the budget: it is not among the hotels offered.
         "Hotels": [picks(("H1", "Right by the market")), SEATTLE_HOTELS],
@@ -152,7 +174,7 @@ def seattle_scripts(**more: Sequence[Any]) -> dict[str, list[Any]]:
 async def test_a_whole_conversation_from_hello_to_goodbye() -> None:
     chat = chat_with(
         seattle_scripts(
-            Planner=[note(), ToolCall("terminate_session")],
+            Planner=[found(), found(("goodbye", "bye", "goodbye"))],
             TravelGoodbye=["Have a wonderful time in Seattle!"],
         )
     )
@@ -167,41 +189,33 @@ async def test_a_whole_conversation_from_hello_to_goodbye() -> None:
     )
     assert [result.message for result in results] == [
         GREETING,
-        f"Noted: Seattle; Fri May 14 to Mon May 17, 2027 (3 nights). {WISHES_QUESTION}",
+        SEATTLE_NOTED,
         SEATTLE_PLAN,
         ANYTHING_ELSE,
         "Have a wonderful time in Seattle!",
     ]
     assert [result.step for result in results] == ["Planner"] * 4 + ["TravelGoodbye"]
     assert [result.completed for result in results] == [False] * 4 + [True]
-    # The greeting took two answers (words, a correction, words again). The plan's turn counts its
-    # sub-steps: the Planner's reading, Hotels twice (one answer was sent back), Events and
-    # Itinerary; Weather decides in code.
+    # The greeting took two answers (words, then a reading after the correction). The plan's turn
+    # counts its sub-steps: the Planner's reading, Hotels twice (one answer was sent back), Events
+    # and Itinerary; Weather decides in code. The goodbye is read, then written by TravelGoodbye.
     assert [result.usage.model_calls for result in results] == [2, 1, 5, 1, 2]
-    assert [result.usage.tool_calls for result in results] == [0, 1, 1, 1, 1]
+    assert [result.usage.tool_calls for result in results] == [0, 0, 0, 0, 0]
     assert chat.model.remaining == 0
 
     messages = await transcript(chat)
+    # Every reply of the Planner is code's; a reading is kept only where it led on to another step.
     assert conversation(messages) == [
         "Planner | user: Hi",
         f"Planner | assistant [direct]: {GREETING}",
         "Planner | user: Seattle from May 14 to 17",
-        'Planner | assistant: -> note_trip({"said": {"check_in": {"day": 14, "month": 5, "year": null}, '
-        '"check_out": {"day": 17, "month": 5, "year": null}, "city": "Seattle"}}) #call_Planner_1',
-        "Planner | tool note_trip #call_Planner_1: Accepted.",
-        f"Planner | assistant [direct]: {results[1].message}",
+        f"Planner | assistant [direct]: {SEATTLE_NOTED}",
         "Planner | user: Under $200 a night, I love jazz and good food",
-        'Planner | assistant: -> note_trip({"said": {"interests": ["music", "food"], "max_price": 200}}) '
-        "#call_Planner_2",
-        "Planner | tool note_trip #call_Planner_2: Accepted.",
         f"Planner | assistant [direct]: {SEATTLE_PLAN}",
         "Planner | user: Thanks!",
-        'Planner | assistant: -> note_trip({"said": {}}) #call_Planner_3',
-        "Planner | tool note_trip #call_Planner_3: Accepted.",
         f"Planner | assistant [direct]: {ANYTHING_ELSE}",
         "Planner | user: That's all, bye",
-        "Planner | assistant: -> terminate_session({}) #call_Planner_4",
-        "Planner | tool terminate_session #call_Planner_4: Accepted.",
+        'Planner | assistant: {"found": [{"field": "goodbye", "quote": "bye", "value": "goodbye"}]}',
         "TravelGoodbye | user [crossing]: I'm done, thank you.",
         "TravelGoodbye | assistant: Have a wonderful time in Seattle!",
     ]
@@ -250,22 +264,42 @@ async def test_a_whole_conversation_from_hello_to_goodbye() -> None:
 
     session = await session_of(chat)
     assert session.status == "completed"
+    seattle = {**SEATTLE_TRIP, "max_price": 200.0, "interests": ["music", "food"]}
+    # The form beside the Planner's own keys: the trip it planned and the records it showed.
     assert session.states["Planner"] == {
-        "trip": {
-            **SEATTLE_TRIP,
-            "max_price": 200.0,
-            "interests": ["music", "food"],
-            "asked_wishes": True,
-            "planned": True,
-        },
+        "form": form({**seattle, "goodbye": "goodbye"}),
+        "planned": seattle,
         "hotels": ["H6", "H2"],
         "events": ["E2", "E3"],
     }
-    # The Planner's memory keeps a note of the plan, not the tables; each reading saw only the latest words.
-    planner_requests = [request for request in chat.model.requests if request.step == "Planner"]
-    assert [len(request.messages) for request in planner_requests] == [1, 3, 1, 1, 1, 1]
-    # The greeting's words were sent back once, and so was a hotel pick off the list.
-    assert [warning.code for warning in session.warnings] == ["response_rejected", "response_rejected"]
+    # Each reading saw the Planner's last words (a question, or the note of the plan, not its
+    # tables) and the traveller's answer; the first one its correction too.
+    planner_requests = [
+        request_lines(request) for request in chat.model.requests if request.step == "Planner"
+    ]
+    # The Planner's prompt, then SlotStep's reading rules: the same system prompt every time.
+    assert {request[0] for request in planner_requests} == {
+        f"system: {PLANNER.render(today='Tuesday 2027-04-20').rstrip()}\n\n{EXTRACT_RULES}"
+    }
+    assert [request[1:] for request in planner_requests] == [
+        ["user: Hi"],
+        [
+            "user: Hi",
+            "assistant [correction]: Hello! How can I help?",
+            "user [correction]: Your answer must be one JSON object matching the required schema. "
+            f"{FORMAT_HINT}",
+        ],
+        [f"assistant [direct]: {GREETING}", "user: Seattle from May 14 to 17"],
+        [f"assistant [direct]: {SEATTLE_NOTED}", "user: Under $200 a night, I love jazz and good food"],
+        [
+            "assistant [direct]: Showed the plan of the trip to Seattle, Fri May 14 to Mon May 17, 2027 "
+            f"(3 nights).\n\n{ANYTHING_ELSE}",
+            "user: Thanks!",
+        ],
+        [f"assistant [direct]: {ANYTHING_ELSE}", "user: That's all, bye"],
+    ]
+    # A hotel pick off the list was sent back.
+    assert [warning.code for warning in session.warnings] == ["response_rejected"]
 
 
 async def test_a_hotel_pick_that_is_not_on_the_list_is_sent_back_with_the_list() -> None:
@@ -305,20 +339,16 @@ async def test_a_hotel_pick_that_is_not_on_the_list_is_sent_back_with_the_list()
 
 
 @pytest.mark.parametrize(
-    ("check_in", "check_out", "reply"),
+    ("check_in", "check_out", "refusal"),
     [
-        (
-            day(4, 2, 2027),
-            day(4, 5, 2027),
-            "Fri Apr 2, 2027 is in the past: today is Tue Apr 20, 2027.",
-        ),
+        (day(4, 2, 2027), day(4, 5, 2027), "Fri Apr 2, 2027 is in the past: today is Tue Apr 20, 2027."),
         (
             day(6, 12),
             day(6, 9),
-            "The trip would end on Wed Jun 9, 2027, before it starts on Sat Jun 12, 2027: the check-out date "
+            "the trip would end on Wed Jun 9, 2027, before it starts on Sat Jun 12, 2027: the check-out date "
             "must come after the check-in date.",
         ),
-        (day(6, 12), day(6, 12), "A trip needs at least one night, and both dates are Sat Jun 12, 2027."),
+        (day(6, 12), day(6, 12), "a trip needs at least one night, and both dates are Sat Jun 12, 2027."),
         (
             day(6, 1),
             day(6, 20),
@@ -326,80 +356,211 @@ async def test_a_hotel_pick_that_is_not_on_the_list_is_sent_back_with_the_list()
         ),
     ],
 )
-async def test_dates_that_cannot_be_planned_are_refused_in_code(
-    check_in: dict[str, Any], check_out: dict[str, Any], reply: str
+async def test_dates_that_cannot_be_planned_are_refused_with_the_reason(
+    check_in: dict[str, Any], check_out: dict[str, Any], refusal: str
 ) -> None:
-    chat = chat_with({"Planner": [note(city="Boston", check_in=check_in, check_out=check_out)]})
-    result = await chat.say(f"Boston please, from the {check_in['day']} to the {check_out['day']}")
-    assert result.message == (
-        f"{reply} When would you like to be in Boston? Give your check-in and check-out dates."
+    said = f"Boston please, from the {check_in['day']} to the {check_out['day']}"
+    reading = found(
+        ("city", "Boston", "Boston"),
+        ("check_in", f"the {check_in['day']}", check_in),
+        ("check_out", f"to the {check_out['day']}", check_out),
     )
+    chat = chat_with({"Planner": [reading]})
+    result = await chat.say(said)
+    assert result.message == (
+        f"{HELLO} Noted: Boston. Sorry, {refusal} When would you like to be in Boston? Give your check-in "
+        "and check-out dates."
+    )
+    # The traveller is told at once: the model read the dates right, and is not asked again.
     assert result.usage.model_calls == 1 and result.step == "Planner"
-    # The city is kept; the dates are asked for again. No sub-step ran.
-    assert (await session_of(chat)).states["Planner"] == {
-        "trip": {
-            "city": "Boston",
-            "check_in": None,
-            "check_out": None,
-            "max_price": None,
-            "interests": None,
-            "asked_wishes": False,
-            "planned": False,
+    # The city is kept; of two dates that cannot go together neither is known to be the right one,
+    # so both are asked for again. No sub-step ran.
+    assert (await session_of(chat)).states["Planner"] == {"form": form({"city": "Boston"}, asking="check_in")}
+    assert conversation(await transcript(chat)) == [
+        f"Planner | user: {said}",
+        f"Planner | assistant [direct]: {result.message}",
+    ]
+
+
+async def test_a_check_out_date_alone_is_read_against_the_check_in_kept() -> None:
+    chat = chat_with(
+        {
+            "Planner": [
+                found(("city", "Boston", "Boston"), ("check_in", "June 20", day(6, 20))),
+                found(("check_out", "June 12", day(6, 12))),
+                found(("check_out", "the 24th", day(6, 24))),
+            ]
         }
-    }
-    assert all(message.within is None for message in await transcript(chat))
+    )
+    said = ["Boston, arriving June 20", "leaving June 12", "sorry, the 24th"]
+    replies = [result.message for result in await chat.say_all(said)]
+    assert replies == [
+        f"{HELLO} Noted: Boston. Check-in Sun Jun 20, 2027. What is your check-out date?",
+        "Sorry, the trip would end on Sat Jun 12, 2027, before it starts on Sun Jun 20, 2027: the check-out "
+        "date must come after the check-in date. Check-in Sun Jun 20, 2027. What is your check-out date?",
+        f"Noted: Boston; Sun Jun 20 to Thu Jun 24, 2027 (4 nights). {WISHES_QUESTION}",
+    ]
+    trip = {"city": "Boston", "check_in": "2027-06-20", "check_out": "2027-06-24"}
+    assert (await session_of(chat)).states["Planner"] == {"form": form(trip, asking="max_price")}
+
+
+NOLA_DAYS = itinerary(date(2027, 6, 10), "Preservation Hall at night.", "Ghost walk.", "Swamp tour.", "Home.")
+NOLA_PLAN = f"""\
+**Your trip to New Orleans, Thu Jun 10 to Sun Jun 13, 2027 (3 nights)**
+
+Interests: music.
+
+**Where to stay**
+
+| Hotel | Area | Per night | Rating | Why |
+|---|---|---|---|---|
+| Frenchmen Music House | Marigny | $169.00 | 4.4 | Jazz on the doorstep |
+
+**Events during your stay**
+
+| Date | Event | Venue | Ticket | Why |
+|---|---|---|---|---|
+| Thu Jun 10 | Preservation Hall Jazz | Preservation Hall | $50.00 | Famous jazz hall |
+
+**Day by day**
+
+| Day | Weather | Plan |
+|---|---|---|
+| Thu Jun 10 | partly cloudy, 90°F / 76°F, rain 30% | Preservation Hall at night. |
+| Fri Jun 11 | rain, 89°F / 70°F, rain 70% | Ghost walk. |
+| Sat Jun 12 | showers, 92°F / 75°F, rain 60% | Swamp tour. |
+| Sun Jun 13 | sunny, 84°F / 72°F, rain 20% | Home. |
+
+{ANYTHING_ELSE}"""
 
 
 async def test_a_city_without_listings_is_refused_and_the_dates_are_kept() -> None:
     chat = chat_with(
         {
             "Planner": [
-                note(city="Paris", check_in=day(6, 10), check_out=day(6, 13)),
-                note(city="New Orleans", interests=["music"]),
+                found(
+                    ("city", "Paris", "Paris"),
+                    ("check_in", "June 10", day(6, 10)),
+                    ("check_out", "13", day(6, 13)),
+                ),
+                found(("city", "NOLA", "New Orleans"), ("interests", "I love jazz", ["music"])),
             ],
             "Hotels": [picks(("H20", "Jazz on the doorstep"))],
             "Events": [picks(("E36", "Famous jazz hall"))],
-            "Itinerary": [
-                itinerary(
-                    date(2027, 6, 10), "Preservation Hall at night.", "Ghost walk.", "Swamp tour.", "Home."
-                )
-            ],
+            "Itinerary": [NOLA_DAYS],
         }
     )
-    refused = await chat.say("Paris from June 10 to 13")
+    refused, planned = await chat.say_all(["Paris from June 10 to 13", "OK, NOLA then. I love jazz"])
     # The traveller's words are not repeated; the question lists the cities there are listings for.
-    assert refused.message == f"I have no listings for that city. {WHICH_CITY}"
-    planned = await chat.say("OK, NOLA then. I love jazz")
-    assert planned.message.startswith(
-        "**Your trip to New Orleans, Thu Jun 10 to Sun Jun 13, 2027 (3 nights)**\n\nInterests: music.\n\n"
+    assert refused.message == (
+        f"{HELLO} Noted: Thu Jun 10 to Sun Jun 13, 2027 (3 nights). Sorry, I have no listings for that city. "
+        f"{WHICH_CITY}"
     )
-    assert "| Frenchmen Music House | Marigny | $169.00 | 4.4 | Jazz on the doorstep |" in planned.message
-    assert (
-        "| Thu Jun 10 | Preservation Hall Jazz | Preservation Hall | $50.00 | Famous jazz hall |"
-        in planned.message
-    )
-    state = (await session_of(chat)).states["Planner"]
-    assert (state["trip"]["city"], state["hotels"], state["events"]) == ("New Orleans", ["H20"], ["E36"])
+    assert planned.message == NOLA_PLAN
+    assert conversation(await transcript(chat)) == [
+        "Planner | user: Paris from June 10 to 13",
+        f"Planner | assistant [direct]: {refused.message}",
+        "Planner | user: OK, NOLA then. I love jazz",
+        f"Planner | assistant [direct]: {NOLA_PLAN}",
+    ]
+    nola = {
+        "city": "New Orleans",
+        "check_in": "2027-06-10",
+        "check_out": "2027-06-13",
+        "interests": ["music"],
+    }
+    assert (await session_of(chat)).states["Planner"] == {
+        "form": form(nola),
+        "planned": {**nola, "max_price": None},
+        "hotels": ["H20"],
+        "events": ["E36"],
+    }
 
 
-async def test_a_budget_below_every_hotel_is_said_with_the_cheapest_price() -> None:
+BOSTON_PLAN = f"""\
+**Your trip to Boston, Sat May 15 to Mon May 17, 2027 (2 nights)**
+
+Hotels up to $130.00 a night.
+
+**Where to stay**
+
+| Hotel | Area | Per night | Rating | Why |
+|---|---|---|---|---|
+| Fenway Bunkhouse | Fenway | $119.00 | 3.8 | Within the budget |
+
+**Events during your stay**
+
+| Date | Event | Venue | Ticket | Why |
+|---|---|---|---|---|
+| Sun May 16 | Red Sox vs. Yankees | Fenway Park | $65.00 | Red Sox |
+
+**Day by day**
+
+| Day | Weather | Plan |
+|---|---|---|
+| Sat May 15 | partly cloudy, 66°F / 51°F, rain 10% | Freedom Trail. |
+| Sun May 16 | sunny, 70°F / 54°F, rain 20% | Fenway. |
+| Mon May 17 | showers, 64°F / 51°F, rain 50% | Home. |
+
+{ANYTHING_ELSE}"""
+
+
+async def test_a_budget_below_every_hotel_is_said_with_the_cheapest_price_and_a_new_one_plans() -> None:
+    boston = found(
+        ("city", "Boston", "Boston"),
+        ("check_in", "May 15", day(5, 15)),
+        ("check_out", "17", day(5, 17)),
+        ("max_price", "max $100", 100),
+    )
     chat = chat_with(
-        {"Planner": [note(city="Boston", check_in=day(5, 15), check_out=day(5, 17), max_price=100)]}
+        {
+            "Planner": [boston, found(("max_price", "$130", 130))],
+            "Hotels": [picks(("H30", "Within the budget"))],
+            "Events": [picks(("E46", "Red Sox"))],
+            "Itinerary": [itinerary(date(2027, 5, 15), "Freedom Trail.", "Fenway.", "Home.")],
+        }
     )
     result = await chat.say("Boston May 15 to 17, max $100 a night")
-    assert result.message == (
+    too_low = (
         "No hotel in Boston is within $100.00 a night; the cheapest is $119.00. What nightly budget shall I "
         "plan with?"
     )
+    assert result.message == too_low
     assert result.usage.model_calls == 1
-    assert all(message.within is None for message in await transcript(chat))
+    trip = {"city": "Boston", "check_in": "2027-05-15", "check_out": "2027-05-17"}
+    # Nothing was planned; the form is complete, so the next budget plans at once.
+    assert (await session_of(chat)).states["Planner"] == {
+        "form": form({**trip, "max_price": 100.0}, introduced=False)
+    }
+    planned = await chat.say("OK, $130 then")
+    assert planned.message == BOSTON_PLAN
+    assert conversation(await transcript(chat)) == [
+        "Planner | user: Boston May 15 to 17, max $100 a night",
+        f"Planner | assistant [direct]: {too_low}",
+        "Planner | user: OK, $130 then",
+        f"Planner | assistant [direct]: {BOSTON_PLAN}",
+    ]
+    state = (await session_of(chat)).states["Planner"]
+    assert state == {
+        "form": form({**trip, "max_price": 130.0}, introduced=False),
+        "planned": {**trip, "max_price": 130.0, "interests": []},
+        "hotels": ["H30"],
+        "events": ["E46"],
+    }
 
 
 async def test_dates_without_events_or_forecasts_run_only_hotels_and_weather() -> None:
     # September: no event and no forecast in the data. No Events script: had it run, the turn would fail.
     chat = chat_with(
         {
-            "Planner": [note(city="Chicago", check_in=day(9, 3), check_out=day(9, 5), interests=["art"])],
+            "Planner": [
+                found(
+                    ("city", "Chicago", "Chicago"),
+                    ("check_in", "September 3", day(9, 3)),
+                    ("check_out", "to 5", day(9, 5)),
+                    ("interests", "I like art", ["art"]),
+                )
+            ],
             "Hotels": [picks(("H17", "An art hotel"))],
             "Itinerary": [itinerary(date(2027, 9, 3), "Art Institute.", "Pilsen murals.", "Home.")],
         }
@@ -431,7 +592,14 @@ async def test_sub_steps_that_fail_leave_the_plan_to_the_data() -> None:
     # writes the right days: the three runs fail, and code plans from the data alone.
     chat = chat_with(
         {
-            "Planner": [note(city="Seattle", check_in=day(5, 14), check_out=day(5, 15), max_price=160)],
+            "Planner": [
+                found(
+                    ("city", "Seattle", "Seattle"),
+                    ("check_in", "May 14", day(5, 14)),
+                    ("check_out", "to 15", day(5, 15)),
+                    ("max_price", "up to $160", 160),
+                )
+            ],
             "Hotels": [picks(("H99", "Nice"))] * 3,
             "Events": [picks(("E1", "Seafood"))] * 3,  # on May 8: not during the stay
             "Itinerary": [itinerary(date(2027, 5, 20), "A day.")] * 3,
@@ -476,33 +644,106 @@ async def test_sub_steps_that_fail_leave_the_plan_to_the_data() -> None:
 
 
 async def test_a_city_or_budget_the_traveller_never_wrote_is_dropped() -> None:
-    chat = chat_with({"Planner": [note(city="Seattle", max_price=250), note(city="Boston", max_price=1200)]})
-    invented = await chat.say("Hello there")
-    assert invented.message == GREETING
-    kept = await chat.say("I'd love to see boston, budget $1,200 total")
-    assert (
-        kept.message == "Noted: Boston; hotels up to $1,200.00 a night. When would you like to be in Boston? "
-        "Give your check-in and check-out dates."
+    invented = found(
+        ("city", "Hello there", "Seattle"),  # a known city, none of whose names was written
+        ("city", "there", "Paris"),  # a city of the model's, not of the traveller's words
+        ("max_price", "Hello there", 250),
     )
+    kept = found(("city", "boston", "Seattle"), ("city", "boston", "Boston"), ("max_price", "$1,200", 1200))
+    chat = chat_with({"Planner": [invented, kept]})
+    said = ["Hello there", "I'd love to see boston, budget $1,200 total"]
+    replies = [result.message for result in await chat.say_all(said)]
+    assert replies == [
+        GREETING,
+        "Noted: Boston; hotels up to $1,200.00 a night. When would you like to be in Boston? "
+        "Give your check-in and check-out dates.",
+    ]
+    assert (await session_of(chat)).states["Planner"] == {
+        "form": form({"city": "Boston", "max_price": 1200.0}, asking="check_in")
+    }
+
+
+async def test_answers_in_another_order_are_all_kept_and_the_wishes_are_asked_once() -> None:
+    chat = chat_with(
+        {
+            "Planner": [
+                found(("check_in", "June 10", day(6, 10)), ("check_out", "June 13", day(6, 13))),
+                found(("city", "New Orleans", "New Orleans")),
+                found(),
+                found(),
+            ],
+            "Hotels": [picks(("H20", "Jazz on the doorstep"))],
+            "Events": [picks(("E36", "Famous jazz hall"))],
+            "Itinerary": [NOLA_DAYS],
+        }
+    )
+    said = ["June 10 to June 13, please", "New Orleans", "no, just plan it", "thanks"]
+    results = await chat.say_all(said)
+    replies = [result.message for result in results]
+    assert replies[:2] == [
+        f"{HELLO} Noted: Thu Jun 10 to Sun Jun 13, 2027 (3 nights). {WHICH_CITY}",
+        f"Noted: New Orleans; Thu Jun 10 to Sun Jun 13, 2027 (3 nights). {WISHES_QUESTION}",
+    ]
+    # Declined, the wishes are not asked again: the plan, then nothing new to plan.
+    assert replies[2:] == [NOLA_PLAN.replace("Interests: music.\n\n", ""), ANYTHING_ELSE]
+    assert [result.usage.model_calls for result in results] == [1, 1, 4, 1]
+    nola = {"city": "New Orleans", "check_in": "2027-06-10", "check_out": "2027-06-13"}
+    assert (await session_of(chat)).states["Planner"] == {
+        "form": form(nola, declined=["max_price"]),
+        "planned": {**nola, "max_price": None, "interests": []},
+        "hotels": ["H20"],
+        "events": ["E36"],
+    }
 
 
 async def test_after_a_plan_new_details_make_a_new_plan() -> None:
     chat = chat_with(
         seattle_scripts(
-            Planner=[note(city="San Francisco")],
+            Planner=[found(("city", "San Francisco", "San Francisco"))],
             Hotels=[picks(("H9", "North Beach charm"))],
-            Events=[picks(("E15", "Jazz"))],
+            Events=[picks(("E15", "Local food"))],
             Itinerary=[itinerary(date(2027, 5, 14), "Ferry Building.", "SFJAZZ.", "Lands End.", "Home.")],
         )
     )
     await chat.say_all(["Hi", "Seattle from May 14 to 17", "Under $200 a night, I love jazz and good food"])
     again = await chat.say("What about San Francisco instead?")
-    assert again.message.startswith(
-        "**Your trip to San Francisco, Fri May 14 to Mon May 17, 2027 (3 nights)**"
+    assert (
+        again.message
+        == f"""\
+**Your trip to San Francisco, Fri May 14 to Mon May 17, 2027 (3 nights)**
+
+Hotels up to $200.00 a night; interests: music, food.
+
+**Where to stay**
+
+| Hotel | Area | Per night | Rating | Why |
+|---|---|---|---|---|
+| Fog City Rooms | North Beach | $199.00 | 4.4 | North Beach charm |
+
+**Events during your stay**
+
+| Date | Event | Venue | Ticket | Why |
+|---|---|---|---|---|
+| Fri May 14 | Ferry Building Farmers Market | Ferry Building | free | Local food |
+
+**Day by day**
+
+| Day | Weather | Plan |
+|---|---|---|
+| Fri May 14 | sunny, 64°F / 52°F, rain 20% | Ferry Building. |
+| Sat May 15 | sunny, 70°F / 53°F, rain 0% | SFJAZZ. |
+| Sun May 16 | sunny, 63°F / 47°F, rain 20% | Lands End. |
+| Mon May 17 | partly cloudy, 62°F / 49°F, rain 20% | Home. |
+
+{ANYTHING_ELSE}"""
     )
-    assert "| Fog City Rooms | North Beach | $199.00 | 4.4 | North Beach charm |" in again.message
-    state = (await session_of(chat)).states["Planner"]
-    assert (state["hotels"], state["events"], state["trip"]["planned"]) == (["H9"], ["E15"], True)
+    sf = {**SEATTLE_TRIP, "city": "San Francisco", "max_price": 200.0, "interests": ["music", "food"]}
+    assert (await session_of(chat)).states["Planner"] == {
+        "form": form(sf),
+        "planned": sf,
+        "hotels": ["H9"],
+        "events": ["E15"],
+    }
 
 
 async def test_every_request_of_the_longest_trip_stays_small_for_a_small_local_model() -> None:
@@ -510,7 +751,14 @@ async def test_every_request_of_the_longest_trip_stays_small_for_a_small_local_m
     lines = [f"Day {number} in Boston." for number in range(1, 16)]
     chat = chat_with(
         {
-            "Planner": [note(city="Boston", check_in=day(6, 1), check_out=day(6, 15), interests=["food"])],
+            "Planner": [
+                found(
+                    ("city", "Boston", "Boston"),
+                    ("check_in", "June 1", day(6, 1)),
+                    ("check_out", "June 15", day(6, 15)),
+                    ("interests", "for the food", ["food"]),
+                )
+            ],
             "Hotels": [picks(("H27", "Near the cannoli"))],
             "Events": [picks(("E49", "Cannoli"), ("E48", "Islands by ferry"))],
             "Itinerary": [itinerary(first, *lines)],
@@ -540,21 +788,31 @@ def test_unknown_picks_are_named_once_and_malformed_answers_are_left_to_output_v
 
 
 async def test_what_the_message_does_not_bear_out_is_dropped_and_a_goodbye_ends_the_chat() -> None:
-    # A small model fills in a trip on "hello": dates and interests nobody wrote. Code keeps only
-    # what the message bears out (numbers it holds, words of an interest), so it just asks.
-    chat = chat_with(
-        {
-            "Planner": [
-                note(city="Seattle", check_in=day(5, 15), check_out=day(5, 20), interests=["music", "art"]),
-                note(goodbye=True),
-            ],
-            "TravelGoodbye": ["Goodbye!"],
-        }
+    # A small model fills in a trip on "hello", or reads it as a goodbye: a city, dates, interests
+    # and an ending nobody wrote. Code keeps only what the message bears out (numbers it holds, a
+    # city's names, an interest's words, a goodbye's), so it asks; a goodbye written ends the
+    # conversation whatever question is pending.
+    invented = found(
+        ("goodbye", "Hi!", "goodbye"),
+        ("city", "plan a trip", "Seattle"),
+        ("check_in", "Can you help", day(5, 15)),
+        ("check_out", "a trip", day(5, 20)),
+        ("interests", "help me plan a trip", ["music", "art"]),
     )
-    first = await chat.say("Hi! Can you help me plan a trip?")
-    assert first.ok and "which city" in first.message.casefold()
+    chat = chat_with(
+        {"Planner": [invented, found(("goodbye", "Bye!", "goodbye"))], "TravelGoodbye": ["Goodbye!"]}
+    )
+    first, bye = await chat.say_all(["Hi! Can you help me plan a trip?", "Perfect, thanks. Bye!"])
+    assert first.message == GREETING
+    assert (bye.message, bye.completed, bye.step) == ("Goodbye!", True, "TravelGoodbye")
     session = await session_of(chat)
-    assert session.states["Planner"]["trip"]["check_in"] is None
-    assert session.states["Planner"]["trip"]["interests"] in (None, [])
-    bye = await chat.say("Perfect, thanks. Bye!")
-    assert bye.ok and bye.completed and bye.step == "TravelGoodbye"
+    assert session.status == "completed"
+    assert session.states["Planner"] == {"form": form({"goodbye": "goodbye"}, asking="city")}
+    assert conversation(await transcript(chat)) == [
+        "Planner | user: Hi! Can you help me plan a trip?",
+        f"Planner | assistant [direct]: {GREETING}",
+        "Planner | user: Perfect, thanks. Bye!",
+        'Planner | assistant: {"found": [{"field": "goodbye", "quote": "Bye!", "value": "goodbye"}]}',
+        "TravelGoodbye | user [crossing]: I'm done, thank you.",
+        "TravelGoodbye | assistant: Goodbye!",
+    ]

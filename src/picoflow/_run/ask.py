@@ -63,6 +63,8 @@ async def build_request(ws: Workspace, step: Step, spec: StepSpec, extra: list[M
         system = spec.default_prompt
     if not isinstance(system, str):
         raise HookFailure(f"prompt() of step {spec.name} returned {type(system).__name__}, not str")
+    if spec.instructions:
+        system = f"{system.rstrip()}\n\n{spec.instructions}" if system.strip() else spec.instructions
     namespace = ws.session.namespace(spec.namespace)
     if namespace.summary:
         system = f"{system}\n\n## Summary of the earlier conversation\n{namespace.summary}"

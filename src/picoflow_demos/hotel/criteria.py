@@ -9,19 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from datetime import date, timedelta
-from typing import Annotated, Any, Self
+from typing import Annotated, Self
 
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    WithJsonSchema,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from picoflow_demos._common import today_from
+from picoflow import Said
+from picoflow_demos._common import CalendarDay, today_from
 from picoflow_demos.hotel.pricing import (
     AMENITY_LABELS,
     Amenity,
@@ -45,38 +38,44 @@ def long_date(day: date) -> str:
     return f"{day:%A} {day:%B} {day.day}, {day.year}"
 
 
-def calendar_day(value: Any) -> Any:
-    """A date from the parts a model reads off the guest's words; a missing year is the next such date.
+Day = Annotated[date, CalendarDay(today)]
 
-    Parts are easier for a small model than a format: "8/1/2027" is month 8, day 1, year 2027,
-    where asked for ISO it wrote 8012-08-01. The year rule lives here, in code, not in a prompt.
-    """
-    if not isinstance(value, dict):
-        return value
-    month, day, year = value.get("month"), value.get("day"), value.get("year")
-    if not isinstance(month, int) or not isinstance(day, int):
-        raise ValueError("give the month and the day as numbers")
-    try:
-        if isinstance(year, int):
-            return date(year, month, day)
-        current = today()
-        guess = date(current.year, month, day)
-        return guess if guess > current else date(current.year + 1, month, day)
-    except ValueError:
-        raise ValueError("that month has no such day") from None
-
-
-_DAY_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "month": {"type": "integer", "minimum": 1, "maximum": 12},
-        "day": {"type": "integer", "minimum": 1, "maximum": 31},
-        "year": {"anyOf": [{"type": "integer"}, {"type": "null"}], "description": "null when not said"},
-    },
-    "required": ["month", "day", "year"],
-    "additionalProperties": False,
-}
-CalendarDay = Annotated[date, BeforeValidator(calendar_day), WithJsonSchema(_DAY_SCHEMA)]
+# The words that say each room type and amenity, beside the options: a reading of "Hi" as a suite,
+# or of "free wifi" as a pool too, is dropped because none of their words was written.
+ROOM_WORDS = Said(
+    options={
+        "one bed": ("1 bed", "single", "king", "queen", "one queen", "one king"),
+        "two beds": ("two bed", "2 beds", "2 bed", "double", "doubles", "twin", "twins", "two queens"),
+        "suite": ("suites",),
+    }
+)
+AMENITY_WORDS = Said(
+    options={
+        "freeWiFi": ("wifi", "wi fi", "internet"),
+        "freeParking": ("parking", "park"),
+        "freeBreakfast": ("breakfast",),
+        "indoorPool": ("pool", "pools", "swimming", "swim"),
+        "outdoorPool": ("pool", "pools", "swimming", "swim"),
+        "fitnessCenter": ("gym", "fitness", "workout", "exercise"),
+        "petFriendly": ("pet", "pets", "dog", "dogs", "cat", "cats"),
+        "nonSmoking": ("non smoking", "no smoking", "nonsmoking", "smoke free", "smoking"),
+        "digitalKey": ("digital key", "keyless", "key"),
+        "evCharging": ("ev", "charging", "charger", "electric"),
+        "airportShuttle": ("shuttle",),
+        "onSiteRestaurant": ("restaurant", "dining", "dinner"),
+        "roomService": ("room service",),
+        "businessCenter": ("business", "printer", "printing"),
+        "meetingRoom": ("meeting", "meetings", "conference"),
+        "connectingRooms": ("connecting", "adjoining"),
+        "streaming": ("streaming", "netflix", "tv"),
+        "kitchen": ("kitchenette", "cook", "cooking"),
+        "concierge": (),
+        "boutique": (),
+        "eveningReception": ("reception",),
+        "tennis": (),
+        "newHotel": ("new",),
+    }
+)
 
 
 class Criteria(BaseModel):
@@ -87,16 +86,18 @@ class Criteria(BaseModel):
     in_portland: bool | None = Field(
         None, description="true when the guest says the stay is in the Portland area (a yes), false if not"
     )
-    check_in: CalendarDay | None = Field(None, description="Day of arrival (the first night)")
-    check_out: CalendarDay | None = Field(None, description="Day of departure")
+    check_in: Day | None = Field(None, description="Day of arrival (the first night)")
+    check_out: Day | None = Field(None, description="Day of departure")
     max_price: float | None = Field(
         None, gt=0, description="Highest price per night in USD (the guest says max, up to, under, at most)"
     )
     min_price: float | None = Field(
         None, ge=0, description="Lowest price per night in USD (the guest says min, at least, from, over)"
     )
-    room_types: list[RoomType] | None = Field(None, max_length=3, description="Room types the guest wants")
-    amenities: list[Amenity] | None = Field(
+    room_types: list[Annotated[RoomType, ROOM_WORDS]] | None = Field(
+        None, max_length=3, description="Room types the guest wants"
+    )
+    amenities: list[Annotated[Amenity, AMENITY_WORDS]] | None = Field(
         None,
         max_length=23,
         description="Amenities the guest needs (wifi is freeWiFi, parking is freeParking)",

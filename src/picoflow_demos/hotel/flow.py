@@ -33,7 +33,6 @@ from picoflow import (
     since_last_user,
 )
 from picoflow.messages import Message
-from picoflow.slots import EXTRACT_RULES
 from picoflow_demos._common import usd
 from picoflow_demos.hotel.criteria import Criteria, long_date, today
 from picoflow_demos.hotel.pricing import HotelQuote, stay_nights
@@ -143,7 +142,8 @@ class Explore(SlotStep):
     ]
 
     def prompt(self) -> str:
-        return f"{EXPLORE.render(today=f'{today():%A} {today().isoformat()}')}\n{EXTRACT_RULES}"
+        # The reading rules are SlotStep's standing instructions: they follow this prompt on their own.
+        return EXPLORE.render(today=f"{today():%A} {today().isoformat()}")
 
     def acknowledge(self, values: Criteria, accepted: Sequence[str]) -> str:
         """What code understood, said back, so the guest can correct a misreading at once."""

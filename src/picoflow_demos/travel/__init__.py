@@ -11,7 +11,7 @@ from picoflow_demos.travel.research import (
     ItineraryPlan,
     Weather,
 )
-from picoflow_demos.travel.trip import Trip, TripDetails, TripDraft
+from picoflow_demos.travel.trip import Trip, TripDetails
 
 __all__ = [
     "EventShortlist",
@@ -26,6 +26,5 @@ __all__ = [
     "TravelGoodbye",
     "Trip",
     "TripDetails",
-    "TripDraft",
     "Weather",
 ]

@@ -1,35 +1,35 @@
 """TravelFlow: plan a short trip, with hotels, local events and the weather found side by side.
 
-The Planner's model only reads each message into a ``TripDetails`` (one tool, every field
-optional). Code keeps the request, refuses a city it has no data for and dates it cannot plan,
-and asks for what is missing. Once the request is complete, the tool handler runs three sub-steps
-at the same time — Hotels and Events (each a model picking from a list code made) and Weather (no
-model) — then the Itinerary sub-step writes a line per day, and code writes the reply from the
-data. The Planner stays in place for the next request until the traveller says goodbye.
+The Planner is a ``SlotStep``: its model only reads each message into items of ``TripDetails``,
+and its form keeps them. Code refuses a city it has no data for and dates it cannot plan (the
+rules of ``TripDetails``), and asks for what is missing. Once the request is complete, the Planner
+runs three sub-steps at the same time — Hotels and Events (each a model picking from a list code
+made) and Weather (no model) — then the Itinerary sub-step writes a line per day, and code writes
+the reply from the data. The Planner stays in place for the next request until the traveller says
+goodbye.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from picoflow import (
+    Ask,
     Flow,
     Outcome,
     Prompt,
-    Reject,
+    SlotStep,
     Step,
     SubStepFailed,
     SubStepsFailed,
     TerminateStep,
+    ask,
     direct,
     go,
-    since_last_user,
-    tool,
 )
-from picoflow.messages import Message, ModelResponse
 from picoflow_demos._common import usd
-from picoflow_demos.travel.listings import Event, Hotel, events_in, hotels_in
+from picoflow_demos.travel.listings import Event, Hotel, city_names, events_in, hotels_in
 from picoflow_demos.travel.research import (
     DayOutline,
     Events,
@@ -43,86 +43,72 @@ from picoflow_demos.travel.research import (
     Weather,
 )
 from picoflow_demos.travel.tables import plan_reply, weather_text
-from picoflow_demos.travel.trip import (
-    WISHES_QUESTION,
-    Trip,
-    TripDetails,
-    TripDraft,
-    grounded,
-    long_date,
-    next_question,
-    short_date,
-    today,
-    update,
-)
+from picoflow_demos.travel.trip import Trip, TripDetails, long_date, today
 
 PLANNER = Prompt.file("planner.md")
 
 GREETING = "Hello! I plan short trips: hotels, local events and the weather, day by day."
+WHICH_CITY = f"Which city would you like to visit? I can plan trips to {city_names()}."
+WHEN = "When would you like to travel? Give your check-in and check-out dates."
+WISHES_QUESTION = (
+    "Do you have a nightly hotel budget, or interests such as music, food, art, sport, outdoors or "
+    "history? Or shall I plan it as it is?"
+)
 ANYTHING_ELSE = "Would you like to change the city, the dates, the budget or the interests? Or say goodbye."
 HOTEL_FALLBACK = "Among the best rated within your budget."
 EVENT_FALLBACK = "On during your stay."
 
 
-class Planner(Step):
+class Planner(SlotStep):
     """Read the traveller's trip request, ask for what is missing, then plan the trip."""
 
     memory = "travel-planner"
+    slots = TripDetails
+    intro = GREETING
+    questions = [
+        ask(WHICH_CITY, "city"),
+        ask(WHEN, "check_in", "check_out"),
+        ask(WISHES_QUESTION, "max_price", "interests", optional=True),
+    ]
+    # A city without listings or dates that cannot be planned are what the traveller said, read
+    # right: asking the model again would cost a call and change nothing. They are told at once.
+    max_corrections = 0
 
     def prompt(self) -> str:
         return PLANNER.render(today=f"{today():%A} {today().isoformat()}")
 
-    def history(self, memory: Sequence[Message]) -> Sequence[Message]:
-        # The reading needs only the traveller's latest words; plans shown earlier would only
-        # lengthen a small model's prompt.
-        return since_last_user(memory)
+    def on_reading(self, values: TripDetails, accepted: Sequence[str]) -> Outcome | None:
+        # A goodbye ends the conversation whatever question is pending.
+        return go(TravelGoodbye) if "goodbye" in accepted and values.goodbye else None
 
-    @tool
-    async def note_trip(self, said: TripDetails) -> Outcome:
-        """Record what the traveller just said about their trip (only the fields they gave)."""
-        return await self.advance(said)
+    def acknowledge(self, values: TripDetails, accepted: Sequence[str]) -> str:
+        return values.noted() if accepted else ""
 
-    def check_response(self, response: ModelResponse) -> Reject | None:
-        # Every message is read through note_trip. A model that answers in words (a small one says
-        # "Goodbye!" to "thanks, bye") is told so once; its second answer stands either way.
-        if response.tool_calls or self.attempt > 1:
-            return None
-        return Reject("Do not answer in words: call note_trip with what the latest message says.")
+    def phrase(self, question: Ask, values: TripDetails) -> str:
+        if question.key != "check_in":
+            return question.question
+        if values.check_in and not values.check_out:
+            return f"Check-in {long_date(values.check_in)}. What is your check-out date?"
+        if values.check_out and not values.check_in:
+            return f"Check-out {long_date(values.check_out)}. What is your check-in date?"
+        if values.city:
+            return f"When would you like to be in {values.city}? Give your check-in and check-out dates."
+        return question.question
 
-    async def on_response(self, response: Any) -> Outcome:
-        # The model answered in words instead of calling note_trip: it read nothing new, and code
-        # still writes the reply (a greeting, the next question, or the plan after "no, go ahead").
-        return await self.advance(TripDetails())
-
-    async def advance(self, said: TripDetails) -> Outcome:
-        if said.goodbye:
-            return go(TravelGoodbye)
-        said = grounded(said, self.last_user_message or "")
-        kept = self.state.get_as("trip", TripDraft) or TripDraft()
-        if said.is_empty() and kept.planned:
+    async def on_complete(self, details: TripDetails) -> Outcome:
+        trip = Trip.of(details)
+        if self.state.get_as("planned", Trip) == trip:  # nothing new since the plan shown
             return direct(ANYTHING_ELSE)
-        draft, refusal = update(kept, said, today())
-        question = next_question(draft)
-        if refusal is not None:
-            return direct(f"{refusal} {question or ANYTHING_ELSE}").with_state(trip=draft)
-        if question is None:
-            trip = draft.complete()
-            assert trip is not None, "next_question asks until the trip is complete"
-            return await self.plan(trip, draft)
-        said_back = "" if said.is_empty() else noted(draft)
-        opening = GREETING if draft == TripDraft() else said_back
-        if question == WISHES_QUESTION:  # asked once: they are optional
-            draft = draft.model_copy(update={"asked_wishes": True})
-        return direct(f"{opening} {question}".lstrip()).with_state(trip=draft)
+        return await self.plan(trip)
 
-    async def plan(self, trip: Trip, draft: TripDraft) -> Outcome:
+    async def plan(self, trip: Trip) -> Outcome:
         offered = hotels_in(trip.city, trip.max_price)
         if not offered:
             cheapest = min(hotel.price for hotel in hotels_in(trip.city))
             return direct(
                 f"No hotel in {trip.city} is within {usd(trip.max_price or 0)} a night; the cheapest is "
                 f"{usd(cheapest)}. What nightly budget shall I plan with?"
-            ).with_state(trip=draft)
+            )
         happening = events_in(trip.city, trip.check_in, trip.check_out, trip.interests)
         hotel_picks, event_picks, forecast = await self.research(trip, bool(happening))
         # Picks name records of the lists code offered (check_response saw to it); a part that
@@ -152,7 +138,7 @@ class Planner(Step):
             direct(reply)
             .remember_as(f"Showed the plan of the trip to {trip.heading()}.\n\n{ANYTHING_ELSE}")
             .with_state(
-                trip=draft.model_copy(update={"planned": True}),
+                planned=trip,
                 hotels=[hotel.id for hotel, _ in stay],
                 events=[event.id for event, _ in outings],
             )
@@ -183,22 +169,6 @@ def chosen(
     by_id = {record.id: record for record in offered}
     picks = {pick.id: pick.reason for pick in shortlist.picks if pick.id in by_id} if shortlist else {}
     return [(by_id[record_id], reason) for record_id, reason in picks.items()]
-
-
-def noted(draft: TripDraft) -> str:
-    """What code understood so far, said back so the traveller can correct a misreading at once."""
-    parts = [draft.city] if draft.city else []
-    if draft.check_in and draft.check_out:  # a single date is said back by the question
-        nights = (draft.check_out - draft.check_in).days
-        parts.append(
-            f"{short_date(draft.check_in)} to {long_date(draft.check_out)} "
-            f"({nights} night{'s' if nights != 1 else ''})"
-        )
-    if draft.max_price is not None:
-        parts.append(f"hotels up to {usd(draft.max_price)} a night")
-    if draft.interests:
-        parts.append(", ".join(draft.interests))
-    return f"Noted: {'; '.join(parts)}." if parts else ""
 
 
 class TravelGoodbye(TerminateStep):

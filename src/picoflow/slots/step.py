@@ -1,0 +1,200 @@
+"""``SlotStep``: the model reads what the user just said, a ``Form`` keeps it, code decides what comes next.
+
+A model, small ones above all, loses answers when it must remember six of them across six turns
+and put them all into one call at the end. ``SlotStep`` splits the work the other way round:
+
+* each turn the model's only job is to read the user's latest message into items of the step's
+  ``slots`` model (``picoflow.slots.reading``), each with the words that say it;
+* code keeps what those words bear out (``picoflow.slots.grounding``) and merges it into the step's
+  ``Form`` (``picoflow.slots.form``): valid fields are kept at once, an invalid one goes back to the
+  model with the rule it broke (never the value), and if it is still wrong the user is told why
+  and asked again;
+* code decides what to ask next, in the order of ``questions``, and when every question is
+  answered it calls ``on_complete`` with the whole, validated value.
+
+No answer is lost, whatever the order the user gives them in, and no reply depends on the model
+remembering the conversation: it sees the question it is reading an answer to, and the answer.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import Any, ClassVar, TypeVar, cast
+
+from pydantic import BaseModel
+
+from picoflow.exceptions import FlowDefinitionError
+from picoflow.outcomes import Outcome, direct, stay
+from picoflow.slots.form import Ask, Form, Merge
+from picoflow.slots.grounding import evidence_of
+from picoflow.slots.reading import EXTRACT_RULES, Extraction, ReadingFormat, parse_reading, reading_of
+from picoflow.step import Step
+
+T = TypeVar("T")
+
+FORM_KEY = "form"
+"""The key of the step state a SlotStep keeps its ``Form`` under; every other key is the step's own."""
+
+
+class SlotStep(Step):
+    """A step that fills the fields of ``slots`` from what the user says, asking ``questions`` in code.
+
+    Subclass it with ``slots`` (a Pydantic model whose fields all default to None: the partial
+    value the model reads each turn), ``questions`` (``ask(...)`` in the order to ask them) and
+    ``on_complete(values)``, which gets the whole validated value and returns where to go next.
+
+    What the form owns: its ``Form`` under the state key ``"form"``; ``output``, derived from
+    ``slots`` (``reading_of(slots)``: setting it is a ``FlowDefinitionError``); the standing
+    ``instructions`` that tell the model how to read (added after whatever ``prompt()`` returns);
+    and the hooks ``parse_output`` and ``on_response``. Every other hook of ``Step`` is yours:
+    ``prompt``, ``history``, ``check_response``, ``on_enter``, ``on_exit``, ``on_crossing``,
+    ``active_tools``, ``on_model_error``.
+    """
+
+    #: The model the user's words are read into; every field must default to None.
+    slots: ClassVar[type[BaseModel]]
+    #: The questions, in the order they are asked.
+    questions: ClassVar[Sequence[Ask]] = ()
+    #: Said once, before the first question (a greeting).
+    intro: ClassVar[str] = ""
+    #: Times per turn the model may correct a refused field before the user is asked instead. A
+    #: step whose rules refuse what the user said (a date in the past), not how it was read, sets 0.
+    max_corrections: ClassVar[int] = 1
+    instructions = EXTRACT_RULES
+    # Ending a session cannot be undone; a reading step does not offer it unless asked to.
+    terminate_tool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        where = f"SlotStep {cls.__name__}"
+        inherited = getattr(cls, "output", None)
+        if "output" in cls.__dict__ or not (inherited is None or issubclass(inherited, ReadingFormat)):
+            raise FlowDefinitionError(
+                f"{where}: do not set `output`; a SlotStep answers with the reading of its `slots` "
+                "(reading_of(slots)), and on_complete(values) gets them as your `slots` model"
+            )
+        slots = getattr(cls, "slots", None)
+        if slots is None:
+            return
+        if not (isinstance(slots, type) and issubclass(slots, BaseModel)):
+            raise FlowDefinitionError(f"{where}: `slots` must be a Pydantic model class")
+        required = [
+            name
+            for name, info in slots.model_fields.items()
+            if info.is_required() or info.default is not None
+        ]
+        if required:
+            raise FlowDefinitionError(
+                f"{where}: every field of {slots.__name__} must default to None (the model fills only what "
+                f"the user said); {', '.join(required)} does not"
+            )
+        for question in cls.questions:
+            unknown = [name for name in question.fields if name not in slots.model_fields]
+            if unknown:
+                raise FlowDefinitionError(
+                    f"{where}: ask({question.question!r}) names {', '.join(unknown)}, not a field of "
+                    f"{slots.__name__}"
+                )
+        evidence_of(slots)  # a Said naming an option the field does not have fails here, not mid-turn
+        cls.output = reading_of(slots)
+
+    # --- the form ---------------------------------------------------------------------------------
+
+    @property
+    def form(self) -> Form:
+        """Where the conversation stands (kept in the step state under ``"form"``)."""
+        return self.state.get_as(FORM_KEY, Form) or Form()
+
+    @form.setter
+    def form(self, form: Form) -> None:
+        self.state[FORM_KEY] = form
+
+    def forget(self, *names: str) -> None:
+        """Make fields unknown again (their questions are asked again)."""
+        self.form = self.form.forget(*names)
+
+    # --- what code says and does: yours to override -------------------------------------------------
+
+    def on_complete(self, values: Any) -> Outcome | Awaitable[Outcome]:
+        """Every question is answered: ``values`` is the whole validated ``slots`` value. Return
+        an outcome (it may be ``async``)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement on_complete(values)")
+
+    def on_reading(self, values: Any, accepted: Sequence[str]) -> Outcome | Awaitable[Outcome | None] | None:
+        """Act on what the user just said, whatever question is pending: return an outcome (a
+        goodbye, a search asked for now) or None (the default) to go on with the questions.
+        ``accepted`` names the fields this message gave; it may be ``async``."""
+        return None
+
+    def acknowledge(self, values: Any, accepted: Sequence[str]) -> str:
+        """Words said before the next question about the fields just accepted (none by default)."""
+        return ""
+
+    def phrase(self, question: Ask, values: Any) -> str:
+        """The question as the user reads it (by default exactly its text)."""
+        return question.question
+
+    # --- the form's hooks --------------------------------------------------------------------------
+
+    @classmethod
+    def parse_output(cls, text: str) -> Extraction:
+        return parse_reading(cls.slots, text)
+
+    async def on_response(self, response: Any) -> Outcome:
+        if not isinstance(response, Extraction):  # pragma: no cover - parse_output makes one
+            raise TypeError("a SlotStep's model answer must be parsed by SlotStep.parse_output")
+        said = response.grounded(self.last_user_message or "", self.slots)
+        merged = self.form.merge(self.slots, said.given, self.questions)
+        if merged.problems and merged.form.corrections < self.max_corrections:
+            self.form = merged.form.corrected()
+            return stay(_correction(merged.problems))
+        # The reading is final: from here on code answers the user, and the next message starts
+        # the corrections again, whatever the step does with it.
+        form = merged.form
+        values = form.values(self.slots)
+        self.erase_memory()
+        self.form = form.asking_now(form.asked(self.questions))
+        acted = await _settled(self.on_reading(values, merged.accepted))
+        if acted is not None:
+            return acted
+        return await self._ask_next(form, values, merged)
+
+    async def _ask_next(self, form: Form, values: Any, merged: Merge) -> Outcome:
+        """The question of the field just refused, else the first one open; or, none left, on_complete."""
+        refused = next(iter(merged.problems), None)
+        question = next((q for q in self.questions if refused in q.fields), None) or form.pending(
+            self.questions
+        )
+        self.form = form.asking_now(question)
+        if question is None:
+            return await _settled(self.on_complete(values))
+        words = [self.acknowledge(values, merged.accepted)]
+        if not form.introduced:
+            words.insert(0, self.intro)
+        if refused is not None:  # the rule as its validator words it, after the user's answers
+            words.append(f"Sorry, {merged.problems[refused].rstrip('.')}.")
+        words.append(self.phrase(question, values))
+        return direct(" ".join(word.strip() for word in words if word.strip()))
+
+
+def _correction(problems: Mapping[str, str]) -> str:
+    # Fields refused together (a check-in and check-out that contradict each other) share one line.
+    fields_of: dict[str, list[str]] = {}
+    for name, why in problems.items():
+        fields_of.setdefault(why, []).append(name)
+    rules = "\n".join(
+        f"- {why}" if why.startswith(f"{names[0]}:") else f"- {', '.join(names)}: {why}"
+        for why, names in fields_of.items()
+    )
+    return (
+        f"These fields were not accepted:\n{rules}\nAnswer again with those items corrected, or without "
+        "them where the message does not give them."
+    )
+
+
+async def _settled(result: T | Awaitable[T]) -> T:
+    """A hook's answer, awaited when the hook is ``async``."""
+    if inspect.isawaitable(result):
+        return cast(T, await result)
+    return result
