@@ -10,7 +10,7 @@ import pytest
 PUBLIC = {
     "picoflow": (
         "Flow Step LogicStep TerminateStep tool tools go stay direct direct_to Reject ToolError RunContext "
-        "FlowEngine TurnResult UsageLimits Caller MCPServer SlotStep ask Prompt since_last_user"
+        "FlowEngine TurnResult UsageLimits Caller MCPServer SlotStep ask Prompt since_last_user Form Said"
     ),
     "picoflow.models": "ScriptedModel FunctionModel ToolCall ModelResponse Model FallbackModel",
     "picoflow.sessions": "MemoryStore SQLiteStore PostgresStore SessionStore open_store",
@@ -18,6 +18,7 @@ PUBLIC = {
         "FlowEngine ANY_PRINCIPAL LocalExecutor TurnExecutor ToolRunner ToolJob LOCAL_TOOLS check_text"
     ),
     "picoflow.mcp": "MCPServer",
+    "picoflow.slots": "SlotStep Form Said ask Extraction EXTRACT_RULES",
     "picoflow.models.local": "LocalModel fetch_model",
     "picoflow.models.readiness": "LoadStatus Phase",
     "picoflow.attachments": "Attachment AttachmentLimits",

@@ -820,3 +820,25 @@ def test_an_abstract_slot_step_without_slots_is_allowed() -> None:
         intro = "Hello."
 
     assert Base.output is None
+
+
+async def test_a_session_stored_before_the_form_keeps_its_answers() -> None:
+    # An earlier SlotStep kept its answers under keys of their own; a conversation in progress then
+    # goes on from them, and the next change keeps them as the one form.
+    chat = Chat()
+    await chat.say("Hi", found())
+    session = await chat.session()
+    session.states["Interview"] = {
+        "slots": {"name": "Ada"},
+        "declined": [],
+        "asking": "age",
+        "introduced": True,
+        "mine": 7,
+    }
+    await chat.engine.store.save(session, expected_revision=session.revision)
+    reply = await chat.say("I am 36", found(("age", "36", 36)))
+    assert reply == CITIES
+    assert await chat.state() == {
+        "form": form({"name": "Ada", "age": 36}, asking="cities"),
+        "mine": 7,
+    }

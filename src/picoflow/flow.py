@@ -309,6 +309,35 @@ def _build_step(
     flow_servers: tuple[MCPServer, ...] = (),
 ) -> StepSpec:
     namespace = step_cls.namespace()
+    _check_settings(step_cls, namespace, where)
+    tools, groups = _step_tools(step_cls, where, has_terminate=has_terminate, tool_timeout=tool_timeout)
+    own_servers = _servers(step_cls.mcp_servers, where)
+    if step_cls.is_logic and (tools or own_servers):
+        raise FlowDefinitionError(f"{where}: a LogicStep never calls a model, so it cannot have tools")
+    servers = own_servers if step_cls.is_logic or step_cls.is_terminal else own_servers + flow_servers
+    return StepSpec(
+        cls=step_cls,
+        name=step_cls.name,
+        namespace=namespace,
+        description=(step_cls.__doc__ or "").strip().split("\n")[0],
+        tools=tools,
+        groups=groups,
+        definitions=tuple(spec.definition for spec in tools.values()),
+        exposed=frozenset(tools),
+        output=_output_schema(step_cls.output),
+        is_logic=step_cls.is_logic,
+        is_terminal=step_cls.is_terminal,
+        checks_response=_overrides(step_cls, "check_response", Step),
+        dynamic_tools=_overrides(step_cls, "active_tools", Step),
+        overrides=frozenset(hook for hook in HOOKS if _overrides(step_cls, hook, Step)),
+        default_prompt=(step_cls.__doc__ or "").strip(),
+        instructions=_instructions(step_cls, where),
+        mcp_servers=tuple(dict.fromkeys(servers)),
+    )
+
+
+def _check_settings(step_cls: type[Step], namespace: str, where: str) -> None:
+    """The step's class attributes that can be wrong without any tool: names, budgets, hooks."""
     problem = validate_namespace(namespace, where)
     if problem:
         raise FlowDefinitionError(problem)
@@ -318,9 +347,16 @@ def _build_step(
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
         raise FlowDefinitionError(f"{where}: memory_budget must be None or a positive number of tokens")
     _check_hooks_are_methods(step_cls, where)
+    check_timeout(step_cls.tool_timeout, f"{where}: tool_timeout")
+
+
+def _step_tools(
+    step_cls: type[Step], where: str, *, has_terminate: bool, tool_timeout: float | None
+) -> tuple[dict[str, ToolSpec], dict[frozenset[str], ToolGroup]]:
+    """The step's tools (time limits set, the built-in ``terminate_session`` where it belongs) and
+    its ``@tools`` groups, each owning a set of them."""
     tools, groups = collect_tools(step_cls, where=where)
     add_declared(tools, step_cls.declared_tools, where=where)
-    check_timeout(step_cls.tool_timeout, f"{where}: tool_timeout")
     default_timeout = step_cls.tool_timeout if step_cls.tool_timeout is not None else tool_timeout
     if default_timeout is not None:
         # The default stops async handlers only: a plain def cannot be stopped once it runs.
@@ -336,10 +372,6 @@ def _build_step(
         del tools["terminate_session"]
     if step_cls.is_logic or step_cls.is_terminal:
         tools = {name: spec for name, spec in tools.items() if spec.handler is not Step.terminate_session}
-    own_servers = _servers(step_cls.mcp_servers, where)
-    if step_cls.is_logic and (tools or own_servers):
-        raise FlowDefinitionError(f"{where}: a LogicStep never calls a model, so it cannot have tools")
-    servers = own_servers if step_cls.is_logic or step_cls.is_terminal else own_servers + flow_servers
     _check_injected(tools.values(), where)
     group_map: dict[frozenset[str], ToolGroup] = {}
     for group in groups:
@@ -352,34 +384,20 @@ def _build_step(
         if group.names in group_map:
             raise FlowDefinitionError(f"{where}: two @tools handlers own the same set {sorted(group.names)}")
         group_map[group.names] = group
-    output = None
-    if step_cls.output is not None:
-        schema = json_schema(step_cls.output)
-        strict_schema = strict_variant(schema)
-        output = OutputSchema(
-            step_cls.output.__name__,
-            strict_schema or schema,
-            (step_cls.output.__doc__ or "").strip(),
-            strict=strict_schema is not None,
-        )
-    return StepSpec(
-        cls=step_cls,
-        name=step_cls.name,
-        namespace=namespace,
-        description=(step_cls.__doc__ or "").strip().split("\n")[0],
-        tools=tools,
-        groups=group_map,
-        definitions=tuple(spec.definition for spec in tools.values()),
-        exposed=frozenset(tools),
-        output=output,
-        is_logic=step_cls.is_logic,
-        is_terminal=step_cls.is_terminal,
-        checks_response=_overrides(step_cls, "check_response", Step),
-        dynamic_tools=_overrides(step_cls, "active_tools", Step),
-        overrides=frozenset(hook for hook in HOOKS if _overrides(step_cls, hook, Step)),
-        default_prompt=(step_cls.__doc__ or "").strip(),
-        instructions=_instructions(step_cls, where),
-        mcp_servers=tuple(dict.fromkeys(servers)),
+    return tools, group_map
+
+
+def _output_schema(output: type[BaseModel] | None) -> OutputSchema | None:
+    """The structured-output schema the model is given, strict when strict mode keeps its meaning."""
+    if output is None:
+        return None
+    schema = json_schema(output)
+    strict_schema = strict_variant(schema)
+    return OutputSchema(
+        output.__name__,
+        strict_schema or schema,
+        (output.__doc__ or "").strip(),
+        strict=strict_schema is not None,
     )
 
 

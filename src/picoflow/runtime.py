@@ -7,8 +7,9 @@ authoring modules never import each other or the runner.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from pydantic import TypeAdapter
 from pydantic_core import to_jsonable_python
@@ -127,7 +128,12 @@ class StepState(MutableMapping[str, Any]):
         """The value at ``key`` validated as ``kind`` (a Pydantic model, date, list[...], ...)."""
         if key not in self._data:
             return default
-        return TypeAdapter(kind).validate_python(self._data[key])
+        try:
+            adapter = _adapter(cast(Any, kind))
+        except TypeError:  # a type that cannot be a cache key (an annotation holding a dict)
+            adapter = TypeAdapter(kind)
+        value: T = adapter.validate_python(self._data[key])
+        return value
 
     def merge(self, values: Mapping[str, Any]) -> None:
         for key, value in values.items():
@@ -136,3 +142,9 @@ class StepState(MutableMapping[str, Any]):
     @property
     def raw(self) -> dict[str, Any]:
         return self._data
+
+
+@functools.lru_cache(maxsize=256)
+def _adapter(kind: Any) -> TypeAdapter[Any]:
+    """One adapter per type (building one costs far more than using it; steps read state every turn)."""
+    return TypeAdapter(kind)

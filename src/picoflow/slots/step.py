@@ -37,6 +37,22 @@ FORM_KEY = "form"
 """The key of the step state a SlotStep keeps its ``Form`` under; every other key is the step's own."""
 
 
+_EARLIER_KEYS = ("slots", "declined", "asking", "introduced")
+"""Where a SlotStep kept its form before ``Form`` existed, each under a key of its own."""
+
+
+def _earlier_form(state: Mapping[str, Any]) -> Form:
+    """The form of a session stored by an earlier SlotStep, so a conversation in progress keeps its
+    answers; the old keys give way to ``"form"`` with the next change."""
+    asking = state.get("asking")
+    return Form(
+        known=state["slots"],
+        declined=tuple(key for key in state.get("declined") or () if isinstance(key, str)),
+        asking=asking if isinstance(asking, str) else None,
+        introduced=bool(state.get("introduced")),
+    )
+
+
 class SlotStep(Step):
     """A step that fills the fields of ``slots`` from what the user says, asking ``questions`` in code.
 
@@ -104,11 +120,17 @@ class SlotStep(Step):
     @property
     def form(self) -> Form:
         """Where the conversation stands (kept in the step state under ``"form"``)."""
-        return self.state.get_as(FORM_KEY, Form) or Form()
+        state = self.state
+        if FORM_KEY not in state and isinstance(state.get("slots"), dict):
+            return _earlier_form(state)
+        return state.get_as(FORM_KEY, Form) or Form()
 
     @form.setter
     def form(self, form: Form) -> None:
-        self.state[FORM_KEY] = form
+        state = self.state
+        for key in _EARLIER_KEYS if FORM_KEY not in state else ():
+            state.pop(key, None)
+        state[FORM_KEY] = form
 
     def forget(self, *names: str) -> None:
         """Make fields unknown again (their questions are asked again)."""
