@@ -4,30 +4,13 @@ is called on its own and returns a new form, the one it was called on unchanged.
 from __future__ import annotations
 
 from datetime import date
-from typing import Self
 
 import pytest
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import ValidationError
 
 from picoflow import Form, ask
 from picoflow.slots.form import Merge
-
-
-class Trip(BaseModel):
-    """A trip being planned."""
-
-    name: str | None = Field(None, description="The traveller's first name")
-    age: int | None = Field(None, gt=0, le=120, description="Age in years")
-    start: date | None = Field(None, description="First day of the trip")
-    end: date | None = Field(None, description="Last day of the trip")
-    cities: list[str] | None = Field(None, description="Cities to visit")
-
-    @model_validator(mode="after")
-    def _end_after_start(self) -> Self:
-        if self.start and self.end and self.end <= self.start:
-            raise ValueError("the end date must be after the start date")
-        return self
-
+from trip_slots import Trip
 
 NAME = ask("What is your name?", "name")
 AGE = ask("How old are you?", "age")

@@ -4,24 +4,14 @@ back into items (``parse_reading``), each on its own."""
 from __future__ import annotations
 
 import json
-from datetime import date
 
 import pytest
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from picoflow import Extraction
 from picoflow._schema import json_schema, strict_variant
 from picoflow.slots.reading import FORMAT_HINT, Reading, ReadingFormat, parse_reading, reading_of
-
-
-class Trip(BaseModel):
-    """A trip being planned."""
-
-    name: str | None = Field(None, description="The traveller's first name")
-    age: int | None = Field(None, gt=0, le=120, description="Age in years")
-    start: date | None = Field(None, description="First day of the trip")
-    end: date | None = Field(None, description="Last day of the trip")
-    cities: list[str] | None = Field(None, description="Cities to visit")
+from trip_slots import Trip
 
 
 def test_reading_schema_has_one_item_kind_per_field_and_is_strict() -> None:

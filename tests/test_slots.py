@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import date
-from typing import Any, Self
+from typing import Any
 
 import pytest
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field
 
 from picoflow import (
     Ask,
@@ -36,23 +35,7 @@ from picoflow.models import ScriptedModel
 from picoflow.session import Session, session_to_json
 from picoflow.slots.reading import EXTRACT_RULES, FORMAT_HINT, reading_of
 from picoflow.testing import request_lines, transcript_lines
-
-
-class Trip(BaseModel):
-    """A trip being planned."""
-
-    name: str | None = Field(None, description="The traveller's first name")
-    age: int | None = Field(None, gt=0, le=120, description="Age in years")
-    start: date | None = Field(None, description="First day of the trip")
-    end: date | None = Field(None, description="Last day of the trip")
-    cities: list[str] | None = Field(None, description="Cities to visit")
-
-    @model_validator(mode="after")
-    def _end_after_start(self) -> Self:
-        if self.start and self.end and self.end <= self.start:
-            raise ValueError("the end date must be after the start date")
-        return self
-
+from trip_slots import Trip
 
 INTRO = "Welcome to trip planning!"
 NAME = "What is your name?"

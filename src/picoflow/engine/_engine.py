@@ -30,11 +30,11 @@ from picoflow._run.text import check_text as check_text  # the one input rule, p
 from picoflow._run.tracing import TracingSetting
 from picoflow.attachments import Attachment, AttachmentLimits, AttachmentRef, check_attachments
 from picoflow.context import ANY_PRINCIPAL, Caller, PrincipalFilter
+from picoflow.engine._mcp import MCPTools
 from picoflow.engine.executors import LocalExecutor, TurnExecutor
 from picoflow.events import TurnEvent
 from picoflow.exceptions import FlowDefinitionError, FlowNotFound, InvalidInput, RunError
 from picoflow.flow import Flow, FlowSpec, StepSpec
-from picoflow.mcp._listing import MCPTools
 from picoflow.messages import Message
 from picoflow.models.base import Model
 from picoflow.models.catalog import ModelSelection, as_selection, default_selection, validate_selection
