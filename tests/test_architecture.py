@@ -17,6 +17,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "values",
         (
             "picoflow._frozen",
+            "picoflow.approvals",
             "picoflow.attachments",
             "picoflow.context",
             "picoflow.events",

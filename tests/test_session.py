@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 import uuid
 
-from picoflow.messages import Message
-from picoflow.session import LogRecord, Namespace, Session, new_session_id
+from picoflow.approvals import Approval, Approvers, PausedResponse
+from picoflow.messages import Message, ToolCall
+from picoflow.session import LogRecord, Namespace, Session, new_session_id, session_from_json, session_to_json
 from picoflow.usage import Usage
 
 
@@ -33,6 +34,23 @@ def full_session() -> Session:
         version=7,
         metadata={"tags": ["x"]},
         files_sent=2,
+        approvals=[
+            Approval(
+                "apr_1",
+                "refund",
+                {"order_id": 1, "amount": 2.5},
+                "Refund $2.50",
+                Approvers(roles=("staff",)),
+                9.0,
+                step="b",
+                call_id="c1",
+                status="approved",
+                decided_by="sup",
+                decided_at=3.0,
+                reason="checked",
+            )
+        ],
+        paused=PausedResponse("b", (ToolCall("refund", {"order_id": 1}, "c1"),), ("apr_1",), ("staff",), 4.0),
     )
 
 
@@ -44,6 +62,11 @@ def test_a_copy_equals_its_session_field_by_field() -> None:
     }
     assert changed == {f.name for f in dataclasses.fields(Session)} - {"id", "flow", "current_step"}
     assert session.copy() == session
+
+
+def test_a_session_with_approvals_comes_back_from_json_the_same() -> None:
+    session = full_session()
+    assert session_from_json(session_to_json(session)) == session
 
 
 def test_changing_a_copy_never_changes_the_session() -> None:

@@ -3,6 +3,7 @@
 The model only proposes; your code validates, authorizes, runs and decides what happens next.
 """
 
+from picoflow.approvals import Approval, Approvers
 from picoflow.context import Caller, RunContext
 from picoflow.engine import FlowEngine, TurnError, TurnFinished, TurnResult
 from picoflow.exceptions import (
@@ -42,6 +43,8 @@ from picoflow.tools import ValidCall, declare_tool, tool, tools
 from picoflow.usage import Usage, UsageLimits
 
 __all__ = [
+    "Approval",
+    "Approvers",
     "Ask",
     "Caller",
     "Compaction",

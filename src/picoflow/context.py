@@ -68,6 +68,9 @@ class RunContext(Generic[DepsT]):
     config: Mapping[str, Any]
     attachments: tuple[Attachment, ...] = ()
     """The files sent with this turn's message, with their bytes."""
+    idempotency_key: str | None = None
+    """For a call that runs because someone approved it: the approval's id. The handler's side
+    effect keyed by it (a refund row, a message id) is done once however often it is asked."""
 
     @property
     def customer_id(self) -> str | None:

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from picoflow.approvals import Approval
+
 
 @dataclass(frozen=True, slots=True)
 class StepEntered:
@@ -56,4 +58,23 @@ class TextChunk:
     step's name when a hook started it. None in the turn itself."""
 
 
-TurnEvent = StepEntered | ToolCalled | ToolReturned | TextChunk
+@dataclass(frozen=True, slots=True)
+class ApprovalRequested:
+    """A call the model proposed waits for a decision; the turn ends with it pending."""
+
+    step: str
+    approval: Approval
+    parent: str | None = None
+    """Always None: a sub-step run cannot wait for a decision."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalDecided:
+    """Someone decided an approval (``FlowEngine.decide``): who, when, what and why."""
+
+    approval: Approval
+    parent: str | None = None
+    """Always None: decisions are the turn's own."""
+
+
+TurnEvent = StepEntered | ToolCalled | ToolReturned | TextChunk | ApprovalRequested | ApprovalDecided

@@ -320,6 +320,70 @@ class FlowMismatch(RunError):
     public_message = "This conversation belongs to another flow."
 
 
+class ApprovalRefused(RunError):
+    """A decision on an approval was refused: nothing ran and nothing changed."""
+
+    kind = "approval_refused"
+    status = 409
+    public_message = "This decision cannot be taken."
+
+    @property
+    def public_text(self) -> str:
+        return self.message
+
+
+class ApprovalNotFound(ApprovalRefused):
+    """No such approval in a session the caller may decide in (never saying which)."""
+
+    kind = "approval_not_found"
+    status = 404
+    recorded = False
+    keeps_session = False
+
+
+class ApprovalNotAllowed(ApprovalRefused):
+    """The caller may see the approval but is not among those who may decide it."""
+
+    kind = "approval_not_allowed"
+    status = 403
+
+
+class ApprovalDecided(ApprovalRefused):
+    """The approval was decided already; a decision is taken once."""
+
+    kind = "approval_decided"
+
+
+class ApprovalExpired(ApprovalRefused):
+    """The approval's time ran out before anyone decided it."""
+
+    kind = "approval_expired"
+
+
+class ApprovalStale(ApprovalRefused):
+    """What the approval was given for changed: the flow, the tool, the arguments, or the session
+    moved on."""
+
+    kind = "approval_stale"
+
+
+class ApprovalConflict(ApprovalRefused):
+    """Another decision or message changed the session while this decision was taken."""
+
+    kind = "approval_conflict"
+    recorded = False
+
+
+class ApprovalPending(RunError):
+    """A new message came while a process carries out a decision on this session's calls."""
+
+    kind = "approval_pending"
+    status = 409
+    retryable = True
+    recorded = False
+    public_message = "An approved action is being carried out. Please send your message again in a moment."
+
+
 class ToolError(Exception):
     """Raise inside a tool handler to refuse the call with a message the model can act on.
 

@@ -9,6 +9,8 @@ step of the flow. The same analysis yields the flow's transition graph for diagr
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -69,6 +71,8 @@ class StepSpec:
     default_prompt: str
     instructions: str = ""
     """The standing instructions of the step's classes, base first; added after the prompt."""
+    gated: frozenset[str] = frozenset()
+    """Tools whose calls wait for an approval (``@tool(approval=...)``)."""
     mcp_servers: tuple[MCPServer, ...] = ()
     """MCP servers whose tools the step offers (its own, then its flow's)."""
     mcp_tools: tuple[str, ...] = ()
@@ -91,6 +95,9 @@ class FlowSpec:
     """``source`` runs ``target`` as a sub-step (``run_step``) via ``via``, as read from the code."""
     mcp_servers: tuple[MCPServer, ...] = ()
     """MCP servers whose tools the engine has still to list and add to the steps (empty once done)."""
+    version: str = ""
+    """SHA-256 of what the flow offers the model (steps, tools and their schemas, which need
+    approval): an approval given under one version is refused under another."""
 
 
 class Flow:
@@ -165,6 +172,7 @@ HOOKS = (
     "active_tools",
     "history",
     "on_model_error",
+    "on_denied",
 )
 
 
@@ -225,6 +233,7 @@ def _build(cls: type[Flow]) -> FlowSpec:
     only_sub = {t.target for t in sub_steps} - {start_name} - {t.target for t in transitions}
     transitions = [t for t in transitions if not (t.source in only_sub and t.via == "terminate_session")]
     return FlowSpec(
+        version=flow_version(cls.name, specs.values()),
         cls=cls,
         name=cls.name,
         description=(cls.__doc__ or "").strip(),
@@ -237,6 +246,22 @@ def _build(cls: type[Flow]) -> FlowSpec:
         sub_steps=tuple(dict.fromkeys(sub_steps)),
         mcp_servers=tuple(dict.fromkeys(server for spec in specs.values() for server in spec.mcp_servers)),
     )
+
+
+def tool_sha256(tool: ToolSpec) -> str:
+    """SHA-256 of what a tool is: its definition as the model sees it, and who approves its calls."""
+    rule = tool.approval
+    shape = {
+        "definition": [tool.definition.name, tool.definition.description, tool.definition.parameters],
+        "approval": None if rule is None else [rule.policy is None, list(rule.approvers)],
+    }
+    return hashlib.sha256(json.dumps(shape, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def flow_version(name: str, steps: Iterable[StepSpec]) -> str:
+    """The version of a flow: its steps, in order, and each step's tools."""
+    shape = [name, [[step.name, sorted(tool_sha256(tool) for tool in step.tools.values())] for step in steps]]
+    return hashlib.sha256(json.dumps(shape).encode()).hexdigest()
 
 
 def _servers(servers: object, where: str) -> tuple[MCPServer, ...]:
@@ -332,6 +357,7 @@ def _build_step(
         overrides=frozenset(hook for hook in HOOKS if _overrides(step_cls, hook, Step)),
         default_prompt=(step_cls.__doc__ or "").strip(),
         instructions=_instructions(step_cls, where),
+        gated=frozenset(name for name, tool in tools.items() if tool.approval is not None),
         mcp_servers=tuple(dict.fromkeys(servers)),
     )
 

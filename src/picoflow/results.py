@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from picoflow._frozen import quick_init
+from picoflow.approvals import Approval
 from picoflow.exceptions import RunError
 from picoflow.usage import Usage
 
@@ -66,6 +67,9 @@ class TurnResult:
     warnings: tuple[str, ...] = ()
     flow: str | None = None
     """The flow of the session (None when the turn failed before the flow was known)."""
+    pending: tuple[Approval, ...] = ()
+    """Calls the model proposed that wait for a decision (``FlowEngine.decide``); the turn ended
+    with them, and ``message`` says what they will do."""
 
     @property
     def ok(self) -> bool:

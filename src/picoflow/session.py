@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import TypeAdapter
 
+from picoflow.approvals import Approval, PausedResponse
 from picoflow.messages import Message
 from picoflow.usage import Usage
 
@@ -40,7 +41,7 @@ def copy_json(value: Any) -> Any:
     return value
 
 
-SessionStatus = Literal["running", "completed", "aborted"]
+SessionStatus = Literal["running", "awaiting_approval", "completed", "aborted"]
 
 #: Bumped when the document's shape changes incompatibly; ``Flow.on_restore_session`` sees old ones.
 DOCUMENT_VERSION = 1
@@ -101,6 +102,10 @@ class Session:
     """Free-form, JSON-serialisable data for the application (never shown to the model)."""
     files_sent: int = 0
     """Files users sent with their messages so far (their bytes are in the store, by hash)."""
+    approvals: list[Approval] = field(default_factory=list)
+    """Every approval the session asked for, decided or not: its audit trail."""
+    paused: PausedResponse | None = None
+    """The model response whose calls wait for decisions (status ``awaiting_approval``)."""
 
     def namespace(self, name: str) -> Namespace:
         ns = self.memory.get(name)
@@ -138,6 +143,8 @@ class Session:
             self.version,
             copy_json(self.metadata) if self.metadata else {},
             self.files_sent,
+            self.approvals.copy(),
+            self.paused,
         )
 
     def info(self) -> SessionInfo:

@@ -20,6 +20,7 @@ from picoflow.runtime import FlowView, StepRuntime, StepState
 from picoflow.tools import ToolSpec, tool
 
 if TYPE_CHECKING:
+    from picoflow.approvals import Approval
     from picoflow.context import Caller, RunContext
     from picoflow.exceptions import RunError
     from picoflow.mcp.servers import MCPServer
@@ -270,6 +271,16 @@ class Step:
         another model once, or None to let the turn fail (the flow's own ``on_model_error`` is
         asked next).
         """
+        return None
+
+    def on_denied(self, approval: Approval) -> Outcome | None:
+        """A call of this step waiting for approval was denied: return an outcome to route
+        (``direct``, ``go``), or None to tell the model it was not run, with the reason if one was
+        given. ``approval`` says what was asked, who decided and why (``approval.status``).
+
+        Also called when a new message came before the decision (``withdrawn``) or after the
+        approval's time (``expired``): then only where the outcome leads counts (``go(Step)``,
+        ``direct_to(Step, ...)``), and the new message is answered there."""
         return None
 
     def on_response(self, response: Any) -> str | Outcome | Any:

@@ -21,6 +21,7 @@ from typing import Any, TypeVar, overload
 from pydantic import BaseModel, ValidationError
 
 from picoflow._schema import build_args_model, describe_validation_error, json_schema, strict_variant
+from picoflow.approvals import Approvers
 from picoflow.exceptions import FlowDefinitionError, ToolError
 from picoflow.messages import ToolCall, ToolDefinition
 
@@ -42,6 +43,95 @@ class _ToolMark:
     concurrent: bool = False
     timeout: float | None = None
     idempotent: bool = False
+    approval: ApprovalRule | None = None
+
+
+Policy = Callable[[Any, Any], Any]
+"""``policy(ctx, args)``: who must approve this call (``True`` the session's principal, a role
+name or several, an ``Approvers``), or None when it may run at once. ``args`` are the validated
+arguments (attributes named as the handler's parameters); ``ctx`` is the ``RunContext``."""
+
+DEFAULT_APPROVAL_SECONDS = 24 * 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRule:
+    """How a tool's calls are approved (``@tool(approval=...)``)."""
+
+    policy: Policy | None = None
+    """Decides per call; None: every call needs the session principal's approval."""
+    approvers: tuple[str, ...] = ()
+    """Roles that may decide besides the session's principal, when the principal must approve."""
+    summary: str | Callable[[Any], str] | None = None
+    """What will happen, in words: a ``str.format`` template over the arguments, or a function of
+    the validated arguments. None: the tool and its arguments."""
+    seconds: float = DEFAULT_APPROVAL_SECONDS
+    """How long the approval may wait for a decision."""
+
+    def approvers_for(self, ctx: Any, args: BaseModel) -> Approvers | None:
+        """Who must approve this call, or None when it may run without approval."""
+        decided = True if self.policy is None else self.policy(ctx, args)
+        if decided is None or decided is False:
+            return None
+        if decided is True:
+            return Approvers(principal=True, roles=self.approvers)
+        if isinstance(decided, Approvers):
+            return decided
+        if isinstance(decided, str):
+            return Approvers(principal=False, roles=(decided,))
+        if isinstance(decided, Iterable) and all(isinstance(role, str) for role in decided):
+            roles = tuple(decided)
+            if roles:
+                return Approvers(principal=False, roles=roles)
+        raise TypeError(
+            "an approval policy returns None (no approval), True (the session's principal), a role "
+            f"name, several role names or an Approvers, not {decided!r:.60}"
+        )
+
+    def summary_of(self, tool: str, args: BaseModel) -> str:
+        """The summary of a call, written by code."""
+        values = args.model_dump(mode="json")
+        if self.summary is None:
+            shown = ", ".join(f"{name}={value!r}" for name, value in values.items())
+            return f"{tool}({shown})"
+        if isinstance(self.summary, str):
+            return self.summary.format(**values)
+        text = self.summary(args)
+        if not isinstance(text, str) or not text.strip():
+            raise TypeError(f"the summary of {tool} must be a non-empty string")
+        return text.strip()
+
+
+def _approval_rule(
+    approval: bool | Policy | None,
+    approvers: Iterable[str],
+    summary: str | Callable[[Any], str] | None,
+    seconds: float | None,
+) -> ApprovalRule | None:
+    roles = tuple(approvers)
+    if approval is None or approval is False:
+        if roles or summary is not None or seconds is not None:
+            raise FlowDefinitionError(
+                "@tool(approvers=, approval_summary=, approval_seconds=) need approval="
+            )
+        return None
+    if approval is not True and not callable(approval):
+        raise FlowDefinitionError(
+            f"@tool(approval=...) takes True or a policy(ctx, args), not {approval!r:.60}"
+        )
+    if any(not isinstance(role, str) or not role.strip() for role in roles):
+        raise FlowDefinitionError("@tool(approvers=...) takes role names")
+    if summary is not None and not (isinstance(summary, str) or callable(summary)):
+        raise FlowDefinitionError(
+            "@tool(approval_summary=...) takes a format string or a function of the arguments"
+        )
+    check_timeout(seconds, "@tool(approval_seconds=...)")
+    return ApprovalRule(
+        None if approval is True else approval,
+        roles,
+        summary,
+        DEFAULT_APPROVAL_SECONDS if seconds is None else float(seconds),
+    )
 
 
 def _declaring_scope() -> dict[str, Any]:
@@ -74,6 +164,10 @@ def tool(
     concurrent: bool = False,
     timeout: float | None = None,
     idempotent: bool = False,
+    approval: bool | Policy | None = None,
+    approvers: Iterable[str] = (),
+    approval_summary: str | Callable[[Any], str] | None = None,
+    approval_seconds: float | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -87,6 +181,10 @@ def tool(
     concurrent: bool = False,
     timeout: float | None = None,
     idempotent: bool = False,
+    approval: bool | Policy | None = None,
+    approvers: Iterable[str] = (),
+    approval_summary: str | Callable[[Any], str] | None = None,
+    approval_seconds: float | None = None,
 ) -> Any:
     """Expose a step method to the model as a tool.
 
@@ -103,6 +201,12 @@ def tool(
     ``Flow.tool_timeout`` give a default; a plain ``def`` handler cannot be stopped, so it takes none).
     ``idempotent=True`` says running the handler twice does no more than running it once: a durable
     executor (``picoflow.temporal``) may then retry it after a lost worker; other tools never are.
+
+    ``approval=True`` makes every call wait for the session principal's decision
+    (``FlowEngine.decide``) before it runs; ``approvers=("staff",)`` lets those roles decide too.
+    ``approval=policy`` decides per call: ``policy(ctx, args)`` returns who must approve, or None to
+    run at once. ``approval_summary`` says what will happen (``"Refund {amount} on order {order}"``
+    or a function of the arguments); ``approval_seconds`` is how long a decision may take (a day).
     """
     if callable(fn_or_name):
         setattr(fn_or_name, _TOOL_MARK, _ToolMark(None, description, strict, exclusive, _declaring_scope()))
@@ -110,6 +214,7 @@ def tool(
     if fn_or_name is not None and (not isinstance(fn_or_name, str) or not fn_or_name.strip()):
         raise FlowDefinitionError(f"@tool(...) takes a tool name string, got {fn_or_name!r}")
     check_timeout(timeout, "@tool(timeout=...)")
+    rule = _approval_rule(approval, approvers, approval_summary, approval_seconds)
 
     scope = _declaring_scope()
 
@@ -117,7 +222,9 @@ def tool(
         setattr(
             fn,
             _TOOL_MARK,
-            _ToolMark(fn_or_name, description, strict, exclusive, scope, concurrent, timeout, idempotent),
+            _ToolMark(
+                fn_or_name, description, strict, exclusive, scope, concurrent, timeout, idempotent, rule
+            ),
         )
         return fn
 
@@ -201,6 +308,8 @@ class ToolSpec:
     """Seconds its (async) handler may take before it is stopped; None: no limit."""
     idempotent: bool = False
     """Running it again after a lost worker is harmless (a durable executor may retry it)."""
+    approval: ApprovalRule | None = None
+    """Its calls wait for a decision before they run (see ``@tool(approval=...)``)."""
 
     def validate(self, call: ToolCall) -> BaseModel | str:
         """The validated arguments, or the error text for the model."""
@@ -282,6 +391,7 @@ def collect_tools(step_cls: type, *, where: str) -> tuple[dict[str, ToolSpec], l
                 concurrent=mark.concurrent,
                 timeout=mark.timeout,
                 idempotent=mark.idempotent,
+                approval=mark.approval,
             )
         group = getattr(fn, _GROUP_MARK, None)
         if isinstance(group, frozenset):

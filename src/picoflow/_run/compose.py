@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError, to_json
 
 from picoflow._run.dispatch import first_failure
+from picoflow._run.effects import Reply
 from picoflow._run.loop import run_turn
 from picoflow._run.observers import TurnObserver
 from picoflow._run.subspace import SubWorkspace
@@ -120,6 +121,12 @@ class Composer:
             flow, name = found, step.name
         else:
             raise TypeError(f"run_step takes a Step class or a step name, not {type(step).__name__}")
+        gated = flow.steps[name].gated
+        if gated:
+            raise ValueError(
+                f"run_step: {name} has tools that need approval ({', '.join(sorted(gated))}); a sub-step "
+                "answers its caller at once and cannot wait for a decision"
+            )
         if flow.steps[name].is_terminal:
             raise ValueError(
                 f"run_step: {name} is a TerminateStep, which ends the conversation, not a sub-step"
@@ -153,7 +160,10 @@ class Composer:
         )
         error: BaseException | None = None
         try:
-            reply = await run_turn(child, text)
+            ended = await run_turn(child, text)
+            if not isinstance(ended, Reply):  # _resolve refuses such steps; this is the last guard
+                raise HookFailure(f"sub-step {name} cannot wait for an approval", step=name)
+            reply = ended.text
             spec = child.config.spec.steps[name]
             if "on_exit" in spec.overrides:
                 leaving = child.step(name)

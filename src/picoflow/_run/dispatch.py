@@ -9,6 +9,7 @@ activity instead.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,12 @@ from picoflow.tools import ToolGroup, ValidCall, timed_out
 ACCEPTED = "Accepted."
 DONE = "Done."
 NOT_RUN_GROUP = "Not run: another call of this response has invalid arguments."
+NOT_PROPOSED = (
+    "Not run: {tool} needs a person's approval, which is asked only for a response whose every call "
+    "is valid. Call it again."
+)
+UNDECIDED = object()
+"""A gated call nobody decided (it came with a response that could not be proposed)."""
 
 
 @dataclass(slots=True)
@@ -132,7 +139,15 @@ async def _run_call(
     validated = tool.validate(call)
     if isinstance(validated, str):
         return refused(call, validated)
-    value = await ws.config.tools.run(ws, step, spec, ToolJob(spec.name, (call,), (validated,), False))
+    key = None
+    if tool.approval is not None:  # runs only as decided: approved, or cleared by its policy
+        decided = ws.decided.get(call.id, UNDECIDED)
+        if decided is UNDECIDED:
+            return refused(call, NOT_PROPOSED.format(tool=call.name))
+        if isinstance(decided, CallResult):
+            return decided
+        key = decided
+    value = await ws.config.tools.run(ws, step, spec, ToolJob(spec.name, (call,), (validated,), False, key))
     if isinstance(value, type | str) and _names_a_step(ws, value):
         value = go(value)  # PicoFlow's way to route: return the step (or its registered name)
     result = value if isinstance(value, CallResult) else _result(call, value)
@@ -152,7 +167,17 @@ async def _run_group(
             for call, args in zip(calls, validated, strict=True)
         ]
     arguments = tuple(args for args in validated if not isinstance(args, str))
-    value = await ws.config.tools.run(ws, step, spec, ToolJob(spec.name, tuple(calls), arguments, True))
+    key = None
+    for call in calls:
+        if spec.tools[call.name].approval is None:
+            continue
+        decided = ws.decided.get(call.id, UNDECIDED)
+        if isinstance(decided, CallResult):  # denied: the group's one handler cannot run
+            return [refused(other, decided.content) for other in calls]
+        if decided is UNDECIDED:
+            return [refused(other, NOT_PROPOSED.format(tool=call.name)) for other in calls]
+        key = key or decided
+    value = await ws.config.tools.run(ws, step, spec, ToolJob(spec.name, tuple(calls), arguments, True, key))
     observer = ws.config.observer
     if isinstance(value, CallResult):  # ToolError: the same refusal answers every call
         observer.tool_finished(spec.name, calls[0], value.content, True)
@@ -216,8 +241,12 @@ class LocalTools:
                 tool.context_params,
                 tool.timeout,
             )
-        for param in injected:  # the caller's context, never the model's
-            kwargs[param] = ws.context_for(spec.name)
+        if injected:  # the caller's context, never the model's
+            context = ws.context_for(spec.name)
+            if job.key is not None:
+                context = dataclasses.replace(context, idempotency_key=job.key)
+            for param in injected:
+                kwargs[param] = context
         observer = config.observer
         observer.tool_started(spec.name, call)
         running = RUNNING_CALL.set(call)

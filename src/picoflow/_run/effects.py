@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from picoflow._run.dispatch import CallResult
 from picoflow._run.workspace import Workspace
+from picoflow.approvals import Approval
 from picoflow.flow import StepSpec
 from picoflow.outcomes import Direct, Go, Outcome, Stay
 
@@ -44,8 +45,24 @@ class Stayed:
     """The step stays; its model is asked again, with what the outcome added to memory."""
 
 
+@dataclass(slots=True)
+class Paused:
+    """The turn ends with calls the model proposed waiting for decisions (``FlowEngine.decide``)."""
+
+    approvals: tuple[Approval, ...]
+
+    @property
+    def text(self) -> str:
+        """What the user reads meanwhile: what will happen, and who must decide (written in code)."""
+        lines = [
+            f"Waiting for approval: {approval.summary} ({approval.approvers.describe()} must approve)"
+            for approval in self.approvals
+        ]
+        return "\n".join(lines)
+
+
 STAYED = Stayed()
-Next = Reply | Moved | Stayed
+Next = Reply | Moved | Stayed | Paused
 
 
 async def apply_results(ws: Workspace, spec: StepSpec, results: list[CallResult]) -> Next:

@@ -5,24 +5,29 @@ executes and routes:
         a LogicStep decides in code: go elsewhere, or answer directly
         otherwise ask the model (empty, oversize, rejected or malformed answers are retried)
         tool calls: dispatch them, apply their outcomes; direct ends the turn, else loop on
+            (calls that need a person's approval end it instead, waiting: ``Paused``)
         text: on_response turns it into the reply, or an outcome that routes
         a model that fails for good: a fallback model, or on_model_error, may take over
 
-Each round ends in a value — ``Reply``, ``Moved`` or ``Stayed`` — and the loop only matches on it.
+Each round ends in a value — ``Reply``, ``Moved``, ``Stayed`` or ``Paused`` — and the loop only
+matches on it.
 Everything happens on the workspace's private copy of the session; the engine commits it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic_core import to_json
 
+from picoflow._run.approvals import decided_calls, propose
 from picoflow._run.ask import ask, build_request
 from picoflow._run.dispatch import dispatch
-from picoflow._run.effects import Moved, Next, Reply, apply_results, enter, settle
+from picoflow._run.effects import Moved, Next, Paused, Reply, apply_results, enter, settle
 from picoflow._run.recovery import recover
-from picoflow._run.workspace import Workspace
+from picoflow._run.workspace import NOTHING_DECIDED, Workspace
+from picoflow.approvals import PausedResponse
 from picoflow.exceptions import AttemptsExhausted, HookFailure, ModelError
 from picoflow.flow import StepSpec
 from picoflow.messages import Message, ModelRequest, ModelResponse
@@ -31,14 +36,39 @@ from picoflow.outcomes import Direct, Go, Outcome
 from picoflow.step import LogicStep, Step
 
 
-async def run_turn(ws: Workspace, text: str) -> str:
-    """Run the turn for the user's ``text``; returns the reply. Raises ``RunError`` on failure."""
+async def run_turn(ws: Workspace, text: str) -> Reply | Paused:
+    """Run the turn for the user's ``text``: its reply, or the calls it ends waiting for a decision
+    on. Raises ``RunError`` on failure."""
     session = ws.session
     if not session.sequence:
         await enter(ws, session.current_step, previous=None)
+    return await _loop(ws, Moved(None, session.current_step, text))
+
+
+async def resume_turn(
+    ws: Workspace, paused: PausedResponse, checkpoint: Callable[[], Awaitable[None]]
+) -> Reply | Paused:
+    """Go on with a turn whose response waited for decisions, now all taken: its calls run as one
+    response (the approved ones with their approval's id as idempotency key, the denied ones
+    answered with the denial, or routed by ``on_denied``); ``checkpoint`` then stores what they
+    did, so a failure later in the turn loses no effect, and the loop goes on as ever."""
+    session = ws.session
+    session.paused = None
+    session.status = "running"
+    spec = ws.config.spec.steps[paused.step]
+    step = ws.step(spec.name)
+    ws.decided = await decided_calls(ws, step, spec, paused)
+    results = await dispatch(ws, step, spec, ModelResponse(tool_calls=list(paused.calls)))
+    ws.decided = NOTHING_DECIDED
+    now = await apply_results(ws, spec, results)
+    await checkpoint()
+    return await _loop(ws, now)
+
+
+async def _loop(ws: Workspace, now: Next) -> Reply | Paused:
+    session = ws.session
     steps, observer = ws.config.spec.steps, ws.config.observer
-    now: Next = Moved(None, session.current_step, text)
-    while not isinstance(now, Reply):
+    while not isinstance(now, Reply | Paused):
         moved = now if isinstance(now, Moved) else None
         spec = steps[session.current_step]
         step = ws.step(spec.name)
@@ -57,12 +87,16 @@ async def run_turn(ws: Workspace, text: str) -> str:
                 now = await settle(ws, spec, recovered)
                 continue
             response, parsed = recovered
-        if response.tool_calls:
-            ws.add_response(spec.name, response)
-            now = await apply_results(ws, spec, await dispatch(ws, step, spec, response))
-        else:
+        if not response.tool_calls:
             now = await _answer(ws, step, spec, response, parsed)
-    return now.text
+            continue
+        ws.add_response(spec.name, response)
+        if spec.gated and (paused := await propose(ws, step, spec, response)) is not None:
+            return paused  # the proposed calls wait for a person's decision
+        results = await dispatch(ws, step, spec, response)
+        ws.decided = NOTHING_DECIDED
+        now = await apply_results(ws, spec, results)
+    return now
 
 
 async def _arrive(ws: Workspace, step: Step, spec: StepSpec, moved: Moved) -> None:

@@ -11,9 +11,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from picoflow.events import StepEntered, TextChunk, ToolCalled, ToolReturned, TurnEvent
+from picoflow.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    StepEntered,
+    TextChunk,
+    ToolCalled,
+    ToolReturned,
+    TurnEvent,
+)
 
 if TYPE_CHECKING:
+    from picoflow.approvals import Approval
     from picoflow.messages import ModelRequest, ModelResponse, ToolCall
     from picoflow.results import TurnResult
 
@@ -66,6 +75,12 @@ class TurnObserver:
 
     def tool_answered(self, step: str, call: ToolCall, content: str, is_error: bool) -> None:
         """The tool message answering ``call`` was written (every call gets exactly one)."""
+
+    def approval_requested(self, step: str, approval: Approval) -> None:
+        """A call of ``step`` waits for a decision (the turn ends with it pending)."""
+
+    def approval_decided(self, approval: Approval) -> None:
+        """Someone decided ``approval``; it holds who, when, what and why."""
 
     def turn_ended(self, error: BaseException | None) -> None:
         """The loop stopped (before the commit): ``error`` is None when it produced a reply."""
@@ -143,6 +158,14 @@ class Observers(TurnObserver):
         for observer in self.observers:
             observer.tool_answered(step, call, content, is_error)
 
+    def approval_requested(self, step: str, approval: Approval) -> None:
+        for observer in self.observers:
+            observer.approval_requested(step, approval)
+
+    def approval_decided(self, approval: Approval) -> None:
+        for observer in self.observers:
+            observer.approval_decided(approval)
+
     def turn_ended(self, error: BaseException | None) -> None:
         for observer in self.observers:
             observer.turn_ended(error)
@@ -187,6 +210,12 @@ class EventStream(TurnObserver):
 
     def tool_answered(self, step: str, call: ToolCall, content: str, is_error: bool) -> None:
         self.emit(ToolReturned(step, call.id, call.name, content, is_error, self.parent))
+
+    def approval_requested(self, step: str, approval: Approval) -> None:
+        self.emit(ApprovalRequested(step, approval))
+
+    def approval_decided(self, approval: Approval) -> None:
+        self.emit(ApprovalDecided(approval))
 
     def sub_turn(self, step: str, call: ToolCall | None) -> TurnObserver:
         return EventStream(self.emit, parent=call.id if call is not None else step)

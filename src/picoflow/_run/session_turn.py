@@ -5,6 +5,7 @@ atomically, or turn a failure into a ``TurnResult`` — the stored session left 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
@@ -13,20 +14,27 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from picoflow._run.approvals import answer_unfinished, approvals_of, check_decision, decide_approval
 from picoflow._run.compose import Composer
 from picoflow._run.dispatch import LOCAL_TOOLS
+from picoflow._run.effects import Paused, Reply
 from picoflow._run.files import TurnFiles
-from picoflow._run.loop import run_turn
+from picoflow._run.loop import resume_turn, run_turn
 from picoflow._run.observers import TurnObserver
 from picoflow._run.window import TRIMMED
 from picoflow._run.workspace import ToolRunner, TurnConfig, Workspace, compact_memory
+from picoflow.approvals import Decision, PausedResponse
 from picoflow.attachments import Attachment
 from picoflow.context import ANY_PRINCIPAL, Caller, PrincipalFilter
 from picoflow.exceptions import (
+    ApprovalConflict,
+    ApprovalNotFound,
+    ApprovalPending,
     FlowMismatch,
     InvalidInput,
     RunError,
     SessionCompleted,
+    SessionConflict,
     SessionNotFound,
     StoreError,
     SubStepFailed,
@@ -66,6 +74,19 @@ class TurnRequest:
         return None if self.starts else self.session_id
 
 
+@dataclass(slots=True)
+class DecisionRequest:
+    """A decision as the engine checked it: on which approval, by whom, when (the deciding
+    process's clock: a durable executor decides by it wherever the decision runs)."""
+
+    session_id: str
+    approval_id: str
+    decision: Decision
+    reason: str | None
+    caller: Caller
+    at: float
+
+
 class TurnHost(Protocol):
     """What turns read from their engine, at each turn (so a changed setting applies at once)."""
 
@@ -74,6 +95,11 @@ class TurnHost(Protocol):
     limits: UsageLimits | None
     max_reply_chars: int
     before_turn: Callable[[FlowSpec], Awaitable[None]] | None
+    clock: Callable[[], float]
+    """The time approvals are asked and decided by."""
+    approval_lease: float
+    """Seconds a process that took a decided response up has to finish it before a new message
+    may answer its calls as of unknown result."""
 
     registry: Mapping[str, FlowSpec]
     """The registered flows by name (a sub-step may be a step of any of them)."""
@@ -114,6 +140,8 @@ class SessionTurns:
             if request.files or ws.session.files_sent:
                 loader = functools.partial(self.host.store.load_files, ws.session.id)
                 ws.files = TurnFiles(request.files, loader)
+            if ws.session.paused is not None:
+                await self._close_paused(ws, ws.session.paused)
             try:
                 reply = await run_turn(ws, request.text)
             except BaseException as exc:
@@ -135,6 +163,106 @@ class SessionTurns:
             if lock is not None:
                 self._unlock(continued or "", lock, held)
 
+    async def _close_paused(self, ws: Workspace, paused: PausedResponse) -> None:
+        """A new message while calls wait: what waits is withdrawn (or expired), its calls answered
+        as not run, and the turn goes on. Refused while a process runs the decided calls."""
+        now = self.host.clock()
+        if paused.resuming_since is not None and now < paused.resuming_since + self.host.approval_lease:
+            raise ApprovalPending(
+                f"session {ws.session.id} is carrying out a decision; send the message again when it is done",
+                session_id=ws.session.id,
+            )
+        await answer_unfinished(ws, paused, now)
+
+    async def decide(self, request: DecisionRequest, observer: TurnObserver) -> TurnResult:
+        """Take a decision on a pending approval: recorded in the session; when it was the last its
+        response waited for, the response's calls run (each approved one exactly once) and the turn
+        goes on to its reply. A refusal changes nothing, as a failed turn."""
+        ws: Workspace | None = None
+        session_id = request.session_id
+        lock = self._lock(session_id)
+        held = False
+        try:
+            held = await lock.acquire()
+            spec, session = await self._load_decided(request)
+            approval, paused = check_decision(session, spec, request.approval_id, request.caller, request.at)
+            observer.session_opened(session.id)
+            owner = Caller(
+                principal=session.principal,
+                visibilities=frozenset(paused.visibilities),
+                deps=request.caller.deps,
+            )
+            ws = self.workspace(spec, session, owner, observer)
+            self._restore(ws)
+            session = ws.session
+            decided = decide_approval(
+                session, approval, request.decision, request.caller, request.reason, request.at
+            )
+            observer.approval_decided(decided)
+            waiting = tuple(a for a in approvals_of(session.approvals, paused.approvals) if a.pending)
+            expected = session.revision
+            if waiting:  # the response still waits for other decisions
+                await self._claim(session, expected)
+                return _result(ws, Paused(waiting))
+            session.paused = dataclasses.replace(paused, resuming_since=request.at)
+            expected = await self._claim(session, expected)  # one process only goes on from here
+
+            async def checkpoint() -> None:
+                nonlocal expected
+                await self._save(ws, expected, ())
+                expected = session.revision
+                ws.appended.clear()
+
+            try:
+                ended = await resume_turn(ws, paused, checkpoint)
+            except BaseException as exc:
+                observer.turn_ended(exc)
+                raise
+            observer.turn_ended(None)
+            await self._commit(ws, expected, ())
+            return _result(ws, ended)
+        except RunError as exc:
+            return await self.failed(exc, session_id, session_id, ws)
+        except Exception as exc:
+            logger.exception("picoflow: unexpected error in a decision of session %s", session_id)
+            wrapped = RunError(f"unexpected {type(exc).__name__}: {exc}")
+            wrapped.__cause__ = exc
+            return await self.failed(wrapped, session_id, session_id, ws)
+        finally:
+            if ws is not None:
+                ws.release()
+            self._unlock(session_id, lock, held)
+
+    async def _load_decided(self, request: DecisionRequest) -> tuple[FlowSpec, Session]:
+        """The session a decision is taken in, with its flow (its MCP tools listed). Whether the
+        caller may see it is the approval's to say (a supervisor decides in others' sessions)."""
+        session_id = request.session_id
+        async with store_call("loading session", session_id):
+            stored = await self.host.store.load(session_id)
+        if stored is None:
+            raise ApprovalNotFound(
+                f"no approval {request.approval_id} for this caller", session_id=session_id
+            )
+        spec = self.host.flow(stored.flow)
+        if spec.mcp_servers:
+            spec = await self.host.with_mcp_tools(spec)
+        if self.host.before_turn is not None:
+            await self.host.before_turn(spec)
+        return spec, stored
+
+    async def _claim(self, session: Session, expected: int) -> int:
+        """Save a decision, compare-and-swap: of two processes deciding at once, one goes on and
+        the other is refused with nothing run. Returns the new revision."""
+        try:
+            async with store_call("saving a decision in session", session.id):
+                return await self.host.store.save(session, expected_revision=expected)
+        except SessionConflict as exc:
+            raise ApprovalConflict(
+                f"session {session.id} changed while the decision was taken (another decision or "
+                "message came first); nothing was run",
+                session_id=session.id,
+            ) from exc
+
     def workspace(
         self, spec: FlowSpec, session: Session, caller: Caller, observer: TurnObserver
     ) -> Workspace:
@@ -149,6 +277,7 @@ class SessionTurns:
             max_reply_chars=host.max_reply_chars,
             observer=observer,
             composer=self.composer,
+            clock=host.clock,
         )
         return Workspace(config, session)
 
@@ -169,9 +298,12 @@ class SessionTurns:
     async def _commit(self, ws: Workspace, expected: int | None, files: tuple[Attachment, ...]) -> None:
         """Save the turn: all of it or, should the store refuse, nothing."""
         await compact_memory(ws)
+        _commit_locally(ws)
+        await self._save(ws, expected, files)
+
+    async def _save(self, ws: Workspace, expected: int | None, files: tuple[Attachment, ...]) -> None:
         ws.normalize_states()
         session = ws.session
-        _commit_locally(ws)
         store = self.host.store
         try:
             if files:
@@ -201,7 +333,7 @@ class SessionTurns:
             spec = self.host.flow(stored.flow)
         if stored.flow != spec.name:
             raise FlowMismatch(f"session {session_id} belongs to flow {stored.flow}, not {spec.name}")
-        if stored.status != "running":
+        if stored.status not in ("running", "awaiting_approval"):
             raise SessionCompleted(f"session {session_id} is {stored.status}", session_id=session_id)
         if stored.current_step not in spec.steps:
             raise FlowMismatch(
@@ -301,13 +433,26 @@ class SessionTurns:
             self._locks[session_id] = (lock, users - 1)
 
 
-def _result(ws: Workspace, reply: str) -> TurnResult:
+def _result(ws: Workspace, ended: Reply | Paused) -> TurnResult:
     session = ws.session
     warnings = tuple([record.message for record in ws.warnings]) if ws.warnings else ()
     # Positional, in field order (message, session id, completed, content type, step, usage, error,
-    # warnings, flow): every turn builds one.
+    # warnings, flow, pending): every turn builds one.
+    if isinstance(ended, Paused):
+        return TurnResult(
+            ended.text,
+            session.id,
+            False,
+            "text/plain",
+            session.current_step,
+            ws.usage,
+            None,
+            warnings,
+            ws.config.spec.name,
+            ended.approvals,
+        )
     return TurnResult(
-        reply,
+        ended.text,
         session.id,
         session.status == "completed",
         ws.content_type or "text/plain",

@@ -17,6 +17,7 @@ from picoflow._run.observers import TurnObserver
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
+    from picoflow.approvals import Approval
     from picoflow.messages import ModelRequest, ModelResponse, ToolCall
     from picoflow.results import TurnResult
 
@@ -180,6 +181,19 @@ class TracingObserver(TurnObserver):
         if span is not None:
             self.tracing.fail(span, error)
 
+    def approval_requested(self, step: str, approval: Approval) -> None:
+        span = self._step or self._turn
+        if span is not None:
+            span.add_event("picoflow.approval.requested", _audit(approval))
+
+    def approval_decided(self, approval: Approval) -> None:
+        """The audit record of a decision, on the span of the turn it resumes: who, when, what,
+        the arguments' hash and the reason."""
+        if self._turn is not None:
+            self._turn.add_event("picoflow.approval.decided", _audit(approval))
+            self._turn.set_attribute("picoflow.approval.id", approval.id)
+            self._turn.set_attribute("picoflow.approval.decision", approval.status)
+
     def sub_turn(self, step: str, call: ToolCall | None) -> TurnObserver:
         """A sub-step run's spans nest under the calling tool's span (or the calling step's)."""
         child = TracingObserver(self.tracing)
@@ -220,6 +234,23 @@ class TracingObserver(TurnObserver):
                 "gen_ai.output.messages", json.dumps([{"role": "assistant", "content": result.message}])
             )
         span.end()
+
+
+def _audit(approval: Approval) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "picoflow.approval.id": approval.id,
+        "picoflow.approval.tool": approval.tool,
+        "picoflow.approval.status": approval.status,
+        "picoflow.approval.args_sha256": approval.args_sha256,
+        "picoflow.step": approval.step,
+    }
+    if approval.decided_by is not None:
+        record["picoflow.approval.decided_by"] = approval.decided_by
+    if approval.decided_at is not None:
+        record["picoflow.approval.decided_at"] = approval.decided_at
+    if approval.reason is not None:
+        record["picoflow.approval.reason"] = approval.reason
+    return record
 
 
 def resolve(setting: Any, *, capture_content: bool) -> Tracing | None:

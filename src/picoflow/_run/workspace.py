@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic_core import to_jsonable_python
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
 
 ModelFor = Callable[[StepSpec], "Model"]
 
+NOTHING_DECIDED: Mapping[str, Any] = MappingProxyType({})
+
 RUNNING_CALL: ContextVar[ToolCall | None] = ContextVar("picoflow_running_call", default=None)
 """The tool call whose handler is running (what a sub-step run started there nests under)."""
 
@@ -56,6 +59,8 @@ class ToolJob:
     """Each call's validated arguments, in order."""
     group: bool
     """The calls are one ``@tools`` group's, run by its one handler."""
+    key: str | None = None
+    """The idempotency key of a call that runs because it was approved (the approval's id)."""
 
 
 class ToolRunner(Protocol):
@@ -91,6 +96,8 @@ class TurnConfig:
     """What watches the turn (tracing, an event stream)."""
     composer: SubSteps | None = None
     """What runs sub-steps."""
+    clock: Callable[[], float] = time.time
+    """The time approvals are asked and decided by (a durable executor's is its workflow's)."""
 
 
 class Workspace:
@@ -111,6 +118,7 @@ class Workspace:
         "attempt",
         "config",
         "content_type",
+        "decided",
         "files",
         "held_erases",
         "session",
@@ -130,6 +138,9 @@ class Workspace:
         self.content_type: str | None = None
         self.transitions = 0
         self.attempt = 1
+        self.decided: Mapping[str, str | Any | None] = NOTHING_DECIDED
+        """While an approved response runs: each gated call's id with its approval's id (None when
+        its policy asked for none), or the refusal that answers it when it was denied."""
         self.held_erases: frozenset[str] | None = None
         """While the conversation moves on after a response's tool calls: the namespaces whose
         erase waits until every result is written (an erase then could separate a call from its

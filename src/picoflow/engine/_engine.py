@@ -18,16 +18,18 @@ import dataclasses
 import logging
 import re
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
 from picoflow._run.loop import first_request
 from picoflow._run.observers import NO_OBSERVER, EventStream, TurnObserver, combine
-from picoflow._run.session_turn import SessionTurns, TurnRequest, may_access, store_call
+from picoflow._run.session_turn import DecisionRequest, SessionTurns, TurnRequest, may_access, store_call
 from picoflow._run.text import check_message
 from picoflow._run.text import check_text as check_text  # the one input rule, public here
 from picoflow._run.tracing import TracingSetting
+from picoflow.approvals import Approval, Decision, visible_to
 from picoflow.attachments import Attachment, AttachmentLimits, AttachmentRef, check_attachments
 from picoflow.context import ANY_PRINCIPAL, Caller, PrincipalFilter
 from picoflow.engine._mcp import MCPTools
@@ -73,6 +75,8 @@ class FlowEngine:
         before_turn: Callable[[FlowSpec], Awaitable[None]] | None = None,
         attachment_limits: AttachmentLimits | None = None,
         executor: TurnExecutor | None = None,
+        approval_lease: float = 300.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         """
         Args:
@@ -96,6 +100,10 @@ class FlowEngine:
             executor: Where turns run once their input is checked: ``LocalExecutor()`` (None) runs
                 them here, in this process; ``picoflow.temporal.TemporalExecutor`` runs each as a
                 durable workflow.
+            approval_lease: Seconds a process that took up an approved call has to finish its
+                turn; meanwhile a new message is refused (``ApprovalPending``), afterwards it
+                answers the call as of unknown result (it is never run again).
+            clock: The time approvals are asked, expire and are decided by (``time.time``).
         """
         self.store: SessionStore = store if store is not None else MemoryStore()
         self.deps = deps
@@ -105,6 +113,10 @@ class FlowEngine:
         self.attachment_limits = attachment_limits or AttachmentLimits()
         self.before_turn = before_turn
         self.executor: TurnExecutor = executor if executor is not None else LocalExecutor()
+        if not (isinstance(approval_lease, int | float) and approval_lease >= 0):
+            raise ValueError("approval_lease must be a number of seconds, 0 or more")
+        self.approval_lease = float(approval_lease)
+        self.clock = clock
         self._tracing = TracingSetting(tracing, capture_content=trace_content)
         self._override: Model | ModelSelection | None = None
         if isinstance(model, Model):
@@ -342,6 +354,118 @@ class FlowEngine:
         finally:
             ws.release()
 
+    # --- approvals ------------------------------------------------------------------------------
+
+    async def decide(
+        self,
+        session_id: str,
+        approval_id: str,
+        decision: str,
+        reason: str | None = None,
+        *,
+        caller: Caller | None = None,
+        on_event: Callable[[TurnEvent], None] | None = None,
+    ) -> TurnResult:
+        """Approve or deny a call waiting in ``session_id``: ``decision`` is ``"approve"`` or
+        ``"deny"``, ``reason`` is told to the model when denying. Never raises for a refusal:
+        see ``TurnResult.error``.
+
+        Once the last approval a response waits for is decided, its calls run, each approved one
+        exactly once with the approval's id as ``ctx.idempotency_key``, and the turn goes on: the
+        result is its reply (or the next calls it waits for). Refused, with nothing run and nothing
+        stored: an unknown approval or one of another's session (``ApprovalNotFound``, 404), a
+        caller the approval does not admit (``ApprovalNotAllowed``, 403), one decided already
+        (``ApprovalDecided``), expired (``ApprovalExpired``), one whose flow, tool or arguments
+        changed or whose conversation moved on (``ApprovalStale``), or one decided by another
+        process at the same moment (``ApprovalConflict``), all 409.
+        """
+        tracer = self._tracing.observer()
+        observer = (
+            NO_OBSERVER
+            if tracer is None and on_event is None
+            else combine(tracer, EventStream(on_event) if on_event is not None else None)
+        )
+        observer.turn_started("decision", session_id, f"{decision} {approval_id}")
+        try:
+            result = await self._decide(session_id, approval_id, decision, reason, caller, observer)
+        except BaseException as exc:
+            observer.turn_aborted(exc)
+            raise
+        observer.turn_finished(result)
+        return result
+
+    def _decide(
+        self,
+        session_id: str,
+        approval_id: str,
+        decision: str,
+        reason: str | None,
+        caller: Caller | None,
+        observer: TurnObserver,
+    ) -> Awaitable[TurnResult]:
+        try:
+            check_session_id(session_id)
+            request = DecisionRequest(
+                session_id,
+                check_approval_id(approval_id),
+                check_decision(decision),
+                check_reason(reason),
+                caller or Caller(),
+                self.clock(),
+            )
+        except RunError as exc:
+            return self.turns.failed(exc, None, None, None)
+        return self.executor.decide(self.turns, request, observer)
+
+    async def approvals(self, session_id: str, *, caller: Caller | None = None) -> list[Approval] | None:
+        """The approvals of a session the caller may see (its own session's, or those its roles may
+        decide), oldest first, each as it stands now (a pending one past its time reads
+        ``expired``); None when the session is unknown or shows the caller none."""
+        check_session_id(session_id)
+        caller = caller or Caller()
+        async with store_call("loading session", session_id):
+            session = await self.store.load(session_id)
+        if session is None:
+            return None
+        who, roles = caller.principal, caller.visibilities
+        shown = visible_to(session.approvals, who, roles, session.principal, self.clock())
+        if not shown and not may_access(session, who):
+            return None
+        return shown
+
+    async def pending_approvals(
+        self, *, caller: Caller | None = None, flow: str | None = None, limit: int = 50
+    ) -> list[tuple[str, Approval]]:
+        """(session id, approval) for every pending, unexpired approval the caller may decide, in
+        the sessions waiting for one, most recent first: a supervisor's queue."""
+        if not 1 <= limit <= 500:
+            raise InvalidInput("limit must be between 1 and 500", field="limit")
+        caller = caller or Caller()
+        who, roles = caller.principal, caller.visibilities
+        found: list[tuple[str, Approval]] = []
+        now = self.clock()
+        offset = 0
+        while len(found) < limit:
+            async with store_call("listing sessions"):
+                page = await self.store.list_sessions(
+                    status="awaiting_approval", flow=flow, limit=100, offset=offset
+                )
+            for info in page:
+                async with store_call("loading session", info.id):
+                    session = await self.store.load(info.id)
+                if session is None:
+                    continue
+                owner = session.principal
+                found += [
+                    (session.id, approval)
+                    for approval in visible_to(session.approvals, who, roles, owner, now)
+                    if approval.pending and approval.approvers.admit(who, roles, owner)
+                ]
+            if len(page) < 100:
+                break
+            offset += 100
+        return found[:limit]
+
     # --- sessions -------------------------------------------------------------------------------
 
     async def create_session(self, flow: str | type[Flow], *, caller: Caller | None = None) -> Session:
@@ -474,6 +598,35 @@ class FlowEngine:
         """The user's message as the turn will see it (stripped), or ``InvalidInput`` /
         ``MessageTooLong`` naming the rule it breaks. Every turn runs this first."""
         return check_message(message, self.max_message_chars)
+
+
+APPROVAL_ID = re.compile(r"^apr_[0-9a-f]{24}$")
+MAX_REASON_CHARS = 2000
+
+
+def check_approval_id(approval_id: object) -> str:
+    if not isinstance(approval_id, str) or not APPROVAL_ID.match(approval_id):
+        raise InvalidInput("approval id must be apr_ and 24 hexadecimal digits", field="approval_id")
+    return approval_id
+
+
+def check_decision(decision: object) -> Decision:
+    if decision == "approve" or decision == "deny":
+        return decision
+    raise InvalidInput('decision must be "approve" or "deny"', field="decision")
+
+
+def check_reason(reason: object) -> str | None:
+    """A decision's reason (told to the model when denying): text, at most 2,000 characters."""
+    if reason is None:
+        return None
+    if not isinstance(reason, str):
+        raise InvalidInput(f"reason must be text, not {type(reason).__name__}", field="reason")
+    text = reason.strip()
+    if len(text) > MAX_REASON_CHARS:
+        raise InvalidInput(f"reason is longer than {MAX_REASON_CHARS} characters", field="reason")
+    check_text(text, "reason")
+    return text or None
 
 
 def check_session_id(session_id: str) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Coroutine
 from typing import Any, Protocol
 
 from picoflow._run.observers import TurnObserver
-from picoflow._run.session_turn import SessionTurns, TurnRequest
+from picoflow._run.session_turn import DecisionRequest, SessionTurns, TurnRequest
 from picoflow.results import TurnResult
 
 __all__ = ["LocalExecutor", "TurnExecutor"]
@@ -26,6 +26,12 @@ class TurnExecutor(Protocol):
         ``turns.failed(...)``, filed as refused input is."""
         ...
 
+    async def decide(
+        self, turns: SessionTurns, request: DecisionRequest, observer: TurnObserver
+    ) -> TurnResult:
+        """The result of a decision (``SessionTurns.decide``): the turn it resumes, or its refusal."""
+        ...
+
 
 class LocalExecutor:
     """Runs each turn in this process, one at a time per session (the store's compare-and-swap
@@ -36,3 +42,8 @@ class LocalExecutor:
     ) -> Coroutine[Any, Any, TurnResult]:
         # The turn itself, handed on to be awaited: no coroutine of its own on every turn's path.
         return turns.take(request, observer)
+
+    def decide(
+        self, turns: SessionTurns, request: DecisionRequest, observer: TurnObserver
+    ) -> Coroutine[Any, Any, TurnResult]:
+        return turns.decide(request, observer)

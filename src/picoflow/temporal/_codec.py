@@ -13,8 +13,17 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic_core import to_jsonable_python
 
 from picoflow import exceptions
+from picoflow.approvals import Approval
 from picoflow.context import Caller
-from picoflow.events import StepEntered, TextChunk, ToolCalled, ToolReturned, TurnEvent
+from picoflow.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    StepEntered,
+    TextChunk,
+    ToolCalled,
+    ToolReturned,
+    TurnEvent,
+)
 from picoflow.exceptions import RunError, SubStepFailed, ToolFailure
 from picoflow.messages import Message, ModelRequest, ModelResponse
 from picoflow.outcomes import Direct, Go, Outcome, Stay
@@ -160,9 +169,10 @@ def caller_fields(caller: Caller) -> dict[str, Any]:
 class EncodedEvent(BaseModel):
     """A ``TurnEvent``: ``kind`` names its class, the other fields are its own."""
 
-    kind: Literal["step", "tool_call", "tool_result", "text"]
+    kind: Literal["step", "tool_call", "tool_result", "text", "approval_requested", "approval_decided"]
     step: str
     parent: str | None = None
+    approval: Approval | None = None
     previous: str | None = None
     id: str = ""
     name: str = ""
@@ -189,6 +199,10 @@ def encode_event(event: TurnEvent) -> EncodedEvent:
             is_error=event.is_error,
             parent=event.parent,
         )
+    if isinstance(event, ApprovalRequested):
+        return EncodedEvent(kind="approval_requested", step=event.step, approval=event.approval)
+    if isinstance(event, ApprovalDecided):
+        return EncodedEvent(kind="approval_decided", step=event.approval.step, approval=event.approval)
     return EncodedEvent(kind="text", step=event.step, content=event.text, parent=event.parent)
 
 
@@ -200,6 +214,10 @@ def decode_event(encoded: EncodedEvent) -> TurnEvent:
         return ToolCalled(e.step, e.id, e.name, e.args, e.parent)
     if e.kind == "tool_result":
         return ToolReturned(e.step, e.id, e.name, e.content, e.is_error, e.parent)
+    if e.kind == "approval_requested" and e.approval is not None:
+        return ApprovalRequested(e.step, e.approval)
+    if e.kind == "approval_decided" and e.approval is not None:
+        return ApprovalDecided(e.approval)
     return TextChunk(e.step, e.content, e.parent)
 
 

@@ -179,6 +179,11 @@ class DurableModel(Model):
         return codec.decode_response(data)
 
 
+def workflow_time() -> float:
+    """The workflow's time: the same when a worker replays the turn."""
+    return workflow.now().timestamp()
+
+
 class DurableHost:
     """The ``TurnHost`` of a turn inside the workflow: the worker's engine for flows and settings,
     activities for the store and the models."""
@@ -191,6 +196,8 @@ class DurableHost:
         self.max_reply_chars = engine.max_reply_chars
         self.before_turn: Callable[[FlowSpec], Awaitable[None]] | None = None
         self.registry: Mapping[str, FlowSpec] = engine.registry
+        self.approval_lease: float = engine.approval_lease
+        self.clock: Callable[[], float] = workflow_time
         self._models: dict[tuple[str, str], Model] = {}
 
     def flow(self, flow: str) -> FlowSpec:
