@@ -9,7 +9,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from picoflow import Approval, Caller, Flow, FlowEngine, RunContext, Step, direct, tool
+from picoflow import Approval, Caller, Flow, FlowEngine, RunContext, Step, direct, direct_to, go, tool
+from picoflow.engine import ANY_PRINCIPAL
 from picoflow.exceptions import (
     ApprovalDecided,
     ApprovalExpired,
@@ -17,7 +18,9 @@ from picoflow.exceptions import (
     ApprovalNotFound,
     ApprovalPending,
     ApprovalStale,
+    FlowDefinitionError,
     InvalidInput,
+    ToolFailure,
 )
 from picoflow.models import ScriptedModel, ToolCall
 from picoflow.sessions.memory import MemoryStore
@@ -452,3 +455,107 @@ async def test_every_decision_is_on_the_span_of_the_turn_it_resumes() -> None:
         "picoflow.approval.reason": "checked the parcel",
     }
     assert (turn.attributes or {})["gen_ai.conversation.id"] == session_id
+
+
+class Intake(Step):
+    """Take the request."""
+
+    @tool
+    def to_desk(self) -> Any:
+        """Hand over to the desk."""
+        return RoutedDesk
+
+
+class RoutedDesk(Desk):
+    """Help with orders; a refund not approved in time sends the conversation back to intake."""
+
+    name = "RoutedDesk"
+
+    def on_denied(self, approval: Approval) -> Any:
+        if approval.status == "withdrawn":
+            return go(Intake)
+        return direct_to(Intake, f"No refund: {approval.reason}")
+
+
+class RoutedFlow(Flow):
+    name = "desk"
+    steps = [Intake, RoutedDesk]
+
+
+async def test_a_withdrawn_approval_may_send_the_new_message_to_another_step() -> None:
+    engine = make_engine(
+        [[ToolCall("to_desk", {}, "c0")], [REFUND_SMALL], "Intake here: what is the matter?"], flow=RoutedFlow
+    )
+    session_id, approval = await propose(engine)
+    result = await engine.run(None, "hmm, and the delivery date?", session_id, caller=CUSTOMER)
+    assert result.ok and result.message == "Intake here: what is the matter?"
+    assert result.step == "Intake"
+    assert await transcript_lines(engine, session_id) == [
+        "Intake | user: refund order 40001 please",
+        "Intake | assistant: -> to_desk({}) #c0",
+        "Intake | tool to_desk #c0: Accepted.",
+        "RoutedDesk | user [crossing]: Continue.",
+        'RoutedDesk | assistant: -> refund({"amount": 25.5, "order_id": 40001}) #c1',
+        "RoutedDesk | tool refund #c1 (error): Not run: the approval of refund withdrawn: a new message "
+        "came before anyone decided it. Propose it again if it is still wanted.",
+        "Intake | user: hmm, and the delivery date?",
+        "Intake | assistant: Intake here: what is the matter?",
+    ]
+    assert Desk.ledger == []
+    stale = await engine.decide(session_id, approval.id, "approve", caller=CUSTOMER)
+    assert stale.error is not None and stale.error.is_a(ApprovalStale)
+
+
+async def test_a_gated_call_beside_an_invalid_one_is_refused_not_proposed() -> None:
+    bad = ToolCall("lookup", {"order_id": "not a number"}, "c2")
+    engine = make_engine([[REFUND_SMALL, bad], "Let me try again."])
+    result = await engine.run("desk", "refund", caller=CUSTOMER)
+    assert result.ok and result.message == "Let me try again." and result.pending == ()
+    assert result.session_id is not None
+    lines = await transcript_lines(engine, result.session_id)
+    assert lines[2] == (
+        "Desk | tool refund #c1 (error): Not run: refund needs a person's approval, which is asked only "
+        "for a response whose every call is valid. Call it again."
+    )
+    assert lines[3].startswith("Desk | tool lookup #c2 (error): Invalid arguments for lookup")
+    assert Desk.ledger == []
+
+
+class Boss(Step):
+    """Delegates."""
+
+    @tool
+    async def delegate(self, name: str) -> str:
+        """Ask another step."""
+        return await self.run_step(name, "refund it")
+
+
+class Boss2(Boss):
+    """Delegates to the desk, by class."""
+
+    name = "Boss2"
+
+    @tool
+    async def delegate_desk(self) -> str:
+        """Ask the desk."""
+        return await self.run_step(Desk, "refund it")
+
+
+async def test_a_sub_step_with_gated_tools_is_refused() -> None:
+    class BuiltFlow(Flow):
+        name = "desk"
+        steps = [Boss2, Desk]
+
+    with pytest.raises(FlowDefinitionError, match="runs Desk as a sub-step, but its tools refund, send_note"):
+        BuiltFlow.spec()
+
+    class NamedFlow(Flow):  # a target the build cannot read is refused when it runs
+        name = "desk"
+        steps = [Boss, Desk]
+
+    engine = make_engine([[ToolCall("delegate", {"name": "Desk"}, "c1")]], flow=NamedFlow)
+    result = await engine.run("desk", "go", caller=CUSTOMER)
+    assert result.error is not None and result.error.is_a(ToolFailure)
+    errors = await engine.session_errors(result.error.reference or "", principal=ANY_PRINCIPAL)
+    assert errors is not None and "Desk has tools that need approval (refund, send_note)" in errors[0].message
+    assert Desk.ledger == []

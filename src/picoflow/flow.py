@@ -229,6 +229,13 @@ def _build(cls: type[Flow]) -> FlowSpec:
         terminate_tool = specs[name].tools.get("terminate_session")
         if terminate is not None and terminate_tool and terminate_tool.handler is Step.terminate_session:
             transitions.append(Transition(name, terminate, "terminate_session"))
+    for sub in sub_steps:
+        if specs[sub.target].gated:
+            raise FlowDefinitionError(
+                f"{where}, step {sub.source}: {sub.via} runs {sub.target} as a sub-step, but its tools "
+                f"{', '.join(sorted(specs[sub.target].gated))} need approval, and a sub-step answers at "
+                "once: it cannot wait for a decision"
+            )
     # A step only ever run as a sub-step never ends the conversation: no terminate_session edge.
     only_sub = {t.target for t in sub_steps} - {start_name} - {t.target for t in transitions}
     transitions = [t for t in transitions if not (t.source in only_sub and t.via == "terminate_session")]
