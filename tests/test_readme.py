@@ -36,15 +36,18 @@ def runnable_examples() -> list[str]:
     return [block for block in blocks if "asyncio.run(main())" in block]
 
 
-def test_the_readme_has_its_three_runnable_examples() -> None:
+def test_the_readme_has_its_four_runnable_examples() -> None:
     examples = runnable_examples()
-    assert len(examples) == 3
+    assert len(examples) == 4
     assert "class Orders(Flow)" in examples[0]
     assert "MCPServer.stdio" in examples[1]
-    assert "run_steps" in examples[2]
+    assert "engine.decide" in examples[2]
+    assert "run_steps" in examples[3]
 
 
-@pytest.mark.parametrize("index", [0, 1, 2], ids=["a-flow-in-one-screen", "mcp-tools", "composition"])
+@pytest.mark.parametrize(
+    "index", [0, 1, 2, 3], ids=["a-flow-in-one-screen", "mcp-tools", "approvals", "composition"]
+)
 def test_each_readme_example_runs_and_prints_what_it_claims(index: int, tmp_path: Path) -> None:
     example = runnable_examples()[index]
     claimed = [line.split("# ", 1)[1] for line in example.splitlines() if line.strip().startswith("print(")]
