@@ -184,17 +184,20 @@ class SessionTurns:
         held = False
         try:
             held = await lock.acquire()
-            spec, session = await self._load_decided(request)
-            approval, paused = check_decision(session, spec, request.approval_id, request.caller, request.at)
-            observer.session_opened(session.id)
+            spec, stored = await self._load_decided(request)
+            _, paused = check_decision(stored, spec, request.approval_id, request.caller, request.at)
+            observer.session_opened(stored.id)
+            # The calls run as the proposing caller: the session's principal, with its visibilities.
             owner = Caller(
-                principal=session.principal,
+                principal=stored.principal,
                 visibilities=frozenset(paused.visibilities),
                 deps=request.caller.deps,
             )
-            ws = self.workspace(spec, session, owner, observer)
+            ws = self.workspace(spec, stored, owner, observer)
             self._restore(ws)
-            session = ws.session
+            session = ws.session  # what the flow made of it: checked again
+            approval, paused = check_decision(session, spec, request.approval_id, request.caller, request.at)
+            session.updated_at = time.time()
             decided = decide_approval(
                 session, approval, request.decision, request.caller, request.reason, request.at
             )
