@@ -35,40 +35,20 @@ from picoflow.models.base import Model
 from picoflow.outcomes import Direct, Go, Outcome
 from picoflow.step import LogicStep, Step
 
+ENDS = (Reply, Paused)
+"""What ends a turn: its reply, or the calls it waits for a decision on."""
 
-async def run_turn(ws: Workspace, text: str) -> Reply | Paused:
+
+async def run_turn(ws: Workspace, text: str, now: Next | None = None) -> Reply | Paused:
     """Run the turn for the user's ``text``: its reply, or the calls it ends waiting for a decision
-    on. Raises ``RunError`` on failure."""
+    on. Raises ``RunError`` on failure. ``now``: where a resumed turn goes on from (``resume_turn``)."""
     session = ws.session
-    if not session.sequence:
-        await enter(ws, session.current_step, previous=None)
-    return await _loop(ws, Moved(None, session.current_step, text))
-
-
-async def resume_turn(
-    ws: Workspace, paused: PausedResponse, checkpoint: Callable[[], Awaitable[None]]
-) -> Reply | Paused:
-    """Go on with a turn whose response waited for decisions, now all taken: its calls run as one
-    response (the approved ones with their approval's id as idempotency key, the denied ones
-    answered with the denial, or routed by ``on_denied``); ``checkpoint`` then stores what they
-    did, so a failure later in the turn loses no effect, and the loop goes on as ever."""
-    session = ws.session
-    session.paused = None
-    session.status = "running"
-    spec = ws.config.spec.steps[paused.step]
-    step = ws.step(spec.name)
-    ws.decided = await decided_calls(ws, step, spec, paused)
-    results = await dispatch(ws, step, spec, ModelResponse(tool_calls=list(paused.calls)))
-    ws.decided = NOTHING_DECIDED
-    now = await apply_results(ws, spec, results)
-    await checkpoint()
-    return await _loop(ws, now)
-
-
-async def _loop(ws: Workspace, now: Next) -> Reply | Paused:
-    session = ws.session
+    if now is None:
+        if not session.sequence:
+            await enter(ws, session.current_step, previous=None)
+        now = Moved(None, session.current_step, text)
     steps, observer = ws.config.spec.steps, ws.config.observer
-    while not isinstance(now, Reply | Paused):
+    while not isinstance(now, ENDS):
         moved = now if isinstance(now, Moved) else None
         spec = steps[session.current_step]
         step = ws.step(spec.name)
@@ -94,9 +74,30 @@ async def _loop(ws: Workspace, now: Next) -> Reply | Paused:
         if spec.gated and (paused := await propose(ws, step, spec, response)) is not None:
             return paused  # the proposed calls wait for a person's decision
         results = await dispatch(ws, step, spec, response)
-        ws.decided = NOTHING_DECIDED
+        if spec.gated:
+            ws.decided = NOTHING_DECIDED
         now = await apply_results(ws, spec, results)
     return now
+
+
+async def resume_turn(
+    ws: Workspace, paused: PausedResponse, checkpoint: Callable[[], Awaitable[None]]
+) -> Reply | Paused:
+    """Go on with a turn whose response waited for decisions, now all taken: its calls run as one
+    response (the approved ones with their approval's id as idempotency key, the denied ones
+    answered with the denial, or routed by ``on_denied``); ``checkpoint`` then stores what they
+    did, so a failure later in the turn loses no effect, and the loop goes on as ever."""
+    session = ws.session
+    session.paused = None
+    session.status = "running"
+    spec = ws.config.spec.steps[paused.step]
+    step = ws.step(spec.name)
+    ws.decided = await decided_calls(ws, step, spec, paused)
+    results = await dispatch(ws, step, spec, ModelResponse(tool_calls=list(paused.calls)))
+    ws.decided = NOTHING_DECIDED
+    now = await apply_results(ws, spec, results)
+    await checkpoint()
+    return await run_turn(ws, "", now)
 
 
 async def _arrive(ws: Workspace, step: Step, spec: StepSpec, moved: Moved) -> None:

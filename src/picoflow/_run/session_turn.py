@@ -212,7 +212,7 @@ class SessionTurns:
 
             async def checkpoint() -> None:
                 nonlocal expected
-                await self._save(ws, expected, ())
+                await self._commit(ws, expected, (), ended=False)
                 expected = session.revision
                 ws.appended.clear()
 
@@ -298,13 +298,14 @@ class SessionTurns:
             await host.before_turn(spec)
         return spec, session, expected
 
-    async def _commit(self, ws: Workspace, expected: int | None, files: tuple[Attachment, ...]) -> None:
-        """Save the turn: all of it or, should the store refuse, nothing."""
-        await compact_memory(ws)
-        _commit_locally(ws)
-        await self._save(ws, expected, files)
-
-    async def _save(self, ws: Workspace, expected: int | None, files: tuple[Attachment, ...]) -> None:
+    async def _commit(
+        self, ws: Workspace, expected: int | None, files: tuple[Attachment, ...], *, ended: bool = True
+    ) -> None:
+        """Save the turn: all of it or, should the store refuse, nothing. ``ended=False`` saves a
+        turn still going on (a checkpoint: the turn is counted when it ends)."""
+        if ended:
+            await compact_memory(ws)
+            _commit_locally(ws)
         ws.normalize_states()
         session = ws.session
         store = self.host.store
