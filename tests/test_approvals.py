@@ -411,7 +411,7 @@ async def test_a_message_while_a_decision_is_carried_out_waits_for_the_lease() -
     stored = await store.load(session_id)
     assert stored is not None and stored.paused is not None
     # As a process that died after taking the approved call up leaves it.
-    stored.approvals[0] = dataclasses.replace(stored.approvals[0], status="approved", decided_by="cust-1")
+    stored.approvals = (dataclasses.replace(stored.approvals[0], status="approved", decided_by="cust-1"),)
     stored.paused = dataclasses.replace(stored.paused, resuming_since=clock.now)
     await store.save(stored, expected_revision=stored.revision)
     refused = await engine.run(None, "hello?", session_id, caller=CUSTOMER)

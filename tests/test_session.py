@@ -34,7 +34,7 @@ def full_session() -> Session:
         version=7,
         metadata={"tags": ["x"]},
         files_sent=2,
-        approvals=[
+        approvals=(
             Approval(
                 "apr_1",
                 "refund",
@@ -48,8 +48,8 @@ def full_session() -> Session:
                 decided_by="sup",
                 decided_at=3.0,
                 reason="checked",
-            )
-        ],
+            ),
+        ),
         paused=PausedResponse("b", (ToolCall("refund", {"order_id": 1}, "c1"),), ("apr_1",), ("staff",), 4.0),
     )
 

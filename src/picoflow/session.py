@@ -102,8 +102,9 @@ class Session:
     """Free-form, JSON-serialisable data for the application (never shown to the model)."""
     files_sent: int = 0
     """Files users sent with their messages so far (their bytes are in the store, by hash)."""
-    approvals: list[Approval] = field(default_factory=list)
-    """Every approval the session asked for, decided or not: its audit trail."""
+    approvals: tuple[Approval, ...] = ()
+    """Every approval the session asked for, decided or not: its audit trail (immutable values:
+    a change replaces the tuple)."""
     paused: PausedResponse | None = None
     """The model response whose calls wait for decisions (status ``awaiting_approval``)."""
 
@@ -143,7 +144,7 @@ class Session:
             self.version,
             copy_json(self.metadata) if self.metadata else {},
             self.files_sent,
-            self.approvals.copy(),
+            self.approvals,
             self.paused,
         )
 

@@ -104,7 +104,7 @@ async def propose(ws: Workspace, step: Step, spec: StepSpec, response: ModelResp
         ws.decided = cleared
         return None
     session = ws.session
-    session.approvals.extend(asked)
+    session.approvals = (*session.approvals, *asked)
     session.paused = PausedResponse(
         spec.name,
         tuple(calls),
@@ -172,10 +172,12 @@ async def answer_unfinished(ws: Workspace, paused: PausedResponse, now: float) -
     session = ws.session
     closed: list[Approval] = []
     if paused.resuming_since is None:
-        for index, approval in enumerate(session.approvals):
+        trail = list(session.approvals)
+        for index, approval in enumerate(trail):
             if approval.id in paused.approvals and approval.pending:
-                session.approvals[index] = _closed(approval, now)
-                closed.append(session.approvals[index])
+                trail[index] = _closed(approval, now)
+                closed.append(trail[index])
+        session.approvals = tuple(trail)
         mine = {a.call_id: a for a in approvals_of(session.approvals, paused.approvals)}
         for call in paused.calls:
             asked = mine.get(call.id)
@@ -288,5 +290,5 @@ def decide_approval(
         decided_at=at,
         reason=reason,
     )
-    session.approvals[:] = [decided if a.id == approval.id else a for a in session.approvals]
+    session.approvals = tuple(decided if a.id == approval.id else a for a in session.approvals)
     return decided
