@@ -194,11 +194,16 @@ def test_a_folder_and_several_documents(tmp_path: Path) -> None:
             "turns: [{user: hi}, {user: ''}]\n",
             "FILE: turn 2 (''), user: String should have at least 1 character",
         ),
-        ("turns: [{user: hi}, {expect: {}}]\n", "FILE: turn 2, user: missing (required)"),
+        (
+            "turns: [{user: hi}, {expect: {}}]\n",
+            "FILE: turn 2, scenario: a turn is a message (user: ...) or a decision "
+            "(decide: {decision: approve})",
+        ),
         (
             "turns: [{user: hi, expect: {tool_caled: add}}]\n",
             "FILE: turn 1 ('hi'), expect.tool_caled: unknown field; expected one of: step, completed, "
-            "state, reply_contains, reply_not_contains, tool_called, tool_not_called, model_calls, judge",
+            "state, reply_contains, reply_not_contains, tool_called, tool_not_called, model_calls, pending, "
+            "pending_count, refused, judge",
         ),
         (
             "turns: [{user: hi, expect: {completed: maybe}}]\n",

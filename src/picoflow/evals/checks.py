@@ -75,6 +75,8 @@ class Observation:
     """Messages the turn appended to the session (none when the turn failed: nothing was committed)."""
     error_detail: str | None = None
     """What the store's error record says about a failed turn (the reply only has the public text)."""
+    earlier: Sequence[Message] = ()
+    """The messages before the turn: a decision runs calls an earlier turn proposed."""
 
     @property
     def error(self) -> str | None:
@@ -93,8 +95,17 @@ class Observation:
         return self.session.status == "completed" if self.session is not None else self.result.completed
 
     def calls(self) -> list[SeenCall]:
+        """The calls the model made this turn, and those of an earlier turn answered in this one
+        (proposed, then run or refused by a decision)."""
         results = {m.tool_call_id: not m.is_error for m in self.new_messages if m.role == "tool"}
-        return [
+        answered = [
+            SeenCall(call.name, call.args, results[call.id])
+            for message in self.earlier
+            if message.role == "assistant"
+            for call in message.tool_calls
+            if call.id in results
+        ]
+        return answered + [
             SeenCall(call.name, call.args, results.get(call.id))
             for message in self.new_messages
             if message.role == "assistant"
@@ -105,7 +116,10 @@ class Observation:
 def check_turn(expect: Expectations, seen: Observation) -> list[Check]:
     """Every expectation except ``judge`` (scored separately, by a model), in the order of the schema."""
     checks: list[Check] = []
-    if seen.error is not None:
+    if expect.refused is not None:
+        kind = seen.result.error.kind if seen.result.error is not None else None
+        checks.append(_compare("refused", expect.refused, kind))
+    elif seen.error is not None:
         checks.append(Check("error", "failed", "no error", seen.error))
     if expect.step is not None:
         checks.append(_compare("step", expect.step, seen.step))
@@ -137,6 +151,24 @@ def check_turn(expect: Expectations, seen: Observation) -> list[Check]:
         hits = [call.as_json() for call in calls if _call_matches(unwanted, call)]
         checks.append(
             Check(f"tool_not_called: {unwanted.name}", _status(not hits), _expected_call(unwanted), hits)
+        )
+    asked = [SeenCall(a.tool, a.args, None) for a in seen.result.pending]
+    for wanted in expect.pending:
+        ok = any(_call_matches(wanted, call) for call in asked)
+        checks.append(
+            Check(
+                f"pending: {wanted.name}", _status(ok), _expected_call(wanted), [a.as_json() for a in asked]
+            )
+        )
+    if expect.pending_count is not None:
+        count = len(asked)
+        checks.append(
+            Check(
+                "pending_count",
+                _status(expect.pending_count.holds(count)),
+                expect.pending_count.describe(),
+                count,
+            )
         )
     if expect.model_calls is not None:
         count = seen.result.usage.model_calls

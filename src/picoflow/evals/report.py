@@ -79,7 +79,7 @@ def _print_scenario(console: Console, result: EvalResult, scenario: ScenarioResu
         calls = sum(record.usage.model_calls for record in records) / len(records) if records else 0.0
         table.add_row(
             str(index),
-            escape(turn.user),
+            escape(turn.said),
             rate if passed == len(records) else f"[red]{rate}[/red]",
             *_seconds(timing),
             f"{calls:.1f}",

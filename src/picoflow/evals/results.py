@@ -168,7 +168,7 @@ class ScenarioResult:
             "turns": [
                 {
                     "turn": index,
-                    "user": turn.user,
+                    "user": turn.said,
                     "pass_rate": _r(self.turn_pass_rate(index)),
                     "most_failed": _most_failed_json(self.most_failed(index)),
                     "timing": _timing_json(Timing.of([t.seconds for t in self.turns_at(index)])),

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from picoflow.approvals import Approval
 from picoflow.engine import ANY_PRINCIPAL, FlowEngine, TurnResult
 from picoflow.evals.checks import Check, Observation, check_turn
 from picoflow.evals.judge import Judge, render_transcript
@@ -28,7 +29,7 @@ from picoflow.models.catalog import ModelSelection
 from picoflow.models.scripted import ScriptedModel
 from picoflow.sessions.base import SessionStore
 from picoflow.sessions.memory import MemoryStore
-from picoflow.usage import UsageLimits
+from picoflow.usage import Usage, UsageLimits
 
 __all__ = ["SCRIPTED", "TurnReporter", "run_eval"]
 
@@ -184,6 +185,7 @@ async def _play(
     session_id: str | None = None
     committed = 0  # seq of the first message a turn may append: earlier ones belong to earlier turns
     records: list[TurnRecord] = []
+    pending: tuple[Approval, ...] = ()  # what the last turn left waiting for a decision
     if playback is not None:
         playback.start_run()
     with _environment(scenario.env):
@@ -191,9 +193,28 @@ async def _play(
             if playback is not None:
                 playback.start_turn(turn)
             started = time.perf_counter()
-            files = scenario.attachments(index)
-            result = await engine.run(flow, turn.user, session_id, caller=caller, attachments=files)
+            decide = turn.decide
+            if decide is None:
+                files = scenario.attachments(index)
+                result = await engine.run(flow, turn.said, session_id, caller=caller, attachments=files)
+            elif session_id is None or decide.approval > len(pending):
+                missing = Check(
+                    "decide", "failed", f"pending approval #{decide.approval}", [a.tool for a in pending]
+                )
+                record = TurnRecord(index, turn.said, "", None, False, 0.0, Usage(), (missing,))
+                records.append(record)
+                if on_turn is not None:
+                    on_turn(scenario, number, record)
+                continue
+            else:
+                who = decide.caller.caller() if decide.caller is not None else caller
+                chosen = pending[decide.approval - 1]
+                result = await engine.decide(
+                    session_id, chosen.id, decide.decision, decide.reason, caller=who
+                )
             seconds = time.perf_counter() - started
+            if result.error is None or decide is None:
+                pending = result.pending  # a refused decision leaves the approvals as they were
             session_id = result.session_id or session_id
             seen, messages = await _observe(engine, result, session_id, committed)
             if seen.session is not None:
@@ -206,7 +227,7 @@ async def _play(
                 checks.append(await _judged(judge, criterion, transcript, result.message))
             record = TurnRecord(
                 index=index,
-                user=turn.user,
+                user=turn.said,
                 reply=result.message,
                 step=seen.step,
                 completed=seen.completed,
@@ -236,7 +257,9 @@ async def _observe(
         # (Also for a first turn that failed: its record is filed under the id of a session never saved.)
         filed = await engine.session_errors(result.error.reference, principal=ANY_PRINCIPAL)
         detail = filed[-1].message if filed else None
-    return Observation(result, session, [m for m in messages if m.seq >= committed], detail), messages
+    new = [m for m in messages if m.seq >= committed]
+    earlier = [m for m in messages if m.seq < committed]
+    return Observation(result, session, new, detail, earlier), messages
 
 
 async def _judged(judge: Judge | None, criterion: str, transcript: str, reply: str) -> Check:
@@ -298,6 +321,7 @@ def _check_names(scenario: Scenario, spec: FlowSpec) -> None:
         for field, calls in (
             ("tool_called", expect.tool_called),
             ("tool_not_called", expect.tool_not_called),
+            ("pending", expect.pending),
         ):
             for call in calls:
                 if call.name not in tools:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
@@ -37,6 +37,7 @@ from picoflow.messages import ToolCall
 __all__ = [
     "CallerSpec",
     "CountRange",
+    "Decision",
     "Expectations",
     "Scenario",
     "ScenarioError",
@@ -155,11 +156,25 @@ class Expectations(_Strict):
     tool_not_called: list[ToolExpectation] = Field(default_factory=list)
     """None may match a call the model made this turn."""
     model_calls: CountRange | None = None
+    pending: list[ToolExpectation] = Field(default_factory=list)
+    """Each must match a call the turn ended waiting for approval on (``TurnResult.pending``):
+    its tool, and its arguments as a subset."""
+    pending_count: CountRange | None = None
+    """How many approvals the turn ended waiting for (0: none)."""
+    refused: str | None = None
+    """The kind of error the turn must fail with (``approval_not_allowed``, ``approval_decided``…);
+    without it, any error fails the turn."""
     judge: list[str] = Field(default_factory=list)
     """Criteria a judge model scores the reply against (``--judge``); not scored without one."""
 
     _as_lists = field_validator(
-        "reply_contains", "reply_not_contains", "tool_called", "tool_not_called", "judge", mode="before"
+        "reply_contains",
+        "reply_not_contains",
+        "tool_called",
+        "tool_not_called",
+        "pending",
+        "judge",
+        mode="before",
     )(_listed)
 
     @field_validator("reply_contains", "reply_not_contains")
@@ -195,10 +210,25 @@ class Expectations(_Strict):
 ScriptItem = str | ScriptedCall | list[ScriptedCall]
 
 
-class Turn(_Strict):
-    """One user message, the scripted model's responses during that turn, and its expectations."""
+class Decision(_Strict):
+    """A decision on an approval the turn before left pending (``engine.decide``), in place of a
+    message: the structured yes or no no text can give."""
 
-    user: str = Field(min_length=1)
+    decision: Literal["approve", "deny"]
+    reason: str | None = None
+    approval: int = Field(1, ge=1)
+    """Which of the approvals the turn before ended waiting for, in its order (1: the first)."""
+    caller: CallerSpec | None = None
+    """Who decides (a supervisor: ``{principal: sam, visibilities: [staff]}``); the scenario's
+    caller when left out."""
+
+
+class Turn(_Strict):
+    """One user message (or a decision on an approval), the scripted model's responses during that
+    turn, and its expectations."""
+
+    user: str | None = Field(None, min_length=1)
+    decide: Decision | None = None
     scripted: list[ScriptItem] | dict[str, list[ScriptItem]] = Field(default_factory=list)
     """Model responses played with ``--model scripted``, in order: a text reply, ``{tool, args}``,
     or a list of those (parallel calls) — the format of ``--model scripted:FILE.json``. Or a mapping
@@ -238,6 +268,23 @@ class Turn(_Strict):
                 "scripted is a list of model responses, or a mapping from step name to such a list"
             )
         return script
+
+    @model_validator(mode="after")
+    def _message_or_decision(self) -> Turn:
+        if (self.user is None) == (self.decide is None):
+            raise ValueError("a turn is a message (user: ...) or a decision (decide: {decision: approve})")
+        if self.decide is not None and self.attach:
+            raise ValueError("files go with a message, not with a decision")
+        return self
+
+    @property
+    def said(self) -> str:
+        """The user's message, or the decision in words (``[approve #1: reason]``)."""
+        if self.user is not None:
+            return self.user
+        assert self.decide is not None
+        because = f": {self.decide.reason}" if self.decide.reason else ""
+        return f"[{self.decide.decision} #{self.decide.approval}{because}]"
 
     @property
     def responses(self) -> int:
@@ -361,7 +408,7 @@ class Scenario(_Strict):
         """``file: turn 3 ("Please refund…")`` for error messages (``turn`` is 1-based)."""
         if turn is None:
             return self.source
-        return f"{self.source}: turn {turn} ({short(self.turns[turn - 1].user)})"
+        return f"{self.source}: turn {turn} ({short(self.turns[turn - 1].said)})"
 
 
 def check_matcher(value: Any) -> None:
