@@ -439,3 +439,60 @@ async def test_the_openapi_document_names_the_approval_routes() -> None:
         "title": "Response List Approvals V1 Sessions  Session Id  Approvals Get",
     }
     assert document["components"]["schemas"]["DecisionRequest"]["additionalProperties"] is False
+
+
+async def test_staff_find_what_waits_for_them_across_sessions() -> None:
+    engine, _ = make_engine([[BIG], [SMALL]])
+    async with client(engine) as http:
+        big = await propose(http, "refund order 40002")
+        small = await propose(http, "refund order 40001", **OTHER)
+        staff_queue = await http.get("/v1/approvals", headers=STAFF)
+        assert staff_queue.status_code == 200
+        assert staff_queue.json() == [
+            {"session_id": big["session_id"], "approval": approval(big["pending"][0], BIG)}
+        ]
+        # A customer finds what waits for it in its own sessions, and nothing of another's.
+        own = (await http.get("/v1/approvals", headers=OTHER)).json()
+        assert own == [{"session_id": small["session_id"], "approval": approval(small["pending"][0], SMALL)}]
+        assert (await http.get("/v1/approvals", headers=CUSTOMER)).json() == []
+        assert (await http.get("/v1/approvals?flow=nope", headers=STAFF)).json() == []
+        bad = await http.get("/v1/approvals?limit=0", headers=STAFF)
+        assert bad.status_code == 422
+        assert bad.json()["error"]["fields"] == [
+            {"field": "query.limit", "problem": "Input should be greater than or equal to 1"}
+        ]
+    assert Refunds.ledger == []
+
+
+async def test_calls_proposed_together_run_once_all_are_decided() -> None:
+    other = ToolCall("refund", {"order_id": 40003, "amount": 10.0}, "c2")
+    engine, _ = make_engine([[SMALL, other], "One refunded, one not."])
+    async with client(engine) as http:
+        proposed = await propose(http, "refund orders 40001 and 40003")
+        session_id = proposed["session_id"]
+        first, second = (
+            approval(shown, call) for shown, call in zip(proposed["pending"], (SMALL, other), strict=True)
+        )
+        assert proposed["pending"] == [first, second]
+        assert proposed["message"] == (
+            "Waiting for approval: Refund $25.50 on order 40001 (the customer must approve)\n"
+            "Waiting for approval: Refund $10.00 on order 40003 (the customer must approve)"
+        )
+        path = f"/v1/sessions/{session_id}/approvals"
+
+        decided = await http.post(f"{path}/{first['id']}", json={"decision": "approve"}, headers=CUSTOMER)
+        assert decided.status_code == 200, decided.text
+        assert decided.json()["pending"] == [second]  # the response still waits: nothing ran
+        assert Refunds.ledger == []
+
+        decided = await http.post(
+            f"{path}/{second['id']}", json={"decision": "deny", "reason": "too small"}, headers=CUSTOMER
+        )
+        assert decided.status_code == 200, decided.text
+        assert (decided.json()["message"], decided.json()["pending"]) == ("One refunded, one not.", [])
+        assert Refunds.ledger == [(first["id"], 40001, 25.5)]
+        listed = (await http.get(path, headers=CUSTOMER)).json()
+        assert [(a["id"], a["status"], a["reason"]) for a in listed] == [
+            (first["id"], "approved", None),
+            (second["id"], "denied", "too small"),
+        ]

@@ -16,12 +16,12 @@ from fastapi.responses import Response
 
 from picoflow.server.errors import decision_error, engine_call, not_found
 from picoflow.server.readiness import TurnWatch
-from picoflow.server.schemas import ApprovalOut, DecisionRequest, TurnResponse
+from picoflow.server.schemas import ApprovalOut, DecisionRequest, PendingApprovalOut, TurnResponse
 from picoflow.server.state import AccessDep
 from picoflow.server.streams import stream_decision
 from picoflow.server.turns import RENDER_DOC
 
-__all__ = ["decide", "list_approvals"]
+__all__ = ["decide", "list_approvals", "pending_approvals"]
 
 
 async def list_approvals(session_id: str, access: AccessDep) -> list[ApprovalOut]:
@@ -33,6 +33,21 @@ async def list_approvals(session_id: str, access: AccessDep) -> list[ApprovalOut
     if approvals is None:
         raise not_found(session_id)
     return [ApprovalOut.from_approval(approval) for approval in approvals]
+
+
+async def pending_approvals(
+    access: AccessDep,
+    flow: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> list[PendingApprovalOut]:
+    """Every pending approval the caller may decide, in any session waiting for one, most recent
+    first: a supervisor's queue (a caller without roles finds those of its own sessions)."""
+    async with engine_call():
+        found = await access.engine.pending_approvals(caller=access.caller, flow=flow, limit=limit)
+    return [
+        PendingApprovalOut(session_id=session_id, approval=ApprovalOut.from_approval(approval))
+        for session_id, approval in found
+    ]
 
 
 async def decide(

@@ -233,6 +233,7 @@ def install(app: FastAPI) -> None:
         response_class=Response,
         **sessions,
     )
+    api("/v1/approvals", approvals.pending_approvals, methods=["GET"], **sessions)
     api("/v1/sessions/{session_id}/approvals", approvals.list_approvals, methods=["GET"], **sessions)
     api(
         "/v1/sessions/{session_id}/approvals/{approval_id}",

@@ -39,6 +39,7 @@ __all__ = [
     "FlowOut",
     "HealthResponse",
     "MessageOut",
+    "PendingApprovalOut",
     "RunRequest",
     "RunResponse",
     "ServerSettings",
@@ -270,6 +271,13 @@ class ApprovalOut(BaseModel):
             decided_at=approval.decided_at,
             reason=approval.reason,
         )
+
+
+class PendingApprovalOut(BaseModel):
+    """An approval waiting for the caller's decision, in the session it belongs to."""
+
+    session_id: str
+    approval: ApprovalOut
 
 
 class DecisionRequest(BaseModel):
