@@ -4,21 +4,24 @@ streamed or not; who may see and who may decide come from the caller's key only.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from picoflow import FlowEngine
+from picoflow import Caller, FlowEngine
 from picoflow.approvals import args_sha256
 from picoflow.models import ScriptedModel, ToolCall
+from picoflow.models.readiness import LoadStatus, LoadTracker, Phase, Warm
 from picoflow.server import ServerSettings
 from picoflow.sessions import MemoryStore
 from picoflow.testing import transcript_lines
 
 from .approvals_support import CUSTOMER, KEYS, NOW, OTHER, STAFF, RefundFlow, Refunds, clock
-from .support import client_for, events_of
+from .support import DOWNLOADING, WatchedTracker, client_for, events_of
+from .test_readiness import DOWNLOADING_BODY
 
 SMALL = ToolCall("refund", {"order_id": 40001, "amount": 25.5}, "c1")
 BIG = ToolCall("refund", {"order_id": 40002, "amount": 250.0}, "c2")
@@ -496,3 +499,83 @@ async def test_calls_proposed_together_run_once_all_are_decided() -> None:
             (first["id"], "approved", None),
             (second["id"], "denied", "too small"),
         ]
+
+
+class LoadingScript(ScriptedModel):
+    """A scripted model behind a load the test steps through (see ``support.LoadingDesk``)."""
+
+    def __init__(self, script: list[Any]) -> None:
+        super().__init__(script)
+        self.tracker = WatchedTracker(DOWNLOADING)
+
+    @property
+    def load_status(self) -> LoadTracker:
+        return self.tracker
+
+    async def prepare(self, warm: Warm | None = None, *, cache_name: str | None = None) -> LoadStatus:
+        return self.tracker.status
+
+
+async def decide_while_loading(engine: FlowEngine, model: LoadingScript, path: str) -> httpx.Response:
+    """A streamed decision (by the customer) sent while ``model`` downloads; the load ends once the
+    decision waits for it."""
+    async with client(engine) as http:
+        decision = asyncio.create_task(
+            http.post(path, json={"decision": "approve", "stream": True}, headers=CUSTOMER)
+        )
+        assert await asyncio.to_thread(model.tracker.watched.wait, 10)
+        model.tracker.report(Phase.READY)
+        return await asyncio.wait_for(decision, 10)
+
+
+async def test_a_decision_streamed_while_the_model_loads_shows_the_load_then_the_turn() -> None:
+    store = MemoryStore()
+    proposer = FlowEngine([RefundFlow], store=store, model=ScriptedModel([[SMALL], [BIG]]), clock=clock)
+    customer = Caller(principal="cust-1")
+    first = await proposer.run("refunds", "refund order 40001", caller=customer)
+    second = await proposer.run("refunds", "refund order 40002", caller=customer)
+    assert first.session_id and second.session_id
+    (small,), (big,) = first.pending, second.pending
+
+    # The same flow, served by a process whose model is still downloading.
+    model = LoadingScript(["Your refund is on its way."])
+    engine = FlowEngine([RefundFlow], store=store, model=model, clock=clock)
+    streamed = await decide_while_loading(
+        engine, model, f"/v1/sessions/{first.session_id}/approvals/{small.id}"
+    )
+    assert streamed.status_code == 200
+    events = events_of(streamed.text)
+    assert [name for name, _ in events] == [
+        "status",
+        "approval_decided",
+        "tool_call",
+        "tool_result",
+        "text",
+        "result",
+    ]
+    assert events[0][1] == DOWNLOADING_BODY
+    assert events[-1][1]["message"] == "Your refund is on its way."
+    assert Refunds.ledger == [(small.id, 40001, 25.5)]
+
+    # The stream opened to show the load: a refusal can then only be its error event.
+    model = LoadingScript([])
+    engine = FlowEngine([RefundFlow], store=store, model=model, clock=clock)
+    refused_late = await decide_while_loading(
+        engine, model, f"/v1/sessions/{second.session_id}/approvals/{big.id}"
+    )
+    assert refused_late.status_code == 200
+    assert events_of(refused_late.text) == [
+        ("status", DOWNLOADING_BODY),
+        (
+            "error",
+            {
+                "status": 403,
+                **refused(
+                    "approval_not_allowed",
+                    f"approval {big.id} needs someone with the 'staff' role",
+                    second.session_id,
+                ),
+            },
+        ),
+    ]
+    assert Refunds.ledger == [(small.id, 40001, 25.5)]

@@ -354,8 +354,12 @@ async function decideApproval(approvalId, decision, reason) {
   } catch (error) {
     if (live) live.closest("li").remove();
     for (const bubble of kept) bubble.closest("li").remove();
-    // Refused (not allowed, decided already, expired...): nothing ran; the card says why.
+    // Refused (not allowed, decided already, expired...): nothing ran; the card says why. A turn
+    // that failed after the decision (the model unavailable...) shows in the conversation too.
     showApprovalError(approvalId, error.message || "The decision failed.");
+    if (!(error.status < 500)) {
+      addMessage("assistant", { text: error.message || "The request failed.", extraClass: "failed" });
+    }
   } finally {
     setBusy(false);
   }
