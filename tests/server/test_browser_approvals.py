@@ -65,6 +65,11 @@ def open_chat(page: Page, url: str) -> None:
     expect(page.locator("#busy")).to_be_hidden()
 
 
+def reload(page: Page) -> None:
+    page.reload()
+    expect(page.locator("body")).to_have_attribute("data-ready", "true")
+
+
 def send(page: Page, text: str) -> None:
     page.fill("#input", text)
     page.press("#input", "Enter")
@@ -136,8 +141,7 @@ def test_deny_then_approve_across_reloads(page: Page) -> None:
             ["note", ""],
         ]
 
-        page.reload()
-        open_chat(page, url)
+        reload(page)
         assert chat(page) == [
             "user: refund order 40001",
             "card Refund $25.50 on order 40001: Denied by local: the parcel came back",
@@ -157,8 +161,7 @@ def test_deny_then_approve_across_reloads(page: Page) -> None:
             "data-approval-id"
         )
 
-        page.reload()
-        open_chat(page, url)
+        reload(page)
         assert chat(page) == [
             "user: refund order 40001",
             "card Refund $25.50 on order 40001: Denied by local: the parcel came back",
