@@ -25,8 +25,10 @@ from picoflow.results import TurnError
 
 __all__ = [
     "BODY_FIELDS",
+    "DECISION_FIELDS",
     "DEFAULT_RETRY_AFTER",
     "ApiError",
+    "decision_error",
     "engine_call",
     "not_found",
     "run_error",
@@ -129,6 +131,21 @@ def v1_error(error: TurnError, session_id: str | None) -> ApiError:
     if error.field == "session_id":
         return not_found(session_id)  # a path no session can have names no resource
     return turn_error(error, session_id)
+
+
+DECISION_FIELDS: Mapping[str, str] = {"decision": "body.decision", "reason": "body.reason"}
+"""Where each input of a decision travels in its request."""
+
+
+def decision_error(error: TurnError, session_id: str | None) -> ApiError:
+    """A refused or failed decision (``POST /v1/sessions/{id}/approvals/{approval_id}``): a
+    malformed id in the URL names no resource (404, as an unknown one), a refused body field is
+    named, and a refusal has the status of its class (404, 403, 409)."""
+    if error.field == "approval_id":
+        return ApiError(404, "approval_not_found", "No such approval.", session_id=session_id)
+    if error.field == "session_id":
+        return not_found(session_id)
+    return turn_error(error, session_id, fields=DECISION_FIELDS)
 
 
 @asynccontextmanager

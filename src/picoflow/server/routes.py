@@ -1,8 +1,9 @@
 """The ``/v1`` flows and sessions, and the table of every route the application serves.
 
 Routes translate requests into ``FlowEngine`` calls and results into responses, nothing more: the
-engine checks input, owns sessions and runs turns. Turns are in ``picoflow.server.turns``, the
-PicoFlow-compatible routes in ``picoflow.server.compat``.
+engine checks input, owns sessions and runs turns. Turns are in ``picoflow.server.turns``,
+approvals in ``picoflow.server.approvals``, the PicoFlow-compatible routes in
+``picoflow.server.compat``.
 """
 
 from __future__ import annotations
@@ -14,14 +15,22 @@ from typing import Annotated, Any, Literal
 from fastapi import FastAPI, Query
 from fastapi.responses import PlainTextResponse, Response
 
+from picoflow.approvals import visible_to
 from picoflow.diagram import flow_mermaid, flow_svg
 from picoflow.engine import MAX_OFFSET
 from picoflow.exceptions import FlowNotFound
 from picoflow.flow import FlowSpec
-from picoflow.server import compat
+from picoflow.server import approvals, compat
 from picoflow.server.errors import ApiError, engine_call, not_found
 from picoflow.server.readiness import ReadyResponse
-from picoflow.server.schemas import FlowOut, RunResponse, SessionOut, SessionSummary, TurnResponse
+from picoflow.server.schemas import (
+    ErrorBody,
+    FlowOut,
+    RunResponse,
+    SessionOut,
+    SessionSummary,
+    TurnResponse,
+)
 from picoflow.server.state import ERRORS, Access, AccessDep, ApiRoute
 from picoflow.server.turns import RENDER_DOC, TurnRoute, add_turn, create_session, turn_parameters
 from picoflow.server.uploads import get_attachment, list_attachments
@@ -120,7 +129,11 @@ async def get_session(
                 files = []
         if messages is None or files is None:  # deleted in between
             raise not_found(session_id)
-    return SessionOut.from_session(session, messages, render, files)
+    caller = access.caller
+    shown = visible_to(
+        session.approvals, caller.principal, caller.visibilities, session.principal, access.engine.clock()
+    )
+    return SessionOut.from_session(session, messages, render, files, shown)
 
 
 async def delete_session(session_id: str, access: AccessDep) -> Response:
@@ -147,6 +160,15 @@ TURN_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
         "content": {"text/event-stream": {}},
         "description": "The turn's result, or its events when streamed",
+    },
+}
+DECISION_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **TURN_RESPONSES,
+    403: {"model": ErrorBody, "description": "The caller may see the approval but not decide it"},
+    409: {
+        "model": ErrorBody,
+        "description": "The approval was decided already, expired, or is stale (its call changed), "
+        "or another decision came first",
     },
 }
 READY_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -210,6 +232,16 @@ def install(app: FastAPI) -> None:
         methods=["GET"],
         response_class=Response,
         **sessions,
+    )
+    api("/v1/approvals", approvals.pending_approvals, methods=["GET"], **sessions)
+    api("/v1/sessions/{session_id}/approvals", approvals.list_approvals, methods=["GET"], **sessions)
+    api(
+        "/v1/sessions/{session_id}/approvals/{approval_id}",
+        approvals.decide,
+        methods=["POST"],
+        tags=SESSIONS,
+        response_model=TurnResponse,
+        responses=DECISION_RESPONSES,
     )
     api(
         "/v1/sessions/{session_id}/diagram.svg",

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Base64Bytes, BaseModel, ConfigDict, Field
 
+from picoflow.approvals import Approval
 from picoflow.attachments import Attachment, AttachmentRef
 from picoflow.flow import FlowSpec
 from picoflow.messages import Message
@@ -28,6 +29,9 @@ from picoflow.usage import Usage
 
 __all__ = [
     "ApiError",
+    "ApprovalOut",
+    "ApproversOut",
+    "DecisionRequest",
     "EndResponse",
     "ErrorBody",
     "ErrorDetail",
@@ -35,6 +39,7 @@ __all__ = [
     "FlowOut",
     "HealthResponse",
     "MessageOut",
+    "PendingApprovalOut",
     "RunRequest",
     "RunResponse",
     "ServerSettings",
@@ -215,6 +220,84 @@ class UsageOut(BaseModel):
         return cls.model_validate(usage, from_attributes=True)
 
 
+class ApproversOut(BaseModel):
+    """Who may decide an approval."""
+
+    principal: bool = Field(description="The session's own principal (the customer) may decide.")
+    roles: list[str] = Field(description="Callers holding any of these roles (visibilities) may decide.")
+    description: str = Field(description="The same in words, e.g. \"someone with the 'staff' role\".")
+
+
+class ApprovalOut(BaseModel):
+    """A call the model proposed that waits for (or was given) a person's decision."""
+
+    id: str = Field(description="What a decision names: POST /v1/sessions/{id}/approvals/{approval_id}.")
+    tool: str
+    args: dict[str, Any] = Field(description="The validated arguments: what runs if approved.")
+    summary: str = Field(description="What will happen, in words written by the flow's code.")
+    approvers: ApproversOut
+    expires_at: float = Field(description="Unix time after which it can only be refused.")
+    step: str
+    call_id: str
+    args_sha256: str
+    tool_sha256: str
+    flow_version: str
+    created_at: float
+    status: Literal["pending", "approved", "denied", "expired", "withdrawn"]
+    decided_by: str | None = Field(description="The principal who decided (none when expired or withdrawn).")
+    decided_at: float | None
+    reason: str | None
+
+    @classmethod
+    def from_approval(cls, approval: Approval) -> ApprovalOut:
+        who = approval.approvers
+        return cls(
+            id=approval.id,
+            tool=approval.tool,
+            args=dict(approval.args),
+            summary=approval.summary,
+            approvers=ApproversOut(
+                principal=who.principal, roles=list(who.roles), description=who.describe()
+            ),
+            expires_at=approval.expires_at,
+            step=approval.step,
+            call_id=approval.call_id,
+            args_sha256=approval.args_sha256,
+            tool_sha256=approval.tool_sha256,
+            flow_version=approval.flow_version,
+            created_at=approval.created_at,
+            status=approval.status,
+            decided_by=approval.decided_by,
+            decided_at=approval.decided_at,
+            reason=approval.reason,
+        )
+
+
+class PendingApprovalOut(BaseModel):
+    """An approval waiting for the caller's decision, in the session it belongs to."""
+
+    session_id: str
+    approval: ApprovalOut
+
+
+class DecisionRequest(BaseModel):
+    """A decision on a pending approval. Unknown fields are refused: a decision is a structured
+    act, and a misspelt ``reason`` silently dropped would deny without the reason meant."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"decision": "deny", "reason": "Refunds over $100 need a receipt."}]},
+    )
+
+    decision: Literal["approve", "deny"]
+    reason: str | None = Field(
+        None, description="Why (told to the model when denying); at most 2,000 characters."
+    )
+    stream: bool = Field(
+        False, description="Answer with Server-Sent Events (same as Accept: text/event-stream)."
+    )
+
+
 class TurnResponse(BaseModel):
     session_id: str
     flow: str
@@ -225,6 +308,10 @@ class TurnResponse(BaseModel):
     usage: UsageOut = Field(description="What this turn consumed.")
     warnings: list[str] = Field(default_factory=list)
     html: str | None = Field(None, description="The reply as safe HTML (with ?render=html).")
+    pending: list[ApprovalOut] = Field(
+        default_factory=list,
+        description="Calls that wait for a decision: the turn ended with them (``message`` says so).",
+    )
 
     @classmethod
     def from_result(cls, result: TurnResult, flow: str, render: str | None) -> TurnResponse:
@@ -238,6 +325,7 @@ class TurnResponse(BaseModel):
             usage=UsageOut.from_usage(result.usage),
             warnings=list(result.warnings),
             html=render_reply(result.message, result.content_type) if render == "html" else None,
+            pending=[ApprovalOut.from_approval(approval) for approval in result.pending],
         )
 
 
@@ -316,6 +404,10 @@ class SessionOut(BaseModel):
     attachments: list[AttachmentOut] | None = Field(
         None, description="The files sent in the session, each once (with the transcript)."
     )
+    approvals: list[ApprovalOut] = Field(
+        default_factory=list,
+        description="Every approval the session asked for, oldest first, each as it stands now.",
+    )
 
     @classmethod
     def from_session(
@@ -324,6 +416,7 @@ class SessionOut(BaseModel):
         transcript: list[Message] | None,
         render: str | None,
         files: list[AttachmentRef] | None = None,
+        approvals: Sequence[Approval] = (),
     ) -> SessionOut:
         return cls(
             id=session.id,
@@ -342,6 +435,7 @@ class SessionOut(BaseModel):
             if transcript is None
             else [MessageOut.from_message(m, render, session.id) for m in transcript],
             attachments=None if files is None else [AttachmentOut.from_ref(ref, session.id) for ref in files],
+            approvals=[ApprovalOut.from_approval(approval) for approval in approvals],
         )
 
 

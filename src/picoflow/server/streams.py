@@ -3,7 +3,8 @@ while the turn waits for them.
 
 Events: ``status`` (the embedded model is still loading: ``{"status": "loading", "phase": ...,
 "message": ...}``, the same body as ``GET /readyz``), ``step``, ``tool_call``, ``tool_result``,
-``text`` (when the provider streams), then ``result`` (a ``TurnResponse``) or ``error``
+``text`` (when the provider streams), ``approval_requested`` and ``approval_decided`` (an
+``ApprovalOut``), then ``result`` (a ``TurnResponse``) or ``error``
 (``{"status": ..., "error": {...}}``). Every stream ends with a ``result`` or an ``error`` event.
 
 The stream opens once the engine has accepted the turn (its ``before_turn`` gate runs): what the
@@ -16,22 +17,31 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any, Final
 
 from fastapi.responses import StreamingResponse
 
+from picoflow.approvals import Approval
 from picoflow.attachments import Attachment
 from picoflow.context import Caller
-from picoflow.events import StepEntered, TextChunk, ToolCalled, ToolReturned, TurnEvent
+from picoflow.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    StepEntered,
+    TextChunk,
+    ToolCalled,
+    ToolReturned,
+    TurnEvent,
+)
 from picoflow.models.readiness import LoadStatus
-from picoflow.results import TurnFinished
-from picoflow.server.errors import ApiError, v1_error
+from picoflow.results import TurnError, TurnFinished
+from picoflow.server.errors import ApiError, decision_error, v1_error
 from picoflow.server.readiness import TurnWatch
-from picoflow.server.schemas import TurnResponse
+from picoflow.server.schemas import ApprovalOut, TurnResponse
 from picoflow.server.state import ServerState
 
-__all__ = ["stream_turn"]
+__all__ = ["stream_decision", "stream_turn"]
 
 logger = logging.getLogger("picoflow.server")
 
@@ -57,6 +67,10 @@ def _internal() -> ApiError:
     return ApiError(500, "internal", "The assistant could not complete this turn.")
 
 
+def _approval(approval: Approval) -> dict[str, Any]:
+    return ApprovalOut.from_approval(approval).model_dump(mode="json")
+
+
 def _event(event: TurnEvent) -> bytes:
     # ``parent`` only in a sub-step run's events, so the events of a turn without any stay as they were.
     nested = {} if event.parent is None else {"parent": event.parent}
@@ -70,6 +84,10 @@ def _event(event: TurnEvent) -> bytes:
         return _sse("tool_result", {**data, "is_error": event.is_error, **nested})
     if isinstance(event, TextChunk):
         return _sse("text", {"step": event.step, "text": event.text, **nested})
+    if isinstance(event, ApprovalRequested):
+        return _sse("approval_requested", {**_approval(event.approval), **nested})
+    if isinstance(event, ApprovalDecided):
+        return _sse("approval_decided", {**_approval(event.approval), **nested})
     raise TypeError(f"unknown turn event {type(event).__name__}")
 
 
@@ -105,12 +123,62 @@ async def stream_turn(
                 logger.exception("picoflow.server: a streamed turn failed")
                 items.put_nowait(None)
 
-    task = asyncio.create_task(read())
+    return await _respond(state, items, read(), session_id, render, v1_error)
+
+
+async def stream_decision(
+    state: ServerState,
+    session_id: str,
+    approval_id: str,
+    decision: str,
+    reason: str | None,
+    caller: Caller,
+    render: str | None,
+) -> StreamingResponse:
+    """Stream a decision and the turn it resumes: ``approval_decided``, then the calls' events and
+    the model's next reply (or ``approval_requested`` again) as in a turn, ending with ``result``.
+
+    The stream opens with the decision's first event: a refused decision (unknown, not allowed,
+    decided, expired, stale) is a plain HTTP status, since the engine checks it before any event.
+    Only while the flow's models are still loading does it open earlier (to show their status),
+    and a refusal then arrives as the stream's ``error`` event.
+    """
+    items: asyncio.Queue[Item] = asyncio.Queue()
+    watch = TurnWatch(state.readiness, on_status=items.put_nowait)
+
+    async def read() -> None:
+        with watch:
+            try:
+                result = await state.engine.decide(
+                    session_id, approval_id, decision, reason, caller=caller, on_event=items.put_nowait
+                )
+                items.put_nowait(TurnFinished(result))
+            except asyncio.CancelledError:
+                items.put_nowait(None)
+                raise
+            except Exception:
+                logger.exception("picoflow.server: a streamed decision failed")
+                items.put_nowait(None)
+
+    return await _respond(state, items, read(), session_id, render, decision_error)
+
+
+async def _respond(
+    state: ServerState,
+    items: asyncio.Queue[Item],
+    read: Coroutine[Any, Any, None],
+    session_id: str | None,
+    render: str | None,
+    error_of: Callable[[TurnError, str | None], ApiError],
+) -> StreamingResponse:
+    """Run ``read`` (which fills ``items``) in a task the server holds, and answer with its events
+    once the first arrives; raise the ``ApiError`` of a run refused before it."""
+    task = asyncio.create_task(read)
     state.streams.add(task)
     task.add_done_callback(state.streams.discard)
     first = await items.get()
     if isinstance(first, TurnFinished) and first.result.error is not None:
-        raise v1_error(first.result.error, session_id)
+        raise error_of(first.result.error, session_id)
     if first is None:
         raise _internal()
 
@@ -135,7 +203,7 @@ async def stream_turn(
                 return
             result = item.result
             if result.error is not None:
-                yield _error_event(v1_error(result.error, session_id))
+                yield _error_event(error_of(result.error, session_id))
                 return
             name = result.flow or ""
             yield _sse("result", TurnResponse.from_result(result, name, render).model_dump(mode="json"))

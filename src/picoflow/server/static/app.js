@@ -23,6 +23,7 @@ const els = {
   },
 };
 const state = { flows: [], flow: null, sessionId: null, busy: false, completed: false };
+const OPEN_STATUSES = ["running", "awaiting_approval"];
 const picker = createPicker({
   button: els.attach, input: els.fileInput, chips: els.chips, dropZone: els.messages.closest("main"),
   dropHint: els.dropHint, textarea: els.input, limits: { ...DEFAULT_LIMITS, ...config.attachmentLimits },
@@ -113,6 +114,7 @@ function addMessage(role, { text = "", html = null, extraClass = "", files = [] 
 function clearMessages() {
   els.messages.replaceChildren();
   shownFiles.release();
+  clearApprovals();
 }
 
 function scrollToEnd() {
@@ -140,6 +142,7 @@ function updateControls() {
   els.flow.disabled = state.busy;
   els.newChat.disabled = state.busy;
   els.completed.hidden = !state.completed;
+  updateApprovalControls();
   // Showing or hiding the banner resizes the message list; keep the latest reply in view.
   scrollToEnd();
   if (!blocked) els.input.focus();
@@ -161,7 +164,8 @@ function showSession(session) {
   els.turns.textContent = session ? session.turns : 0;
   els.sessionId.textContent = session ? session.id : "–";
   showUsage(session && session.usage);
-  state.completed = Boolean(session && session.status !== "running");
+  // A session waiting for an approval takes messages too (one withdraws what waits).
+  state.completed = Boolean(session && !OPEN_STATUSES.includes(session.status));
   updateControls();
 }
 
@@ -184,6 +188,182 @@ function visible(message) {
   if (message.within) return false;
   if (message.role === "user") return message.kind === null;
   return message.role === "assistant" && message.content && (message.kind === null || message.kind === "direct");
+}
+
+// --- approvals --------------------------------------------------------------------------------
+//
+// A call the model proposed to a tool that needs a person's approval does not run: the turn ends
+// with it pending, and the page shows a card for it in the conversation, where the call was
+// proposed. Its summary was written by the flow's code; its arguments came from the model, so
+// every value goes in with textContent like any model text. A decision answers as a turn: the
+// resumed turn's reply follows as an assistant message, and the card shows the outcome.
+
+const cards = new Map(); // approval id -> { item, approval }
+
+const OUTCOMES = {
+  expired: () => "Expired before anyone decided it",
+  withdrawn: () => "Withdrawn: the conversation moved on",
+  approved: (a) => `Approved by ${a.decided_by || "someone"}${a.reason ? `: ${a.reason}` : ""}`,
+  denied: (a) => `Denied by ${a.decided_by || "someone"}${a.reason ? `: ${a.reason}` : ""}`,
+};
+
+function element(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function argumentValue(value) {
+  return typeof value === "string" ? value : JSON.stringify(value);
+}
+
+function argumentsTable(args) {
+  const table = element("table", "approval-args");
+  const body = document.createElement("tbody");
+  for (const [name, value] of Object.entries(args || {})) {
+    const row = document.createElement("tr");
+    row.append(element("th", "", name), element("td", "", argumentValue(value)));
+    body.append(row);
+  }
+  table.append(body);
+  return table;
+}
+
+function expiresText(approval) {
+  const when = new Date(approval.expires_at * 1000);
+  return `Expires ${when.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" })}`;
+}
+
+function createCard(approval) {
+  const item = element("li", "message approval");
+  item.dataset.approvalId = approval.id;
+  const card = element("div", "card");
+  card.append(
+    element("p", "approval-title", "Approval needed"),
+    element("p", "approval-summary", approval.summary),
+    argumentsTable(approval.args),
+    element("p", "approval-who", `Must be approved by ${approval.approvers.description}`),
+    element("p", "approval-expires", expiresText(approval)),
+  );
+  const actions = element("form", "approval-actions");
+  const approve = element("button", "approve", "Approve");
+  approve.type = "button";
+  const reason = element("input", "approval-reason");
+  reason.type = "text";
+  reason.maxLength = 2000;
+  reason.placeholder = "Reason (optional)";
+  reason.setAttribute("aria-label", "Reason for the decision");
+  const deny = element("button", "deny", "Deny");
+  deny.type = "submit";
+  actions.append(approve, reason, deny);
+  approve.addEventListener("click", () => decideApproval(approval.id, "approve", reason.value));
+  actions.addEventListener("submit", (event) => {
+    event.preventDefault();
+    decideApproval(approval.id, "deny", reason.value);
+  });
+  const outcome = element("p", "approval-outcome");
+  outcome.setAttribute("role", "status");
+  const error = element("p", "approval-error");
+  error.setAttribute("role", "alert");
+  error.hidden = true;
+  card.append(actions, outcome, error);
+  item.append(card);
+  els.messages.append(item);
+  return item;
+}
+
+// The card of ``approval`` as it stands now (created at the end of the conversation if new).
+function showApproval(approval) {
+  let known = cards.get(approval.id);
+  if (!known) {
+    known = { item: createCard(approval), approval };
+    cards.set(approval.id, known);
+    scrollToEnd();
+  }
+  known.approval = approval;
+  const { item } = known;
+  const pending = approval.status === "pending";
+  item.dataset.status = approval.status;
+  item.querySelector(".approval-actions").hidden = !pending;
+  item.querySelector(".approval-expires").hidden = !pending;
+  item.querySelector(".approval-title").textContent = pending ? "Approval needed" : "Approval";
+  item.querySelector(".approval-outcome").textContent = pending ? "" : OUTCOMES[approval.status](approval);
+  updateApprovalControls();
+}
+
+function showApprovalError(approvalId, message) {
+  const known = cards.get(approvalId);
+  if (!known) return;
+  const error = known.item.querySelector(".approval-error");
+  error.textContent = message || "";
+  error.hidden = !message;
+}
+
+function updateApprovalControls() {
+  for (const { item } of cards.values()) {
+    for (const control of item.querySelectorAll("button, input")) control.disabled = state.busy;
+  }
+}
+
+function clearApprovals() {
+  cards.clear();
+}
+
+// A transcript's approvals, each placed after the assistant message that proposed its call.
+function placeApprovals(message, waiting) {
+  for (const call of message.tool_calls || []) {
+    const index = waiting.findIndex((a) => a.call_id === call.id && a.tool === call.name && a.step === message.step);
+    if (index >= 0) showApproval(waiting.splice(index, 1)[0]);
+  }
+}
+
+async function syncApprovals() {
+  if (!state.sessionId) return;
+  try {
+    const approvals = await api(`/v1/sessions/${encodeURIComponent(state.sessionId)}/approvals`);
+    for (const approval of approvals) showApproval(approval);
+  } catch (error) {
+    // The cards keep what they showed; a reload asks again.
+  }
+}
+
+async function decideApproval(approvalId, decision, reason) {
+  if (state.busy || !state.sessionId) return;
+  showError("");
+  showApprovalError(approvalId, "");
+  setBusy(true, decision === "approve" ? "Approving…" : "Denying…");
+  const path = `/v1/sessions/${encodeURIComponent(state.sessionId)}/approvals/${encodeURIComponent(approvalId)}?render=html`;
+  const body = { decision, reason: reason.trim() || null, stream: true };
+  let live = null;
+  const kept = [];
+  try {
+    const response = await fetch(path, {
+      method: "POST",
+      headers: headers({ "Content-Type": "application/json", Accept: "text/event-stream" }),
+      body: JSON.stringify(body),
+    });
+    if (!response.ok) throw await failure(response);
+    let failed = null;
+    let result = null;
+    await readEvents(response, (name, data) => {
+      ({ live, failed, result } = turnEvent(name, data, { live, kept, failed, result }));
+    });
+    if (failed) throw failed;
+    if (result) await showResult(result, kept);
+  } catch (error) {
+    if (live) live.closest("li").remove();
+    for (const bubble of kept) bubble.closest("li").remove();
+    // Refused (not allowed, decided already, expired...): nothing ran; the card says why. A turn
+    // that failed after the decision (the model unavailable...) shows in the conversation too.
+    showApprovalError(approvalId, error.message || "The decision failed.");
+    if (!(error.status < 500)) {
+      addMessage("assistant", { text: error.message || "The request failed.", extraClass: "failed" });
+    }
+  } finally {
+    setBusy(false);
+  }
+  await afterTurn();
 }
 
 // --- the model loading ------------------------------------------------------------------------
@@ -250,10 +430,15 @@ async function openFlow(name) {
   if (state.sessionId) {
     try {
       const session = await api(`/v1/sessions/${encodeURIComponent(state.sessionId)}?render=html`);
-      for (const message of session.transcript.filter(visible)) {
-        if (message.role === "user") addMessage("user", { text: message.content, files: message.attachments });
-        else addMessage("assistant", { html: message.html });
+      const waiting = [...session.approvals];
+      for (const message of session.transcript) {
+        if (visible(message)) {
+          if (message.role === "user") addMessage("user", { text: message.content, files: message.attachments });
+          else addMessage("assistant", { html: message.html });
+        }
+        if (message.role === "assistant" && !message.within) placeApprovals(message, waiting);
       }
+      for (const approval of waiting) showApproval(approval);
       showSession(session);
     } catch (error) {
       if (error.status !== 404) showError(error.message);
@@ -279,11 +464,12 @@ function newConversation() {
 
 // The text kept from a tool call arrived as plain streamed text; once the turn is stored, show it
 // as the server renders it (Markdown), exactly as a reload will.
-async function renderKept(kept) {
+// A turn that ended waiting for approvals stored no reply after them.
+async function renderKept(kept, waiting) {
   try {
     const session = await api(`/v1/sessions/${encodeURIComponent(state.sessionId)}?render=html`);
     const replies = session.transcript.filter(visible).filter((message) => message.role !== "user");
-    const turn = replies.slice(-(kept.length + 1), -1);
+    const turn = waiting ? replies.slice(-kept.length) : replies.slice(-(kept.length + 1), -1);
     if (turn.length !== kept.length) return;
     turn.forEach((message, index) => {
       kept[index].classList.add("rendered");
@@ -332,41 +518,12 @@ async function sendMessage(typed, text, files) {
     });
     if (!response.ok) throw await failure(response);
     let failed = null;
+    let result = null;
     await readEvents(response, (name, data) => {
-      if (name === "status") {
-        showModelStatus(data);
-        setBusy(true, "Waiting for the model…");
-        return;
-      }
-      // Any other event means the model is ready (or the turn is over).
-      if (name !== "error") showModelStatus(null);
-      if (name === "step" && data.parent) {
-        setBusy(true, `Asking ${data.step}…`); // a sub-step: the conversation stays where it is
-      } else if (name === "step") {
-        els.step.textContent = data.step;
-        setBusy(true, `Moving to ${data.step}…`);
-      } else if (name === "tool_call") {
-        if (live) {
-          live.closest("li").classList.remove("streaming");
-          kept.push(live);
-          live = null;
-        }
-        setBusy(true, `Running ${data.name}…`);
-      } else if (name === "text") {
-        live = live || addMessage("assistant", { extraClass: "streaming" });
-        live.textContent += data.text;
-        scrollToEnd();
-      } else if (name === "result") {
-        if (live) live.closest("li").remove();
-        live = null;
-        addMessage("assistant", { html: data.html });
-        remember(data.session_id);
-      } else if (name === "error") {
-        failed = new ApiError(data.status, data.error);
-      }
+      ({ live, failed, result } = turnEvent(name, data, { live, kept, failed, result }));
     });
     if (failed) throw failed;
-    if (kept.length) await renderKept(kept);
+    if (result) await showResult(result, kept);
   } catch (error) {
     if (live) live.closest("li").remove();
     for (const bubble of kept) bubble.closest("li").remove();
@@ -382,11 +539,63 @@ async function sendMessage(typed, text, files) {
   } finally {
     setBusy(false);
   }
+  await afterTurn();
+}
+
+// One event of a turn's stream (a message's, or a decision's): what is on screen follows it.
+function turnEvent(name, data, turn) {
+  let { live, failed, result } = turn;
+  if (name === "status") {
+    showModelStatus(data);
+    setBusy(true, "Waiting for the model…");
+    return { live, failed, result };
+  }
+  // Any other event means the model is ready (or the turn is over).
+  if (name !== "error") showModelStatus(null);
+  if ((name === "tool_call" || name === "approval_requested") && live) {
+    live.closest("li").classList.remove("streaming");
+    turn.kept.push(live);
+    live = null;
+  }
+  if (name === "step" && data.parent) {
+    setBusy(true, `Asking ${data.step}…`); // a sub-step: the conversation stays where it is
+  } else if (name === "step") {
+    els.step.textContent = data.step;
+    setBusy(true, `Moving to ${data.step}…`);
+  } else if (name === "tool_call") {
+    setBusy(true, `Running ${data.name}…`);
+  } else if (name === "approval_requested" || name === "approval_decided") {
+    if (!data.parent) showApproval(data);
+  } else if (name === "text") {
+    live = live || addMessage("assistant", { extraClass: "streaming" });
+    live.textContent += data.text;
+    scrollToEnd();
+  } else if (name === "result") {
+    if (live) live.closest("li").remove();
+    live = null;
+    result = data;
+  } else if (name === "error") {
+    failed = new ApiError(data.status, data.error);
+  }
+  return { live, failed, result };
+}
+
+// The turn's result: its reply, or (when it waits for approvals) their cards, which say it all.
+async function showResult(result, kept) {
+  remember(result.session_id);
+  const waiting = result.pending && result.pending.length > 0;
+  if (waiting) for (const approval of result.pending) showApproval(approval);
+  else addMessage("assistant", { html: result.html });
+  if (kept.length) await renderKept(kept, waiting);
+}
+
+async function afterTurn() {
   try {
     await refreshSession();
   } catch (error) {
     showError(error.message);
   }
+  await syncApprovals();
   await showDiagram();
 }
 
