@@ -9,6 +9,7 @@ import importlib
 import json
 import os
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeGuard, TypeVar
@@ -38,6 +39,11 @@ _STORE_HELP = "Session store URL (default sqlite:///picoflow.sqlite3)."
 StoreOpt = Annotated[str | None, typer.Option("--store", envvar="PICOFLOW_STORE", help=_STORE_HELP)]
 _MODEL_HELP = "Model for every step: provider:name, local, scripted:FILE.json or python:module:attr."
 ModelOpt = Annotated[str | None, typer.Option("--model", envvar="PICOFLOW_MODEL", help=_MODEL_HELP)]
+
+
+clock: Callable[[], float] = time.time
+"""The time every command's engine reads: approvals are asked, expire and are decided by it (a test
+sets it to show exact times)."""
 
 
 class CliError(Exception):
@@ -145,12 +151,12 @@ def _python_model(target: str) -> Model:
 
 def build_engine(flows: str | None, store: str | None, model: str | None) -> FlowEngine:
     """The engine of the ``--flows``, ``--store`` and ``--model`` options."""
-    return FlowEngine(load_flows(flows), store=open_store(store), model=build_model(model))
+    return FlowEngine(load_flows(flows), store=open_store(store), model=build_model(model), clock=clock)
 
 
 def store_engine(store: str | None) -> FlowEngine:
     """An engine for commands that only read sessions: no flows to load, no model to build."""
-    return FlowEngine(store=open_store(store))
+    return FlowEngine(store=open_store(store), clock=clock)
 
 
 async def resolve_session_id(engine: FlowEngine, given: str) -> str:
