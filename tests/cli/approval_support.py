@@ -1,41 +1,20 @@
-"""What the approval command tests share: the desk flow's options, a fixed clock and time zone (so
-expiry times print exactly), and reading a chat's session id and the approvals stored."""
+"""What the approval command tests share: the desk flow's options, the time every approval is asked at,
+an approval card's lines, and reading a chat's session id, tables and the approvals stored."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import time
-from collections.abc import Iterator
-
-import pytest
-from tests.cli import desk
+from pathlib import Path
 
 from picoflow.approvals import Approval
-from picoflow.cli import loading
+from picoflow.models import ToolCall
 from picoflow.sessions import open_store
+
+from .support import invoke, write_script
 
 NOW = 1_800_000_000.0
 """2027-01-15 08:00:00 UTC: when every approval of these tests is asked and decided."""
 FLOWS = "tests.cli.desk:DeskFlow"
-
-
-@pytest.fixture(autouse=True)
-def fixed_time(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(loading, "clock", lambda: NOW)
-    before = os.environ.get("TZ")
-    os.environ["TZ"] = "UTC"
-    time.tzset()
-    desk.LEDGER.clear()
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["TZ"]
-        else:
-            os.environ["TZ"] = before
-        time.tzset()
-        desk.LEDGER.clear()
 
 
 def session_of(output: str) -> str:
@@ -68,3 +47,48 @@ def table(output: str) -> list[list[str]]:
         for line in output.splitlines()
         if line.strip()[:1] in ("│", "┃")
     ]
+
+
+SMALL = ToolCall("refund", {"order_id": 40001, "amount": 25.5})
+BIG = ToolCall("refund", {"order_id": 40001, "amount": 250.0})
+NOTE = ToolCall("send_note", {"text": "hi"})
+HEADER = [
+    "─" * 97 + " desk " + "─" * 97,
+    "A support desk whose refunds wait for approval.",
+    "/attach FILE sends a file, /new starts over, /help lists the commands, /quit or Ctrl-D leaves",
+]
+ONE_WAITS = "/approve [reason] runs it, /deny [reason] refuses it; typing a message instead withdraws it"
+
+
+def card(summary: str, args: list[tuple[str, str]], who: str, approval_id: str, commands: str) -> list[str]:
+    """The lines of an approval's card, asked at NOW for ten minutes."""
+    body = [summary, ""]
+    if args:
+        width = max(len("argument"), *(len(name) for name, _ in args))
+        body += [f"{'argument':<{width}}  value", *(f"{n:<{width}}  {v}" for n, v in args), ""]
+    body += [
+        "tool     " + ("refund" if summary.startswith("Refund") else "send_note"),
+        f"who      {who} must approve",
+        "expires  2027-01-15 08:10:00 (in 10 min)",
+        f"id       {approval_id}",
+        "",
+        commands,
+    ]
+    inner = max(len(line) for line in body)
+    title = "─ waiting for approval "
+    return [
+        "╭" + title + "─" * (inner + 2 - len(title)) + "╮",
+        *(f"│ {line:<{inner}} │" for line in body),
+        "╰" + "─" * (inner + 2) + "╯",
+    ]
+
+
+def chat_lines(tmp_path: Path, store: str, script: list[object], said: str, *extra: str) -> list[str]:
+    model = write_script(tmp_path / "chat.json", script)
+    done = invoke("chat", "desk", "--flows", FLOWS, "--store", store, "--model", model, *extra, input=said)
+    assert done.exit_code == 0, done.output
+    return lines(done.output)
+
+
+DECISIONS = ["id", "tool", "summary", "status", "asked", "decided by", "decided", "args sha256", "reason"]
+"""The header of the decisions table ``sessions show`` prints."""

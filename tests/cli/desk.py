@@ -28,7 +28,7 @@ class Desk(Step):
         LEDGER.append((ctx.idempotency_key, order_id, amount))
         return f"refunded ${amount:.2f} on order {order_id}"
 
-    @tool(approval=True, approval_summary="Send the note {text!r}")
+    @tool(approval=True, approval_summary="Send the note {text!r}", approval_seconds=600)
     def send_note(self, text: str) -> str:
         """Send the customer a note."""
         LEDGER.append((None, 0, 0.0))

@@ -1,155 +1,35 @@
-"""``picoflow approvals list|approve|deny`` and ``/approve`` / ``/deny`` in ``picoflow chat``: a
-call to a gated tool shows a card, runs once when someone it admits approves, and never for anyone
-else."""
+"""``picoflow approvals list|approve|deny``: a supervisor's queue, and deciding from the command line
+as the caller ``--as`` and ``--role`` name: a call runs once when someone it admits approves, and
+never for anyone else. (``/approve`` and ``/deny`` in chat are in test_chat.py.)"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from tests.cli import desk
 
-from picoflow.models import ToolCall
-
-from .approval_support import FLOWS, fixed_time, lines, session_of, stored_approvals, table
+from .approval_support import (
+    BIG,
+    FLOWS,
+    NOTE,
+    ONE_WAITS,
+    SMALL,
+    card,
+    chat_lines,
+    lines,
+    session_of,
+    stored_approvals,
+    table,
+)
 from .support import invoke, write_script
 
-__all__ = ["fixed_time"]
-
-SMALL = ToolCall("refund", {"order_id": 40001, "amount": 25.5})
-BIG = ToolCall("refund", {"order_id": 40001, "amount": 250.0})
-NOTE = ToolCall("send_note", {"text": "hi"})
-HEADER = [
-    "─" * 97 + " desk " + "─" * 97,
-    "A support desk whose refunds wait for approval.",
-    "/attach FILE sends a file, /new starts over, /help lists the commands, /quit or Ctrl-D leaves",
-]
-ONE_WAITS = "/approve [reason] runs it, /deny [reason] refuses it; typing a message instead withdraws it"
-
-
-def card(summary: str, args: list[tuple[str, str]], who: str, approval_id: str, commands: str) -> list[str]:
-    """The lines of an approval's card, asked at NOW for ten minutes."""
-    body = [summary, ""]
-    if args:
-        width = max(len("argument"), *(len(name) for name, _ in args))
-        body += [f"{'argument':<{width}}  value", *(f"{n:<{width}}  {v}" for n, v in args), ""]
-    body += [
-        "tool     " + ("refund" if summary.startswith("Refund") else "send_note"),
-        f"who      {who} must approve",
-        "expires  2027-01-15 08:10:00 (in 10 min)",
-        f"id       {approval_id}",
-        "",
-        commands,
-    ]
-    inner = max(len(line) for line in body)
-    title = "─ waiting for approval "
-    return [
-        "╭" + title + "─" * (inner + 2 - len(title)) + "╮",
-        *(f"│ {line:<{inner}} │" for line in body),
-        "╰" + "─" * (inner + 2) + "╯",
-    ]
-
-
-def chat(tmp_path: Path, store: str, script: list[object], said: str, *extra: str) -> list[str]:
-    model = write_script(tmp_path / "chat.json", script)
-    done = invoke("chat", "desk", "--flows", FLOWS, "--store", store, "--model", model, *extra, input=said)
-    assert done.exit_code == 0, done.output
-    return lines(done.output)
-
-
-def test_chat_shows_the_card_and_approve_runs_the_call_once(tmp_path: Path) -> None:
-    store = f"sqlite:///{tmp_path / 'desk.sqlite3'}"
-    out = chat(tmp_path, store, [SMALL, "Your refund is on its way."], "refund 40001\n/approve looks right\n")
-    session_id = session_of("\n".join(out))
-    (approval,) = stored_approvals(store, session_id)
-    assert out == [
-        *HEADER,
-        "you › desk › (Desk)",
-        "╭─ waiting for approval ──────────────────────────────────────────────────────────────────────╮",
-        "│ Refund $25.50 on order 40001                                                                │",
-        "│                                                                                             │",
-        "│ argument  value                                                                             │",
-        "│ order_id  40001                                                                             │",
-        "│ amount    25.5                                                                              │",
-        "│                                                                                             │",
-        "│ tool     refund                                                                             │",
-        "│ who      the customer must approve                                                          │",
-        "│ expires  2027-01-15 08:10:00 (in 10 min)                                                    │",
-        f"│ id       {approval.id}                                                       │",
-        "│                                                                                             │",
-        "│ /approve [reason] runs it, /deny [reason] refuses it; typing a message instead withdraws it │",
-        "╰─────────────────────────────────────────────────────────────────────────────────────────────╯",
-        "you › approved Refund $25.50 on order 40001 (looks right)",
-        "desk › (Desk)",
-        "Your refund is on its way.",
-        "you ›",
-        f"session {session_id} (picoflow sessions show {session_id})",
-    ]
-    assert out[3:18] == [
-        "you › desk › (Desk)",
-        *card(
-            "Refund $25.50 on order 40001",
-            [("order_id", "40001"), ("amount", "25.5")],
-            "the customer",
-            approval.id,
-            ONE_WAITS,
-        ),
-    ]
-    assert [(approval.id, 40001, 25.5)] == desk.LEDGER
-    assert (approval.status, approval.decided_by, approval.reason) == ("approved", "local", "looks right")
-
-    shown = invoke("sessions", "show", session_id, "--store", store)
-    assert shown.exit_code == 0, shown.output
-    text = lines(shown.output)
-    assert text[text.index("Desk user: refund 40001") :][:6] == [
-        "Desk user: refund 40001",
-        'Desk assistant: → refund({"order_id": 40001, "amount": 25.5})',
-        "Desk ✓ refund → refunded $25.50 on order 40001",
-        "Desk assistant: Your refund is on its way.",
-        "─" * 94 + " decisions " + "─" * 95,
-        text[text.index("Desk user: refund 40001") + 5],
-    ]
-    assert table(shown.output) == [
-        DECISIONS,
-        [approval.id, "refund", "Refund $25.50 on order 40001", "approved", "2027-01-15 08:00:00", "local",
-         "2027-01-15 08:00:00", approval.args_sha256[:12], "looks right"],
-    ]  # fmt: skip
-
-
-DECISIONS = ["id", "tool", "summary", "status", "asked", "decided by", "decided", "args sha256", "reason"]
-
-
-def test_chat_deny_with_a_reason_runs_nothing_and_the_model_is_told(tmp_path: Path) -> None:
-    store = f"sqlite:///{tmp_path / 'desk.sqlite3'}"
-    out = chat(
-        tmp_path, store, [SMALL, "I will not refund it, then."], "refund 40001\n/deny the parcel arrived\n"
-    )
-    session_id = session_of("\n".join(out))
-    (approval,) = stored_approvals(store, session_id)
-    assert out[-5:] == [
-        "you › denied Refund $25.50 on order 40001 (the parcel arrived)",
-        "desk › (Desk)",
-        "I will not refund it, then.",
-        "you ›",
-        f"session {session_id} (picoflow sessions show {session_id})",
-    ]
-    assert desk.LEDGER == []
-    assert (approval.status, approval.decided_by, approval.reason) == (
-        "denied",
-        "local",
-        "the parcel arrived",
-    )
-    shown = invoke("sessions", "show", session_id, "--store", store).output
-    assert "Desk ✗ refund → Not run: refund was denied: the parcel arrived" in lines(shown)
-    assert table(shown) == [
-        DECISIONS,
-        [approval.id, "refund", "Refund $25.50 on order 40001", "denied", "2027-01-15 08:00:00", "local",
-         "2027-01-15 08:00:00", approval.args_sha256[:12], "the parcel arrived"],
-    ]  # fmt: skip
+pytestmark = pytest.mark.usefixtures("fixed_time")
 
 
 def test_a_staff_only_call_is_refused_to_the_customer_and_approved_by_staff(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'desk.sqlite3'}"
-    out = chat(tmp_path, store, [BIG], "refund 40001\n/approve\n")
+    out = chat_lines(tmp_path, store, [BIG], "refund 40001\n/approve\n")
     session_id = session_of("\n".join(out))
     (approval,) = stored_approvals(store, session_id)
     assert out[3:] == [
@@ -223,3 +103,98 @@ def test_a_staff_only_call_is_refused_to_the_customer_and_approved_by_staff(tmp_
          "2027-01-15 08:10:00", "sup-9", "checked the parcel"],
     ]  # fmt: skip
     assert [(approval.id, 40001, 250.0)] == desk.LEDGER
+
+
+def test_deny_from_the_command_line_and_a_turn_failing_after_the_decision(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'desk.sqlite3'}"
+    options = ["--flows", FLOWS, "--store", store]
+    chat_lines(tmp_path, store, [[SMALL, NOTE]], "refund and tell me\n")
+    session_id = listed_session(store)
+    refund, note = stored_approvals(store, session_id)
+    denied = invoke(
+        "approvals", "deny", session_id, refund.id[:12], *options, "--reason", "the parcel arrived",
+        "--model", write_script(tmp_path / "none.json", []),
+    )  # fmt: skip
+    # One of two decided: nothing runs yet, and the other one still waits.
+    assert denied.exit_code == 0, denied.output
+    assert lines(denied.output) == [
+        f"denied {refund.id}: Refund $25.50 on order 40001 (session {session_id})",
+        "desk › (Desk)",
+        "Waiting for approval: Send the note 'hi' (the customer must approve)",
+        *card("Send the note 'hi'", [("text", "hi")], "the customer", note.id,
+              f"picoflow approvals approve|deny {session_id} {note.id} [--reason TEXT]"),
+    ]  # fmt: skip
+    assert desk.LEDGER == []
+    # The note runs, then the model has nothing to say: the decision stands, the exit code says so.
+    failed = invoke(
+        "approvals",
+        "approve",
+        session_id,
+        note.id,
+        *options,
+        "--model",
+        write_script(tmp_path / "none.json", []),
+    )
+    assert failed.exit_code == 3
+    assert lines(failed.output) == [
+        f"approved {note.id}: Send the note 'hi' (session {session_id})",
+        "error: the decision stands, but the turn after it failed: The language model is unavailable right "
+        "now. Please try again shortly.",
+    ]
+    assert desk.LEDGER == [(None, 0, 0.0)]
+    assert [a.status for a in stored_approvals(store, session_id)] == ["denied", "approved"]
+
+
+def listed_session(store: str) -> str:
+    (session_id,) = [row[0] for row in table(invoke("sessions", "list", "--store", store).output)[1:]]
+    return session_id
+
+
+def test_approvals_refuse_what_they_cannot_name_or_decide_in_one_line(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'desk.sqlite3'}"
+    chat_lines(tmp_path, store, [[SMALL, NOTE]], "refund and tell me\n")
+    session_id = listed_session(store)
+    refund, _ = stored_approvals(store, session_id)
+    options = ["--flows", FLOWS, "--store", store, "--model", write_script(tmp_path / "none.json", [])]
+    both = ", ".join(approval.id for approval in stored_approvals(store, session_id))
+    for args, problem in [
+        (["approve", "nope", refund.id], "no session nope"),
+        (["approve", session_id, "zz"], f"no approval zz in session {session_id} for local"),
+        (["approve", session_id, " "], "name the approval: its id or a unique prefix"),
+        (
+            ["deny", session_id, "apr_"],
+            f"apr_ is ambiguous: it starts {both}; give more characters",
+        ),
+        (["approve", session_id, refund.id, "--as", " "], "--as must name a principal"),
+        (["approve", session_id, refund.id, "--role", ""], "--role must not be empty"),
+        # Someone else's session: a whole id goes to the engine, which says nothing exists.
+        (
+            ["approve", session_id, refund.id, "--as", "cust-2"],
+            f"not approved: no approval {refund.id} for this caller",
+        ),
+        (
+            ["deny", session_id, refund.id, "--reason", "x" * 2001],
+            "not denied: reason is longer than 2000 characters",
+        ),
+        (
+            ["approve", session_id, refund.id, "--flows", "nowhere:Flow"],
+            "cannot import nowhere: No module named 'nowhere'",
+        ),
+    ]:
+        refused = (
+            invoke("approvals", *args, *options) if "--flows" not in args else invoke("approvals", *args)
+        )
+        assert refused.exit_code == 1, refused.output
+        assert refused.output == f"error: {problem}\n"
+    for args, said in [
+        (["--session", "nope"], "error: no session nope\n"),
+        (["--session", session_id, "--as", "cust-2"], f"no approvals in session {session_id} for cust-2\n"),
+        (
+            ["--as", "sup-9", "--role", "staff"],
+            "no approvals wait for sup-9 (staff)\n",
+        ),  # small refunds are the customer's
+    ]:
+        listed = invoke("approvals", "list", "--store", store, *args)
+        assert listed.output == said
+    assert desk.LEDGER == []
+    assert [a.status for a in stored_approvals(store, session_id)] == ["pending", "pending"]

@@ -157,7 +157,7 @@ HELP = """\
 /attach FILE              send a file with your next message (/detach drops them)
 /approve [reason]         approve the call waiting for your decision: it runs, and the flow goes on
 /deny [reason]            deny it: it does not run, and the flow is told why
-/approve ID [reason]      with several waiting, name one by its id (or a unique prefix); /deny ID too
+/approve ID [reason]      with several waiting, name one (its id or a prefix); /deny ID too
 /new                      start a new conversation
 /quit                     leave (Ctrl-D too)
 Anything else is a message; sent while a call waits, it withdraws that call."""
@@ -205,7 +205,7 @@ async def _decide(
             problem = f"{command} needs an approval id"
             if first:
                 problem = f"{first} is ambiguous" if found else f"no waiting approval {first}"
-            console.print(f"[red]{escape(problem)}: {command} ID [reason] (waiting: {escape(ids)})[/red]")
+            console.print(f"[red]{escape(f'{problem}: {command} ID [reason] (waiting: {ids})')}[/red]")
             return None
         approval, reason = found[0], after.strip() or None
     else:

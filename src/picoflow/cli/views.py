@@ -36,7 +36,7 @@ def time_left(expires_at: float, now: float) -> str:
     if left < 3600:
         return f"in {round(left / 60)} min"
     if left < 2 * 86400:
-        return f"in {left / 3600:.1f} h"
+        return f"in {round(left / 3600)} h"
     return f"in {int(left // 86400)} days"
 
 
