@@ -52,6 +52,12 @@ def test_a_staff_only_call_is_refused_to_the_customer_and_approved_by_staff(tmp_
     assert mine.exit_code == 0 and mine.output == "no approvals wait for local\n"
     queue = invoke("approvals", "list", "--store", store, "--as", "sup-9", "--role", "staff")
     assert queue.exit_code == 0, queue.output
+    same = invoke("approvals", "list", "--store", store, "--as", "sup-9", "--role", "staff", "--flow", "desk")
+    assert same.output == queue.output
+    other = invoke(
+        "approvals", "list", "--store", store, "--as", "sup-9", "--role", "staff", "--flow", "hotel"
+    )
+    assert other.output == "no approvals wait for sup-9 (staff)\n"
     assert table(queue.output) == [
         ["id", "session", "tool", "summary", "who", "expires"],
         [approval.id, session_id, "refund", "Refund $250.00 on order 40001", "someone with the 'staff' role",

@@ -16,6 +16,7 @@ from picoflow.session import Session
 from picoflow_demos.hotel.scripted import CONVERSATION, SHERWOOD, model_script
 
 from .approval_support import (
+    BIG,
     DECISIONS,
     HEADER,
     NOTE,
@@ -345,3 +346,20 @@ def test_chat_ends_when_the_model_cannot_be_loaded(monkeypatch: pytest.MonkeyPat
         "error: The offline model could not be loaded: no network",
     ]
     assert "you ›" not in result.output
+
+
+@pytest.mark.usefixtures("fixed_time")
+def test_chat_with_the_role_an_approval_names_decides_it(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'desk.sqlite3'}"
+    out = chat_lines(tmp_path, store, [BIG, "Refunded."], "refund 40001\n/approve\n", "--role", "staff")
+    session_id = session_of("\n".join(out))
+    (approval,) = stored_approvals(store, session_id)
+    assert out[-5:] == [
+        "you › approved Refund $250.00 on order 40001",
+        "desk › (Desk)",
+        "Refunded.",
+        "you ›",
+        f"session {session_id} (picoflow sessions show {session_id})",
+    ]
+    assert [(approval.id, 40001, 250.0)] == desk.LEDGER
+    assert (approval.status, approval.decided_by) == ("approved", "local")

@@ -32,6 +32,7 @@ from picoflow.cli.loading import (
     fail,
     resolve_session_id,
     run,
+    said_here,
     store_engine,
 )
 from picoflow.cli.views import approval_card, expiry, match_approval, print_reply, when
@@ -50,17 +51,19 @@ AsOpt = Annotated[
     str,
     typer.Option(
         "--as",
+        metavar="PRINCIPAL",
         help="The principal you decide as (recorded as who decided); local, as picoflow chat, by default.",
     ),
 ]
 RoleOpt = Annotated[
     list[str] | None,
     typer.Option(
-        "--role", help="A role you hold (e.g. staff), admitting approvals that name it; repeatable."
+        "--role", metavar="ROLE", help="A role you hold (e.g. staff): admits approvals naming it; repeatable."
     ),
 ]
 ReasonOpt = Annotated[
-    str | None, typer.Option(help="Why, kept with the decision (and told to the model on a denial).")
+    str | None,
+    typer.Option(metavar="TEXT", help="Why, kept with the decision (and told to the model on a denial)."),
 ]
 SessionArg = Annotated[str, typer.Argument(metavar="SESSION", help="The session id (or a unique prefix).")]
 ApprovalArg = Annotated[str, typer.Argument(metavar="APPROVAL", help="The approval id (or a unique prefix).")]
@@ -200,7 +203,8 @@ def _decide(
         session_id = await resolve_session_id(engine, session)
         asked = await find_approval(engine, session_id, given, caller)
         approval_id = given if asked is None else asked.id
-        result = await engine.decide(session_id, approval_id, decision, reason, caller=caller)
+        with said_here():
+            result = await engine.decide(session_id, approval_id, decision, reason, caller=caller)
         return session_id, asked, result
 
     session_id, asked, result = run(lambda: _with(engine, work))

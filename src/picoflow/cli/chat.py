@@ -24,6 +24,7 @@ from picoflow.cli.loading import (
     fail,
     resolve_session_id,
     run,
+    said_here,
 )
 from picoflow.cli.views import approval_card, match_approval, print_reply
 from picoflow.context import Caller
@@ -43,7 +44,11 @@ def chat(
     principal: Annotated[str, typer.Option(help="Who you are to the flow (RunContext.principal).")] = "local",
     role: Annotated[
         list[str] | None,
-        typer.Option("--role", help="A role you hold (e.g. staff: approves calls that need it); repeatable."),
+        typer.Option(
+            "--role",
+            metavar="ROLE",
+            help="A role you hold (e.g. staff: approves calls that need it); repeatable.",
+        ),
     ] = None,
     attach: Annotated[
         list[Path] | None,
@@ -210,7 +215,7 @@ async def _decide(
         approval, reason = found[0], after.strip() or None
     else:
         approval, reason = waiting[0], rest.strip() or None
-    with console.status("[dim]deciding…[/dim]", spinner="dots") as status:
+    with console.status("[dim]deciding…[/dim]", spinner="dots") as status, said_here():
         result = await engine.decide(
             session_id, approval.id, decision, reason, caller=caller, on_event=_progress(status)
         )

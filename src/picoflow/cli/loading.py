@@ -5,12 +5,14 @@ traceback."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import json
+import logging
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypeGuard, TypeVar
 
@@ -67,6 +69,23 @@ def run(work: Callable[[], Awaitable[T]]) -> T:
         return asyncio.run(work())  # type: ignore[arg-type]
     except USER_ERRORS as exc:
         raise fail(str(exc)) from None
+
+
+@contextlib.contextmanager
+def said_here() -> Iterator[None]:
+    """While a command says itself why a decision was refused: the engine's warning of the same
+    refusal is not printed a second time (with logging not configured, Python prints warnings to
+    stderr). Logging someone configured is theirs: left as it is."""
+    logger = logging.getLogger("picoflow")
+    if logger.hasHandlers():
+        yield
+        return
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def load_flows(spec: str | None) -> list[type[Flow]]:

@@ -59,6 +59,7 @@ def serve(
         list[str] | None,
         typer.Option(
             "--role",
+            metavar="ROLE",
             help="A role the callers hold (e.g. staff: they may decide approvals naming it); repeatable. "
             "With API keys, each key's visibilities instead.",
         ),
