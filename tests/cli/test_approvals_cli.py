@@ -204,3 +204,18 @@ def test_approvals_refuse_what_they_cannot_name_or_decide_in_one_line(tmp_path: 
         assert listed.output == said
     assert desk.LEDGER == []
     assert [a.status for a in stored_approvals(store, session_id)] == ["pending", "pending"]
+
+
+def test_a_decision_the_flows_cannot_take_is_not_taken(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'desk.sqlite3'}"
+    chat_lines(tmp_path, store, [SMALL], "refund 40001\n")
+    session_id = listed_session(store)
+    (refund,) = stored_approvals(store, session_id)
+    # Without --flows the demo flows are loaded: the session's flow is not among them.
+    refused = invoke("approvals", "approve", session_id, refund.id, "--store", store)
+    assert refused.exit_code == 1
+    assert refused.output == (
+        "error: not approved: No such flow. (load the flows the session runs with --flows module:Class)\n"
+    )
+    assert [a.status for a in stored_approvals(store, session_id)] == ["pending"]
+    assert desk.LEDGER == []

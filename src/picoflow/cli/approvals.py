@@ -14,6 +14,7 @@ followed it failed (the decision stands; ``picoflow sessions show`` has the rest
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from typing import Annotated, TypeVar
 
@@ -23,6 +24,7 @@ from rich.table import Table
 
 from picoflow.approvals import Approval
 from picoflow.cli.loading import (
+    USER_ERRORS,
     CliError,
     FlowsOpt,
     ModelOpt,
@@ -38,7 +40,7 @@ from picoflow.cli.loading import (
 from picoflow.cli.views import approval_card, expiry, match_approval, print_reply, when
 from picoflow.context import Caller
 from picoflow.engine import FlowEngine
-from picoflow.exceptions import ApprovalRefused, InvalidInput
+from picoflow.exceptions import ApprovalRefused, FlowNotFound, InvalidInput, PicoflowError
 from picoflow.results import TurnResult
 
 T = TypeVar("T")
@@ -196,31 +198,58 @@ def _decide(
     try:
         caller = caller_of(principal, roles)
         engine = build_engine(flows, store, model)
-    except (CliError, ValueError) as exc:
+    except USER_ERRORS as exc:
         raise fail(str(exc)) from None
 
-    async def work(engine: FlowEngine) -> tuple[str, Approval | None, TurnResult]:
+    async def work(engine: FlowEngine) -> tuple[str, Approval | None, TurnResult, bool]:
         session_id = await resolve_session_id(engine, session)
         asked = await find_approval(engine, session_id, given, caller)
         approval_id = given if asked is None else asked.id
         with said_here():
             result = await engine.decide(session_id, approval_id, decision, reason, caller=caller)
-        return session_id, asked, result
+        taken = await was_decided(engine, session_id, asked, result, caller)
+        return session_id, asked, result, taken
 
-    session_id, asked, result = run(lambda: _with(engine, work))
-    error = result.error
-    if error is not None and error.is_a(ApprovalRefused, InvalidInput):
-        raise fail(f"not {'approved' if decision == 'approve' else 'denied'}: {result.message}")
+    session_id, asked, result, taken = run(lambda: _with(engine, work))
+    if not taken:
+        raise fail(f"not {'approved' if decision == 'approve' else 'denied'}: {refusal_text(result)}")
     done = "approved" if decision == "approve" else "denied"
     named = f"{asked.id}: {asked.summary}" if asked is not None else given
     console.print(f"{done} {escape(named)} (session {escape(session_id)})", soft_wrap=True)
-    if error is not None:
+    if result.error is not None:
         failed = f"the decision stands, but the turn after it failed: {result.message}"
         raise fail(failed, DECIDED_BUT_FAILED)
     print_reply(result.flow or "", result)
     for waiting in result.pending:
         command = f"picoflow approvals approve|deny {session_id} {waiting.id} [--reason TEXT]"
         console.print(approval_card(waiting, engine.clock(), command))
+
+
+async def was_decided(
+    engine: FlowEngine, session_id: str, asked: Approval | None, result: TurnResult, caller: Caller
+) -> bool:
+    """Whether the decision on ``asked`` (as it stood before) was taken: always when the result is
+    a reply, never for a refusal; after another failure the session's trail says (a model failing
+    after the decision was recorded leaves it decided; a flow not loaded, or a store failing
+    before, leaves it pending)."""
+    error = result.error
+    if error is None:
+        return True
+    if error.is_a(ApprovalRefused, InvalidInput) or asked is None or not asked.pending:
+        return False
+    try:
+        shown = await engine.approvals(session_id, caller=caller) or []
+    except PicoflowError:
+        return False  # the store still fails: nothing says the decision was recorded
+    now = next((approval for approval in shown if approval.id == asked.id), None)
+    return now is not None and now.status in ("approved", "denied")
+
+
+def refusal_text(result: TurnResult) -> str:
+    """Why nothing was decided, with what to do when the command line can help."""
+    if result.error is not None and result.error.is_a(FlowNotFound):
+        return f"{result.message} (load the flows the session runs with --flows module:Class)"
+    return result.message
 
 
 async def find_approval(engine: FlowEngine, session_id: str, given: str, caller: Caller) -> Approval | None:
@@ -234,7 +263,7 @@ async def find_approval(engine: FlowEngine, session_id: str, given: str, caller:
     if len(found) == 1:
         return found[0]
     if not found:
-        if given.startswith("apr_") and len(given) == 28:
+        if re.fullmatch(r"apr_[0-9a-f]{24}", given):
             return None
         raise CliError(f"no approval {given} in session {session_id} for {describe_caller(caller)}")
     names = ", ".join(a.id for a in found[:5]) + (", ..." if len(found) > 5 else "")

@@ -13,6 +13,7 @@ from rich.status import Status
 
 from picoflow.approvals import Approval
 from picoflow.attachments import Attachment, AttachmentLimits, check_attachments
+from picoflow.cli.approvals import was_decided
 from picoflow.cli.loading import (
     USER_ERRORS,
     CliError,
@@ -30,7 +31,7 @@ from picoflow.cli.views import approval_card, match_approval, print_reply
 from picoflow.context import Caller
 from picoflow.engine import FlowEngine, TurnResult
 from picoflow.events import StepEntered, ToolCalled, TurnEvent
-from picoflow.exceptions import ApprovalRefused, InvalidInput, PicoflowError
+from picoflow.exceptions import PicoflowError
 from picoflow.models import Model
 from picoflow.models.readiness import LoadStatus, Phase, Preparable, Warm, preparable_models
 
@@ -219,18 +220,16 @@ async def _decide(
         result = await engine.decide(
             session_id, approval.id, decision, reason, caller=caller, on_event=_progress(status)
         )
-    error = result.error
-    if error is not None and error.is_a(ApprovalRefused, InvalidInput):
+    if not await was_decided(engine, session_id, approval, result, caller):
         done = "approved" if decision == "approve" else "denied"
         console.print(f"[red]not {done}: {escape(result.message)}[/red]")
         return result
     done = "[green]approved[/green]" if decision == "approve" else "[yellow]denied[/yellow]"
     said = f" ({escape(reason)})" if reason else ""
     console.print(f"{done} {escape(approval.summary)}{said}")
-    if error is not None:
-        console.print(
-            f"[red]the decision stands, but the turn after it failed: {escape(result.message)}[/red]"
-        )
+    if result.error is not None:
+        failed = f"the decision stands, but the turn after it failed: {result.message}"
+        console.print(f"[red]{escape(failed)}[/red]")
     return result
 
 
