@@ -81,6 +81,7 @@ async def three_hotel_turns(session: ClientSession) -> str:
             "completed": False,
             "step": "Explore",
             "content_type": "text/plain",
+            "pending": [],
         }
         session_id = result.structured_content["session_id"]
         assert isinstance(session_id, str) and session_id

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.cli import desk
 
 from picoflow.cli import loading
 from picoflow.models import ScriptedModel
@@ -14,6 +15,20 @@ from picoflow.models.readiness import LoadStatus, LoadTracker, Phase
 from picoflow.session import Session
 from picoflow_demos.hotel.scripted import CONVERSATION, SHERWOOD, model_script
 
+from .approval_support import (
+    BIG,
+    DECISIONS,
+    HEADER,
+    NOTE,
+    ONE_WAITS,
+    SMALL,
+    card,
+    chat_lines,
+    lines,
+    session_of,
+    stored_approvals,
+    table,
+)
 from .support import invoke, stored_sessions, write_script
 
 
@@ -99,6 +114,173 @@ def test_chat_refuses_a_session_it_cannot_name_in_one_line(tmp_path: Path) -> No
         assert refused.output.splitlines() == [f"error: {problem}"]
 
 
+# --- calls waiting for approval: the card, /approve and /deny -------------------------------------
+
+
+@pytest.mark.usefixtures("fixed_time")
+def test_chat_shows_the_card_and_approve_runs_the_call_once(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'desk.sqlite3'}"
+    out = chat_lines(
+        tmp_path, store, [SMALL, "Your refund is on its way."], "refund 40001\n/approve looks right\n"
+    )
+    session_id = session_of("\n".join(out))
+    (approval,) = stored_approvals(store, session_id)
+    assert out == [
+        *HEADER,
+        "you › desk › (Desk)",
+        "╭─ waiting for approval ──────────────────────────────────────────────────────────────────────╮",
+        "│ Refund $25.50 on order 40001                                                                │",
+        "│                                                                                             │",
+        "│ argument  value                                                                             │",
+        "│ order_id  40001                                                                             │",
+        "│ amount    25.5                                                                              │",
+        "│                                                                                             │",
+        "│ tool     refund                                                                             │",
+        "│ who      the customer must approve                                                          │",
+        "│ expires  2027-01-15 08:10:00 (in 10 min)                                                    │",
+        f"│ id       {approval.id}                                                       │",
+        "│                                                                                             │",
+        "│ /approve [reason] runs it, /deny [reason] refuses it; typing a message instead withdraws it │",
+        "╰─────────────────────────────────────────────────────────────────────────────────────────────╯",
+        "you › approved Refund $25.50 on order 40001 (looks right)",
+        "desk › (Desk)",
+        "Your refund is on its way.",
+        "you ›",
+        f"session {session_id} (picoflow sessions show {session_id})",
+    ]
+    assert out[3:18] == [
+        "you › desk › (Desk)",
+        *card(
+            "Refund $25.50 on order 40001",
+            [("order_id", "40001"), ("amount", "25.5")],
+            "the customer",
+            approval.id,
+            ONE_WAITS,
+        ),
+    ]
+    assert [(approval.id, 40001, 25.5)] == desk.LEDGER
+    assert (approval.status, approval.decided_by, approval.reason) == ("approved", "local", "looks right")
+
+    shown = invoke("sessions", "show", session_id, "--store", store)
+    assert shown.exit_code == 0, shown.output
+    text = lines(shown.output)
+    assert text[text.index("Desk user: refund 40001") :][:6] == [
+        "Desk user: refund 40001",
+        'Desk assistant: → refund({"order_id": 40001, "amount": 25.5})',
+        "Desk ✓ refund → refunded $25.50 on order 40001",
+        "Desk assistant: Your refund is on its way.",
+        "─" * 94 + " decisions " + "─" * 95,
+        text[text.index("Desk user: refund 40001") + 5],
+    ]
+    assert table(shown.output) == [
+        DECISIONS,
+        [approval.id, "refund", "Refund $25.50 on order 40001", "approved", "2027-01-15 08:00:00", "local",
+         "2027-01-15 08:00:00", approval.args_sha256[:12], "looks right"],
+    ]  # fmt: skip
+
+
+@pytest.mark.usefixtures("fixed_time")
+def test_chat_deny_with_a_reason_runs_nothing_and_the_model_is_told(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'desk.sqlite3'}"
+    out = chat_lines(
+        tmp_path, store, [SMALL, "I will not refund it, then."], "refund 40001\n/deny the parcel arrived\n"
+    )
+    session_id = session_of("\n".join(out))
+    (approval,) = stored_approvals(store, session_id)
+    assert out[-5:] == [
+        "you › denied Refund $25.50 on order 40001 (the parcel arrived)",
+        "desk › (Desk)",
+        "I will not refund it, then.",
+        "you ›",
+        f"session {session_id} (picoflow sessions show {session_id})",
+    ]
+    assert desk.LEDGER == []
+    assert (approval.status, approval.decided_by, approval.reason) == (
+        "denied",
+        "local",
+        "the parcel arrived",
+    )
+    shown = invoke("sessions", "show", session_id, "--store", store).output
+    assert "Desk ✗ refund → Not run: refund was denied: the parcel arrived" in lines(shown)
+    assert table(shown) == [
+        DECISIONS,
+        [approval.id, "refund", "Refund $25.50 on order 40001", "denied", "2027-01-15 08:00:00", "local",
+         "2027-01-15 08:00:00", approval.args_sha256[:12], "the parcel arrived"],
+    ]  # fmt: skip
+
+
+@pytest.mark.usefixtures("fixed_time")
+def test_chat_names_one_of_several_waiting_calls_by_its_id(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'desk.sqlite3'}"
+    first = chat_lines(tmp_path, store, [[SMALL, NOTE]], "refund and tell me\n")
+    session_id = session_of("\n".join(first))
+    refund, note = stored_approvals(store, session_id)
+    several = (
+        "/approve {id} [reason] runs it, /deny {id} [reason] refuses it; typing a message instead withdraws "
+        "them all"
+    )
+    cards = [
+        *card("Refund $25.50 on order 40001", [("order_id", "40001"), ("amount", "25.5")], "the customer",
+              refund.id, several.format(id=refund.id)),
+        *card("Send the note 'hi'", [("text", "hi")], "the customer", note.id, several.format(id=note.id)),
+    ]  # fmt: skip
+    assert first[3:] == ["you › desk › (Desk)", *cards, "you ›", first[-1]]
+    # Continued later, the session shows what waits, and the chat decides one call at a time.
+    said = f"/approve\n/approve {note.id[4:12]} fine\n/deny\n"
+    out = chat_lines(tmp_path, store, ["All done."], said, "--session", session_id[:8])
+    assert out == [
+        *HEADER,
+        *cards,
+        f"you › /approve needs an approval id: /approve ID [reason] (waiting: {refund.id}, {note.id})",
+        "you › approved Send the note 'hi' (fine)",
+        "desk › (Desk)",
+        *card("Refund $25.50 on order 40001", [("order_id", "40001"), ("amount", "25.5")], "the customer",
+              refund.id, ONE_WAITS),
+        "you › denied Refund $25.50 on order 40001",
+        "desk › (Desk)",
+        "All done.",
+        "you ›",
+        f"session {session_id} (picoflow sessions show {session_id})",
+    ]  # fmt: skip
+    assert desk.LEDGER == [(None, 0, 0.0)]  # the note ran; the refund did not
+    assert [(a.status, a.reason) for a in stored_approvals(store, session_id)] == [
+        ("denied", None),
+        ("approved", "fine"),
+    ]
+
+
+@pytest.mark.usefixtures("fixed_time")
+def test_chat_a_message_instead_withdraws_the_waiting_call(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'desk.sqlite3'}"
+    out = chat_lines(
+        tmp_path, store, [SMALL, "What else can I do?"], "/approve\n/help\nrefund 40001\nnever mind\n/deny\n"
+    )
+    session_id = session_of("\n".join(out))
+    (approval,) = stored_approvals(store, session_id)
+    assert out == [
+        *HEADER,
+        "you › nothing waits for a decision",
+        "you › /attach FILE              send a file with your next message (/detach drops them)",
+        "/approve [reason]         approve the call waiting for your decision: it runs, and the flow goes on",
+        "/deny [reason]            deny it: it does not run, and the flow is told why",
+        "/approve ID [reason]      with several waiting, name one (its id or a prefix); /deny ID too",
+        "/new                      start a new conversation",
+        "/quit                     leave (Ctrl-D too)",
+        "Anything else is a message; sent while a call waits, it withdraws that call.",
+        "you › desk › (Desk)",
+        *card("Refund $25.50 on order 40001", [("order_id", "40001"), ("amount", "25.5")], "the customer",
+              approval.id, ONE_WAITS),
+        "you › withdrawn: Refund $25.50 on order 40001 (your message came first)",
+        "desk › (Desk)",
+        "What else can I do?",
+        "you › nothing waits for a decision",
+        "you ›",
+        f"session {session_id} (picoflow sessions show {session_id})",
+    ]  # fmt: skip
+    assert desk.LEDGER == []
+    assert (approval.status, approval.decided_by) == ("withdrawn", None)
+
+
 # --- the embedded model's load, shown before it is needed ----------------------------------------
 
 
@@ -164,3 +346,20 @@ def test_chat_ends_when_the_model_cannot_be_loaded(monkeypatch: pytest.MonkeyPat
         "error: The offline model could not be loaded: no network",
     ]
     assert "you ›" not in result.output
+
+
+@pytest.mark.usefixtures("fixed_time")
+def test_chat_with_the_role_an_approval_names_decides_it(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'desk.sqlite3'}"
+    out = chat_lines(tmp_path, store, [BIG, "Refunded."], "refund 40001\n/approve\n", "--role", "staff")
+    session_id = session_of("\n".join(out))
+    (approval,) = stored_approvals(store, session_id)
+    assert out[-5:] == [
+        "you › approved Refund $250.00 on order 40001",
+        "desk › (Desk)",
+        "Refunded.",
+        "you ›",
+        f"session {session_id} (picoflow sessions show {session_id})",
+    ]
+    assert [(approval.id, 40001, 250.0)] == desk.LEDGER
+    assert (approval.status, approval.decided_by) == ("approved", "local")

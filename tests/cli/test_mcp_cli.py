@@ -16,6 +16,8 @@ def test_mcp_serve_refuses_a_public_bind_without_open_and_bad_options() -> None:
 
     nobody = invoke("mcp", "serve", "--principal", " ", "--store", "memory://")
     assert nobody.exit_code == 2 and "--principal must not be empty" in nobody.output
+    no_role = invoke("mcp", "serve", "--role", "staff", "--role", " ", "--store", "memory://")
+    assert no_role.exit_code == 2 and no_role.output == "error: --role must not be empty\n"
 
     flows = invoke("mcp", "serve", "--flows", "nowhere:Flow", "--store", "memory://")
     assert flows.exit_code == 1 and "cannot import nowhere" in flows.output
@@ -26,3 +28,4 @@ def test_mcp_is_a_command_group() -> None:
     assert "serve" in listed.output
     helped = invoke("mcp", "serve", "--help")
     assert helped.exit_code == 0 and "--transport" in helped.output and "--principal" in helped.output
+    assert "--role" in helped.output

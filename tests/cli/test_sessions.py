@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 from pathlib import Path
+from typing import Any
 from unittest.mock import AsyncMock
 
 import pytest
 
 from picoflow import cli
+from picoflow.approvals import Approval, Approvers
 from picoflow.cli import sessions
 from picoflow.cli.loading import CliError
 from picoflow.engine import ANY_PRINCIPAL, FlowEngine
@@ -17,6 +19,7 @@ from picoflow.session import LogRecord, Session
 from picoflow.sessions import open_store
 from picoflow.sessions.memory import MemoryStore
 
+from .approval_support import DECISIONS, NOW, table
 from .support import invoke, stored_sessions
 
 IDS = ["0933f88d-b1", "0933f88d-c2", "0933f_x", "0933fAx", "1"]
@@ -163,3 +166,56 @@ def test_db_upgrade(tmp_path: Path) -> None:
     assert memory.exit_code == 0 and "nothing to upgrade" in memory.output
     wrong = invoke("db", "upgrade", "--store", "mysql://x")
     assert wrong.exit_code == 1 and "unknown session store" in wrong.output
+
+
+@pytest.mark.usefixtures("fixed_time")
+def test_sessions_show_lists_every_decision_as_the_audit_trail(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'sessions.sqlite3'}"
+    staff = Approvers(principal=False, roles=("staff",))
+
+    def asked(n: int, **decided: Any) -> Approval:
+        return Approval(
+            id=f"apr_{n:024x}", tool="refund", args={"order_id": n, "amount": 250.0},
+            summary=f"Refund $250.00 on order {n}", approvers=staff, expires_at=NOW + 600 - 1000 * (n == 5),
+            step="Desk", call_id=f"c{n}", args_sha256=f"{n:x}" * 64, created_at=NOW - 60, **decided,
+        )  # fmt: skip
+
+    session = Session(id="s1", flow="desk", current_step="Desk", principal="cust-1")
+    session.approvals = [
+        asked(1, status="approved", decided_by="sup-9", decided_at=NOW - 30, reason="checked the parcel"),
+        asked(2, status="denied", decided_by="cust-1", decided_at=NOW - 20),
+        asked(3, status="withdrawn", reason="a new message came first"),
+        asked(4),
+        asked(5),  # its time ran out, and nothing recorded that yet
+    ]
+    stored_sessions(url, session)
+    shown = invoke("sessions", "show", "s1", "--store", url)
+    assert shown.exit_code == 0, shown.output
+    text = [line.rstrip() for line in shown.output.splitlines()]
+    assert "─" * 94 + " decisions " + "─" * 95 in text
+
+    def row(n: int, status: str, by: str = "-", at: str = "-", reason: str = "-") -> list[str]:
+        summary = f"Refund $250.00 on order {n}"
+        return [
+            f"apr_{n:024x}",
+            "refund",
+            summary,
+            status,
+            "2027-01-15 07:59:00",
+            by,
+            at,
+            f"{n:x}" * 12,
+            reason,
+        ]
+
+    assert table(shown.output) == [
+        DECISIONS,
+        row(1, "approved", "sup-9", "2027-01-15 07:59:30", "checked the parcel"),
+        row(2, "denied", "cust-1", "2027-01-15 07:59:40"),
+        row(3, "withdrawn", reason="a new message came first"),
+        row(4, "pending (in 10 min)"),
+        row(5, "expired"),
+    ]
+    # A session that never asked for an approval shows no decisions section.
+    stored_sessions(url, Session(id="s2", flow="desk", current_step="Desk"))
+    assert " decisions " not in invoke("sessions", "show", "s2", "--store", url).output

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 import picoflow
+from picoflow.cli.approvals import approvals_app
 from picoflow.cli.chat import chat
 from picoflow.cli.flows import eval_scenarios, graph, list_flows
 from picoflow.cli.loading import console
@@ -49,6 +50,7 @@ app.command()(graph)
 app.command("eval")(eval_scenarios)
 app.command()(worker)
 app.add_typer(sessions_app, name="sessions")
+app.add_typer(approvals_app, name="approvals")
 app.add_typer(db_app, name="db")
 app.add_typer(mcp_app, name="mcp")
 

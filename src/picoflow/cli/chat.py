@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.json import JSON
-from rich.markdown import Markdown
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
+from rich.status import Status
 
+from picoflow.approvals import Approval
 from picoflow.attachments import Attachment, AttachmentLimits, check_attachments
+from picoflow.cli.approvals import was_decided
 from picoflow.cli.loading import (
     USER_ERRORS,
     CliError,
@@ -23,7 +25,9 @@ from picoflow.cli.loading import (
     fail,
     resolve_session_id,
     run,
+    said_here,
 )
+from picoflow.cli.views import approval_card, match_approval, print_reply
 from picoflow.context import Caller
 from picoflow.engine import FlowEngine, TurnResult
 from picoflow.events import StepEntered, ToolCalled, TurnEvent
@@ -39,6 +43,14 @@ def chat(
         typer.Option(help="Continue this session (its id or a unique prefix) instead of starting one."),
     ] = None,
     principal: Annotated[str, typer.Option(help="Who you are to the flow (RunContext.principal).")] = "local",
+    role: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--role",
+            metavar="ROLE",
+            help="A role you hold (e.g. staff: approves calls that need it); repeatable.",
+        ),
+    ] = None,
     attach: Annotated[
         list[Path] | None,
         typer.Option(help="A file to send with the first message (PDF, image or text); repeatable."),
@@ -47,8 +59,9 @@ def chat(
     model: ModelOpt = None,
     flows: FlowsOpt = None,
 ) -> None:
-    """Chat with a flow in the terminal (/attach FILE sends a file with the next message, /new starts
-    over, /quit or Ctrl-D leaves)."""
+    """Chat with a flow in the terminal (/attach FILE sends a file with the next message, /approve and
+    /deny decide a call waiting for approval, /new starts over, /help lists the commands, /quit or
+    Ctrl-D leaves)."""
     try:
         engine = build_engine(flows, store, model)
         spec = engine.flow(flow)
@@ -64,10 +77,19 @@ def chat(
             console.rule(f"[bold]{escape(spec.name)}[/bold]")
             if spec.description:
                 console.print(f"[dim]{escape(spec.description)}[/dim]")
-            console.print("[dim]/attach FILE sends a file, /new starts over, /quit or Ctrl-D leaves[/dim]")
+            console.print(
+                "[dim]/attach FILE sends a file, /new starts over, /help lists the commands, /quit or Ctrl-D "
+                "leaves[/dim]"
+            )
             pending.show()
             await _prepare_models(engine, spec.name)
-            session_id = await _converse(engine, spec.name, session_id, Caller(principal=principal), pending)
+            session_id = await _converse(
+                engine,
+                spec.name,
+                session_id,
+                Caller(principal=principal, visibilities=frozenset(role or ())),
+                pending,
+            )
         finally:
             await engine.aclose()
         if session_id:
@@ -80,6 +102,10 @@ async def _converse(
     engine: FlowEngine, flow: str, session_id: str | None, caller: Caller, pending: Pending
 ) -> str | None:
     """Turn after turn until the user leaves or the conversation completes; the last session's id."""
+    waiting: tuple[Approval, ...] = ()
+    if session_id is not None:
+        waiting = await _waiting(engine, session_id, caller)
+        _show_cards(engine, waiting)
     while True:
         try:
             text = console.input("[bold cyan]you ›[/bold cyan] ").strip()
@@ -90,24 +116,121 @@ async def _converse(
             continue
         if text in ("/quit", "/exit"):
             return session_id
+        if text == "/help":
+            console.print(HELP, markup=False)
+            continue
         if text == "/new":
-            session_id = None
+            session_id, waiting = None, ()
             console.print("[dim]new conversation[/dim]")
             continue
         if pending.command(text):
             continue
-        result = await _turn(engine, flow, text, session_id, caller, pending.files)
-        if result.error is not None:
-            console.print(f"[red]{escape(result.message)}[/red]")
-            if pending.files:
-                console.print("[dim]the files wait for your next message (/detach drops them)[/dim]")
-            continue
-        pending.files = []
+        word, _, rest = text.partition(" ")
+        if word in ("/approve", "/deny"):
+            if session_id is None or not waiting:
+                console.print("[yellow]nothing waits for a decision[/yellow]")
+                continue
+            decision = "approve" if word == "/approve" else "deny"
+            result = await _decide(engine, session_id, caller, waiting, decision, rest)
+            if result is None:
+                continue
+            if result.error is not None:
+                waiting = await _waiting(engine, session_id, caller)
+                continue
+        else:
+            result = await _turn(engine, flow, text, session_id, caller, pending.files)
+            if result.error is not None:
+                console.print(f"[red]{escape(result.message)}[/red]")
+                if pending.files:
+                    console.print("[dim]the files wait for your next message (/detach drops them)[/dim]")
+                continue
+            pending.files = []
+            for withdrawn in waiting:
+                console.print(f"[dim]withdrawn: {escape(withdrawn.summary)} (your message came first)[/dim]")
         session_id = result.session_id
-        _print_reply(flow, result)
+        waiting = result.pending
+        if waiting:
+            console.print(_speaker(flow, result))
+            _show_cards(engine, waiting)
+        else:
+            print_reply(flow, result)
         if result.completed:
             console.print("[green]The conversation is complete.[/green]")
             return session_id
+
+
+HELP = """\
+/attach FILE              send a file with your next message (/detach drops them)
+/approve [reason]         approve the call waiting for your decision: it runs, and the flow goes on
+/deny [reason]            deny it: it does not run, and the flow is told why
+/approve ID [reason]      with several waiting, name one (its id or a prefix); /deny ID too
+/new                      start a new conversation
+/quit                     leave (Ctrl-D too)
+Anything else is a message; sent while a call waits, it withdraws that call."""
+
+
+async def _waiting(engine: FlowEngine, session_id: str, caller: Caller) -> tuple[Approval, ...]:
+    """The session's approvals that still wait for a decision, as the caller sees them."""
+    shown = await engine.approvals(session_id, caller=caller) or []
+    return tuple(approval for approval in shown if approval.pending)
+
+
+ONE_WAITS = "/approve [reason] runs it, /deny [reason] refuses it; typing a message instead withdraws it"
+
+
+def _show_cards(engine: FlowEngine, waiting: tuple[Approval, ...]) -> None:
+    now = engine.clock()
+    several = len(waiting) > 1
+    for approval in waiting:
+        if several:
+            commands = (
+                f"/approve {approval.id} [reason] runs it, /deny {approval.id} [reason] refuses it; "
+                "typing a message instead withdraws them all"
+            )
+        else:
+            commands = ONE_WAITS
+        console.print(approval_card(approval, now, commands))
+
+
+async def _decide(
+    engine: FlowEngine,
+    session_id: str,
+    caller: Caller,
+    waiting: tuple[Approval, ...],
+    decision: str,
+    rest: str,
+) -> TurnResult | None:
+    """Decide the approval ``rest`` names (or the one waiting) with the rest as the reason; the
+    turn's result, or None when the command named none (said why)."""
+    command = "/approve" if decision == "approve" else "/deny"
+    first, _, after = rest.strip().partition(" ")
+    if len(waiting) > 1 or first.startswith("apr_"):
+        found = match_approval(first, waiting) if first else []
+        if len(found) != 1:
+            ids = ", ".join(approval.id for approval in waiting)
+            problem = f"{command} needs an approval id"
+            if first:
+                problem = f"{first} is ambiguous" if found else f"no waiting approval {first}"
+            console.print(f"[red]{escape(f'{problem}: {command} ID [reason] (waiting: {ids})')}[/red]")
+            return None
+        approval, reason = found[0], after.strip() or None
+    else:
+        approval, reason = waiting[0], rest.strip() or None
+    with console.status("[dim]deciding…[/dim]", spinner="dots") as status, said_here():
+        result = await engine.decide(
+            session_id, approval.id, decision, reason, caller=caller, on_event=_progress(status)
+        )
+    if not await was_decided(engine, session_id, approval, result, caller):
+        done = "approved" if decision == "approve" else "denied"
+        console.print(f"[red]not {done}: {escape(result.message)}[/red]")
+        return result
+    done = "[green]approved[/green]" if decision == "approve" else "[yellow]denied[/yellow]"
+    said = f" ({escape(reason)})" if reason else ""
+    console.print(f"{done} {escape(approval.summary)}{said}")
+    if result.error is not None:
+        failed = f"the decision stands, but the turn after it failed: {result.message}"
+        console.print(f"[red]{escape(failed)}[/red]")
+    return result
 
 
 async def _prepare_models(engine: FlowEngine, flow: str) -> None:
@@ -185,31 +308,27 @@ async def _turn(
     files: list[Attachment],
 ) -> TurnResult:
     with console.status(f"[dim]{escape(flow)} is thinking…[/dim]", spinner="dots") as status:
-
-        def progress(event: TurnEvent) -> None:
-            if isinstance(event, StepEntered) and event.parent is not None:
-                status.update(f"[dim]asking {escape(event.step)}…[/dim]")
-            elif isinstance(event, StepEntered):
-                status.update(f"[dim]moving to {escape(event.step)}…[/dim]")
-            elif isinstance(event, ToolCalled):
-                status.update(f"[dim]running {escape(event.name)}…[/dim]")
-
-        return await engine.run(flow, text, session_id, caller=caller, on_event=progress, attachments=files)
+        return await engine.run(
+            flow, text, session_id, caller=caller, on_event=_progress(status), attachments=files
+        )
 
 
-def _print_reply(flow: str, result: TurnResult) -> None:
-    console.print(f"[bold magenta]{escape(flow)} ›[/bold magenta] [dim]({escape(result.step or '')})[/dim]")
-    media = result.content_type.split(";", 1)[0].strip().lower()
-    if media.endswith("json"):
-        try:
-            console.print(JSON(result.message))
-            return
-        except ValueError:
-            pass
-    if media in ("text/plain", "text/markdown"):
-        console.print(Markdown(result.message))
-    else:
-        console.print(result.message, markup=False)
+def _progress(status: Status) -> Callable[[TurnEvent], None]:
+    """What the spinner says while a turn runs."""
+
+    def progress(event: TurnEvent) -> None:
+        if isinstance(event, StepEntered) and event.parent is not None:
+            status.update(f"[dim]asking {escape(event.step)}…[/dim]")
+        elif isinstance(event, StepEntered):
+            status.update(f"[dim]moving to {escape(event.step)}…[/dim]")
+        elif isinstance(event, ToolCalled):
+            status.update(f"[dim]running {escape(event.name)}…[/dim]")
+
+    return progress
+
+
+def _speaker(flow: str, result: TurnResult) -> str:
+    return f"[bold magenta]{escape(flow)} ›[/bold magenta] [dim]({escape(result.step or '')})[/dim]"
 
 
 class Pending:

@@ -5,11 +5,14 @@ traceback."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import json
+import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypeGuard, TypeVar
 
@@ -40,6 +43,11 @@ _MODEL_HELP = "Model for every step: provider:name, local, scripted:FILE.json or
 ModelOpt = Annotated[str | None, typer.Option("--model", envvar="PICOFLOW_MODEL", help=_MODEL_HELP)]
 
 
+clock: Callable[[], float] = time.time
+"""The time every command's engine reads: approvals are asked, expire and are decided by it (a test
+sets it to show exact times)."""
+
+
 class CliError(Exception):
     """A problem the user can fix; printed without a traceback."""
 
@@ -61,6 +69,23 @@ def run(work: Callable[[], Awaitable[T]]) -> T:
         return asyncio.run(work())  # type: ignore[arg-type]
     except USER_ERRORS as exc:
         raise fail(str(exc)) from None
+
+
+@contextlib.contextmanager
+def said_here() -> Iterator[None]:
+    """While a command says itself why a decision was refused: the engine's warning of the same
+    refusal is not printed a second time (with logging not configured, Python prints warnings to
+    stderr). Logging someone configured is theirs: left as it is."""
+    logger = logging.getLogger("picoflow")
+    if logger.hasHandlers():
+        yield
+        return
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def load_flows(spec: str | None) -> list[type[Flow]]:
@@ -145,12 +170,12 @@ def _python_model(target: str) -> Model:
 
 def build_engine(flows: str | None, store: str | None, model: str | None) -> FlowEngine:
     """The engine of the ``--flows``, ``--store`` and ``--model`` options."""
-    return FlowEngine(load_flows(flows), store=open_store(store), model=build_model(model))
+    return FlowEngine(load_flows(flows), store=open_store(store), model=build_model(model), clock=clock)
 
 
 def store_engine(store: str | None) -> FlowEngine:
     """An engine for commands that only read sessions: no flows to load, no model to build."""
-    return FlowEngine(store=open_store(store))
+    return FlowEngine(store=open_store(store), clock=clock)
 
 
 async def resolve_session_id(engine: FlowEngine, given: str) -> str:

@@ -55,6 +55,15 @@ def serve(
             "http with API keys (PICOFLOW_API_KEYS / PICOFLOW_API_KEYS_FILE), each key's principal instead."
         ),
     ] = "mcp",
+    role: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--role",
+            metavar="ROLE",
+            help="A role the callers hold (e.g. staff: they may decide approvals naming it); repeatable. "
+            "With API keys, each key's visibilities instead.",
+        ),
+    ] = None,
     open_mode: Annotated[
         bool,
         typer.Option(
@@ -66,12 +75,16 @@ def serve(
     flows: FlowsOpt = None,
 ) -> None:
     """Serve each flow as an MCP tool FLOW(message, session_id?) answering the reply, the session id and
-    whether the conversation completed; sessions are kept in the store."""
+    whether the conversation completed (and the calls waiting for approval, which decide_approval
+    decides as the same caller); sessions are kept in the store."""
     from picoflow.server import mcp as mcp_serve
     from picoflow.server.auth import is_loopback, load_api_keys
 
     if not principal.strip():
         raise fail("--principal must not be empty", code=2)
+    roles = [name.strip() for name in role or ()]
+    if not all(roles):
+        raise fail("--role must not be empty", code=2)
     try:
         keys = load_api_keys() if transport is Transport.http else {}
     except ValueError as exc:
@@ -93,15 +106,17 @@ def serve(
     say(f"  model      {escape(describe_model(model))}")
     say(f"  store      {escape(repr(engine.store))}")
     say(f"  principal  {escape(principal) if not keys else f'each API key its own ({len(keys)} keys)'}")
+    if roles and not keys:
+        say(f"  roles      {escape(', '.join(roles))}")
 
     def report(line: str) -> None:
         say(f"  [dim]{escape(line)}[/dim]")
 
     if transport is Transport.stdio:
-        work = mcp_serve.serve_stdio(engine, principal=principal, report=report)
+        work = mcp_serve.serve_stdio(engine, principal=principal, roles=roles, report=report)
     else:
         work = mcp_serve.serve_http(
-            engine, host=host, port=port, principal=principal, report=report, api_keys=keys
+            engine, host=host, port=port, principal=principal, roles=roles, report=report, api_keys=keys
         )
     try:
         asyncio.run(work)

@@ -5,7 +5,6 @@ administrator's command and opens the store itself."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import datetime
 from typing import Annotated, TypeVar
 
 import typer
@@ -13,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from picoflow.cli.loading import CliError, StoreOpt, console, resolve_session_id, run, store_engine
+from picoflow.cli.views import decisions_table, when
 from picoflow.engine import ANY_PRINCIPAL, FlowEngine
 from picoflow.messages import Message
 from picoflow.session import LogRecord, Session, SessionInfo, SessionStatus
@@ -67,7 +67,7 @@ def sessions_list(
     for info in infos:
         table.add_row(
             info.id, info.flow, info.status, info.current_step, str(info.turns),
-            escape(info.principal or "-"), _when(info.updated_at),
+            escape(info.principal or "-"), when(info.updated_at),
         )  # fmt: skip
     console.print(table)
 
@@ -77,13 +77,14 @@ def sessions_show(
     session_id: Annotated[str, typer.Argument(metavar="ID", help="The session id (or a unique prefix).")],
     store: StoreOpt = None,
 ) -> None:
-    """Show a session: transcript, steps visited, usage, warnings and errors."""
+    """Show a session: transcript, steps visited, usage, the decisions on its approvals, warnings and
+    errors."""
 
-    async def work(engine: FlowEngine) -> _Record:
+    async def work(engine: FlowEngine) -> tuple[_Record, float]:
         found = await resolve_session_id(engine, session_id)
-        return await _read_session(engine, found)
+        return await _read_session(engine, found), engine.clock()
 
-    session, transcript, failures = run(lambda: _with_engine(store, work))
+    (session, transcript, failures), now = run(lambda: _with_engine(store, work))
     console.rule(f"session {escape(session.id)}")
     facts = Table.grid(padding=(0, 2))
     for name, value in (
@@ -93,8 +94,8 @@ def sessions_show(
         ("steps visited", " → ".join(session.sequence) or "-"),
         ("principal", session.principal or "-"),
         ("turns", f"{session.turns} (revision {session.revision})"),
-        ("created", _when(session.created_at)),
-        ("updated", _when(session.updated_at)),
+        ("created", when(session.created_at)),
+        ("updated", when(session.updated_at)),
         ("models", ", ".join(f"{step}: {name}" for step, name in session.models.items()) or "-"),
     ):
         facts.add_row(f"[dim]{name}[/dim]", escape(value))
@@ -107,6 +108,9 @@ def sessions_show(
     console.rule("transcript", style="dim")
     for message in transcript:
         console.print(_transcript_line(message))
+    if session.approvals:
+        console.rule("decisions", style="dim")
+        console.print(decisions_table(session.approvals, now))
     if session.warnings:
         console.rule("warnings", style="yellow")
         for record in session.warnings:
@@ -145,10 +149,6 @@ def _transcript_line(message: Message) -> str:
         listed = ", ".join(f"{ref.name} ({ref.media_type}, {ref.size:,} bytes)" for ref in refs)
         files = f" [dim]{escape(f'[files: {listed}]')}[/dim]"
     return f"{where}[{color}]{message.role}[/{color}]{kind}: {escape(message.content)}{files}"
-
-
-def _when(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S")
 
 
 async def _with_engine(store: str | None, work: Callable[[FlowEngine], Awaitable[T]]) -> T:

@@ -2,6 +2,12 @@
 that runs one turn and answers the reply, the session id and whether the conversation completed.
 An MCP client holds a conversation by sending the session id it got back with its next message.
 
+A turn that ends with a call waiting for approval says so in its result (``pending``: each
+approval's id, what it will do, who must approve, until when). When a flow has such calls, the
+server also offers ``decide_approval(session_id, approval_id, decision, reason?)``: it decides
+through ``engine.decide`` as the same caller as the turns, so a client decides only what its
+principal or roles are among the approvers of, and hears the conversation's next reply.
+
     server = create_mcp_server(engine, principal="desktop")      # the SDK's low-level Server
     await serve_stdio(engine)                                    # or: await serve_http(engine, port=8765)
 
@@ -19,9 +25,10 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from picoflow.approvals import Approval
 from picoflow.context import Caller
 from picoflow.engine import FlowEngine
 from picoflow.exceptions import PicoflowError
@@ -41,7 +48,14 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["DEFAULT_PRINCIPAL", "create_mcp_server", "mcp_http_app", "serve_http", "serve_stdio"]
+__all__ = [
+    "DECIDE_TOOL",
+    "DEFAULT_PRINCIPAL",
+    "create_mcp_server",
+    "mcp_http_app",
+    "serve_http",
+    "serve_stdio",
+]
 
 logger = logging.getLogger("picoflow")
 
@@ -64,6 +78,27 @@ INPUT_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 
+PENDING_SCHEMA: dict[str, Any] = {
+    "type": "array",
+    "description": "Calls waiting for a person's decision (decide_approval); empty when none waits.",
+    "items": {
+        "type": "object",
+        "properties": {
+            "approval_id": {"type": "string", "description": "What decide_approval takes."},
+            "tool": {"type": "string"},
+            "summary": {
+                "type": "string",
+                "description": "What the call will do, in the flow's words.",
+            },
+            "args": {"type": "object", "description": "The arguments it will run with."},
+            "approvers": {"type": "string", "description": "Who must approve, in words."},
+            "roles": {"type": "array", "items": {"type": "string"}, "description": "Roles that may approve."},
+            "expires_at": {"type": "number", "description": "Unix time after which it can only be refused."},
+        },
+        "required": ["approval_id", "tool", "summary", "args", "approvers", "roles", "expires_at"],
+    },
+}
+
 OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -75,24 +110,55 @@ OUTPUT_SCHEMA: dict[str, Any] = {
             "type": "string",
             "description": "The reply's format (text/plain, text/markdown, ...).",
         },
+        "pending": PENDING_SCHEMA,
     },
-    "required": ["reply", "session_id", "completed", "step", "content_type"],
+    "required": ["reply", "session_id", "completed", "step", "content_type", "pending"],
+}
+
+DECIDE_TOOL = "decide_approval"
+"""The tool deciding a call that waits for approval (offered when a flow has such calls)."""
+
+DECIDE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "session_id": {"type": "string", "description": "The session_id of the result that was pending."},
+        "approval_id": {"type": "string", "description": "The approval_id of the pending call."},
+        "decision": {"type": "string", "enum": ["approve", "deny"]},
+        "reason": {
+            "type": "string",
+            "description": "Why; kept with the decision, told to the flow.",
+        },
+    },
+    "required": ["session_id", "approval_id", "decision"],
+    "additionalProperties": False,
 }
 
 
 def create_mcp_server(
-    engine: FlowEngine, *, principal: str = DEFAULT_PRINCIPAL, name: str = "picoflow"
+    engine: FlowEngine,
+    *,
+    principal: str = DEFAULT_PRINCIPAL,
+    roles: Iterable[str] = (),
+    name: str = "picoflow",
 ) -> Server:
-    """An MCP server (the SDK's low-level ``Server``) with one tool per flow registered in ``engine``.
+    """An MCP server (the SDK's low-level ``Server``) with one tool per flow registered in ``engine``,
+    and ``decide_approval`` when a flow has calls that wait for approval.
 
-    Every turn runs as ``Caller(principal=principal)``. A tool whose flow cannot be found answers
-    an MCP error; a turn that fails answers a tool result with ``isError`` and the engine's public
-    message and kind (never a stack trace).
+    Every turn and decision runs as ``Caller(principal=principal, visibilities=roles)``. A tool
+    whose flow cannot be found answers an MCP error; a turn that fails, or a decision refused,
+    answers a tool result with ``isError`` and the engine's public message and kind (never a
+    stack trace).
     """
     import picoflow
 
     tools = {spec.name: _tool(spec) for spec in engine.flows}
-    configured = Caller(principal=principal)
+    gated = any(step.gated for spec in engine.flows for step in spec.steps.values())
+    if gated and DECIDE_TOOL in tools:
+        raise ValueError(f"a flow named {DECIDE_TOOL} would hide the tool deciding approvals; rename it")
+    if gated:
+        tools[DECIDE_TOOL] = DECIDE
+    schemas = {tool: DECIDE_SCHEMA if tool == DECIDE_TOOL else INPUT_SCHEMA for tool in tools}
+    configured = Caller(principal=principal, visibilities=frozenset(roles))
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -104,14 +170,16 @@ def create_mcp_server(
     ) -> types.CallToolResult:
         if params.name not in tools:
             raise MCPError(code=_INVALID_PARAMS, message=f"Unknown tool: {params.name}")
-        problem, message, session_id = _read_arguments(params.arguments)
-        if problem:
-            return _error_result(problem, kind="invalid_input")
         # Over HTTP with API keys, the key's identity (found by the gate in front of the transport);
         # else the server's configured principal. Never anything the arguments say.
         request = ctx.request
         scope = getattr(request, "scope", None)
         caller = scope.get(CALLER_SCOPE_KEY, configured) if isinstance(scope, dict) else configured
+        if params.name == DECIDE_TOOL:
+            return await _decide(engine, params.arguments, caller)
+        problem, message, session_id = _read_arguments(params.arguments)
+        if problem:
+            return _error_result(problem, kind="invalid_input")
         try:
             result = await engine.run(params.name, message, session_id, caller=caller)
         except Exception:
@@ -125,8 +193,14 @@ def create_mcp_server(
         name,
         version=picoflow.__version__,
         instructions="Each tool is a conversation: send the user's message, and the session_id of the "
-        "previous result to continue; a result with completed=true ends that conversation.",
-        get_tool_input_schema=lambda tool: INPUT_SCHEMA if tool in tools else None,
+        "previous result to continue; a result with completed=true ends that conversation."
+        + (
+            f" A result with pending approvals waits for a person's decision: ask the user, then call "
+            f"{DECIDE_TOOL} with what they decided."
+            if gated
+            else ""
+        ),
+        get_tool_input_schema=schemas.get,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
@@ -142,6 +216,40 @@ def _tool(spec: FlowSpec) -> types.Tool:
         input_schema=INPUT_SCHEMA,
         output_schema=OUTPUT_SCHEMA,
     )
+
+
+DECIDE = types.Tool(
+    name=DECIDE_TOOL,
+    description="Approve or deny a call a conversation is waiting for (a result's pending list), with "
+    "the user's explicit decision: never decide on your own. Only someone among its approvers may "
+    "decide; answers the conversation's next reply, as the flow's tool does.",
+    input_schema=DECIDE_SCHEMA,
+    output_schema=OUTPUT_SCHEMA,
+)
+
+
+async def _decide(
+    engine: FlowEngine, arguments: Mapping[str, Any] | None, caller: Caller
+) -> types.CallToolResult:
+    """A decision through ``engine.decide`` as ``caller``: the next reply, or the refusal."""
+    args = dict(arguments or {})
+    unexpected = sorted(set(args) - set(DECIDE_SCHEMA["properties"]))
+    if unexpected:
+        return _error_result(f"unexpected argument(s): {', '.join(unexpected)}", kind="invalid_input")
+    for required in DECIDE_SCHEMA["required"]:
+        if not isinstance(args.get(required), str):
+            return _error_result(f"{required} is required and must be a string", kind="invalid_input")
+    reason = args.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        return _error_result("reason must be a string", kind="invalid_input")
+    try:
+        result = await engine.decide(
+            args["session_id"], args["approval_id"], args["decision"], reason, caller=caller
+        )
+    except Exception:
+        logger.exception("picoflow: the MCP tool %s failed", DECIDE_TOOL)
+        return _error_result("The decision failed unexpectedly.", kind="internal_error")
+    return _tool_result(result)
 
 
 def _read_arguments(arguments: Mapping[str, Any] | None) -> tuple[str | None, str, str | None]:
@@ -173,10 +281,30 @@ def _tool_result(result: TurnResult) -> types.CallToolResult:
         "completed": result.completed,
         "step": result.step,
         "content_type": result.content_type,
+        "pending": [_pending(approval) for approval in result.pending],
     }
-    return types.CallToolResult(
-        content=[types.TextContent(text=result.message)], structured_content=structured
+    text = "\n".join(
+        [
+            result.message,
+            *(
+                f"approval_id {approval.id}: decide it with {DECIDE_TOOL} (session_id {result.session_id})"
+                for approval in result.pending
+            ),
+        ]
     )
+    return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=structured)
+
+
+def _pending(approval: Approval) -> dict[str, Any]:
+    return {
+        "approval_id": approval.id,
+        "tool": approval.tool,
+        "summary": approval.summary,
+        "args": dict(approval.args),
+        "approvers": approval.approvers.describe(),
+        "roles": list(approval.approvers.roles),
+        "expires_at": approval.expires_at,
+    }
 
 
 def _error_result(
@@ -229,6 +357,7 @@ async def serve_stdio(
     engine: FlowEngine,
     *,
     principal: str = DEFAULT_PRINCIPAL,
+    roles: Iterable[str] = (),
     report: Callable[[str], None] | None = None,
 ) -> None:
     """Serve the flows over stdin/stdout until the client closes stdin, then close the engine.
@@ -238,7 +367,7 @@ async def serve_stdio(
     """
     from mcp.server.stdio import stdio_server
 
-    server = create_mcp_server(engine, principal=principal)
+    server = create_mcp_server(engine, principal=principal, roles=roles)
     try:
         async with stdio_server() as (read_stream, write_stream), _preparing(engine, report):
             await server.run(read_stream, write_stream, server.create_initialization_options())
@@ -266,6 +395,7 @@ def mcp_http_app(
     engine: FlowEngine,
     *,
     principal: str = DEFAULT_PRINCIPAL,
+    roles: Iterable[str] = (),
     host: str = "127.0.0.1",
     path: str = "/mcp",
     api_keys: Mapping[str, Identity | str] | None = None,
@@ -275,9 +405,9 @@ def mcp_http_app(
     With ``api_keys`` (key -> principal or ``Identity``, as ``picoflow serve`` takes them) every
     request must present one (``Authorization: Bearer <key>`` or ``X-API-Key``; 401 otherwise) and
     its turns run as the key's principal, so each client has its own sessions; without, every turn
-    runs as ``principal``. On a loopback ``host`` the SDK refuses requests whose ``Host`` or
+    runs as ``principal`` with ``roles``. On a loopback ``host`` the SDK refuses requests whose ``Host`` or
     ``Origin`` is not a loopback name (DNS rebinding)."""
-    app: ASGIApp = create_mcp_server(engine, principal=principal).streamable_http_app(
+    app: ASGIApp = create_mcp_server(engine, principal=principal, roles=roles).streamable_http_app(
         streamable_http_path=path, host=host
     )
     if api_keys:
@@ -319,6 +449,7 @@ async def serve_http(
     host: str = "127.0.0.1",
     port: int = 8765,
     principal: str = DEFAULT_PRINCIPAL,
+    roles: Iterable[str] = (),
     path: str = "/mcp",
     report: Callable[[str], None] | None = None,
     log_level: str = "warning",
@@ -331,7 +462,7 @@ async def serve_http(
     """
     import uvicorn
 
-    app = mcp_http_app(engine, principal=principal, host=host, path=path, api_keys=api_keys)
+    app = mcp_http_app(engine, principal=principal, roles=roles, host=host, path=path, api_keys=api_keys)
 
     class _Server(uvicorn.Server):
         async def startup(self, sockets: Any = None) -> None:
