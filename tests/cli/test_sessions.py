@@ -181,13 +181,13 @@ def test_sessions_show_lists_every_decision_as_the_audit_trail(tmp_path: Path) -
         )  # fmt: skip
 
     session = Session(id="s1", flow="desk", current_step="Desk", principal="cust-1")
-    session.approvals = [
+    session.approvals = (
         asked(1, status="approved", decided_by="sup-9", decided_at=NOW - 30, reason="checked the parcel"),
         asked(2, status="denied", decided_by="cust-1", decided_at=NOW - 20),
         asked(3, status="withdrawn", reason="a new message came first"),
         asked(4),
         asked(5),  # its time ran out, and nothing recorded that yet
-    ]
+    )
     stored_sessions(url, session)
     shown = invoke("sessions", "show", "s1", "--store", url)
     assert shown.exit_code == 0, shown.output
