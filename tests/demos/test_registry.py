@@ -52,7 +52,7 @@ def test_flows_register_under_their_names() -> None:
         ("picoflow_demos.hotel", "explore.md"),
         ("picoflow_demos.hotel", "present.md"),
         ("picoflow_demos.orders", "support.md"),
-        ("picoflow_demos.orders", "approve.md"),
+        ("picoflow_demos.orders", "refund.md"),
         ("picoflow_demos.products", "products.md"),
         ("picoflow_demos.products", "data/catalog.json"),
         ("picoflow_demos.travel", "planner.md"),
