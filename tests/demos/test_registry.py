@@ -66,6 +66,7 @@ def test_flows_register_under_their_names() -> None:
         ("picoflow_demos.invoice", "extract.md"),
         ("picoflow_demos.invoice", "review.md"),
         ("picoflow_demos.invoice", "assist.md"),
+        ("picoflow_demos.invoice", "save.md"),
         ("picoflow_demos.invoice", "data/samples/expected.json"),
         ("picoflow_demos.invoice", "data/samples/pdf-01.pdf"),
         ("picoflow_demos.invoice", "data/samples/png-01.png"),
