@@ -314,4 +314,4 @@ class InvoiceFlow(Flow):
     """Read uploaded invoices, check their arithmetic, and save the approved ones."""
 
     name = "invoice"
-    steps = [Desk, Extract, Review, Save, Assist, InvoiceGoodbye]
+    steps = [Desk, Extract, Review, Assist, Save, InvoiceGoodbye]
