@@ -559,3 +559,27 @@ async def test_a_sub_step_with_gated_tools_is_refused() -> None:
     errors = await engine.session_errors(result.error.reference or "", principal=ANY_PRINCIPAL)
     assert errors is not None and "Desk has tools that need approval (refund, send_note)" in errors[0].message
     assert Desk.ledger == []
+
+
+async def test_a_summary_function_may_read_the_context() -> None:
+    def from_deps(ctx: RunContext[Any], args: Any) -> str:
+        return f"Refund {ctx.deps[args.order_id]} on order {args.order_id} for {ctx.principal}"
+
+    class Described(Desk):
+        """Help with orders."""
+
+        name = "Desk"
+
+        @tool(approval=True, approval_summary=from_deps)
+        def refund(self, ctx: RunContext[Any], order_id: int, amount: float) -> str:
+            """Refund an order."""
+            return "refunded"
+
+    class DescribedFlow(Flow):
+        name = "desk"
+        steps = [Described]
+
+    engine = make_engine([[REFUND_SMALL]], flow=DescribedFlow)
+    caller = Caller(principal="cust-1", deps={40001: "$25.50 (as the books say)"})
+    _, approval = await propose(engine, caller)
+    assert approval.summary == "Refund $25.50 (as the books say) on order 40001 for cust-1"

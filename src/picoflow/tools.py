@@ -62,11 +62,15 @@ class ApprovalRule:
     """Decides per call; None: every call needs the session principal's approval."""
     approvers: tuple[str, ...] = ()
     """Roles that may decide besides the session's principal, when the principal must approve."""
-    summary: str | Callable[[Any], str] | None = None
+    summary: str | Callable[..., str] | None = None
     """What will happen, in words: a ``str.format`` template over the arguments, or a function of
-    the validated arguments. None: the tool and its arguments."""
+    the validated arguments (``fn(args)``), or of the ``RunContext`` and the arguments
+    (``fn(ctx, args)``, as a policy: to name what the deps say, such as an order's amount). None:
+    the tool and its arguments."""
     seconds: float = DEFAULT_APPROVAL_SECONDS
     """How long the approval may wait for a decision."""
+    summary_takes_context: bool = False
+    """The summary function is ``fn(ctx, args)``."""
 
     def approvers_for(self, ctx: Any, args: BaseModel) -> Approvers | None:
         """Who must approve this call, or None when it may run without approval."""
@@ -88,15 +92,15 @@ class ApprovalRule:
             f"name, several role names or an Approvers, not {decided!r:.60}"
         )
 
-    def summary_of(self, tool: str, args: BaseModel) -> str:
-        """The summary of a call, written by code."""
+    def summary_of(self, tool: str, args: BaseModel, ctx: Any = None) -> str:
+        """The summary of a call, written by code (``ctx``: the ``RunContext`` of the call)."""
         values = args.model_dump(mode="json")
         if self.summary is None:
             shown = ", ".join(f"{name}={value!r}" for name, value in values.items())
             return f"{tool}({shown})"
         if isinstance(self.summary, str):
             return self.summary.format(**values)
-        text = self.summary(args)
+        text = self.summary(ctx, args) if self.summary_takes_context else self.summary(args)
         if not isinstance(text, str) or not text.strip():
             raise TypeError(f"the summary of {tool} must be a non-empty string")
         return text.strip()
@@ -105,7 +109,7 @@ class ApprovalRule:
 def _approval_rule(
     approval: bool | Policy | None,
     approvers: Iterable[str],
-    summary: str | Callable[[Any], str] | None,
+    summary: str | Callable[..., str] | None,
     seconds: float | None,
 ) -> ApprovalRule | None:
     roles = tuple(approvers)
@@ -131,6 +135,21 @@ def _approval_rule(
         roles,
         summary,
         DEFAULT_APPROVAL_SECONDS if seconds is None else float(seconds),
+        callable(summary) and _positional_parameters(summary) >= 2,
+    )
+
+
+def _positional_parameters(fn: Callable[..., Any]) -> int:
+    """How many positional arguments ``fn`` takes (two or more for ``*args``)."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: a function of the arguments
+        return 1
+    kinds = [p.kind for p in parameters]
+    if inspect.Parameter.VAR_POSITIONAL in kinds:
+        return 2
+    return sum(
+        k in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD) for k in kinds
     )
 
 
@@ -166,7 +185,7 @@ def tool(
     idempotent: bool = False,
     approval: bool | Policy | None = None,
     approvers: Iterable[str] = (),
-    approval_summary: str | Callable[[Any], str] | None = None,
+    approval_summary: str | Callable[..., str] | None = None,
     approval_seconds: float | None = None,
 ) -> Callable[[F], F]: ...
 
@@ -183,7 +202,7 @@ def tool(
     idempotent: bool = False,
     approval: bool | Policy | None = None,
     approvers: Iterable[str] = (),
-    approval_summary: str | Callable[[Any], str] | None = None,
+    approval_summary: str | Callable[..., str] | None = None,
     approval_seconds: float | None = None,
 ) -> Any:
     """Expose a step method to the model as a tool.
@@ -205,8 +224,9 @@ def tool(
     ``approval=True`` makes every call wait for the session principal's decision
     (``FlowEngine.decide``) before it runs; ``approvers=("staff",)`` lets those roles decide too.
     ``approval=policy`` decides per call: ``policy(ctx, args)`` returns who must approve, or None to
-    run at once. ``approval_summary`` says what will happen (``"Refund {amount} on order {order}"``
-    or a function of the arguments); ``approval_seconds`` is how long a decision may take (a day).
+    run at once. ``approval_summary`` says what will happen (``"Refund {amount} on order {order}"``,
+    a function of the arguments, or ``fn(ctx, args)`` to read the deps); ``approval_seconds`` is how
+    long a decision may take (a day).
     """
     if callable(fn_or_name):
         setattr(fn_or_name, _TOOL_MARK, _ToolMark(None, description, strict, exclusive, _declaring_scope()))

@@ -58,8 +58,8 @@ def test_the_shipped_scenarios_pass_with_their_scripted_responses(tmp_path: Path
         s["name"]: (s["flow"], s["runs_passed"], [t["pass_rate"] for t in s["turns"]])
         for s in written["scenarios"]
     }
-    # Two runs of each: the second orders run refunds order 40004 again, in a database of its own.
-    assert shipped["orders-support"] == ("orders", 2, [1.0] * 7)
+    # Two runs of each, the orders runs each in a database of its own.
+    assert shipped["orders-support"] == ("orders", 2, [1.0] * 13)
     assert shipped["products-lookup"] == ("products", 2, [1.0] * 4)
     # The travel plan's sub-steps run side by side: their responses are scripted per step.
     assert shipped["travel-plan"] == ("travel", 2, [1.0] * 4)

@@ -201,7 +201,8 @@ def test_refused_files_say_why_and_keep_the_message_and_the_files(strict_url: st
 
 
 def invoice_scenario() -> Scenario:
-    """The first PDF sample's scenario: the upload (its extraction scripted), then "confirm"."""
+    """The first PDF sample's scenario: the upload (its extraction scripted), then "confirm" (which
+    asks for the approval of the save)."""
     return next(s for s in load_scenarios(SCENARIOS / "invoice-pdf.yaml") if s.name == "invoice-pdf-01")
 
 
@@ -211,7 +212,7 @@ def invoice_url(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str
     for name, value in scenario.env.items():
         monkeypatch.setenv(name, value.replace("{run_dir}", str(tmp_path)))
     script: list[Any] = []
-    for turn in scenario.turns:
+    for turn in scenario.turns[:1]:  # the upload: the page cannot carry the approval "confirm" asks
         played = turn.script()
         assert isinstance(played, list)
         script.extend(played)
@@ -257,6 +258,7 @@ def test_an_invoice_pdf_uploaded_in_the_page_comes_back_as_tables(invoice_url: s
     expect(page.locator("body")).to_have_attribute("data-ready", "true")
     expect_invoice_tables()
 
-    say(page, confirm_turn.user)
-    expect(last_reply(page)).to_contain_text(f"Saved invoice {read['number']} from {read['vendor']}")
+    # The scenario's "confirm" now asks for the approval of the save, which the page's event stream
+    # does not carry yet (server/streams.py knows no ApprovalRequested): that turn waits for it.
+    assert confirm_turn.expect.step == "Save"
     assert failures == []

@@ -74,14 +74,13 @@ async def propose(ws: Workspace, step: Step, spec: StepSpec, response: ModelResp
         if rule is None:
             continue
         args = validated[call.id]
-        approvers = await ws.hook(
-            step, f"the approval policy of {call.name}", rule.approvers_for, ws.context_for(spec.name), args
-        )
+        ctx = ws.context_for(spec.name)
+        approvers = await ws.hook(step, f"the approval policy of {call.name}", rule.approvers_for, ctx, args)
         if approvers is None:
             cleared[call.id] = None
             continue
         summary = await ws.hook(
-            step, f"the approval summary of {call.name}", rule.summary_of, call.name, args
+            step, f"the approval summary of {call.name}", rule.summary_of, call.name, args, ctx
         )
         values = args.model_dump(mode="json")
         asked.append(

@@ -3,7 +3,7 @@
 from picoflow_demos.invoice.arithmetic import findings
 from picoflow_demos.invoice.corrections import Correction, ReviewAnswer
 from picoflow_demos.invoice.database import InvoicesDatabase, SavedInvoice, default_database, list_invoices
-from picoflow_demos.invoice.flow import Assist, Desk, Extract, InvoiceFlow, InvoiceGoodbye, Review
+from picoflow_demos.invoice.flow import Assist, Desk, Extract, InvoiceFlow, InvoiceGoodbye, Review, Save
 from picoflow_demos.invoice.reading import Invoice, InvoiceReading, Line, LineReading
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "LineReading",
     "Review",
     "ReviewAnswer",
+    "Save",
     "SavedInvoice",
     "default_database",
     "findings",

@@ -1,4 +1,4 @@
-"""InvoiceFlow: read an uploaded invoice, check its arithmetic, and save it once the user approves.
+"""InvoiceFlow: read an uploaded invoice, check its arithmetic, and save it once the user approves it.
 
 The conversation rests in ``Desk``, a step without a model: code sends each message where it
 belongs. A message with a file goes to ``Extract``, whose model only copies the invoice's fields
@@ -6,33 +6,44 @@ off the document, each as printed; code parses them (money in ``Decimal``, ISO d
 code), checks that the lines, the subtotal, the tax and the total add up, and shows the invoice as
 Markdown tables with what it found. While an invoice waits for approval, ``Review``'s model reads
 the answer as confirm, cancel or a small patch of corrected fields, which code applies and checks
-again; code saves on a confirm, once, for the signed-in caller only. Any other message goes to
-``Assist``, whose model reads it as "list my invoices", goodbye, or something else.
+again. A confirm of an invoice that adds up moves to ``Save``, whose only tool, the approval-gated
+``save_invoice``, its model proposes with the invoice's vendor, number, currency and total: the call
+waits for the user's decision through ``FlowEngine.decide``, described by a summary code writes from
+those values, and runs once, for the signed-in caller only. A message sent meanwhile withdraws it (no
+typed answer saves anything). Any other message goes to ``Assist``, whose model reads it as "list my
+invoices", goodbye, or something else.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
+from decimal import Decimal, InvalidOperation
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from picoflow import (
+    Approval,
     Flow,
     LogicStep,
     Outcome,
     Prompt,
+    Reject,
     RunContext,
     Step,
     TerminateStep,
+    ToolError,
     direct,
     direct_to,
     go,
     since_last_user,
+    tool,
 )
 from picoflow.attachments import Attachment
-from picoflow.messages import Message
+from picoflow.exceptions import RunError
+from picoflow.messages import Message, ModelResponse
 from picoflow_demos.invoice.arithmetic import findings, money
 from picoflow_demos.invoice.corrections import ReviewAnswer, apply
 from picoflow_demos.invoice.database import InvoicesDatabase, default_database
@@ -42,6 +53,7 @@ from picoflow_demos.invoice.tables import CONFIRM_OR_CORRECT, CORRECT_FIRST, rev
 EXTRACT = Prompt.file("extract.md")
 REVIEW = Prompt.file("review.md")
 ASSIST = Prompt.file("assist.md")
+SAVE = Prompt.file("save.md")
 
 PDF = "application/pdf"
 ASK_FOR_FILE = (
@@ -53,6 +65,8 @@ NOT_SIGNED_IN = "Please sign in first: saved invoices belong to a signed-in user
 NOT_CAUGHT = "I did not catch which field to change, or to what."
 DROPPED = "OK, I dropped that invoice; nothing was saved. Upload another one whenever you like."
 FAREWELL = "Goodbye! Your saved invoices stay here for next time."
+NOT_SAVED = "OK, invoice {number} from {vendor} was not saved. {again}"
+NOT_STARTED = "I could not start saving the invoice; nothing was saved. {again}"
 
 
 def refusal(files: Sequence[Attachment]) -> str | None:
@@ -143,19 +157,94 @@ class Review(Step):
         if answer.answer == "cancel":
             return direct_to(Desk, DROPPED).with_state(draft=None, findings=[])
         if answer.answer == "confirm":
-            return await self.save(invoice)
+            return self.ask_to_save(invoice)
         return direct_to(Desk, f"The invoice is not saved yet. {CONFIRM_OR_CORRECT}")
 
-    async def save(self, invoice: Invoice) -> Outcome:
-        problems = findings(invoice)
-        if problems:  # code saves only an invoice that is whole and adds up
+    def ask_to_save(self, invoice: Invoice) -> Outcome:
+        if problems := findings(invoice):  # code saves only an invoice that is whole and adds up
             listed = "\n".join(f"- {problem}" for problem in problems)
             return direct_to(Desk, f"I cannot save it yet:\n{listed}\n\n{CORRECT_FIRST}")
-        principal = self.context.principal
+        if not self.context.principal:
+            return direct_to(Desk, NOT_SIGNED_IN)
+        return go(Save)
+
+
+def save_arguments(invoice: Invoice) -> dict[str, Any]:
+    """The arguments ``save_invoice`` must be proposed with for ``invoice``, as JSON values."""
+    total = None if invoice.total is None else str(invoice.total)
+    return {"vendor": invoice.vendor, "number": invoice.number, "currency": invoice.currency, "total": total}
+
+
+def same_invoice(args: Mapping[str, Any], invoice: Invoice) -> bool:
+    """Whether proposed arguments name ``invoice``: its vendor, number, currency and total exactly."""
+    try:
+        total = Decimal(str(args.get("total")))
+    except InvalidOperation:
+        return False
+    return (
+        (args.get("vendor"), args.get("number"), args.get("currency"))
+        == (invoice.vendor, invoice.number, invoice.currency)
+        and invoice.total is not None
+        and total == invoice.total
+    )
+
+
+def save_summary(args: Any) -> str:
+    """What the user approves, written by code from the validated arguments (which ``Save`` only
+    lets through when they are the draft's own)."""
+    amount = f"{args.currency} {money(args.total)}" if args.currency else money(args.total)
+    return f"Save invoice {args.number} from {args.vendor} ({amount})"
+
+
+class Save(Step):
+    """Propose saving the invoice of the Desk's draft; it is saved only once the user approves it."""
+
+    memory = "invoice-save"
+    terminate_tool = False
+    crossing_message = "Propose saving the invoice."
+
+    def on_enter(self) -> None:
+        self.erase_memory()
+
+    def draft(self) -> Invoice:
+        return Invoice.model_validate(self.state_of(Desk)["draft"])
+
+    def prompt(self) -> str:
+        return SAVE.render(arguments=json.dumps(save_arguments(self.draft()), ensure_ascii=False))
+
+    def history(self, memory: Sequence[Message]) -> Sequence[Message]:
+        return since_last_user(memory)
+
+    def check_response(self, response: ModelResponse) -> Reject | None:
+        # The only proposal that may wait for the user's decision: this draft's save, alone.
+        calls = response.tool_calls
+        if len(calls) == 1 and calls[0].name == "save_invoice":
+            args = calls[0].args
+            if isinstance(args, Mapping) and same_invoice(args, self.draft()):
+                return None
+        arguments = json.dumps(save_arguments(self.draft()), ensure_ascii=False)
+        return Reject(f"Call save_invoice with {arguments}, and nothing else.")
+
+    @tool(approval=True, approval_summary=save_summary)
+    async def save_invoice(
+        self, vendor: str, number: str, currency: str | None, total: Decimal, ctx: RunContext[Any]
+    ) -> Outcome:
+        """Save the invoice shown to the user, once they approve it."""
+        invoice = self.draft()
+        if not same_invoice(
+            {"vendor": vendor, "number": number, "currency": currency, "total": total}, invoice
+        ):
+            raise ToolError(f"Only the invoice shown can be saved: {json.dumps(save_arguments(invoice))}.")
+        if problems := findings(invoice):
+            listed = "\n".join(f"- {problem}" for problem in problems)
+            return direct_to(Desk, f"I cannot save it yet:\n{listed}\n\n{CORRECT_FIRST}")
+        principal = ctx.principal
         if not principal:
             return direct_to(Desk, NOT_SIGNED_IN)
+        if ctx.idempotency_key is None:
+            raise ToolError("An invoice is saved only once it is approved.")
         result = await asyncio.to_thread(
-            database_for(self.context).save, principal, invoice, reference=self.session_id
+            database_for(ctx).save, principal, invoice, reference=ctx.idempotency_key
         )
         saved = result.saved
         what = f"invoice {saved.number} from {saved.vendor} ({saved.currency} {money(saved.total)})"
@@ -167,6 +256,17 @@ class Review(Step):
         return direct_to(Desk, reply).with_state(
             draft=None, findings=[], saved={"id": saved.id, "status": result.status}
         )
+
+    def on_denied(self, approval: Approval) -> Outcome:
+        # Denied, expired, or withdrawn by a new message (which the Desk then sends where it belongs):
+        # the draft stays, to be corrected, confirmed again or dropped.
+        invoice = self.draft()
+        return direct_to(
+            Desk, NOT_SAVED.format(number=invoice.number, vendor=invoice.vendor, again=CONFIRM_OR_CORRECT)
+        )
+
+    def on_model_error(self, error: RunError) -> Outcome:
+        return direct_to(Desk, NOT_STARTED.format(again=CONFIRM_OR_CORRECT))
 
 
 class Request(BaseModel):
@@ -214,4 +314,4 @@ class InvoiceFlow(Flow):
     """Read uploaded invoices, check their arithmetic, and save the approved ones."""
 
     name = "invoice"
-    steps = [Desk, Extract, Review, Assist, InvoiceGoodbye]
+    steps = [Desk, Extract, Review, Assist, Save, InvoiceGoodbye]

@@ -2,8 +2,9 @@
 
 The model never writes SQL and never names the customer: tools pass typed, validated values to
 these functions together with the customer id from the authenticated caller. A refund is one
-transaction keyed by the order id, so confirming it twice, or retrying a turn that failed after
-the refund was written, can never pay it back twice.
+transaction keyed twice: by the order id (an order is paid back once, whoever approves it again)
+and by its reference, the id of the approval that allowed it (one approval writes at most one
+refund row, however often the turn carrying it out is retried).
 """
 
 from __future__ import annotations
@@ -102,8 +103,9 @@ class OrdersDatabase:
             ).fetchone()
         return _order(row) if row else None
 
-    def refund(self, customer_id: str, order_id: int, *, reference: str | None = None) -> RefundResult:
-        """Refund the order in full, once: the refunds table's key on the order id makes it idempotent."""
+    def refund(self, customer_id: str, order_id: int, *, reference: str) -> RefundResult:
+        """Refund the order in full, once: the refunds table's keys on the order id and on the
+        ``reference`` (an approval's id) make it idempotent."""
         with connect(self.path) as connection:
             # IMMEDIATE takes the write lock up front, so two concurrent refunds serialise here.
             connection.execute("BEGIN IMMEDIATE")
@@ -122,9 +124,10 @@ class OrdersDatabase:
                     "VALUES (?, ?, ?, ?)",
                     (order_id, order.total_cents, refunded_on.isoformat(), reference),
                 ).rowcount
-                if not inserted:
+                if not inserted:  # this order, or this reference, was refunded already
                     earlier = connection.execute(
-                        "SELECT refunded_on FROM refunds WHERE order_id = ?", (order_id,)
+                        "SELECT refunded_on FROM refunds WHERE order_id = ? OR reference = ?",
+                        (order_id, reference),
                     ).fetchone()
                     connection.execute("ROLLBACK")
                     return RefundResult("already_refunded", order, date.fromisoformat(earlier[0]))
@@ -143,6 +146,12 @@ class OrdersDatabase:
                 "SELECT COUNT(*) FROM refunds WHERE order_id = ?", (order_id,)
             ).fetchone()
         return int(row[0])
+
+    def refund_references(self) -> dict[int, str]:
+        """Every refunded order's reference (the seeded ones read ``seed-<order>``)."""
+        with connect(self.path) as connection:
+            rows = connection.execute("SELECT order_id, reference FROM refunds ORDER BY order_id").fetchall()
+        return {int(order_id): str(reference) for order_id, reference in rows}
 
 
 def default_database() -> OrdersDatabase:

@@ -1,11 +1,18 @@
-"""OrdersFlow: customer support over a real database, with refunds that need the customer's yes.
+"""OrdersFlow: customer support over a real database, with refunds a person approves.
 
 The model reads; code decides. Each turn Support's model turns the customer's latest message into
 a small JSON value: the order numbers it writes, a status, a date range and what the customer
 wants. Code keeps only what the customer's words bear out, looks the orders up (always for the
 signed-in caller, never a customer the model or the conversation names) and writes every reply
-from the database. A refund is asked in code for one order and amount; ApproveRefund's model only
-reads the answer as yes, no or unclear, and code refunds on a yes, once per order.
+from the database.
+
+A refund of a found, refundable order moves to ``Refund``, whose only tool is the approval-gated
+``refund(order_id)``: its model proposes the call for that one order, and the call waits for a
+decision made through ``FlowEngine.decide`` (the customer's own for an order up to $100, someone
+with the "staff" role above that), described by a summary code writes from the database. No typed
+answer refunds anything: a message sent while the refund waits withdraws it and goes back to
+Support. An approved refund runs once, keyed by the approval's id, and the reply is written from
+the database.
 """
 
 from __future__ import annotations
@@ -19,23 +26,29 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from picoflow import (
+    Approval,
     Direct,
     Flow,
     Outcome,
     Prompt,
+    Reject,
     RunContext,
     Step,
     TerminateStep,
+    ToolError,
     direct,
     direct_to,
+    go,
     since_last_user,
+    tool,
 )
-from picoflow.messages import Message
+from picoflow.exceptions import RunError
+from picoflow.messages import Message, ModelResponse
 from picoflow_demos._common import usd_cents
 from picoflow_demos.orders.database import Order, OrdersDatabase, Status, default_database, today
 
 SUPPORT = Prompt.file("support.md")
-APPROVE = Prompt.file("approve.md")
+REFUND = Prompt.file("refund.md")
 
 # The same words for "no such order" and "someone else's order": a caller must not be able to
 # probe which order numbers exist.
@@ -50,6 +63,11 @@ ASK_DATES = (
 )
 ASK_WHICH_REFUND = "Which order shall I refund? Give its number."
 FAREWELL = "Thank you for shopping with us. Goodbye!"
+NOT_REFUNDED = "OK, order #{order_id} was not refunded. Anything else I can help with?"
+NOT_STARTED = "I could not start the refund of order #{order_id}; nothing was refunded. Please ask again."
+#: Refunds above this many cents need someone with the "staff" role; smaller ones, the customer.
+STAFF_ABOVE_CENTS = 10_000
+STAFF = "staff"
 LIMIT = 20
 # Searches without a start date reach back to the first order.
 EARLIEST = date(2000, 1, 1)
@@ -76,15 +94,6 @@ class CustomerRequest(BaseModel):
     action: Literal["order", "search", "refund", "goodbye", "other"] = Field(
         description="order: about orders they give by number; search: their orders by date or status; "
         "refund: refund an order; goodbye: the customer ends the conversation; other: anything else"
-    )
-
-
-class RefundAnswer(BaseModel):
-    """The customer's answer to the refund question."""
-
-    answer: Literal["yes", "no", "unclear"] = Field(
-        description="yes: they agree to this refund; no: they do not want it, or want something else; "
-        "unclear: anything else"
     )
 
 
@@ -147,15 +156,6 @@ def search_reply(
     if more:
         lines.append(f"Those are the latest {len(orders)}; ask for a shorter period to see the others.")
     return "\n".join(lines)
-
-
-def confirm_question(refund: Mapping[str, Any]) -> str:
-    # The question names the order and the amount exactly: the customer's yes is to these.
-    return (
-        f"Shall I refund order #{refund['order_id']} (placed {refund['placed']}, "
-        f"{usd_cents(refund['total_cents'])}) in full to your original payment method? "
-        "Please answer yes or no."
-    )
 
 
 def refund_reply(refund: Mapping[str, Any]) -> str:
@@ -241,7 +241,7 @@ class Support(Step):
             f"You gave the later date first, so I searched the days in between.\n{reply}" if turned else reply
         )
 
-    async def start_refund(self, customer: str, order_ids: Sequence[int]) -> Direct:
+    async def start_refund(self, customer: str, order_ids: Sequence[int]) -> Outcome:
         shown = list(self.state.get("shown") or [])
         if not order_ids and len(shown) == 1:
             order_ids = shown  # "refund it" right after one order was shown
@@ -256,49 +256,70 @@ class Support(Step):
         if order.status == "refunded":
             return direct(f"Order #{order.id} has already been refunded; there is nothing more to refund.")
         refund = {"order_id": order.id, "total_cents": order.total_cents, "placed": order.created.isoformat()}
-        return direct_to(ApproveRefund, confirm_question(refund)).with_state(refund)
+        return go(Refund).with_state(refund)
 
 
-class ApproveRefund(Step):
-    """Take the customer's answer to one refund; nothing is refunded without their yes."""
+def refund_approvers(ctx: RunContext[Any], args: Any) -> str | bool:
+    """Who approves a refund: staff above $100, else the customer (the session's principal)."""
+    order = database_for(ctx).get(ctx.customer_id or "", args.order_id)
+    return STAFF if order is not None and order.total_cents > STAFF_ABOVE_CENTS else True
 
-    memory = "orders-approval"
-    output = RefundAnswer
+
+def refund_summary(ctx: RunContext[Any], args: Any) -> str:
+    """What the approver is asked, written from the database (never by the model)."""
+    order = database_for(ctx).get(ctx.customer_id or "", args.order_id)
+    if order is None:
+        return f"Refund order #{args.order_id} (not found for this customer: nothing can be refunded)"
+    return (
+        f"Refund order #{order.id} (placed {order.created.isoformat()}, {usd_cents(order.total_cents)}) "
+        "in full to the original payment method"
+    )
+
+
+class Refund(Step):
+    """Propose the refund of the one order Support found; it runs only once a person approves it.
+
+    State: ``order_id``, ``total_cents`` and ``placed`` of that order, as the database gave them.
+    """
+
+    memory = "orders-refund"
     terminate_tool = False
+    crossing_message = "Propose the refund."
 
     def on_enter(self) -> None:
-        # Each approval starts clean, so a yes given to an earlier refund can never count for this one.
+        # Each refund starts clean: nothing said about an earlier one reaches this one's model.
         self.erase_memory()
 
     def prompt(self) -> str:
-        return APPROVE.render(
-            order_id=str(self.state["order_id"]),
-            created=self.state["placed"],
-            amount=usd_cents(self.state["total_cents"]),
-        )
+        return REFUND.render(order_id=str(self.state["order_id"]))
 
     def history(self, memory: Sequence[Message]) -> Sequence[Message]:
         return since_last_user(memory)
 
-    async def on_response(self, reading: RefundAnswer) -> Outcome:
-        self.erase_memory()
+    def check_response(self, response: ModelResponse) -> Reject | None:
+        # The only proposal that may wait for a decision: this order's refund, alone.
         order_id = int(self.state["order_id"])
-        if reading.answer == "unclear":
-            return direct(f"Nothing has been refunded yet. {confirm_question(self.state)}")
-        if reading.answer == "no":
-            cancelled = {
-                "order_id": order_id,
-                "total_cents": self.state["total_cents"],
-                "status": "cancelled",
-            }
-            return direct_to(
-                Support, f"OK, order #{order_id} was not refunded. Anything else I can help with?"
-            ).with_state(refund=cancelled)
-        customer = self.context.customer_id
+        calls = response.tool_calls
+        if len(calls) == 1 and calls[0].name == "refund":
+            args = calls[0].args
+            if isinstance(args, Mapping) and str(args.get("order_id")) == str(order_id):
+                return None
+        return Reject(f'Call refund with {{"order_id": {order_id}}}, and nothing else.')
+
+    @tool(approval=refund_approvers, approval_summary=refund_summary)
+    async def refund(self, order_id: int, ctx: RunContext[Any]) -> Outcome:
+        """Refund the order in full to the original payment method, once it is approved."""
+        expected = int(self.state["order_id"])
+        if order_id != expected:
+            raise ToolError(f"Only order #{expected} can be refunded here.")
+        customer = ctx.customer_id
         if not customer:
-            return direct(NOT_SIGNED_IN)
+            return direct_to(Support, NOT_SIGNED_IN)
+        if ctx.idempotency_key is None:  # the policy always asks someone: never without a decision
+            raise ToolError("A refund runs only once it is approved.")
+        # The approval's id is the refund's reference: the same approval can never pay twice.
         result = await asyncio.to_thread(
-            database_for(self.context).refund, customer, order_id, reference=self.session_id
+            database_for(ctx).refund, customer, order_id, reference=ctx.idempotency_key
         )
         if result.order is None or result.refunded_on is None:
             return direct_to(Support, NOT_FOUND.format(order_id=order_id))
@@ -311,6 +332,17 @@ class ApproveRefund(Step):
         # What was paid back, and when, is told as the database says it.
         return direct_to(Support, refund_reply(outcome)).with_state(refund=outcome)
 
+    def on_denied(self, approval: Approval) -> Outcome:
+        # Denied, expired or withdrawn by a new message: back to Support, which answers that message.
+        order_id = int(self.state["order_id"])
+        return direct_to(Support, NOT_REFUNDED.format(order_id=order_id)).with_state(
+            refund={"order_id": order_id, "total_cents": self.state["total_cents"], "status": approval.status}
+        )
+
+    def on_model_error(self, error: RunError) -> Outcome:
+        # The model would not propose the refund: say so, and let Support take the next message.
+        return direct_to(Support, NOT_STARTED.format(order_id=int(self.state["order_id"])))
+
 
 class OrdersGoodbye(TerminateStep):
     """Closing words."""
@@ -319,7 +351,7 @@ class OrdersGoodbye(TerminateStep):
 
 
 class OrdersFlow(Flow):
-    """Customer support over the orders database: search orders, and refund with confirmation."""
+    """Customer support over the orders database: search orders, and refund what a person approves."""
 
     name = "orders"
-    steps = [Support, ApproveRefund, OrdersGoodbye]
+    steps = [Support, Refund, OrdersGoodbye]

@@ -29,7 +29,8 @@ CREATE TABLE IF NOT EXISTS refunds (
     order_id INTEGER PRIMARY KEY REFERENCES orders (id),
     amount_cents INTEGER NOT NULL,
     refunded_on TEXT NOT NULL,
-    reference TEXT
+    -- What paid the refund back: the approval's id, so one approval can never write two refunds.
+    reference TEXT NOT NULL UNIQUE
 );
 """
 
@@ -83,7 +84,7 @@ def create_database(path: str | Path, *, as_of: date | None = None) -> Path:
                 connection.execute(
                     "INSERT INTO refunds (order_id, amount_cents, refunded_on, reference) "
                     "VALUES (?, ?, ?, ?)",
-                    (order_id, total, (created + timedelta(days=3)).isoformat(), "seed"),
+                    (order_id, total, (created + timedelta(days=3)).isoformat(), f"seed-{order_id}"),
                 )
         connection.execute("COMMIT")
     return target
