@@ -212,7 +212,7 @@ def invoice_url(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str
     for name, value in scenario.env.items():
         monkeypatch.setenv(name, value.replace("{run_dir}", str(tmp_path)))
     script: list[Any] = []
-    for turn in scenario.turns[:1]:  # the upload: the page cannot carry the approval "confirm" asks
+    for turn in scenario.turns:
         played = turn.script()
         assert isinstance(played, list)
         script.extend(played)
@@ -230,7 +230,7 @@ def invoice_url(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str
 
 def test_an_invoice_pdf_uploaded_in_the_page_comes_back_as_tables(invoice_url: str, page: Page) -> None:
     scenario = invoice_scenario()
-    upload_turn, confirm_turn = scenario.turns
+    upload_turn, confirm_turn, _approve = scenario.turns
     [sample] = scenario.attachments(1)
     read = json.loads(str(upload_turn.scripted[0]))  # what the scripted model copies off the PDF
     failures = open_page(page, invoice_url)
@@ -258,7 +258,11 @@ def test_an_invoice_pdf_uploaded_in_the_page_comes_back_as_tables(invoice_url: s
     expect(page.locator("body")).to_have_attribute("data-ready", "true")
     expect_invoice_tables()
 
-    # The scenario's "confirm" now asks for the approval of the save, which the page's event stream
-    # does not carry yet (server/streams.py knows no ApprovalRequested): that turn waits for it.
-    assert confirm_turn.expect.step == "Save"
+    say(page, confirm_turn.user)  # asks for the approval of the save, on a card
+    card = page.locator("#messages li.approval").last
+    summary = f"Save invoice {read['number']} from {read['vendor']} (USD {read['total']})"
+    expect(card.locator(".approval-summary")).to_have_text(summary)
+    card.locator("button.approve").click()
+    expect(last_reply(page)).to_contain_text(f"Saved invoice {read['number']} from {read['vendor']}")
+    expect(card.locator(".approval-outcome")).to_contain_text("Approved")
     assert failures == []
