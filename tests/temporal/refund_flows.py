@@ -134,3 +134,41 @@ def _note(request: ModelRequest) -> object:
 
 def note_model() -> FunctionModel:
     return FunctionModel(_note, name="function:notes")
+
+
+class Till(Step):
+    """You take payments; each one waits for the customer's approval."""
+
+    @tool(approval=True, approval_summary="Pay order {order}")
+    async def pay(self, order: str, ctx: RunContext) -> str:
+        """Pay an order."""
+        folder = Path(os.environ["PICOFLOW_TEST_DIR"])
+        with (folder / "payments").open("a") as file:  # one line per run of the handler
+            file.write(f"{order} {ctx.idempotency_key} {os.getpid()}\n")
+        if order.startswith("slow"):  # says it is paying, then waits for the test to release it
+            (folder / "paying").write_text(str(os.getpid()))
+            while not (folder / "release").exists():  # noqa: ASYNC110 - another process makes it
+                await asyncio.sleep(0.05)
+        self.state["paid"] = [*self.state.get("paid", []), order]
+        return f"Paid {order}."
+
+
+class TillFlow(Flow):
+    name = "till"
+    steps = [Till]
+
+
+def _till(request: ModelRequest) -> object:
+    """``pay X`` proposes paying X; a tool's answer is repeated; anything else is answered with
+    what the last tool message said."""
+    last = request.messages[-1]
+    if last.role == "tool":
+        return f"Done: {last.content}"
+    if last.content.startswith("pay "):
+        return ToolCall("pay", {"order": last.content.removeprefix("pay ")}, "call-pay")
+    told = [m.content for m in request.messages if m.role == "tool"]
+    return f"Last I heard: {told[-1] if told else 'nothing'}"
+
+
+def till_model() -> FunctionModel:
+    return FunctionModel(_till, name="function:till")
