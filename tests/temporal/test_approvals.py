@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -76,20 +76,27 @@ class Submissions(TemporalExecutor):
         return await super()._result(workflow_id, payload, delivery, workflow)
 
 
-def client_engine(client: Client, folder: Path, queue: str) -> FlowEngine:
-    """The engine that submits (its own model is never asked)."""
+def client_engine(
+    client: Client, folder: Path, queue: str, clock: Callable[[], float] = time.time
+) -> FlowEngine:
+    """The engine that submits (its own model is never asked); it dates decisions by ``clock``."""
     return FlowEngine(
         [TillFlow],
         store=SQLiteStore(folder / "sessions.db"),
         model=ScriptedModel([]),
         executor=Submissions(client, queue),
+        clock=clock,
     )
 
 
 @asynccontextmanager
-async def worker_here(client: Client, folder: Path, queue: str) -> AsyncIterator[FlowEngine]:
+async def worker_here(
+    client: Client, folder: Path, queue: str, lease: float = 300.0
+) -> AsyncIterator[FlowEngine]:
     """A worker in the test's event loop."""
-    engine = FlowEngine([TillFlow], store=SQLiteStore(folder / "sessions.db"), model=till_model())
+    engine = FlowEngine(
+        [TillFlow], store=SQLiteStore(folder / "sessions.db"), model=till_model(), approval_lease=lease
+    )
     async with build_worker(client, queue, engine):
         yield engine
     await engine.aclose()
@@ -246,6 +253,37 @@ async def test_a_retried_decision_joins_the_one_execution(client: Client, folder
         first, retried = await asyncio.wait_for(both, 60)
     assert first == retried == replied("Done: Paid A1.", sid, used(19, 4, tool_calls=1))
     assert payments(folder) == [f"A1 {approval.id} {os.getpid()}"]
+    await engine.aclose()
+
+
+async def test_a_decision_that_waited_past_the_lease_for_a_worker_is_refused_then_taken_again(
+    client: Client, folder: Path
+) -> None:
+    queue = f"late-{uuid.uuid4().hex[:8]}"
+    engine = client_engine(client, folder, queue)
+    late = client_engine(client, folder, queue, clock=lambda: time.time() - 10)  # as if queued 10 s
+    async with worker_here(client, folder, queue, lease=1.0):
+        sid, approval = await propose(engine)
+        stored = await engine.store.load(sid)
+        refused = await late.decide(sid, approval.id, "approve", caller=CUSTOMER)
+        assert refused.error is not None and refused.error.is_a(ApprovalConflict)
+        message = refused.error.message
+        assert message.startswith(f"the decision on approval {approval.id} waited ")
+        assert message.endswith(
+            " s for a worker, longer than the approval lease; nothing was run: send it again"
+        )
+        assert refused == TurnResult(
+            message, sid, False, error=TurnError(ApprovalConflict, message, None, sid, None)
+        )
+        assert await engine.store.load(sid) == stored and payments(folder) == []
+        # Sent again now: the same execution id (a failed one is reused), taken at the new time.
+        result = await engine.decide(sid, approval.id, "approve", caller=CUSTOMER)
+    assert result == replied("Done: Paid A1.", sid, used(19, 4, tool_calls=1))
+    assert payments(folder) == [f"A1 {approval.id} {os.getpid()}"]
+    executor, again = late.executor, engine.executor
+    assert isinstance(executor, Submissions) and isinstance(again, Submissions)
+    assert executor.ids == again.ids
+    await late.aclose()
     await engine.aclose()
 
 

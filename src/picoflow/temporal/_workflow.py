@@ -15,7 +15,8 @@ call is over (its execution completed with the pending result, the session saved
 execution, even one started after every other died, loads the session, records the decision,
 claims the paused response (a compare-and-swap save: of two decisions, one goes on), runs its
 calls as tool activities and goes on with the turn. The decision is taken at the client's time
-(``DecisionInput.at``), so a replay decides the same way.
+(``DecisionInput.at``), so a replay decides the same way; one that waited for a worker longer than
+the approval lease is refused (``ApprovalConflict``), as its claim would be out of date at once.
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ from temporalio.exceptions import ApplicationError
 
 from picoflow._run.observers import NO_OBSERVER
 from picoflow._run.session_turn import DecisionRequest, SessionTurns, TurnRequest
-from picoflow.exceptions import RunError
+from picoflow.exceptions import ApprovalConflict, RunError
 from picoflow.results import TurnResult
 from picoflow.temporal import _codec as codec
-from picoflow.temporal._durable import DURABLE_TOOLS, DurableHost
+from picoflow.temporal._durable import DURABLE_TOOLS, DurableHost, workflow_time
 from picoflow.temporal._events import EventLog
 
 WORKFLOW_NAME = "PicoflowTurn"
@@ -94,7 +95,20 @@ class PicoflowDecision:
         # Not bound to the revision the client saw (that only names the execution): a decision is
         # checked on the session as it stands, where another approval of the same response may
         # have been decided meanwhile.
-        turns = SessionTurns(DurableHost(engine, None), tools=DURABLE_TOOLS)
+        host = DurableHost(engine, None)
+        turns = SessionTurns(host, tools=DURABLE_TOOLS)
+        waited = workflow_time() - given.at
+        if waited >= host.approval_lease:
+            # Its claim would be dated ``at``: a lease run out before the calls even start, so a
+            # message could answer them as of unknown result while they run. Sent again, it is
+            # taken at the new time (the same id: this failed execution's is reused).
+            late = ApprovalConflict(
+                f"the decision on approval {given.approval_id} waited {waited:.0f} s for a worker, "
+                "longer than the approval lease; nothing was run: send it again",
+                session_id=given.session_id,
+            )
+            result = await turns.failed(late, given.session_id, given.session_id, None)
+            return _finished(result, self.log)
         request = DecisionRequest(
             given.session_id,
             given.approval_id,
