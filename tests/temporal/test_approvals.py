@@ -3,8 +3,8 @@ decision is an execution of its own that any worker takes — also after the pro
 killed. An approved call runs once (its approval id as ``ctx.idempotency_key``), never again when
 its worker dies; a refused decision runs nothing.
 
-The tool (``refund_flows.Till.pay``) appends a line ``order key pid`` to ``payments`` for every run
-of its handler: the file is the count."""
+The tools (``refund_flows.Till``) append a line ``tool order key pid`` to ``payments`` for every
+run of a handler: the file is the count."""
 
 from __future__ import annotations
 
@@ -47,7 +47,6 @@ from picoflow.usage import Usage
 
 HERE = Path(__file__).parent
 CUSTOMER = Caller(principal="cust-1")
-WAITING = "Waiting for approval: Pay order {} (the customer must approve)"
 
 
 @pytest.fixture
@@ -117,26 +116,28 @@ def payments(folder: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-PROPOSED = {"A1": used(17, 4), "B2": used(17, 4), "slow1": used(18, 5)}
+PROPOSED = {"pay A1": used(17, 4), "pay B2": used(17, 4), "pay slow1": used(18, 5), "hold slow2": used(18, 5)}
+SUMMARIES = {"pay": "Pay order {}", "hold": "Hold a seat for order {}"}
 
 
-async def propose(engine: FlowEngine, order: str = "A1") -> tuple[str, Approval]:
-    """A pending payment: the turn's whole result, with the approval stored in the session."""
+async def propose(engine: FlowEngine, order: str = "A1", tool: str = "pay") -> tuple[str, Approval]:
+    """A pending call: the turn's whole result, with the approval stored in the session."""
     events: list[TurnEvent] = []
-    result = await engine.run("till", f"pay {order}", caller=CUSTOMER, on_event=events.append)
+    text = f"{tool} {order}"
+    result = await engine.run("till", text, caller=CUSTOMER, on_event=events.append)
     sid = result.session_id or ""
     stored = await engine.store.load(sid)
     assert stored is not None and stored.status == "awaiting_approval" and stored.paused is not None
     (approval,) = stored.approvals
-    assert result == dataclasses.replace(
-        replied(WAITING.format(order), sid, PROPOSED[order]), pending=(approval,)
-    )
+    summary = SUMMARIES[tool].format(order)
+    waiting = f"Waiting for approval: {summary} (the customer must approve)"
+    assert result == dataclasses.replace(replied(waiting, sid, PROPOSED[text]), pending=(approval,))
     assert (approval.tool, dict(approval.args), approval.summary, approval.status, approval.call_id) == (
-        "pay",
+        tool,
         {"order": order},
-        f"Pay order {order}",
+        summary,
         "pending",
-        "call-pay",
+        f"call-{tool}",
     )
     assert events == [StepEntered("Till", None), ApprovalRequested("Till", approval)]
     assert stored.paused.approvals == (approval.id,) and stored.paused.resuming_since is None
@@ -152,7 +153,7 @@ async def test_an_approved_call_runs_once_with_its_approval_id_as_key(client: Cl
         events: list[TurnEvent] = []
         result = await engine.decide(sid, approval.id, "approve", caller=CUSTOMER, on_event=events.append)
     assert result == replied("Done: Paid A1.", sid, used(19, 4, tool_calls=1))
-    assert payments(folder) == [f"A1 {approval.id} {os.getpid()}"]  # once, keyed by its approval
+    assert payments(folder) == [f"pay A1 {approval.id} {os.getpid()}"]  # once, keyed by its approval
     stored = await engine.store.load(sid)
     assert stored is not None and stored.status == "running" and stored.paused is None
     (decided,) = stored.approvals
@@ -214,7 +215,7 @@ async def test_a_second_decision_is_refused_and_two_at_once_run_the_call_at_most
             assert again == TurnResult(message, sid, False, error=refusal)
             assert again.error is not None and again.error.status == 409
         assert await engine.store.load(sid) == stored  # nothing changed, nothing run
-        assert payments(folder) == [f"A1 {approval.id} {os.getpid()}"]
+        assert payments(folder) == [f"pay A1 {approval.id} {os.getpid()}"]
 
         # Two different decisions at once: two executions, and the claim lets one through.
         other, second = await propose(engine, "B2")
@@ -225,8 +226,8 @@ async def test_a_second_decision_is_refused_and_two_at_once_run_the_call_at_most
     winner, loser = (approve, deny) if approve.ok else (deny, approve)
     assert winner.ok and loser.error is not None
     assert loser.error.error_class in (Decided, ApprovalConflict) and loser.error.status == 409
-    paid = [line for line in payments(folder) if line.startswith("B2 ")]
-    assert paid == ([f"B2 {second.id} {os.getpid()}"] if winner is approve else [])
+    paid = [line for line in payments(folder) if line.startswith("pay B2 ")]
+    assert paid == ([f"pay B2 {second.id} {os.getpid()}"] if winner is approve else [])
     executor = engine.executor
     assert isinstance(executor, Submissions) and len(set(executor.ids)) == len(executor.ids)
     await engine.aclose()
@@ -252,7 +253,7 @@ async def test_a_retried_decision_joins_the_one_execution(client: Client, folder
     async with worker_here(client, folder, queue):
         first, retried = await asyncio.wait_for(both, 60)
     assert first == retried == replied("Done: Paid A1.", sid, used(19, 4, tool_calls=1))
-    assert payments(folder) == [f"A1 {approval.id} {os.getpid()}"]
+    assert payments(folder) == [f"pay A1 {approval.id} {os.getpid()}"]
     await engine.aclose()
 
 
@@ -279,7 +280,7 @@ async def test_a_decision_that_waited_past_the_lease_for_a_worker_is_refused_the
         # Sent again now: the same execution id (a failed one is reused), taken at the new time.
         result = await engine.decide(sid, approval.id, "approve", caller=CUSTOMER)
     assert result == replied("Done: Paid A1.", sid, used(19, 4, tool_calls=1))
-    assert payments(folder) == [f"A1 {approval.id} {os.getpid()}"]
+    assert payments(folder) == [f"pay A1 {approval.id} {os.getpid()}"]
     executor, again = late.executor, engine.executor
     assert isinstance(executor, Submissions) and isinstance(again, Submissions)
     assert executor.ids == again.ids
@@ -343,7 +344,7 @@ async def test_the_decision_completes_on_another_worker_after_the_proposing_one_
     workers.append(second)
     result = await asyncio.wait_for(engine.decide(sid, approval.id, "approve", caller=CUSTOMER), 90)
     assert result == replied("Done: Paid A1.", sid, used(19, 4, tool_calls=1))
-    assert payments(folder) == [f"A1 {approval.id} {second.pid}"]  # once, on the second worker
+    assert payments(folder) == [f"pay A1 {approval.id} {second.pid}"]  # once, on the second worker
     stored = await engine.store.load(sid)
     assert stored is not None and stored.status == "running" and stored.paused is None
     assert [(a.id, a.status) for a in stored.approvals] == [(approval.id, "approved")]
@@ -377,7 +378,7 @@ async def test_an_approved_call_whose_worker_dies_is_not_run_again(
     assert result == TurnResult(
         ToolFailure.public_message, sid, False, step="Till", error=failure, flow="till"
     )
-    assert payments(folder) == [f"slow1 {approval.id} {first.pid}"]  # run once, never again
+    assert payments(folder) == [f"pay slow1 {approval.id} {first.pid}"]  # run once, never again
     stored = await engine.store.load(sid)
     assert stored is not None and stored.status == "awaiting_approval" and stored.paused is not None
     (decided,) = stored.approvals
@@ -392,7 +393,7 @@ async def test_an_approved_call_whose_worker_dies_is_not_run_again(
         "run again; check whether it had its effect before calling it again."
     )
     assert later == replied(f"Last I heard: {unknown}", sid, used(60, 44))
-    assert payments(folder) == [f"slow1 {approval.id} {first.pid}"]
+    assert payments(folder) == [f"pay slow1 {approval.id} {first.pid}"]
     stored = await engine.store.load(sid)
     assert stored is not None and stored.status == "running" and stored.paused is None
     assert (await transcript_lines(engine, sid))[2:] == [
@@ -400,4 +401,34 @@ async def test_an_approved_call_whose_worker_dies_is_not_run_again(
         "Till | user: anything?",
         f"Till | assistant: Last I heard: {unknown}",
     ]
+    await engine.aclose()
+
+
+async def test_an_approved_idempotent_call_whose_worker_dies_runs_again_under_its_key(
+    temporal_address: str, client: Client, folder: Path, workers: list[subprocess.Popen[bytes]]
+) -> None:
+    """``@tool(idempotent=True)``: the one kind of approved call a lost worker's activity is retried
+    for, on another worker, with the same idempotency key."""
+    queue = f"retried-{uuid.uuid4().hex[:8]}"
+    engine = client_engine(client, folder, queue)
+    first = start_worker(temporal_address, queue, folder, "first")
+    workers.append(first)
+    sid, approval = await asyncio.wait_for(propose(engine, "slow2", "hold"), 90)
+    deciding = asyncio.ensure_future(engine.decide(sid, approval.id, "approve", caller=CUSTOMER))
+    assert await wait_for_file(folder / "paying", first) == str(first.pid)
+    kill(first)
+    (folder / "paying").unlink()
+
+    second = start_worker(temporal_address, queue, folder, "second")
+    workers.append(second)
+    assert await wait_for_file(folder / "paying", second, 120) == str(second.pid)  # the retry
+    (folder / "release").touch()
+    result = await asyncio.wait_for(deciding, 90)
+    assert result == replied("Done: Held a seat for slow2.", sid, used(24, 7, tool_calls=1))
+    assert payments(folder) == [
+        f"hold slow2 {approval.id} {first.pid}",
+        f"hold slow2 {approval.id} {second.pid}",
+    ]
+    stored = await engine.store.load(sid)
+    assert stored is not None and stored.status == "running" and stored.paused is None
     await engine.aclose()

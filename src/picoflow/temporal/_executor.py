@@ -185,7 +185,7 @@ class TemporalExecutor:
                 return str(cause.details[0])
             raise RunError(f"the workflow {workflow_id} failed: {cause or exc}") from exc
         except RPCErrors as exc:
-            raise StoreUnavailable(f"Temporal did not answer for the turn: {exc}") from exc
+            raise StoreUnavailable(f"Temporal did not answer for {workflow_id}: {exc}") from exc
         finally:
             if polling is not None:
                 polling.cancel()
@@ -198,9 +198,9 @@ def decision_workflow_id(prefix: str, decision: codec.DecisionInput) -> str:
     """``{prefix}-decision-{session id}-{approval id}-{digest}``: the digest (``DecisionInput.digest``)
     covers the session's revision the client saw, the decision, its reason and the caller.
 
-    - A client's retry of the same decision while it runs (a lost answer, a second server handed
-      the same request) joins the running execution, or gets its finished result: the calls run
-      once and both get the same reply.
+    - A client's retry of the same decision that saw the same revision (sent again while the first
+      waited for a worker or ran: a lost answer, a second server handed the same request) joins
+      that execution, or gets its result: the calls run once and both get the same reply.
     - Any other decision on the approval has another id: a different decision, reason or caller,
       or the same decision sent again after the first was recorded (the revision moved on). It
       runs in its own execution, where the compare-and-swap claim refuses it (``ApprovalDecided``,
