@@ -134,3 +134,54 @@ def _note(request: ModelRequest) -> object:
 
 def note_model() -> FunctionModel:
     return FunctionModel(_note, name="function:notes")
+
+
+async def _run_handler(what: str, order: str, ctx: RunContext) -> None:
+    """Append ``what order key pid`` to ``payments`` (one line per run of a handler); for a
+    ``slow`` order, say so in ``paying`` and wait for the test to create ``release``."""
+    folder = Path(os.environ["PICOFLOW_TEST_DIR"])
+    with (folder / "payments").open("a") as file:
+        file.write(f"{what} {order} {ctx.idempotency_key} {os.getpid()}\n")
+    if order.startswith("slow"):
+        (folder / "paying").write_text(str(os.getpid()))
+        while not (folder / "release").exists():  # noqa: ASYNC110 - another process makes it
+            await asyncio.sleep(0.05)
+
+
+class Till(Step):
+    """You take payments; each one waits for the customer's approval."""
+
+    @tool(approval=True, approval_summary="Pay order {order}")
+    async def pay(self, order: str, ctx: RunContext) -> str:
+        """Pay an order."""
+        await _run_handler("pay", order, ctx)
+        self.state["paid"] = [*self.state.get("paid", []), order]
+        return f"Paid {order}."
+
+    @tool(approval=True, approval_summary="Hold a seat for order {order}", idempotent=True)
+    async def hold(self, order: str, ctx: RunContext) -> str:
+        """Hold a seat for an order (holding it twice under one key holds one seat)."""
+        await _run_handler("hold", order, ctx)
+        return f"Held a seat for {order}."
+
+
+class TillFlow(Flow):
+    name = "till"
+    steps = [Till]
+
+
+def _till(request: ModelRequest) -> object:
+    """``pay X`` (``hold X``) proposes paying X (holding a seat for X); a tool's answer is
+    repeated; anything else is answered with what the last tool message said."""
+    last = request.messages[-1]
+    if last.role == "tool":
+        return f"Done: {last.content}"
+    verb, _, order = last.content.partition(" ")
+    if verb in ("pay", "hold") and order:
+        return ToolCall(verb, {"order": order}, f"call-{verb}")
+    told = [m.content for m in request.messages if m.role == "tool"]
+    return f"Last I heard: {told[-1] if told else 'nothing'}"
+
+
+def till_model() -> FunctionModel:
+    return FunctionModel(_till, name="function:till")

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from picoflow.approvals import Approval, Approvers
+from picoflow.context import Caller
 from picoflow.exceptions import ModelMisbehaved, SessionConflict, StoreUnavailable, SubStepFailed, ToolFailure
 from picoflow.messages import Message, ModelRequest, ModelResponse, OutputSchema, ToolCall, ToolDefinition
 from picoflow.outcomes import Direct, Go, Stay, direct_to, go, stay
@@ -93,8 +97,62 @@ def test_turn_results_come_back_whole() -> None:
     assert codec.decode_result(codec.encode_result(failed)) == failed
 
 
+def test_a_pending_result_comes_back_with_its_approvals() -> None:
+    approval = Approval(
+        "apr_0123456789abcdef01234567",
+        "pay",
+        {"order": "A1", "lines": [{"sku": "x", "n": 2}]},
+        "Pay A1",
+        Approvers(principal=False, roles=("staff", "finance")),
+        1_000_600.5,
+        step="Desk",
+        call_id="c1",
+        args_sha256="a" * 64,
+        tool_sha256="b" * 64,
+        flow_version="v1",
+        created_at=1_000_000.5,
+    )
+    decided = dataclasses.replace(approval, status="denied", decided_by="sup-9", decided_at=1.5, reason="no")
+    pending = TurnResult(
+        "Waiting for approval: Pay A1", "sid", False, step="Desk", flow="refunds", pending=(approval, decided)
+    )
+    assert codec.decode_result(codec.encode_result(pending)) == pending
+
+
+def test_a_decision_is_checked_when_read_and_named_by_what_it_decides() -> None:
+    fields = codec.caller_fields(Caller(principal="cust-1", visibilities=frozenset({"b", "a"})))
+    decision = codec.DecisionInput(
+        session_id="s1", approval_id="apr_" + "0" * 24, decision="approve", reason=None, at=5.0, **fields
+    )
+    again = codec.DecisionInput.model_validate_json(decision.model_dump_json())
+    assert again == decision and again.caller().visibilities == frozenset({"a", "b"})
+    # A client's retry (a new time, listening or not) is the same decision; anything else is not.
+    assert decision.model_copy(update={"at": 9.0, "events": True}).digest() == decision.digest()
+    for change in (
+        {"decision": "deny"},
+        {"reason": "checked"},
+        {"principal": "sup-9"},
+        {"visibilities": ["staff"]},
+        {"revision": 3},
+        {"approval_id": "apr_" + "1" * 24},
+    ):
+        assert decision.model_copy(update=change).digest() != decision.digest(), change
+    good = decision.model_dump()
+    for bad in (
+        {"decision": "maybe"},
+        {"approval_id": "apr_x"},
+        {"session_id": "a/b"},
+        {"at": float("nan")},
+        {"revision": -1},
+        {"extra": 1},
+    ):
+        with pytest.raises(ValueError):
+            codec.DecisionInput.model_validate({**good, **bad})
+
+
 async def test_a_save_retried_after_its_answer_was_lost_recognises_its_own_write() -> None:
     from temporalio.exceptions import ApplicationError
+    from temporalio.testing import ActivityEnvironment
 
     from picoflow import FlowEngine
     from picoflow.models import ScriptedModel
@@ -103,18 +161,55 @@ async def test_a_save_retried_after_its_answer_was_lost_recognises_its_own_write
 
     engine = FlowEngine(model=ScriptedModel([]))
     activities = TurnActivities(engine)
+    first, retry = ActivityEnvironment(), ActivityEnvironment()
+    retry.info = dataclasses.replace(retry.info, attempt=2)
     session = Session(id="s1", flow="f", current_step="A", turns=1, next_seq=1)
     appended = [("A", Message.user("hi").stamped(step="A", seq=0))]
     payload = codec.SaveIn(
         session=session_to_json(session).decode(), expected_revision=None, appended=appended
     )
-    assert await activities.save(payload.model_dump_json()) == 1
-    assert await activities.save(payload.model_dump_json()) == 1  # the retry: the same write, stored
+    assert await first.run(activities.save, payload.model_dump_json()) == 1
+    # The retry: the same write, stored.
+    assert await retry.run(activities.save, payload.model_dump_json()) == 1
+    # A first attempt has no earlier write of its own: its conflict is another's, even when alike.
+    with pytest.raises(ApplicationError) as raised:
+        await first.run(activities.save, payload.model_dump_json())
+    assert "SessionConflict" in str(raised.value.details[0])
     other = Session(id="s1", flow="f", current_step="A", turns=1, next_seq=1, updated_at=0.0)
     another = codec.SaveIn(session=session_to_json(other).decode(), expected_revision=None)
     with pytest.raises(ApplicationError) as raised:  # another turn's write is a conflict, as always
-        await activities.save(another.model_dump_json())
+        await retry.run(activities.save, another.model_dump_json())
     assert raised.value.type == "picoflow" and raised.value.non_retryable
     assert "SessionConflict" in str(raised.value.details[0])
     [message] = await engine.store.transcript("s1")
     assert message.content == "hi"
+
+
+async def test_a_retried_claim_is_told_from_another_decisions_claim() -> None:
+    """Claims append nothing and keep the time: only the audit trail tells two apart."""
+    from temporalio.exceptions import ApplicationError
+    from temporalio.testing import ActivityEnvironment
+
+    from picoflow import FlowEngine
+    from picoflow.models import ScriptedModel
+    from picoflow.session import Session, session_from_json, session_to_json
+    from picoflow.temporal._activities import TurnActivities
+
+    engine = FlowEngine(model=ScriptedModel([]))
+    activities = TurnActivities(engine)
+    retry = ActivityEnvironment()
+    retry.info = dataclasses.replace(retry.info, attempt=2)
+    approval = Approval("apr_" + "0" * 24, "refund", {"order": "A1"}, "Refund A1", Approvers(), 10.0)
+    session = Session(id="s2", flow="f", current_step="A", approvals=[approval])
+    await engine.store.save(session, expected_revision=None)
+
+    def claim(by: str) -> str:
+        mine = session_from_json(session_to_json(session))
+        mine.approvals = [dataclasses.replace(approval, status="approved", decided_by=by, decided_at=5.0)]
+        return codec.SaveIn(session=session_to_json(mine).decode(), expected_revision=1).model_dump_json()
+
+    assert await retry.run(activities.save, claim("cust-1")) == 2
+    assert await retry.run(activities.save, claim("cust-1")) == 2  # its own claim, stored
+    with pytest.raises(ApplicationError) as raised:  # another decision's claim came first
+        await retry.run(activities.save, claim("sup-9"))
+    assert "SessionConflict" in str(raised.value.details[0])

@@ -278,16 +278,17 @@ class LocalTools:
 LOCAL_TOOLS = LocalTools()
 
 
-def job_of(spec: StepSpec, calls: list[ToolCall], group: bool) -> ToolJob:
+def job_of(spec: StepSpec, calls: list[ToolCall], group: bool, key: str | None = None) -> ToolJob:
     """The job of ``calls`` that dispatch validated elsewhere (a durable executor sends the calls
-    it validated to the worker that runs them): their arguments, read into the same models."""
+    it validated to the worker that runs them): their arguments, read into the same models, and
+    the idempotency ``key`` of an approved call."""
     arguments = []
     for call in calls:
         validated = spec.tools[call.name].validate(call)
         if isinstance(validated, str):  # the same arguments passed before: the flow changed since
             raise RunError(f"tool {call.name}: arguments that passed validation failed it again: {validated}")
         arguments.append(validated)
-    return ToolJob(spec.name, tuple(calls), tuple(arguments), group)
+    return ToolJob(spec.name, tuple(calls), tuple(arguments), group, key)
 
 
 async def _within(ws: Workspace, spec: StepSpec, call: ToolCall, running: Any, seconds: float) -> Any:

@@ -86,7 +86,7 @@ class TurnActivities:
         calls = [ToolCall(c["name"], c["args"], c["id"]) for c in given.calls]
         out = codec.ToolCallOut()
         try:
-            job = job_of(step_spec, calls, given.group)
+            job = job_of(step_spec, calls, given.group, given.key)
             value = await beating(LOCAL_TOOLS.run(ws, ws.step(given.step), step_spec, job))
             out.value = _encoded_value(value, spec.steps)
         except RunError as exc:
@@ -116,12 +116,14 @@ class TurnActivities:
                 session, expected_revision=given.expected_revision, appended=given.appended
             )
         except SessionConflict as exc:
-            # A retried save whose first attempt went through (its answer was lost with its worker)
-            # finds its own turn stored: the same revision, the same last message, the same time.
-            stored = await store.load(session.id)
-            expected = (given.expected_revision or 0) + 1
-            if stored is not None and _same_turn(stored, session, expected):
-                return expected
+            # A retried save whose earlier attempt went through (its answer was lost with its
+            # worker) finds its own write stored. A first attempt never does: its conflict is
+            # another's write — of a decision's claim, another decision's, which must not go on.
+            if activity.info().attempt > 1:
+                stored = await store.load(session.id)
+                expected = (given.expected_revision or 0) + 1
+                if stored is not None and _same_write(stored, session, expected):
+                    return expected
             raise reported(exc) from exc
         except RunError as exc:
             raise reported(exc) from exc
@@ -141,12 +143,21 @@ class TurnActivities:
         return [self.model, self.tool, self.load, self.save, self.record_error, self.load_files]
 
 
-def _same_turn(stored: Any, session: Any, revision: int) -> bool:
+def _same_write(stored: Any, session: Any, revision: int) -> bool:
+    """Whether ``stored`` is the write of ``session`` at ``revision``: the same messages, time and
+    turn count (a turn's commit) and the same audit trail, paused response and states (a
+    decision's claim, which appends nothing and keeps the time: two claims differ in the decision,
+    its maker, its reason or its time)."""
     return bool(
         stored.revision == revision
         and stored.next_seq == session.next_seq
         and stored.updated_at == session.updated_at
         and stored.turns == session.turns
+        and stored.status == session.status
+        and stored.current_step == session.current_step
+        and stored.approvals == session.approvals
+        and stored.paused == session.paused
+        and stored.states == session.states
     )
 
 

@@ -7,13 +7,16 @@ Nothing here does I/O.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 from pydantic_core import to_jsonable_python
 
 from picoflow import exceptions
-from picoflow.approvals import Approval
+from picoflow.approvals import Approval, Decision
 from picoflow.context import Caller
 from picoflow.events import (
     ApprovalDecided,
@@ -163,6 +166,45 @@ def caller_fields(caller: Caller) -> dict[str, Any]:
     }
 
 
+class DecisionInput(BaseModel):
+    """A checked decision (``DecisionRequest``), as the client hands it to the decision workflow.
+    Validated again when the workflow reads it: the decision, the ids, a finite time."""
+
+    model_config = ConfigDict(extra="forbid")
+    session_id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,128}$")
+    approval_id: str = Field(pattern=r"^apr_[0-9a-f]{24}$")
+    decision: Decision
+    reason: str | None = Field(default=None, max_length=2000)
+    at: float
+    """When the client took the decision (its clock): the workflow decides by it."""
+    revision: int = Field(default=0, ge=0)
+    """The session's revision the client saw: part of the execution's id, not checked."""
+    principal: str | None = None
+    visibilities: list[str] = Field(default_factory=list)
+    config: dict[str, Any] = Field(default_factory=dict)
+    events: bool = False
+    """Whether the client listens: the workflow then records the decision's events."""
+
+    @field_validator("at")
+    @classmethod
+    def _finite(cls, at: float) -> float:
+        if not math.isfinite(at):
+            raise ValueError("the decision's time must be a finite number")
+        return at
+
+    def caller(self, deps: Any = None) -> Caller:
+        return Caller(
+            principal=self.principal, visibilities=frozenset(self.visibilities), deps=deps, config=self.config
+        )
+
+    def digest(self) -> str:
+        """What makes two requests the same decision: the approval, the session's revision the
+        client saw, the decision, its reason and the caller — not the time, not whether events are
+        listened to (a client's retry takes a new time)."""
+        same = json.dumps(self.model_dump(mode="json", exclude={"at", "events"}), sort_keys=True)
+        return hashlib.sha256(same.encode()).hexdigest()[:24]
+
+
 # --- events -----------------------------------------------------------------------------------------
 
 
@@ -247,6 +289,8 @@ class _Result(BaseModel):
     field: str | None = None
     warnings: list[str] = Field(default_factory=list)
     flow: str | None = None
+    pending: list[Approval] = Field(default_factory=list)
+    """The approvals the turn ends waiting for."""
     events: list[EncodedEvent] = Field(default_factory=list)
     """Every event of the turn, in order (when the client asked for them)."""
 
@@ -269,6 +313,7 @@ def encode_result(result: TurnResult, events: list[EncodedEvent] | None = None) 
         field=None if error is None else error.field,
         warnings=list(result.warnings),
         flow=result.flow,
+        pending=list(result.pending),
         events=events or [],
     ).model_dump_json()
 
@@ -294,6 +339,7 @@ def decode_output(data: str) -> tuple[TurnResult, list[TurnEvent]]:
         error,
         tuple(r.warnings),
         r.flow,
+        tuple(r.pending),
     )
     return result, [decode_event(e) for e in r.events]
 
@@ -368,6 +414,8 @@ class ToolCallIn(BaseModel):
     calls: list[dict[str, Any]]
     """The call (or, for a ``@tools`` group, all calls of the response): name, args, id."""
     group: bool
+    key: str | None = None
+    """The idempotency key of a call that runs because it was approved (the approval's id)."""
     session: str
     """``session_to_json`` of the workspace's session when the handler is called."""
     usage: Usage

@@ -233,12 +233,16 @@ class DurableTools:
             step=spec.name,
             calls=[{"name": c.name, "args": c.args, "id": c.id} for c in job.calls],
             group=job.group,
+            key=job.key,
             session=session_to_json(ws.session).decode(),
             usage=ws.usage,
             events=records,
             **codec.caller_fields(ws.caller),
         )
         seconds = (tool.timeout if tool is not None and tool.timeout else DEFAULT_MODEL_SECONDS) + 30
+        # One attempt unless the tool says a second run is harmless: a worker lost mid-handler may
+        # have had its effect. That holds for an approved call too (``job.key``, its approval's
+        # id): it runs at most once, and an idempotent one gets the same key on every attempt.
         idempotent = tool is not None and tool.idempotent
         data = await call_activity(
             "picoflow.tool",

@@ -1,6 +1,6 @@
-"""A turn's step and tool events on Temporal: recorded in the workflow (and, for the sub-step runs
-a tool handler starts, in the tool activity), read by the client with a query while the turn runs,
-and handed to the caller's observer in order.
+"""A turn's (or a decision's) step, tool and approval events on Temporal: recorded in the workflow
+(and, for the sub-step runs a tool handler starts, in the tool activity), read by the client with
+a query while the turn runs, and handed to the caller's observer in order.
 
 Text is not streamed: a model activity returns the whole response.
 """
@@ -10,7 +10,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from picoflow._run.observers import EventStream, TurnObserver
-from picoflow.events import StepEntered, TextChunk, ToolCalled, ToolReturned, TurnEvent
+from picoflow.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    StepEntered,
+    TextChunk,
+    ToolCalled,
+    ToolReturned,
+    TurnEvent,
+)
 from picoflow.exceptions import RunError
 from picoflow.messages import ToolCall
 from picoflow.results import TurnResult
@@ -58,8 +66,11 @@ class Delivery:
     run a hook started, whose ``parent`` is the calling step).
     """
 
-    def __init__(self, observer: TurnObserver) -> None:
+    def __init__(self, observer: TurnObserver, opens: str | None = None) -> None:
+        """``opens``: a session to report opened before the first event (a decision's session is
+        opened once the decision passed its checks, which its first event shows)."""
         self.observer = observer
+        self.opens = opens
         self.count = 0
         """How many of the turn's events were delivered."""
         self._calls: dict[str, tuple[TurnObserver, str, ToolCall]] = {}
@@ -69,6 +80,9 @@ class Delivery:
     def new(self, events: Sequence[TurnEvent], first: int) -> None:
         """Deliver ``events``, the turn's events from index ``first`` on, skipping those delivered."""
         for event in events[max(self.count - first, 0) :]:
+            if self.opens is not None:
+                self.observer.session_opened(self.opens)
+                self.opens = None
             self._deliver(event)
             self.count += 1
 
@@ -112,3 +126,7 @@ class Delivery:
             target.tool_answered(event.step, call, event.content, event.is_error)
         elif isinstance(event, TextChunk):
             target.text(event.step, event.text)
+        elif isinstance(event, ApprovalRequested):
+            target.approval_requested(event.step, event.approval)
+        elif isinstance(event, ApprovalDecided):
+            target.approval_decided(event.approval)

@@ -1,6 +1,7 @@
 """``TemporalExecutor``: the client side. ``FlowEngine.run`` checks a turn's input as always, then
 hands the turn to Temporal as the workflow execution named after its session and revision, and
-waits for its result."""
+waits for its result. ``FlowEngine.decide`` does the same with a decision, as a
+``PicoflowDecision`` execution (see ``decision_workflow_id`` for its name)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,12 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
 from picoflow._run.observers import NO_OBSERVER, TurnObserver
-from picoflow._run.session_turn import SessionTurns, TurnRequest, store_call
+from picoflow._run.session_turn import DecisionRequest, SessionTurns, TurnRequest, store_call
 from picoflow.exceptions import InvalidInput, RunError, StoreUnavailable
 from picoflow.results import TurnResult
 from picoflow.temporal import _codec as codec
 from picoflow.temporal._events import POLL_SECONDS, Delivery
-from picoflow.temporal._workflow import EVENTS_QUERY, TURN_FAILED, WORKFLOW_NAME
+from picoflow.temporal._workflow import DECISION_WORKFLOW, EVENTS_QUERY, TURN_FAILED, WORKFLOW_NAME
 
 
 class TemporalExecutor:
@@ -34,6 +35,9 @@ class TemporalExecutor:
     The execution's id is ``{id_prefix}-{session id}-{revision}``: submitting the same turn again
     (a client's retry, a second server) joins the running execution, or gets the finished turn's
     result, rather than running it twice. A failed turn may be submitted again.
+
+    A decision (``decide``) runs as an execution of its own, named by ``decision_workflow_id``:
+    any worker takes it, whether or not the worker that ran the proposing turn is still there.
     """
 
     def __init__(
@@ -116,12 +120,51 @@ class TemporalExecutor:
             delivery.close(result)
         return result
 
-    async def _result(self, workflow_id: str, payload: str, delivery: Delivery | None = None) -> str:
-        """The turn's encoded result; meanwhile, with a ``delivery``, its events as they happen."""
+    async def decide(
+        self, turns: SessionTurns, request: DecisionRequest, observer: TurnObserver
+    ) -> TurnResult:
+        try:
+            return await self._decide(turns, request, observer)
+        except RunError as exc:  # not submitted (the store or Temporal unreachable): nothing ran
+            return await turns.failed(exc, request.session_id, request.session_id, None)
+
+    async def _decide(
+        self, turns: SessionTurns, request: DecisionRequest, observer: TurnObserver
+    ) -> TurnResult:
+        session_id = request.session_id
+        async with store_call("loading session", session_id):
+            stored = await turns.host.store.load(session_id)
+        delivery = None if observer is NO_OBSERVER else Delivery(observer, opens=session_id)
+        decision = codec.DecisionInput(
+            session_id=session_id,
+            approval_id=request.approval_id,
+            decision=request.decision,
+            reason=request.reason,
+            at=request.at,
+            revision=stored.revision if stored is not None else 0,
+            events=delivery is not None,
+            **codec.caller_fields(request.caller),
+        )
+        workflow_id = decision_workflow_id(self.id_prefix, decision)
+        data = await self._result(workflow_id, decision.model_dump_json(), delivery, DECISION_WORKFLOW)
+        result, events = codec.decode_output(data)
+        if delivery is not None:
+            delivery.new(events, 0)
+            delivery.close(result)
+        return result
+
+    async def _result(
+        self,
+        workflow_id: str,
+        payload: str,
+        delivery: Delivery | None = None,
+        workflow: str = WORKFLOW_NAME,
+    ) -> str:
+        """The execution's encoded result; meanwhile, with a ``delivery``, its events as they happen."""
         client = await self.client()
         try:
             handle = await client.start_workflow(
-                WORKFLOW_NAME,
+                workflow,
                 payload,
                 id=workflow_id,
                 task_queue=self.task_queue,
@@ -140,15 +183,34 @@ class TemporalExecutor:
             cause = exc.cause
             if isinstance(cause, ApplicationError) and cause.type == TURN_FAILED and cause.details:
                 return str(cause.details[0])
-            raise RunError(f"the turn's workflow {workflow_id} failed: {cause or exc}") from exc
+            raise RunError(f"the workflow {workflow_id} failed: {cause or exc}") from exc
         except RPCErrors as exc:
-            raise StoreUnavailable(f"Temporal did not answer for the turn: {exc}") from exc
+            raise StoreUnavailable(f"Temporal did not answer for {workflow_id}: {exc}") from exc
         finally:
             if polling is not None:
                 polling.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await polling
         return result
+
+
+def decision_workflow_id(prefix: str, decision: codec.DecisionInput) -> str:
+    """``{prefix}-decision-{session id}-{approval id}-{digest}``: the digest (``DecisionInput.digest``)
+    covers the session's revision the client saw, the decision, its reason and the caller.
+
+    - A client's retry of the same decision that saw the same revision (sent again while the first
+      waited for a worker or ran: a lost answer, a second server handed the same request) joins
+      that execution, or gets its result: the calls run once and both get the same reply.
+    - Any other decision on the approval has another id: a different decision, reason or caller,
+      or the same decision sent again after the first was recorded (the revision moved on). It
+      runs in its own execution, where the compare-and-swap claim refuses it (``ApprovalDecided``,
+      ``ApprovalConflict``: 409) with nothing run — as a second decision is refused in process.
+      Two requests never share a result unless they are the same decision by the same caller on
+      the same revision, which cannot be told from a retry.
+    - A refused decision fails its execution (``TURN_FAILED``), so the same request may be sent
+      again under the same id, and is checked again.
+    """
+    return f"{prefix}-decision-{decision.session_id}-{decision.approval_id}-{decision.digest()}"
 
 
 async def _poll(handle: WorkflowHandle[Any, str], delivery: Delivery) -> None:

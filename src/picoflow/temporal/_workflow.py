@@ -1,4 +1,4 @@
-"""``PicoflowTurn``: one turn as a Temporal workflow.
+"""``PicoflowTurn``: one turn as a Temporal workflow; ``PicoflowDecision``: one decision.
 
 The workflow runs picoflow's own turn code (``SessionTurns.take``) on Temporal's deterministic
 event loop, unsandboxed (the turn code is plain asyncio). Model requests, tool handlers and store
@@ -7,6 +7,16 @@ again when a worker replays it, so it must decide the same way every time: promp
 (``on_enter``, ``check_response``, ``on_response`` ...), ``LogicStep.run_logic`` and a flow's
 ``on_restore_session`` must not read clocks, random numbers, files, the network or anything else
 that may change between runs — what they need from outside belongs in a tool.
+
+A decision on a pending approval (``FlowEngine.decide``) is a workflow execution of its own,
+``PicoflowDecision``, running ``SessionTurns.decide`` the same way. The turn that proposed the
+call is over (its execution completed with the pending result, the session saved
+``awaiting_approval``), so no worker waits for the decision: whichever worker takes the decision's
+execution, even one started after every other died, loads the session, records the decision,
+claims the paused response (a compare-and-swap save: of two decisions, one goes on), runs its
+calls as tool activities and goes on with the turn. The decision is taken at the client's time
+(``DecisionInput.at``), so a replay decides the same way; one that waited for a worker longer than
+the approval lease is refused (``ApprovalConflict``), as its claim would be out of date at once.
 """
 
 from __future__ import annotations
@@ -17,18 +27,21 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 from picoflow._run.observers import NO_OBSERVER
-from picoflow._run.session_turn import SessionTurns, TurnRequest
-from picoflow.exceptions import RunError
+from picoflow._run.session_turn import DecisionRequest, SessionTurns, TurnRequest
+from picoflow.exceptions import ApprovalConflict, RunError
+from picoflow.results import TurnResult
 from picoflow.temporal import _codec as codec
-from picoflow.temporal._durable import DURABLE_TOOLS, DurableHost
+from picoflow.temporal._durable import DURABLE_TOOLS, DurableHost, workflow_time
 from picoflow.temporal._events import EventLog
 
 WORKFLOW_NAME = "PicoflowTurn"
+DECISION_WORKFLOW = "PicoflowDecision"
 EVENTS_QUERY = "events"
 TURN_FAILED = "picoflow.turn_failed"
-"""``ApplicationError.type`` of a turn that failed; its details hold the encoded ``TurnResult``.
-Failing the execution (rather than returning the result) lets the same turn be submitted again
-under the same id: Temporal reuses the id of a failed execution, never of a completed one."""
+"""``ApplicationError.type`` of a turn (or a decision) that failed; its details hold the encoded
+``TurnResult``. Failing the execution (rather than returning the result) lets the same turn be
+submitted again under the same id: Temporal reuses the id of a failed execution, never of a
+completed one."""
 
 ENGINES: dict[str, Any] = {}
 """The worker's ``FlowEngine`` by task queue: the flows, models and settings its turns use."""
@@ -60,7 +73,57 @@ class PicoflowTurn:
         else:
             request = TurnRequest(spec, turn.text, turn.session_id, turn.starts, turn.caller(engine.deps))
             result = await turns.take(request, self.log or NO_OBSERVER)
-        encoded = codec.encode_result(result, self.log.encoded if self.log is not None else None)
-        if result.error is not None:
-            raise ApplicationError("the turn failed", encoded, type=TURN_FAILED, non_retryable=True)
-        return encoded
+        return _finished(result, self.log)
+
+
+@workflow.defn(name=DECISION_WORKFLOW)
+class PicoflowDecision:
+    def __init__(self) -> None:
+        self.log: EventLog | None = None
+
+    @workflow.query(name=EVENTS_QUERY)
+    def events(self, since: int) -> str:
+        """The decision's events from index ``since`` on, as ``PicoflowTurn.events``."""
+        return codec.encode_events(self.log.since(since) if self.log is not None else [])
+
+    @workflow.run
+    async def run(self, payload: str) -> str:
+        given = codec.DecisionInput.model_validate_json(payload)
+        if given.events:
+            self.log = EventLog()
+        engine = ENGINES[workflow.info().task_queue]
+        # Not bound to the revision the client saw (that only names the execution): a decision is
+        # checked on the session as it stands, where another approval of the same response may
+        # have been decided meanwhile.
+        host = DurableHost(engine, None)
+        turns = SessionTurns(host, tools=DURABLE_TOOLS)
+        waited = workflow_time() - given.at
+        if waited >= host.approval_lease:
+            # Its claim would be dated ``at``: a lease run out before the calls even start, so a
+            # message could answer them as of unknown result while they run. Sent again, it is
+            # taken at the new time (the same id: this failed execution's is reused).
+            late = ApprovalConflict(
+                f"the decision on approval {given.approval_id} waited {waited:.0f} s for a worker, "
+                "longer than the approval lease; nothing was run: send it again",
+                session_id=given.session_id,
+            )
+            result = await turns.failed(late, given.session_id, given.session_id, None)
+            return _finished(result, self.log)
+        request = DecisionRequest(
+            given.session_id,
+            given.approval_id,
+            given.decision,
+            given.reason,
+            given.caller(engine.deps),
+            given.at,
+        )
+        result = await turns.decide(request, self.log or NO_OBSERVER)
+        return _finished(result, self.log)
+
+
+def _finished(result: TurnResult, log: EventLog | None) -> str:
+    """The encoded result; a failed turn or decision fails its execution (``TURN_FAILED``)."""
+    encoded = codec.encode_result(result, log.encoded if log is not None else None)
+    if result.error is not None:
+        raise ApplicationError("the turn failed", encoded, type=TURN_FAILED, non_retryable=True)
+    return encoded

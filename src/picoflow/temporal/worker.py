@@ -1,4 +1,4 @@
-"""Workers: the processes that run turns submitted by a ``TemporalExecutor``.
+"""Workers: the processes that run turns (and decisions) submitted by a ``TemporalExecutor``.
 
 A worker holds an ordinary ``FlowEngine`` (flows, models, store, deps). The turn's workflow runs
 on it with the engine's flows and settings; the activities call its models, its store and the
@@ -14,7 +14,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from picoflow.temporal._activities import TurnActivities
 from picoflow.temporal._checks import check_durable
-from picoflow.temporal._workflow import ENGINES, PicoflowTurn
+from picoflow.temporal._workflow import ENGINES, PicoflowDecision, PicoflowTurn
 
 
 def build_worker(client: Client, task_queue: str, engine: Any, **options: Any) -> Worker:
@@ -30,7 +30,7 @@ def build_worker(client: Client, task_queue: str, engine: Any, **options: Any) -
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[PicoflowTurn],
+        workflows=[PicoflowTurn, PicoflowDecision],
         activities=TurnActivities(engine).all(),
         # The turn code is plain asyncio; the sandbox would re-import picoflow for every run.
         workflow_runner=UnsandboxedWorkflowRunner(),
