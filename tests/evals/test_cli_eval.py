@@ -60,6 +60,8 @@ def test_the_shipped_scenarios_pass_with_their_scripted_responses(tmp_path: Path
     }
     # Two runs of each, the orders runs each in a database of its own.
     assert shipped["orders-support"] == ("orders", 2, [1.0] * 13)
+    assert shipped["orders-refund-decided"] == ("orders", 2, [1.0] * 6)
+    assert shipped["invoice-pdf-01"] == ("invoice", 2, [1.0] * 3)
     assert shipped["products-lookup"] == ("products", 2, [1.0] * 4)
     # The travel plan's sub-steps run side by side: their responses are scripted per step.
     assert shipped["travel-plan"] == ("travel", 2, [1.0] * 4)
