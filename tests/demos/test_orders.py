@@ -325,7 +325,7 @@ async def test_a_model_that_will_not_propose_the_refund_hands_back_to_support(
     result = await chat.say("refund 40004")
     assert result.ok and result.pending == ()
     assert (result.step, result.message) == ("Support", NOT_STARTED.format(order_id=40004))
-    assert new_refunds(orders_db) == {} and (await session_of(chat)).approvals == []
+    assert new_refunds(orders_db) == {} and (await session_of(chat)).approvals == ()
 
 
 async def test_prompt_injection_cannot_reach_another_customer(orders_db: OrdersDatabase) -> None:

@@ -200,12 +200,12 @@ async def test_a_retried_claim_is_told_from_another_decisions_claim() -> None:
     retry = ActivityEnvironment()
     retry.info = dataclasses.replace(retry.info, attempt=2)
     approval = Approval("apr_" + "0" * 24, "refund", {"order": "A1"}, "Refund A1", Approvers(), 10.0)
-    session = Session(id="s2", flow="f", current_step="A", approvals=[approval])
+    session = Session(id="s2", flow="f", current_step="A", approvals=(approval,))
     await engine.store.save(session, expected_revision=None)
 
     def claim(by: str) -> str:
         mine = session_from_json(session_to_json(session))
-        mine.approvals = [dataclasses.replace(approval, status="approved", decided_by=by, decided_at=5.0)]
+        mine.approvals = (dataclasses.replace(approval, status="approved", decided_by=by, decided_at=5.0),)
         return codec.SaveIn(session=session_to_json(mine).decode(), expected_revision=1).model_dump_json()
 
     assert await retry.run(activities.save, claim("cust-1")) == 2
