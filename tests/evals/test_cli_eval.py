@@ -144,3 +144,53 @@ def test_options_are_checked_before_anything_runs(tmp_path: Path) -> None:
     for option, value in (("--min-pass", "1.5"), ("--runs", "0")):
         refused = invoke(basket(tmp_path), "--flows", SHOP, "--model", "scripted", option, value)
         assert refused.exit_code == 2 and f"Invalid value for '{option}'" in refused.output
+
+
+CATEGORIZED = """\
+name: terse
+category: terse
+turns:
+  - user: two apples please
+    scripted: [{tool: add, args: {item: apple, quantity: 2}}]
+    expect: {reply_contains: "Added 2 apple"}
+---
+name: chatty
+category: chatty
+turns:
+  - user: and a pear, if you would be so kind
+    scripted: [{tool: add, args: {item: pear}}]
+    expect: {reply_contains: "(?i)banana"}
+---
+name: terse-again
+category: terse
+turns:
+  - user: one pear
+    scripted: [{tool: add, args: {item: pear}}]
+    expect: {reply_contains: "Added 1 pear"}
+"""
+
+
+def test_the_report_gives_a_pass_rate_per_category(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    args = ("--flows", SHOP, "--flow", "shop", "--model", "scripted", "--runs", "2", "--min-pass", "0")
+    played = invoke(basket(tmp_path, CATEGORIZED), *args, "--report", str(report))
+    assert played.exit_code == 0, played.output
+    rows = [" ".join(line.split()) for line in played.output.splitlines() if line.strip("─ ")]
+    start = rows.index("pass rate per category")
+    assert rows[start + 1 : start + 4] == [
+        "category scenarios runs passed rate",
+        "terse 2 4/4 100%",
+        "chatty 1 0/2 0%",
+    ]
+    assert "terse terse 2/2" in rows and "chatty chatty 0/2" in rows
+    assert json.loads(report.read_text(encoding="utf-8"))["categories"] == {
+        "terse": {"scenarios": 2, "runs": 4, "runs_passed": 4},
+        "chatty": {"scenarios": 1, "runs": 2, "runs_passed": 0},
+    }
+    only = invoke(basket(tmp_path, CATEGORIZED), *args, "--category", "chatty")
+    assert only.exit_code == 0 and "terse" not in only.output and "chatty run 2/2 turn 1/1" in only.output
+    unknown = invoke(basket(tmp_path, CATEGORIZED), *args, "--category", "typos")
+    assert unknown.exit_code == 2
+    assert "no scenario of category typos; the categories are chatty, terse" in " ".join(
+        unknown.output.split()
+    )

@@ -101,11 +101,13 @@ async def test_the_json_report_holds_every_run_and_turn(result: EvalResult, tmp_
         "runs": 2,
         "runs_passed": 1,
         "run_pass_rate": 0.5,
+        "categories": {"-": {"scenarios": 1, "runs": 2, "runs_passed": 1}},
         "unscored_checks": 2,
         "judge_usage": None,
         "scenarios": [
             {
                 "name": "apples",
+                "category": "",
                 "flow": "shop",
                 "runs_passed": 1,
                 "run_pass_rate": 0.5,

@@ -78,6 +78,10 @@ def eval_scenarios(
         typer.Option(help="Session store URL (default: in memory, so your sessions stay untouched)."),
     ] = None,
     flows: FlowsOpt = None,
+    category: Annotated[
+        list[str] | None,
+        typer.Option(help="Play only the scenarios of this category (repeat it for several)."),
+    ] = None,
 ) -> None:
     """Play scenario files against a model, run after run, and measure how often the flow behaves.
 
@@ -85,6 +89,15 @@ def eval_scenarios(
     """
     try:
         loaded = load_scenarios(scenarios)
+        if category:
+            known = sorted({scenario.category for scenario in loaded if scenario.category})
+            missing = [name for name in category if name not in known]
+            if missing:
+                raise ScenarioError(
+                    f"{scenarios}: no scenario of category {', '.join(missing)}; "
+                    f"the categories are {', '.join(known) or '(none)'}"
+                )
+            loaded = [scenario for scenario in loaded if scenario.category in category]
         flow_classes = load_flows(flows)
         chosen = SCRIPTED if (model or "").strip() == SCRIPTED else build_model(model)
         referee = build_model(judge)

@@ -49,12 +49,42 @@ def print_result(console: Console, result: EvalResult, min_pass: float) -> None:
         usage = result.judge_usage
         spent = f"{usage.model_calls} calls, {usage.total_tokens:,} tokens"
         console.print(f"[dim]judge {escape(result.judge)}: {spent}[/dim]")
+    categories = result.categories()
+    if len(result.scenarios) > 1:
+        _print_overview(console, result, categories)
     console.print(f"checks passed: {checks_line(result.check_counts())}")
     verdict = "[green]PASS[/green]" if result.pass_rate >= min_pass else "[red]FAIL[/red]"
     console.print(
         f"{verdict} {result.runs_passed}/{result.runs} runs passed ({_percent(result.pass_rate)}); "
         f"minimum {_percent(min_pass)}"
     )
+
+
+def _print_overview(
+    console: Console, result: EvalResult, categories: dict[str, tuple[int, int, int]]
+) -> None:
+    """One line per scenario, then (when the scenarios name categories) the pass rate per category."""
+    table = Table(title=f"{len(result.scenarios)} scenarios", box=box.SIMPLE_HEAD)
+    table.add_column("scenario", overflow="fold", ratio=3)
+    table.add_column("category", overflow="fold", ratio=1)
+    table.add_column("runs passed", justify="right", no_wrap=True)
+    for scenario in result.scenarios:
+        rate = f"{scenario.runs_passed}/{len(scenario.runs)}"
+        table.add_row(
+            escape(scenario.scenario.name),
+            escape(scenario.scenario.category or "-"),
+            rate if scenario.runs_passed == len(scenario.runs) else f"[red]{rate}[/red]",
+        )
+    console.print(table)
+    if set(categories) == {""}:
+        return
+    table = Table(title="pass rate per category", box=box.SIMPLE_HEAD)
+    for heading in ("category", "scenarios", "runs passed", "rate"):
+        table.add_column(heading, justify="left" if heading == "category" else "right", no_wrap=True)
+    for category, (count, passed, runs) in categories.items():
+        rate = _percent(passed / runs if runs else 0.0)
+        table.add_row(escape(category or "-"), str(count), f"{passed}/{runs}", rate)
+    console.print(table)
 
 
 def _print_scenario(console: Console, result: EvalResult, scenario: ScenarioResult) -> None:

@@ -161,6 +161,7 @@ class ScenarioResult:
         timing, later = self.timing(), self.timing(skip_first=True)
         return {
             "name": self.scenario.name,
+            "category": self.scenario.category,
             "source": self.scenario.source,
             "flow": self.flow,
             "runs_passed": self.runs_passed,
@@ -216,6 +217,19 @@ class EvalResult:
             for check in turn.checks
         )
 
+    def categories(self) -> dict[str, tuple[int, int, int]]:
+        """Per category (in the order first met; scenarios without one under ``""``): scenarios,
+        runs passed and runs."""
+        found: dict[str, tuple[int, int, int]] = {}
+        for result in self.scenarios:
+            scenarios, passed, runs = found.get(result.scenario.category, (0, 0, 0))
+            found[result.scenario.category] = (
+                scenarios + 1,
+                passed + result.runs_passed,
+                runs + len(result.runs),
+            )
+        return found
+
     def check_counts(self) -> tuple[int, int]:
         """Checks passed and checks scored over every scenario."""
         return _summed(result.check_counts() for result in self.scenarios)
@@ -228,6 +242,10 @@ class EvalResult:
             "runs": self.runs,
             "runs_passed": self.runs_passed,
             "run_pass_rate": _r(self.pass_rate),
+            "categories": {
+                category or "-": {"scenarios": count, "runs": runs, "runs_passed": passed}
+                for category, (count, passed, runs) in self.categories().items()
+            },
             "unscored_checks": self.unscored,
             "judge_usage": self.judge_usage.as_dict() if self.judge is not None else None,
             "scenarios": [result.as_json() for result in self.scenarios],

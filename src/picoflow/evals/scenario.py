@@ -342,6 +342,9 @@ class Scenario(_Strict):
     flow: str | None = None
     """The flow to talk to; ``--flow`` (``default_flow=``) names it when the file does not."""
     description: str = ""
+    category: str = ""
+    """What kind of conversation this is (``all-in-one``, ``typos``, ``goodbye``…): the report gives a
+    pass rate per category, so a flow tuned to one way of speaking shows where it breaks."""
     env: dict[str, str] = Field(default_factory=dict)
     """Environment variables set only while a run plays (restored after); ``{run_dir}`` in a value
     becomes a fresh empty folder of that run, e.g. for a database file the flow creates."""
