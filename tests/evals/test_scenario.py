@@ -180,7 +180,8 @@ def test_a_folder_and_several_documents(tmp_path: Path) -> None:
         ("turns: []\n", "FILE: turns: List should have at least 1 item after validation, not 0"),
         (
             "flows: shop\nturns: [{user: hi}]\n",
-            "FILE: flows: unknown field; expected one of: name, flow, description, category, env, caller, turns",
+            "FILE: flows: unknown field; expected one of: name, flow, description, category, env, caller, "
+            "turns",
         ),
         (
             "turns: [{user: hi}]\nenv: {A: [1]}\n",
