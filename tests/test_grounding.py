@@ -177,7 +177,7 @@ def test_words_for_an_option_the_field_does_not_have_are_refused_when_the_step_i
 
 
 def test_an_options_words_must_be_a_tuple_of_words() -> None:
-    with pytest.raises(FlowDefinitionError, match="give the words of 'music' as a tuple"):
+    with pytest.raises(FlowDefinitionError, match=r"'music': \.\.\.\}\): give the words as a tuple"):
         Said(options={"music": "jazz"})
     with pytest.raises(FlowDefinitionError, match="is not an option's name"):
         Said(options={" ": ("jazz",)})

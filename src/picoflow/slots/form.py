@@ -149,6 +149,12 @@ class Form(BaseModel):
         declined = tuple(key for key in self.declined if key not in names)
         return self._with(known=known, declined=declined)
 
+    def waiving(self, questions: Sequence[Ask]) -> Form:
+        """The form once the user asked to go ahead with what is known: every optional question of
+        ``questions`` not answered yet counts as declined (the required ones are still asked)."""
+        open_ = [q.key for q in questions if q.optional and self.pending([q]) is not None]
+        return self._with(declined=tuple(dict.fromkeys((*self.declined, *open_))))
+
     def corrected(self) -> Form:
         """The form once a correction went to the model."""
         return self._with(corrections=self.corrections + 1)

@@ -6,11 +6,17 @@ interests of an example it was shown), so code keeps an item only when
 
 * its quote is the user's words (as written, or word for word),
 * a value holding numbers has one of them written in the quote,
-* a text value (a plain ``str`` field) is made of the quote's words, and
-* an option of an enumeration has one of the words that say it in the quote.
+* a text value (a plain ``str`` field) is made of the quote's words,
+* an option of an enumeration has one of the words that say it in the quote (or, when a small
+  model quoted the option's own name rather than the user's words, in the message),
+* a yes or no (a ``bool`` field) is what the quote's words of affirmation or negation say, and
+* the words that say which field a value belongs to decide it: "under $400" read as a minimum
+  is kept as the maximum, "15 miles of the airport" read as the distance to the center as the
+  distance to the airport.
 
-The words an option needs are declared beside the option in the slots model with ``Said``; the
-framework knows no word of any language. The marker stays out of the JSON schema the model sees.
+All these words are declared in the slots model with ``Said``, beside the field or option they are
+about; the framework knows no word of any language. The marker stays out of the JSON schema the
+model sees.
 """
 
 from __future__ import annotations
@@ -39,28 +45,49 @@ class Said:
             Literal["music", "food", "art"],
             Said(options={"music": ("jazz", "concert"), "food": ("restaurant", "dining")}),
         ]
+        max_price: Annotated[float | None, Said(words=("under", "max", "up to"))] = None
+        min_price: Annotated[float | None, Said(words=("from", "at least", "over"))] = None
+        pets: Annotated[bool | None, Said(yes=("yes", "pet", "dog"), no=("no", "without"))] = None
 
-    ``options`` gives, for each option, the words that say it besides its own name; a phrase of
-    several words must be written in that order ("san francisco"). An option read from a quote
-    holding none of its words is dropped (for a list, only that option). Options the marker does
-    not name are not checked by it, and on a ``str`` field it may name a few well-known values of
-    an open set (a city and its nicknames). Pydantic ignores the marker: it is not in the schema.
+    A phrase of several words must be written in that order ("san francisco"), as whole words.
+
+    * ``options``: for each option, the words that say it besides its own name. An option read from
+      a quote holding none of its words is dropped (for a list, only that option). Options the
+      marker does not name are not checked by it, and on a ``str`` field it may name a few
+      well-known values of an open set (a city and its nicknames).
+    * ``words``: the words that say this field rather than another (a bound's direction, what a
+      distance is measured from). A value whose quote holds none of them but the words of exactly
+      one other field goes to that field; a quote holding none of any field's keeps the field read.
+    * ``yes`` / ``no``: the words that affirm or deny a ``bool`` field. The quote decides the value:
+      a word of ``no`` makes it false, else a word of ``yes`` true; a quote with neither is dropped.
+
+    Pydantic ignores the marker: it is not in the schema the model sees.
     """
 
-    # One field per kind of evidence: a bound's direction and yes-or-no words fit beside this one.
     options: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    words: Sequence[str] = ()
+    yes: Sequence[str] = ()
+    no: Sequence[str] = ()
     _phrases: Mapping[str, tuple[Phrase, ...]] = field(init=False, repr=False, compare=False)
+    _field: tuple[Phrase, ...] = field(init=False, repr=False, compare=False)
+    _yes: tuple[Phrase, ...] = field(init=False, repr=False, compare=False)
+    _no: tuple[Phrase, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         options: dict[str, tuple[Phrase, ...]] = {}
         for option, words in self.options.items():
             if not isinstance(option, str) or not option.strip():
                 raise FlowDefinitionError(f"Said(options=...): {option!r} is not an option's name")
-            if isinstance(words, str):
-                raise FlowDefinitionError(f"Said(options=...): give the words of {option!r} as a tuple")
-            phrases = [_phrase(option), *(_phrase(word) for word in words)]
-            options[option.casefold()] = tuple(dict.fromkeys(phrase for phrase in phrases if phrase))
+            options[option.casefold()] = _phrases((option, *_listed(words, f"options={{{option!r}: ...}}")))
         object.__setattr__(self, "_phrases", MappingProxyType(options))
+        for name in ("words", "yes", "no"):
+            object.__setattr__(
+                self,
+                f"_{name}" if name != "words" else "_field",
+                _phrases(_listed(getattr(self, name), name)),
+            )
+        if bool(self._yes) != bool(self._no):
+            raise FlowDefinitionError("Said(yes=..., no=...): give the words of both, or of neither")
 
     def names(self) -> list[str]:
         """The options the marker speaks for, as declared."""
@@ -71,7 +98,22 @@ class Said:
         phrases = self._phrases.get(value.casefold())
         if phrases is None:
             return None
-        return any(_contains(quote, phrase) for phrase in phrases)
+        return _any(quote, phrases)
+
+    def names_field(self, quote: Sequence[str]) -> bool:
+        """Whether ``quote`` holds one of the words that say this field (``words``)."""
+        return _any(quote, self._field)
+
+    def answer(self, quote: Sequence[str]) -> bool | None:
+        """The yes or no ``quote`` says (a denial wins), or None when it says neither or the marker
+        declares no such words."""
+        if _any(quote, self._no):
+            return False
+        return True if _any(quote, self._yes) else None
+
+    @property
+    def decides_yes_no(self) -> bool:
+        return bool(self._yes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,11 +124,30 @@ class FieldEvidence:
     text: bool = False
     """The field holds free text (a plain ``str``): the value is made of the quote's words."""
 
+    def names_field(self, quote: Sequence[str]) -> bool:
+        return any(marker.names_field(quote) for marker in self.said)
+
+    @property
+    def has_field_words(self) -> bool:
+        return any(marker.words for marker in self.said)
+
+    def has_options(self, value: Any) -> bool:
+        """Whether the markers declare the words of ``value`` (of every option of a list): the
+        options whose words a message holds or not, wherever the model found them."""
+        if isinstance(value, list):
+            return bool(value) and all(self.has_options(item) for item in value)
+        return isinstance(value, str) and any(marker.bears(value, ()) is not None for marker in self.said)
+
     def keeps(self, value: Any, quote: Sequence[str]) -> Any:
         """``value`` as far as ``quote`` bears it out (a list loses the items it does not), or None."""
         if isinstance(value, list):
             kept = [item for item in value if self.keeps(item, quote) is not None]
             return kept or None
+        if isinstance(value, bool):
+            answers = [marker.answer(quote) for marker in self.said if marker.decides_yes_no]
+            if not answers:
+                return value
+            return next((answer for answer in answers if answer is not None), None)
         if not isinstance(value, str):
             return value
         verdicts = [verdict for marker in self.said if (verdict := marker.bears(value, quote)) is not None]
@@ -116,6 +177,18 @@ def evidence_of(slots: type[BaseModel]) -> Mapping[str, FieldEvidence]:
     return MappingProxyType(found)
 
 
+def bears_out(model: type[BaseModel], name: str, value: Any, said: str) -> bool:
+    """Whether the user's words ``said`` hold what the ``Said`` markers of field ``name`` of
+    ``model`` ask of ``value`` (the words of its option, its yes or no). For an answer read as a
+    whole, with no quote (a step's ``output``): "book the cheapest" may pick the cheapest hotel,
+    "book it" may not. A value the markers say nothing about is borne out."""
+    evidence = evidence_of(model).get(name)
+    if evidence is None:
+        raise KeyError(f"{model.__name__} has no field {name!r}")
+    plain = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+    return bool(evidence.keeps(plain, words(said)) == plain)
+
+
 def _walk(annotation: Any, markers: list[Said], options: set[str]) -> bool:
     """Collect the ``Said`` markers and literal options inside ``annotation``; True when it holds
     a plain ``str`` (free text)."""
@@ -140,18 +213,30 @@ class UserWords:
     text: str
     """Casefolded, with its spacing squeezed."""
     words: frozenset[str]
+    sequence: tuple[str, ...] = ()
+    """The words in order (for the phrases of options)."""
 
     @classmethod
     def of(cls, said: str) -> UserWords:
-        return cls(squeezed(said), frozenset(words(said)))
+        sequence = tuple(words(said))
+        return cls(squeezed(said), frozenset(sequence), sequence)
+
+    def quoted(self, quote: str) -> bool:
+        """Whether ``quote`` is these words, as written or word for word."""
+        written = squeezed(quote)
+        return bool(written) and (written in self.text or set(words(quote)) <= self.words)
 
     def keep(self, quote: str, value: Any, evidence: FieldEvidence | None = None) -> Any:
         """``value`` as far as these words bear it out (see the module's rules), or None when
         they do not bear it out at all."""
         written = squeezed(quote)
         quoted = words(quote)
-        if not written or (written not in self.text and not set(quoted) <= self.words):
-            return None
+        if not self.quoted(quote):
+            # A small model often quotes the option it chose ("freeParking") instead of the words
+            # that say it: an option whose words are declared is then looked for in the message.
+            if evidence is None or not evidence.has_options(value):
+                return None
+            return evidence.keeps(value, self.sequence)
         numbers = numbers_in(value)
         if numbers and not numbers & written_numbers(written):
             return None
@@ -204,6 +289,20 @@ def words(text: str) -> list[str]:
 
 def _phrase(text: str) -> Phrase:
     return tuple(words(text))
+
+
+def _listed(words: Sequence[str], where: str) -> Sequence[str]:
+    if isinstance(words, str):
+        raise FlowDefinitionError(f"Said({where}): give the words as a tuple, not one string")
+    return words
+
+
+def _phrases(texts: Sequence[str]) -> tuple[Phrase, ...]:
+    return tuple(dict.fromkeys(phrase for phrase in map(_phrase, texts) if phrase))
+
+
+def _any(quote: Sequence[str], phrases: Sequence[Phrase]) -> bool:
+    return any(_contains(quote, phrase) for phrase in phrases)
 
 
 def _contains(quote: Sequence[str], phrase: Phrase) -> bool:

@@ -10,6 +10,7 @@ bear out, ``picoflow.slots.form`` what of it is kept.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cache
 from types import UnionType
@@ -18,7 +19,8 @@ from typing import Annotated, Any, Literal, Union, cast, get_args, get_origin
 from pydantic import BaseModel, Field, create_model
 from pydantic.fields import FieldInfo
 
-from picoflow.slots.grounding import UserWords, evidence_of
+from picoflow.slots.grounding import FieldEvidence, UserWords, evidence_of
+from picoflow.slots.grounding import words as words_of
 
 FORMAT_HINT = (
     'Answer with one JSON object {"found": [...]}: one item per thing the message says, each with the '
@@ -66,11 +68,33 @@ class Extraction:
         words = UserWords.of(said)
         evidence = evidence_of(slots) if slots is not None else {}
         kept: list[Reading] = []
+        read = {item.field for item in self.items}
         for item in self.items:
+            item = _field_said(item, evidence, read)
             value = words.keep(item.quote, item.value, evidence.get(item.field))
             if value is not None:
                 kept.append(item if value is item.value else replace(item, value=value))
         return Extraction(tuple(kept))
+
+
+def _field_said(item: Reading, evidence: Mapping[str, FieldEvidence], read: set[str]) -> Reading:
+    """``item`` under the field its quote's words say, when they say another one than it was read
+    as: "under $400" read as a minimum is a maximum (``Said(words=...)``). Not when the reading
+    gives that other field too: "from 100 to 300" quoted whole for both bounds keeps both."""
+    own = evidence.get(item.field)
+    if own is None or not own.has_field_words:
+        return item
+    quote = words_of(item.quote)
+    if own.names_field(quote):
+        return item
+    others = [
+        name
+        for name, other in evidence.items()
+        if name != item.field and other.has_field_words and other.names_field(quote)
+    ]
+    if len(others) == 1 and others[0] in read:
+        return item
+    return replace(item, field=others[0]) if len(others) == 1 else item
 
 
 class ReadingFormat(BaseModel):

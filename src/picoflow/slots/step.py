@@ -74,6 +74,10 @@ class SlotStep(Step):
     questions: ClassVar[Sequence[Ask]] = ()
     #: Said once, before the first question (a greeting).
     intro: ClassVar[str] = ""
+    #: A field of ``slots`` whose reading means "go ahead with what you know" (a search asked for
+    #: now, whatever question is pending). It is not kept: the optional questions still open are
+    #: not asked, and once the required ones are answered ``on_complete`` runs.
+    go_ahead: ClassVar[str | None] = None
     #: Times per turn the model may correct a refused field before the user is asked instead. A
     #: step whose rules refuse what the user said (a date in the past), not how it was read, sets 0.
     max_corrections: ClassVar[int] = 1
@@ -112,6 +116,14 @@ class SlotStep(Step):
                     f"{where}: ask({question.question!r}) names {', '.join(unknown)}, not a field of "
                     f"{slots.__name__}"
                 )
+        if cls.go_ahead is not None and cls.go_ahead not in slots.model_fields:
+            raise FlowDefinitionError(
+                f"{where}: go_ahead names {cls.go_ahead!r}, not a field of {slots.__name__}"
+            )
+        if any(cls.go_ahead in question.fields for question in cls.questions):
+            raise FlowDefinitionError(
+                f"{where}: go_ahead {cls.go_ahead!r} is a request, not a field a question asks"
+            )
         evidence_of(slots)  # a Said naming an option the field does not have fails here, not mid-turn
         cls.output = reading_of(slots)
 
@@ -174,6 +186,8 @@ class SlotStep(Step):
         # The reading is final: from here on code answers the user, and the next message starts
         # the corrections again, whatever the step does with it.
         form = merged.form
+        if self.go_ahead is not None and self.go_ahead in form.known:
+            form = form.forget(self.go_ahead).waiving(self.questions)
         values = form.values(self.slots)
         self.erase_memory()
         self.form = form.asking_now(form.asked(self.questions))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from datetime import date, timedelta
-from typing import Annotated, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -78,20 +78,44 @@ AMENITY_WORDS = Said(
 )
 
 
+# A bound's direction is in its words: "under $400" is a maximum even when read as a minimum.
+HIGHEST = Said(
+    words=("under", "max", "maximum", "up to", "at most", "below", "less than", "no more than", "or less",
+           "tops", "cheaper than", "budget")
+)  # fmt: skip
+LOWEST = Said(
+    words=("from", "min", "minimum", "at least", "over", "above", "more than", "or more", "starting")
+)
+AIRPORT = Said(words=("airport", "airfield", "pdx", "flight", "flights"))
+CENTER = Said(words=("center", "centre", "downtown", "city"))
+# "yes" answers the question "Is your stay in the Portland area?", and so does naming the city.
+PORTLAND = Said(
+    yes=("yes", "yeah", "yep", "yup", "sure", "correct", "right", "indeed", "of course", "ok", "okay",
+         "portland", "pdx", "oregon"),
+    no=("no", "not", "nope", "elsewhere", "outside"),
+)  # fmt: skip
+# Asking to see the hotels now, whatever question is pending.
+SEARCH = Said(
+    options={
+        "search": ("show", "list", "results", "go ahead", "options", "see", "book", "cheapest", "hotels")
+    }
+)
+
+
 class Criteria(BaseModel):
     """What the guest said about their stay."""
 
     model_config = ConfigDict(extra="ignore")
 
-    in_portland: bool | None = Field(
-        None, description="true when the guest says the stay is in the Portland area (a yes), false if not"
+    in_portland: Annotated[bool | None, PORTLAND] = Field(
+        None, description="true when the guest says the stay is in Portland (a yes), false if not"
     )
     check_in: Day | None = Field(None, description="Day of arrival (the first night)")
     check_out: Day | None = Field(None, description="Day of departure")
-    max_price: float | None = Field(
+    max_price: Annotated[float | None, HIGHEST] = Field(
         None, gt=0, description="Highest price per night in USD (the guest says max, up to, under, at most)"
     )
-    min_price: float | None = Field(
+    min_price: Annotated[float | None, LOWEST] = Field(
         None, ge=0, description="Lowest price per night in USD (the guest says min, at least, from, over)"
     )
     room_types: list[Annotated[RoomType, ROOM_WORDS]] | None = Field(
@@ -102,8 +126,15 @@ class Criteria(BaseModel):
         max_length=23,
         description="Amenities the guest needs (wifi is freeWiFi, parking is freeParking)",
     )
-    max_airport_miles: float | None = Field(None, gt=0, description="Most miles from the airport")
-    max_city_center_miles: float | None = Field(None, gt=0, description="Most miles from the city center")
+    max_airport_miles: Annotated[float | None, AIRPORT] = Field(
+        None, gt=0, description="Most miles from the airport"
+    )
+    max_city_center_miles: Annotated[float | None, CENTER] = Field(
+        None, gt=0, description="Most miles from the city center"
+    )
+    request: Annotated[Literal["search"] | None, SEARCH] = Field(
+        None, description="search when the guest asks to search or to see the hotels now"
+    )
 
     @field_validator("in_portland")
     @classmethod

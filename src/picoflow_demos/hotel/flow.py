@@ -12,7 +12,7 @@ import secrets
 from collections.abc import Sequence
 from datetime import date
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -23,6 +23,7 @@ from picoflow import (
     Go,
     Outcome,
     Prompt,
+    Said,
     SlotStep,
     Step,
     TerminateStep,
@@ -33,9 +34,10 @@ from picoflow import (
     since_last_user,
 )
 from picoflow.messages import Message
+from picoflow.slots import bears_out
 from picoflow_demos._common import usd
 from picoflow_demos.hotel.criteria import Criteria, long_date, today
-from picoflow_demos.hotel.pricing import HotelQuote, stay_nights
+from picoflow_demos.hotel.pricing import HotelQuote, hotels, stay_nights
 from picoflow_demos.hotel.tables import Feature, comparison, hotel_list, night_label
 
 EXPLORE = Prompt.file("explore.md")
@@ -70,6 +72,19 @@ def choice_reply(quotes: Sequence[HotelQuote], nights: int) -> str:
 
 # What memory keeps of a list or tables the guest was shown: what they were, and the question they
 # ended with, which the guest's next words answer. Present's prompt holds the list itself.
+
+
+def picked(quotes: Sequence[HotelQuote], pick: Pick) -> int:
+    """The list number of the hotel ``pick`` names among ``quotes`` (the first of equals)."""
+    where = {hotel.name: hotel for hotel in hotels()}
+    keys: dict[str, Any] = {
+        "cheapest": lambda quote: quote.total,
+        "priciest": lambda quote: -quote.total,
+        "closest_to_airport": lambda quote: where[quote.name].airport_miles,
+        "closest_to_center": lambda quote: where[quote.name].city_center_miles,
+    }
+    key = keys[pick]
+    return min(range(len(quotes)), key=lambda index: key(quotes[index])) + 1
 
 
 def listed_note(quotes: Sequence[HotelQuote]) -> str:
@@ -117,6 +132,7 @@ class Explore(SlotStep):
     memory = "hotel-explore"
     crossing_message = "I'd like to change my search."
     slots = Criteria
+    go_ahead = "request"
     intro = GREETING
     questions = [
         ask("Is your stay in the Portland area?", "in_portland", optional=True),
@@ -184,12 +200,29 @@ class Explore(SlotStep):
         )
 
 
+Pick = Literal["cheapest", "priciest", "closest_to_airport", "closest_to_center", "none"]
+# A hotel named by what it is rather than its number, each resolved in code over the list shown;
+# the words say which, so "book it" is never read as "the cheapest".
+PICK_WORDS = Said(
+    options={
+        "cheapest": ("cheaper", "lowest", "least expensive", "budget", "cheap", "lowest price"),
+        "priciest": ("most expensive", "fanciest", "luxury", "luxurious", "best", "nicest"),
+        "closest_to_airport": ("airport", "pdx"),
+        "closest_to_center": ("center", "centre", "downtown", "city"),
+    }
+)
+
+
 class GuestRequest(BaseModel):
     """What the guest asks for in their latest message."""
 
     # Every field is required, so the model writes them in this order: the numbers the guest said
     # come before the action they decide ("8" is read as hotels [8], then book).
     hotels: list[int] = Field(max_length=10, description="List numbers of the hotels the guest names")
+    pick: Annotated[Pick, PICK_WORDS] = Field(
+        description="A hotel named by a quality: cheapest, priciest, closest_to_airport, closest_to_center; "
+        "none when the guest names none that way"
+    )
     features: list[Feature] = Field(
         max_length=4,
         description="What to compare: price (cost), roomType (rooms, beds), amenities, distance",
@@ -220,6 +253,9 @@ class Present(Step):
         self.erase_memory()
         listed = self._listed()
         numbers = list(dict.fromkeys(request.hotels))
+        pick = request.pick if bears_out(GuestRequest, "pick", request.pick, said or "") else "none"
+        if pick != "none" and listed:  # "the cheapest" is found in code, whatever number was read
+            numbers = [picked(listed, pick)]
         if any(not 1 <= number <= len(listed) for number in numbers) and request.action in (
             "book",
             "compare",
