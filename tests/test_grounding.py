@@ -5,6 +5,7 @@ without an engine or a model."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Annotated, Literal
 
 import pytest
@@ -12,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from picoflow import Extraction, FlowDefinitionError, Said, SlotStep
 from picoflow._schema import json_schema
+from picoflow.slots import bears_out
 from picoflow.slots.grounding import evidence_of
 from picoflow.slots.reading import Reading, reading_of
 
@@ -181,3 +183,79 @@ def test_an_options_words_must_be_a_tuple_of_words() -> None:
         Said(options={"music": "jazz"})
     with pytest.raises(FlowDefinitionError, match="is not an option's name"):
         Said(options={" ": ("jazz",)})
+
+
+# --- which field, yes or no, and options quoted by name ---------------------------------------------
+
+
+class Stay(BaseModel):
+    """A stay, its bounds and its yes-or-no."""
+
+    max_price: Annotated[float | None, Said(words=("under", "max", "up to"))] = None
+    min_price: Annotated[float | None, Said(words=("from", "at least"))] = None
+    airport_miles: Annotated[float | None, Said(words=("airport",))] = None
+    center_miles: Annotated[float | None, Said(words=("center", "downtown"))] = None
+    nights: int | None = None
+    pets: Annotated[bool | None, Said(yes=("yes", "dog", "pets"), no=("no", "without"))] = None
+    amenities: list[Annotated[Literal["freeParking", "freeWiFi"], Said(
+        options={"freeParking": ("parking",), "freeWiFi": ("wifi",)}
+    )]] | None = None  # fmt: skip
+
+
+def test_the_words_of_a_field_decide_the_field_a_value_is_kept_in() -> None:
+    said = "under $400 a night, within 3 miles of the airport"
+    assert kept(said, Reading("min_price", "under $400", 400), slots=Stay) == [
+        Reading("max_price", "under $400", 400)
+    ]
+    assert kept(said, Reading("center_miles", "3 miles of the airport", 3), slots=Stay) == [
+        Reading("airport_miles", "3 miles of the airport", 3)
+    ]
+    # Its own words, or no field's words at all: the field read is kept.
+    assert kept("from $100", Reading("min_price", "from $100", 100), slots=Stay) == [
+        Reading("min_price", "from $100", 100)
+    ]
+    assert kept("$400", Reading("min_price", "$400", 400), slots=Stay) == [Reading("min_price", "$400", 400)]
+    # A field without words of its own is never moved, even when its quote says another's.
+    assert kept("5 nights from June", Reading("nights", "5 nights from June", 5), slots=Stay) == [
+        Reading("nights", "5 nights from June", 5)
+    ]
+
+
+def test_a_range_quoted_whole_for_both_bounds_keeps_both() -> None:
+    said = "from $100 to $300"
+    low, high = Reading("min_price", said, 100), Reading("max_price", said, 300)
+    assert kept(said, low, high, slots=Stay) == [low, high]
+
+
+def test_a_yes_or_no_is_what_its_quote_says_and_a_denial_wins() -> None:
+    assert kept("yes please", Reading("pets", "yes", True), slots=Stay) == [Reading("pets", "yes", True)]
+    assert kept("we travel without the dog", Reading("pets", "without the dog", True), slots=Stay) == [
+        Reading("pets", "without the dog", False)
+    ]
+    assert kept("no", Reading("pets", "no", True), slots=Stay) == [Reading("pets", "no", False)]
+    # A quote that neither affirms nor denies keeps nothing: "search" is no yes.
+    assert kept("search", Reading("pets", "search", True), slots=Stay) == []
+    with pytest.raises(FlowDefinitionError, match="give the words of both, or of neither"):
+        Said(yes=("yes",))
+
+
+def test_an_option_quoted_by_its_name_is_looked_for_in_the_message() -> None:
+    # A small model quotes "freeParking" rather than the user's "free parking": the message decides.
+    by_name = Reading("amenities", "freeParking", ["freeParking"])
+    assert kept("a suite with free parking", by_name, slots=Stay) == [by_name]
+    assert kept("a suite with a view", by_name, slots=Stay) == []
+    both = Reading("amenities", "freeParking, freeWiFi", ["freeParking", "freeWiFi"])
+    assert kept("parking please", both, slots=Stay) == [replace(both, value=["freeParking"])]
+    # Only options whose words are declared: a number or a bool quoted from elsewhere is dropped.
+    assert kept("400 a night", Reading("max_price", "four hundred", 400), slots=Stay) == []
+    assert kept("we have a dog", Reading("pets", "pets: true", True), slots=Stay) == []
+
+
+def test_bears_out_checks_an_answer_read_without_a_quote() -> None:
+    assert bears_out(Stay, "amenities", ["freeWiFi"], "is there wifi?")
+    assert not bears_out(Stay, "amenities", ["freeWiFi", "freeParking"], "is there wifi?")
+    assert bears_out(Stay, "pets", False, "no pets")
+    assert not bears_out(Stay, "pets", True, "no pets")
+    assert bears_out(Stay, "nights", 3, "anything")  # nothing declared: nothing to bear out
+    with pytest.raises(KeyError):
+        bears_out(Stay, "rooms", 1, "one room")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from pydantic import BaseModel, Field
@@ -825,3 +825,62 @@ async def test_a_session_stored_before_the_form_keeps_its_answers() -> None:
         "form": form({"name": "Ada", "age": 36}, asking="cities"),
         "mine": 7,
     }
+
+
+# --- going ahead with what is known -------------------------------------------------------------------
+
+
+class Request(Trip):
+    """A trip being planned, and a request to plan it now."""
+
+    go: Literal["plan"] | None = Field(None, description="plan when the traveller asks to plan it now")
+
+
+class Hurried(Interview):
+    slots = Request
+    go_ahead = "go"
+
+
+class HurriedFlow(Flow):
+    name = "hurried"
+    steps = [Hurried, Planned]
+
+
+async def test_going_ahead_skips_the_optional_questions_and_asks_only_the_required_ones() -> None:
+    chat = Chat(HurriedFlow)
+    await chat.say("Hi", found())
+    assert await chat.say("Ada", found(("name", "Ada", "Ada"))) == AGE
+    # Cities is optional: asked to go ahead, the form asks what it must know and no more.
+    reply = await chat.say("36, and just plan it", found(("age", "36", 36), ("go", "plan it", "plan")))
+    assert reply == DATES
+    assert await chat.state("Hurried") == {
+        "form": form({"name": "Ada", "age": 36}, declined=["cities"], asking="start")
+    }
+    reply = await chat.say(
+        "June 1 to June 9 2027",
+        found(("start", "June 1", "2027-06-01"), ("end", "June 9 2027", "2027-06-09")),
+    )
+    assert reply == "Planned: Ada, 36, 2027-06-01 to 2027-06-09, anywhere."
+    session = await chat.session()
+    assert session.current_step == "Planned"
+    assert "go" not in session.state_of("Hurried")["form"]["known"]
+
+
+async def test_going_ahead_with_every_required_answer_known_completes_at_once() -> None:
+    chat = Chat(HurriedFlow)
+    await chat.say("Hi", found())
+    reply = await chat.say(
+        "Ada, 36, June 1 to June 9 2027; go ahead",
+        found(
+            ("name", "Ada", "Ada"), ("age", "36", 36), ("start", "June 1", "2027-06-01"),
+            ("end", "June 9 2027", "2027-06-09"), ("go", "go ahead", "plan"),
+        ),
+    )  # fmt: skip
+    assert reply == "Planned: Ada, 36, 2027-06-01 to 2027-06-09, anywhere."
+
+
+def test_go_ahead_must_name_a_field_no_question_asks() -> None:
+    with pytest.raises(FlowDefinitionError, match="go_ahead names 'hurry', not a field of Request"):
+        type("Bad", (Interview,), {"slots": Request, "go_ahead": "hurry"})
+    with pytest.raises(FlowDefinitionError, match="go_ahead 'age' is a request, not a field a question asks"):
+        type("Bad", (Interview,), {"slots": Request, "go_ahead": "age"})
