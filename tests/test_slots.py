@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pytest
 from pydantic import BaseModel, Field
@@ -23,8 +23,10 @@ from picoflow import (
     FlowEngine,
     Form,
     Outcome,
+    Said,
     SlotStep,
     Step,
+    TerminateStep,
     ask,
     direct,
     direct_to,
@@ -884,3 +886,44 @@ def test_go_ahead_must_name_a_field_no_question_asks() -> None:
         type("Bad", (Interview,), {"slots": Request, "go_ahead": "hurry"})
     with pytest.raises(FlowDefinitionError, match="go_ahead 'age' is a request, not a field a question asks"):
         type("Bad", (Interview,), {"slots": Request, "go_ahead": "age"})
+
+
+class Leaving(Trip):
+    """A trip being planned, or a traveller leaving."""
+
+    bye: Annotated[Literal["bye"] | None, Said(options={"bye": ("goodbye", "that's all")})] = None
+
+
+class Leavable(Interview):
+    slots = Leaving
+    goodbye = "bye"
+
+
+class Ended(TerminateStep):
+    """The end."""
+
+
+class LeavableFlow(Flow):
+    name = "leavable"
+    steps = [Leavable, Planned, Ended]
+
+
+async def test_a_goodbye_ends_the_conversation_whatever_question_is_pending_and_needs_its_words() -> None:
+    chat = Chat(LeavableFlow)
+    await chat.say("Hi", found())
+    # "hello" read as a goodbye holds none of its words: the question is asked again.
+    assert await chat.say("hello", found(("bye", "hello", "bye"))) == NAME
+    assert await chat.say("Ada", found(("name", "Ada", "Ada"))) == AGE
+    # The reading, then the TerminateStep's own goodbye.
+    chat.model.extend([found(("bye", "that's all", "bye")), "Goodbye, Ada!"])
+    result = await chat.engine.run("leavable", "ok that's all, thanks", chat.session_id)
+    assert chat.model.remaining == 0 and result.completed and result.step == "Ended"
+    assert result.message == "Goodbye, Ada!"
+    session = await chat.session()
+    assert session.state_of("Leavable") == {"form": form({"name": "Ada"}, asking=None)}
+
+
+def test_a_slot_step_with_a_goodbye_needs_a_terminate_step_in_its_flow() -> None:
+    flow = type("NoEnd", (Flow,), {"name": "noend", "steps": [Leavable, Planned]})
+    with pytest.raises(FlowDefinitionError, match="a reading of 'bye' ends the conversation, but the flow"):
+        flow.spec()

@@ -226,6 +226,14 @@ def _build(cls: type[Flow]) -> FlowSpec:
         sub_steps.extend(
             Transition(name, t, via) for t, via in sub_step_targets(step_cls) if t in step_classes
         )
+        goodbye = getattr(step_cls, "goodbye", None)  # a SlotStep's field that ends the conversation
+        if isinstance(goodbye, str):
+            if terminate is None:
+                raise FlowDefinitionError(
+                    f"{here}: a reading of {goodbye!r} ends the conversation, but the flow has no "
+                    "TerminateStep"
+                )
+            transitions.append(Transition(name, terminate, "goodbye"))
         terminate_tool = specs[name].tools.get("terminate_session")
         if terminate is not None and terminate_tool and terminate_tool.handler is Step.terminate_session:
             transitions.append(Transition(name, terminate, "terminate_session"))

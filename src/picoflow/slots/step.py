@@ -25,7 +25,7 @@ from typing import Any, ClassVar, TypeVar, cast
 from pydantic import BaseModel
 
 from picoflow.exceptions import FlowDefinitionError
-from picoflow.outcomes import Outcome, direct, stay
+from picoflow.outcomes import Outcome, direct, go, stay
 from picoflow.slots.form import Ask, Form, Merge
 from picoflow.slots.grounding import evidence_of
 from picoflow.slots.reading import EXTRACT_RULES, Extraction, ReadingFormat, parse_reading, reading_of
@@ -78,6 +78,10 @@ class SlotStep(Step):
     #: now, whatever question is pending). It is not kept: the optional questions still open are
     #: not asked, and once the required ones are answered ``on_complete`` runs.
     go_ahead: ClassVar[str | None] = None
+    #: A field of ``slots`` whose reading means the user ends the conversation ("bye", "that's
+    #: all"), whatever question is pending: the session goes to the flow's ``TerminateStep``. Give
+    #: its option the words that say it with ``Said``, so a "hello" read as a goodbye ends nothing.
+    goodbye: ClassVar[str | None] = None
     #: Times per turn the model may correct a refused field before the user is asked instead. A
     #: step whose rules refuse what the user said (a date in the past), not how it was read, sets 0.
     max_corrections: ClassVar[int] = 1
@@ -116,14 +120,14 @@ class SlotStep(Step):
                     f"{where}: ask({question.question!r}) names {', '.join(unknown)}, not a field of "
                     f"{slots.__name__}"
                 )
-        if cls.go_ahead is not None and cls.go_ahead not in slots.model_fields:
-            raise FlowDefinitionError(
-                f"{where}: go_ahead names {cls.go_ahead!r}, not a field of {slots.__name__}"
-            )
-        if any(cls.go_ahead in question.fields for question in cls.questions):
-            raise FlowDefinitionError(
-                f"{where}: go_ahead {cls.go_ahead!r} is a request, not a field a question asks"
-            )
+        for role in ("go_ahead", "goodbye"):
+            name = getattr(cls, role)
+            if name is not None and name not in slots.model_fields:
+                raise FlowDefinitionError(f"{where}: {role} names {name!r}, not a field of {slots.__name__}")
+            if any(name in question.fields for question in cls.questions):
+                raise FlowDefinitionError(
+                    f"{where}: {role} {name!r} is a request, not a field a question asks"
+                )
         evidence_of(slots)  # a Said naming an option the field does not have fails here, not mid-turn
         cls.output = reading_of(slots)
 
@@ -186,6 +190,12 @@ class SlotStep(Step):
         # The reading is final: from here on code answers the user, and the next message starts
         # the corrections again, whatever the step does with it.
         form = merged.form
+        if self.goodbye is not None and self.goodbye in form.known:
+            self.erase_memory()
+            self.form = form.forget(self.goodbye).asking_now(None)
+            target = self._runtime.terminate_target()
+            assert target is not None, "Flow checks that a SlotStep with a goodbye has a TerminateStep"
+            return go(target)
         if self.go_ahead is not None and self.go_ahead in form.known:
             form = form.forget(self.go_ahead).waiving(self.questions)
         values = form.values(self.slots)

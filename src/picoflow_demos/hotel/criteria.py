@@ -101,6 +101,11 @@ SEARCH = Said(
     }
 )
 
+# Ending the conversation cannot be undone: a goodbye needs the words that say it.
+GOODBYE_WORDS = ("bye", "goodbye", "farewell", "that's all", "that is all", "quit", "stop", "never mind",
+                 "forget it", "see you", "cancel")  # fmt: skip
+GOODBYE = Said(options={"goodbye": GOODBYE_WORDS})
+
 
 class Criteria(BaseModel):
     """What the guest said about their stay."""
@@ -134,6 +139,9 @@ class Criteria(BaseModel):
     )
     request: Annotated[Literal["search"] | None, SEARCH] = Field(
         None, description="search when the guest asks to search or to see the hotels now"
+    )
+    goodbye: Annotated[Literal["goodbye"] | None, GOODBYE] = Field(
+        None, description="goodbye when the guest says goodbye or wants to stop"
     )
 
     @field_validator("in_portland")

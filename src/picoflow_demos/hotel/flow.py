@@ -36,7 +36,7 @@ from picoflow import (
 from picoflow.messages import Message
 from picoflow.slots import bears_out
 from picoflow_demos._common import usd
-from picoflow_demos.hotel.criteria import Criteria, long_date, today
+from picoflow_demos.hotel.criteria import GOODBYE, Criteria, long_date, today
 from picoflow_demos.hotel.pricing import HotelQuote, hotels, stay_nights
 from picoflow_demos.hotel.tables import Feature, comparison, hotel_list, night_label
 
@@ -133,6 +133,7 @@ class Explore(SlotStep):
     crossing_message = "I'd like to change my search."
     slots = Criteria
     go_ahead = "request"
+    goodbye = "goodbye"
     intro = GREETING
     questions = [
         ask("Is your stay in the Portland area?", "in_portland", optional=True),
@@ -227,7 +228,9 @@ class GuestRequest(BaseModel):
         max_length=4,
         description="What to compare: price (cost), roomType (rooms, beds), amenities, distance",
     )
-    action: Literal["book", "compare", "change_search", "show_list", "goodbye", "other"] = Field(
+    action: Annotated[
+        Literal["book", "compare", "change_search", "show_list", "goodbye", "other"], GOODBYE
+    ] = Field(
         description="book: the guest picks one hotel (a message that is only a number picks that hotel); "
         "compare: hotels side by side; change_search: new or changed criteria; show_list: the list again "
         "or resume booking; goodbye: the guest ends the conversation; other: anything else"
@@ -254,6 +257,8 @@ class Present(Step):
         listed = self._listed()
         numbers = list(dict.fromkeys(request.hotels))
         pick = request.pick if bears_out(GuestRequest, "pick", request.pick, said or "") else "none"
+        if not bears_out(GuestRequest, "action", request.action, said or ""):
+            return self.show_list(with_help=True)  # a goodbye without a word of one ends nothing
         if pick != "none" and listed:  # "the cheapest" is found in code, whatever number was read
             numbers = [picked(listed, pick)]
         if any(not 1 <= number <= len(listed) for number in numbers) and request.action in (
