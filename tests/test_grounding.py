@@ -259,3 +259,13 @@ def test_bears_out_checks_an_answer_read_without_a_quote() -> None:
     assert bears_out(Stay, "nights", 3, "anything")  # nothing declared: nothing to bear out
     with pytest.raises(KeyError):
         bears_out(Stay, "rooms", 1, "one room")
+
+
+def test_a_declared_word_of_five_letters_or_more_survives_one_slip_of_the_keys() -> None:
+    search = Said(options={"search": ("search", "results")})
+    for typed in ("serch", "searhc", "seaarch", "saerch", "seerch", "resluts"):
+        assert search.bears("search", [typed]), typed
+    for typed in ("sear", "srch", "research", "searching", "sea rch", "se4rch"):
+        assert not search.bears("search", [typed]), typed
+    # Short words must be written as they are: "shoe" is not "show", "pool" not "poll".
+    assert not Said(options={"show": ("show",)}).bears("show", ["shoe"])

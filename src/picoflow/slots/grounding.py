@@ -307,4 +307,36 @@ def _any(quote: Sequence[str], phrases: Sequence[Phrase]) -> bool:
 
 def _contains(quote: Sequence[str], phrase: Phrase) -> bool:
     size = len(phrase)
-    return any(tuple(quote[start : start + size]) == phrase for start in range(len(quote) - size + 1))
+    return any(
+        all(_same(phrase[at], quote[start + at]) for at in range(size))
+        for start in range(len(quote) - size + 1)
+    )
+
+
+TYPO_LENGTH = 5
+"""Declared words this long or longer also match the user's word with one slip of the keys ("serch"
+is "search", "frist" is "first"); shorter ones only as written ("shoe" is not "show")."""
+
+
+def _same(declared: str, written: str) -> bool:
+    if declared == written:
+        return True
+    if min(len(declared), len(written)) < TYPO_LENGTH or abs(len(declared) - len(written)) > 1:
+        return False
+    if not (declared.isalpha() and written.isalpha()):
+        return False
+    return _one_slip(declared, written)
+
+
+def _one_slip(a: str, b: str) -> bool:
+    """Whether ``b`` is ``a`` with one letter left out, added, changed, or two neighbours swapped."""
+    if len(a) > len(b):
+        a, b = b, a
+    start = 0
+    while start < len(a) and a[start] == b[start]:
+        start += 1
+    if len(a) < len(b):
+        return a[start:] == b[start + 1 :]
+    if a[start + 1 :] == b[start + 1 :]:
+        return True  # one letter changed
+    return a[start : start + 2] == b[start : start + 2][::-1] and a[start + 2 :] == b[start + 2 :]
