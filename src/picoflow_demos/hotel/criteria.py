@@ -78,13 +78,15 @@ AMENITY_WORDS = Said(
 )
 
 
-# A bound's direction is in its words: "under $400" is a maximum even when read as a minimum.
+# A bound's direction is in its words: "under $400" is a maximum even when read as a minimum. Only
+# words that say one direction whatever surrounds them: "more than" and "over" are the guest's
+# minimum in "more than $100" and their maximum in "we don't want to spend more than $350".
 HIGHEST = Said(
     words=("under", "max", "maximum", "up to", "at most", "below", "less than", "no more than", "or less",
            "tops", "cheaper than", "budget")
 )  # fmt: skip
 LOWEST = Said(
-    words=("from", "min", "minimum", "at least", "over", "above", "more than", "or more", "starting")
+    words=("from", "min", "minimum", "at least", "above", "or more", "starting")
 )
 AIRPORT = Said(words=("airport", "airfield", "pdx", "flight", "flights"))
 CENTER = Said(words=("center", "centre", "downtown", "city"))

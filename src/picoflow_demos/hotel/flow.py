@@ -220,10 +220,6 @@ class GuestRequest(BaseModel):
     # Every field is required, so the model writes them in this order: the numbers the guest said
     # come before the action they decide ("8" is read as hotels [8], then book).
     hotels: list[int] = Field(max_length=10, description="List numbers of the hotels the guest names")
-    pick: Annotated[Pick, PICK_WORDS] = Field(
-        description="A hotel named by a quality: cheapest, priciest, closest_to_airport, closest_to_center; "
-        "none when the guest names none that way"
-    )
     features: list[Feature] = Field(
         max_length=4,
         description="What to compare: price (cost), roomType (rooms, beds), amenities, distance",
@@ -234,6 +230,10 @@ class GuestRequest(BaseModel):
         description="book: the guest picks one hotel (a message that is only a number picks that hotel); "
         "compare: hotels side by side; change_search: new or changed criteria; show_list: the list again "
         "or resume booking; goodbye: the guest ends the conversation; other: anything else"
+    )
+    pick: Annotated[Pick, PICK_WORDS] = Field(
+        description="A hotel named by a quality: cheapest, priciest, closest_to_airport, closest_to_center; "
+        "none when the guest names none that way"
     )
 
 

@@ -37,7 +37,7 @@ def day(month: int, number: int, year: int | None = None) -> dict[str, int | Non
 
 def wants(action: str, hotels: Sequence[int] = (), features: Sequence[str] = (), pick: str = "none") -> str:
     """Present's and Compare's answer: what the guest wants done with the list."""
-    return json.dumps({"hotels": list(hotels), "pick": pick, "features": list(features), "action": action})
+    return json.dumps({"hotels": list(hotels), "features": list(features), "action": action, "pick": pick})
 
 
 @dataclass(frozen=True, slots=True)
