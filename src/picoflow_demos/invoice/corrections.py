@@ -1,4 +1,4 @@
-"""The user's answer to a shown invoice: confirm it, correct fields of it, or drop it.
+"""The user's answer to a shown invoice: confirm it, correct fields of it, drop it, or leave.
 
 The model reads the answer into a ``ReviewAnswer``: the action and, for a correction, a small patch
 of ``field, line, value`` items with each value as the user wrote it. Code keeps only the items
@@ -41,9 +41,9 @@ class ReviewAnswer(BaseModel):
 
     # The corrections come first, so a model writes what the message says before what it means.
     corrections: list[Correction] = Field(max_length=8, description="Fields the user corrects; [] when none")
-    answer: Literal["confirm", "correct", "cancel", "other"] = Field(
+    answer: Literal["confirm", "correct", "cancel", "goodbye", "other"] = Field(
         description="confirm: save the invoice as shown; correct: the user changes fields; cancel: drop this "
-        "invoice; other: anything else"
+        "invoice; goodbye: the user ends the conversation; other: anything else"
     )
 
 

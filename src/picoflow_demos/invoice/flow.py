@@ -5,8 +5,8 @@ belongs. A message with a file goes to ``Extract``, whose model only copies the 
 off the document, each as printed; code parses them (money in ``Decimal``, ISO dates, a currency
 code), checks that the lines, the subtotal, the tax and the total add up, and shows the invoice as
 Markdown tables with what it found. While an invoice waits for approval, ``Review``'s model reads
-the answer as confirm, cancel or a small patch of corrected fields, which code applies and checks
-again. A confirm of an invoice that adds up moves to ``Save``, whose only tool, the approval-gated
+the answer as confirm, cancel, goodbye or a small patch of corrected fields, which code applies and
+checks again. A confirm of an invoice that adds up moves to ``Save``, whose only tool, the approval-gated
 ``save_invoice``, its model proposes with the invoice's vendor, number, currency and total: the call
 waits for the user's decision through ``FlowEngine.decide``, described by a summary code writes from
 those values, and runs once, for the signed-in caller only. A message sent meanwhile withdraws it (no
@@ -65,6 +65,7 @@ NOT_SIGNED_IN = "Please sign in first: saved invoices belong to a signed-in user
 NOT_CAUGHT = "I did not catch which field to change, or to what."
 DROPPED = "OK, I dropped that invoice; nothing was saved. Upload another one whenever you like."
 FAREWELL = "Goodbye! Your saved invoices stay here for next time."
+LEFT_UNSAVED = "Goodbye! Invoice {number} from {vendor} was not saved; upload it again whenever you like."
 NOT_SAVED = "OK, invoice {number} from {vendor} was not saved. {again}"
 NOT_STARTED = "I could not start saving the invoice; nothing was saved. {again}"
 
@@ -145,6 +146,9 @@ class Review(Step):
         message = self.last_user_message or ""
         self.erase_memory()
         invoice = Invoice.model_validate(self.state_of(Desk)["draft"])
+        if answer.answer == "goodbye":  # leaving ends the session; the draft is not saved
+            reply = LEFT_UNSAVED.format(number=invoice.number or "(no number)", vendor=invoice.vendor or "?")
+            return direct_to(InvoiceGoodbye, reply)
         if answer.corrections or answer.answer == "correct":
             changed, problems = apply(invoice, answer.corrections, message)
             if changed == invoice:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection
 from decimal import Decimal
+from difflib import get_close_matches
 from functools import cache
 from importlib import resources
 
@@ -50,12 +51,24 @@ def visible_product(sku: str, visibilities: Collection[str]) -> Product | None:
 
 
 def search_products(words: str, visibilities: Collection[str], *, limit: int = 10) -> list[Product]:
-    """Visible products whose SKU, name or category contains every word, in catalog order."""
+    """Visible products whose SKU, name or category holds every word, in catalog order.
+
+    A word of five letters or more also matches a catalog word it misspells by a letter or two
+    ("presure" finds "pressure"), so a typo is not answered like a product we do not sell.
+    """
     wanted = words.casefold().split()
     found = [
         product
         for product in products()
         if product.visible_to(visibilities)
-        and all(word in f"{product.sku} {product.name} {product.category}".casefold() for word in wanted)
+        and all(
+            _holds(f"{product.sku} {product.name} {product.category}".casefold(), word) for word in wanted
+        )
     ]
     return found[:limit]
+
+
+def _holds(text: str, word: str) -> bool:
+    if word in text:
+        return True
+    return len(word) >= 5 and bool(get_close_matches(word, text.split(), n=1, cutoff=0.85))
