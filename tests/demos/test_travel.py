@@ -21,6 +21,7 @@ from picoflow.testing import describe, request_lines
 from picoflow_demos.travel import TravelFlow
 from picoflow_demos.travel.flow import ANYTHING_ELSE, EVENT_FALLBACK, HOTEL_FALLBACK, PLANNER, WISHES_QUESTION
 from picoflow_demos.travel.research import HotelShortlist, unknown_picks
+from picoflow_demos.travel.trip import TripDetails
 
 from .conftest import Chat
 
@@ -816,3 +817,15 @@ async def test_what_the_message_does_not_bear_out_is_dropped_and_a_goodbye_ends_
         "TravelGoodbye | user [crossing]: I'm done, thank you.",
         "TravelGoodbye | assistant: Goodbye!",
     ]
+
+
+@pytest.mark.parametrize(
+    ("read", "meant"),
+    [
+        ({"month": 20, "day": 10, "year": 2027}, date(2027, 10, 20)),  # "20/10/2027" read as written
+        ({"month": 10, "day": 20, "year": 2027}, date(2027, 10, 20)),
+        ({"month": 6, "day": 10, "year": None}, date(2027, 6, 10)),  # "6/10" stays June 10
+    ],
+)
+def test_a_date_read_day_first_is_the_day_no_month_can_be(read: dict[str, Any], meant: date) -> None:
+    assert TripDetails.model_validate({"check_in": read}).check_in == meant

@@ -59,7 +59,24 @@ INTEREST_WORDS = Said(
 # reads "hello" as a goodbye (the embedded one did) quotes none of them.
 Goodbye = Annotated[
     Literal["goodbye"],
-    Said(options={"goodbye": ("bye", "farewell", "stop", "quit", "that's all", "finished", "see you")}),
+    Said(
+        options={
+            "goodbye": (
+                "bye",
+                "farewell",
+                "stop",
+                "quit",
+                "exit",
+                "cancel",
+                "that's all",
+                "that's it",
+                "i'm done",
+                "all done",
+                "finished",
+                "see you",
+            )
+        }
+    ),
 ]
 
 
@@ -88,6 +105,17 @@ class TripDetails(BaseModel):
         if city is None:  # the traveller's own words are not repeated back
             raise ValueError("I have no listings for that city")
         return city.name
+
+    @field_validator("check_in", "check_out", mode="before")
+    @classmethod
+    def _day_first(cls, value: object) -> object:
+        # "20/10/2027" read in the order written gives month 20: no month has that number, so the
+        # first number is the day (a date written day first, as most of the world writes it).
+        if isinstance(value, dict):
+            month, day = value.get("month"), value.get("day")
+            if isinstance(month, int) and isinstance(day, int) and month > 12 >= day:
+                return {**value, "month": day, "day": month}
+        return value
 
     @field_validator("check_in", "check_out")
     @classmethod
