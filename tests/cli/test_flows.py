@@ -34,6 +34,7 @@ def test_graph_prints_mermaid_derived_from_the_code() -> None:
         '    Goodbye(["Goodbye"])',
         "    start --> Explore",
         "    Explore -->|on_complete| Present",
+        "    Explore -->|goodbye| Goodbye",
         "    Present -->|change_search| Explore",
         "    Present -->|goodbye, book| Goodbye",
         "    Present -->|show_list| Present",

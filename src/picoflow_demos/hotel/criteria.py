@@ -85,9 +85,7 @@ HIGHEST = Said(
     words=("under", "max", "maximum", "up to", "at most", "below", "less than", "no more than", "or less",
            "tops", "cheaper than", "budget")
 )  # fmt: skip
-LOWEST = Said(
-    words=("from", "min", "minimum", "at least", "above", "or more", "starting")
-)
+LOWEST = Said(words=("from", "min", "minimum", "at least", "above", "or more", "starting"))
 AIRPORT = Said(words=("airport", "airfield", "pdx", "flight", "flights"))
 CENTER = Said(words=("center", "centre", "downtown", "city"))
 # "yes" answers the question "Is your stay in the Portland area?", and so does naming the city.

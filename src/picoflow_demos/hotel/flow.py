@@ -36,7 +36,7 @@ from picoflow import (
 from picoflow.messages import Message
 from picoflow.slots import bears_out
 from picoflow_demos._common import usd
-from picoflow_demos.hotel.criteria import GOODBYE, Criteria, long_date, today
+from picoflow_demos.hotel.criteria import GOODBYE_WORDS, Criteria, long_date, today
 from picoflow_demos.hotel.pricing import HotelQuote, hotels, stay_nights
 from picoflow_demos.hotel.tables import Feature, comparison, hotel_list, night_label
 
@@ -214,6 +214,17 @@ PICK_WORDS = Said(
 )
 
 
+# What the list's actions need said: a comparison names one, or what it is on; a goodbye its words.
+ACTION_WORDS = Said(
+    options={
+        "goodbye": GOODBYE_WORDS,
+        "compare": ("compare", "comparison", "side by side", "versus", "vs", "difference", "differ",
+                    "against", "price", "prices", "cost", "costs", "amenities", "amenity", "distance",
+                    "distances", "far", "room", "rooms", "bed", "beds", "type", "types"),
+    }
+)  # fmt: skip
+
+
 class GuestRequest(BaseModel):
     """What the guest asks for in their latest message."""
 
@@ -225,7 +236,7 @@ class GuestRequest(BaseModel):
         description="What to compare: price (cost), roomType (rooms, beds), amenities, distance",
     )
     action: Annotated[
-        Literal["book", "compare", "change_search", "show_list", "goodbye", "other"], GOODBYE
+        Literal["book", "compare", "change_search", "show_list", "goodbye", "other"], ACTION_WORDS
     ] = Field(
         description="book: the guest picks one hotel (a message that is only a number picks that hotel); "
         "compare: hotels side by side; change_search: new or changed criteria; show_list: the list again "
@@ -258,7 +269,11 @@ class Present(Step):
         numbers = list(dict.fromkeys(request.hotels))
         pick = request.pick if bears_out(GuestRequest, "pick", request.pick, said or "") else "none"
         if not bears_out(GuestRequest, "action", request.action, said or ""):
-            return self.show_list(with_help=True)  # a goodbye without a word of one ends nothing
+            # A goodbye or a comparison without a word of one: "8" alone still books hotel 8.
+            written = "".join(c if c.isalnum() else " " for c in said or "").split()
+            if len(numbers) == 1 and str(numbers[0]) in written and 1 <= numbers[0] <= len(listed):
+                return self.book(listed[numbers[0] - 1])
+            return self.show_list(with_help=True)
         if pick != "none" and listed:  # "the cheapest" is found in code, whatever number was read
             numbers = [picked(listed, pick)]
         if any(not 1 <= number <= len(listed) for number in numbers) and request.action in (
