@@ -80,18 +80,18 @@ class Said:
                 raise FlowDefinitionError(f"Said(options=...): {option!r} is not an option's name")
             options[option.casefold()] = _phrases((option, *_listed(words, f"options={{{option!r}: ...}}")))
         object.__setattr__(self, "_phrases", MappingProxyType(options))
-        for name in ("words", "yes", "no"):
-            object.__setattr__(
-                self,
-                f"_{name}" if name != "words" else "_field",
-                _phrases(_listed(getattr(self, name), name)),
-            )
+        for name, slot in (("words", "_field"), ("yes", "_yes"), ("no", "_no")):
+            object.__setattr__(self, slot, _phrases(_listed(getattr(self, name), f"{name}=...")))
         if bool(self._yes) != bool(self._no):
             raise FlowDefinitionError("Said(yes=..., no=...): give the words of both, or of neither")
 
     def names(self) -> list[str]:
         """The options the marker speaks for, as declared."""
         return list(self.options)
+
+    def declares(self, value: str) -> bool:
+        """Whether the marker gives the words of option ``value``."""
+        return value.casefold() in self._phrases
 
     def bears(self, value: str, quote: Sequence[str]) -> bool | None:
         """Whether the words of ``quote`` say option ``value``; None when the marker does not name it."""
@@ -136,7 +136,7 @@ class FieldEvidence:
         options whose words a message holds or not, wherever the model found them."""
         if isinstance(value, list):
             return bool(value) and all(self.has_options(item) for item in value)
-        return isinstance(value, str) and any(marker.bears(value, ()) is not None for marker in self.said)
+        return isinstance(value, str) and any(marker.declares(value) for marker in self.said)
 
     def keeps(self, value: Any, quote: Sequence[str]) -> Any:
         """``value`` as far as ``quote`` bears it out (a list loses the items it does not), or None."""
@@ -221,17 +221,12 @@ class UserWords:
         sequence = tuple(words(said))
         return cls(squeezed(said), frozenset(sequence), sequence)
 
-    def quoted(self, quote: str) -> bool:
-        """Whether ``quote`` is these words, as written or word for word."""
-        written = squeezed(quote)
-        return bool(written) and (written in self.text or set(words(quote)) <= self.words)
-
     def keep(self, quote: str, value: Any, evidence: FieldEvidence | None = None) -> Any:
         """``value`` as far as these words bear it out (see the module's rules), or None when
         they do not bear it out at all."""
         written = squeezed(quote)
         quoted = words(quote)
-        if not self.quoted(quote):
+        if not written or (written not in self.text and not set(quoted) <= self.words):
             # A small model often quotes the option it chose ("freeParking") instead of the words
             # that say it: an option whose words are declared is then looked for in the message.
             if evidence is None or not evidence.has_options(value):

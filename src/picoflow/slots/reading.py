@@ -92,9 +92,9 @@ def _field_said(item: Reading, evidence: Mapping[str, FieldEvidence], read: set[
         for name, other in evidence.items()
         if name != item.field and other.has_field_words and other.names_field(quote)
     ]
-    if len(others) == 1 and others[0] in read:
+    if len(others) != 1 or others[0] in read:
         return item
-    return replace(item, field=others[0]) if len(others) == 1 else item
+    return replace(item, field=others[0])
 
 
 class ReadingFormat(BaseModel):

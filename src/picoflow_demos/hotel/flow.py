@@ -74,19 +74,6 @@ def choice_reply(quotes: Sequence[HotelQuote], nights: int) -> str:
 # ended with, which the guest's next words answer. Present's prompt holds the list itself.
 
 
-def picked(quotes: Sequence[HotelQuote], pick: Pick) -> int:
-    """The list number of the hotel ``pick`` names among ``quotes`` (the first of equals)."""
-    where = {hotel.name: hotel for hotel in hotels()}
-    keys: dict[str, Any] = {
-        "cheapest": lambda quote: quote.total,
-        "priciest": lambda quote: -quote.total,
-        "closest_to_airport": lambda quote: where[quote.name].airport_miles,
-        "closest_to_center": lambda quote: where[quote.name].city_center_miles,
-    }
-    key = keys[pick]
-    return min(range(len(quotes)), key=lambda index: key(quotes[index])) + 1
-
-
 def listed_note(quotes: Sequence[HotelQuote]) -> str:
     return f"Showed the list of {len(quotes)} hotel{'s' if len(quotes) != 1 else ''}.\n\n{CHOOSE}"
 
@@ -246,6 +233,19 @@ class GuestRequest(BaseModel):
         description="A hotel named by a quality: cheapest, priciest, closest_to_airport, closest_to_center; "
         "none when the guest names none that way"
     )
+
+
+def picked(quotes: Sequence[HotelQuote], pick: Pick) -> int:
+    """The list number of the hotel ``pick`` names among ``quotes`` (the first of equals)."""
+    where = {hotel.name: hotel for hotel in hotels()}
+    keys: dict[str, Any] = {
+        "cheapest": lambda quote: quote.total,
+        "priciest": lambda quote: -quote.total,
+        "closest_to_airport": lambda quote: where[quote.name].airport_miles,
+        "closest_to_center": lambda quote: where[quote.name].city_center_miles,
+    }
+    key = keys[pick]
+    return min(range(len(quotes)), key=lambda index: key(quotes[index])) + 1
 
 
 class Present(Step):
