@@ -87,6 +87,14 @@ def test_numbers_inside_objects_count_and_booleans_are_not_numbers() -> None:
     assert kept("8/1 please, next month, yes, Ada", day, invented, yes, name) == [day, yes, name]
 
 
+def test_dates_and_thousands_written_with_dots_are_their_numbers() -> None:
+    date = Reading("check_in", "20.10.2027", {"month": 10, "day": 20, "year": 2027})
+    assert kept("from 20.10.2027 on", date) == [date]
+    assert kept("up to 1.250.000 euros", Reading("budget", "1.250.000", 1250000)) == [
+        Reading("budget", "1.250.000", 1250000)
+    ]
+
+
 def test_a_number_written_as_text_is_still_a_number_to_find() -> None:
     assert kept("2,5,8", Reading("age", "2,5,8", "258")) == []
     assert kept("I am 58", Reading("age", "58", "58")) == [Reading("age", "58", "58")]
@@ -196,6 +204,8 @@ class Stay(BaseModel):
     airport_miles: Annotated[float | None, Said(words=("airport",))] = None
     center_miles: Annotated[float | None, Said(words=("center", "downtown"))] = None
     nights: int | None = None
+    name: str | None = None
+    dates: list[dict[str, int]] | None = None
     pets: Annotated[bool | None, Said(yes=("yes", "dog", "pets"), no=("no", "without"))] = None
     amenities: list[Annotated[Literal["freeParking", "freeWiFi"], Said(
         options={"freeParking": ("parking",), "freeWiFi": ("wifi",)}
@@ -256,9 +266,39 @@ def test_bears_out_checks_an_answer_read_without_a_quote() -> None:
     assert not bears_out(Stay, "amenities", ["freeWiFi", "freeParking"], "is there wifi?")
     assert bears_out(Stay, "pets", False, "no pets")
     assert not bears_out(Stay, "pets", True, "no pets")
-    assert bears_out(Stay, "nights", 3, "anything")  # nothing declared: nothing to bear out
+    # Free text is made of the words said.
+    assert bears_out(Stay, "name", "Ada", "call me Ada") and not bears_out(Stay, "name", "Ada", "anything")
+    # A value holding numbers needs one of them written, each item of a list on its own.
+    assert bears_out(Stay, "nights", 3, "3 nights") and not bears_out(Stay, "nights", 3, "a few nights")
+    assert bears_out(Stay, "dates", [{"month": 10, "day": 20}], "from 20.10.2027")
+    assert not bears_out(Stay, "dates", [{"month": 10, "day": 20}, {"month": 11, "day": 2}], "from 20.10.")
     with pytest.raises(KeyError):
         bears_out(Stay, "rooms", 1, "one room")
+
+
+MONTH = Said(options={9: ("september", "sept", "09"), 10: ("october", "oct", "oktober")})
+
+
+class Day(BaseModel):
+    month: Annotated[int, MONTH]
+    day: int
+
+
+class Search(BaseModel):
+    since: Day | None = None
+    until: Day | None = None
+
+
+def test_a_number_may_be_an_option_said_in_words_and_a_model_is_borne_out_field_by_field() -> None:
+    october_first = Day(month=10, day=1)
+    assert bears_out(Search, "since", october_first, "since October 1st")
+    assert bears_out(Search, "since", october_first, "seit dem 1.10.2026")  # its own digits say it
+    assert bears_out(Search, "since", october_first, "seit 1. Oktober")
+    assert not bears_out(Search, "since", october_first, "since November 1")  # the month is not said
+    assert not bears_out(Search, "since", october_first, "since October")  # nor the day
+    assert bears_out(Search, "until", {"month": 9, "day": 30}, "until 2026-09-30")
+    with pytest.raises(FlowDefinitionError, match="is not an option's name"):
+        Said(options={True: ("yes",)})
 
 
 def test_a_declared_word_of_five_letters_or_more_survives_one_slip_of_the_keys() -> None:

@@ -17,6 +17,7 @@ from picoflow import Approval, Caller, FlowEngine, Message
 from picoflow.exceptions import ApprovalDecided, ApprovalNotAllowed, ApprovalPending, StoreError
 from picoflow.models import ScriptedModel, ToolCall
 from picoflow.sessions import MemoryStore, Session
+from picoflow.slots import bears_out
 from picoflow.testing import transcript_lines
 from picoflow_demos.orders import OrdersDatabase, OrdersFlow, create_database, default_database
 from picoflow_demos.orders.flow import (
@@ -26,10 +27,10 @@ from picoflow_demos.orders.flow import (
     HELP,
     NOT_SIGNED_IN,
     NOT_STARTED,
+    CustomerRequest,
     Day,
-    day_said,
+    borne_out,
     last_such_day,
-    written_numbers,
 )
 from picoflow_demos.orders.seed import main as seed_main
 
@@ -469,12 +470,21 @@ async def test_default_database_is_created_on_first_use(
     assert result.message == "Order #40013: refunded, $66.00, placed 2026-10-13."
 
 
-def test_days_and_numbers_in_the_customers_words() -> None:
-    assert written_numbers("order 40006, since Oct 1st and 10/15") == {40006, 1, 10, 15}
-    assert day_said(Day(month=10, day=1), "since October 1st")
-    assert day_said(Day(month=10, day=15), "since 10/15")
-    assert not day_said(Day(month=10, day=1), "since November 1")
-    assert not day_said(Day(month=10, day=1), "lately")
+def test_days_numbers_statuses_and_goodbyes_in_the_customers_words() -> None:
+    def said(day: Day, words: str) -> bool:
+        return bears_out(CustomerRequest, "since", day, words)
+
+    assert said(Day(month=10, day=1), "since October 1st")
+    assert said(Day(month=10, day=15), "since 10/15")
+    assert said(Day(month=10, day=21), "seit dem 21.10.2026")
+    assert said(Day(month=9, day=1), "du 01/09/2026 au 30/09/2026")
+    assert not said(Day(month=10, day=1), "since November 1")
+    assert not said(Day(month=10, day=1), "lately")
+    read = CustomerRequest(orders=[40006, 40007], status="pending", since=None, until=None, action="goodbye")
+    assert borne_out(read, "Thanks! Where is 40006?") == read.model_copy(
+        update={"orders": [40006], "status": "any", "action": "other"}
+    )
+    assert borne_out(read, "40006 and 40007 not shipped yet? bye") == read
     # No year written: the latest such day up to today; a day the month lacks is None.
     assert last_such_day(Day(month=10, day=1), ORDERS_TODAY) == date(2026, 10, 1)
     assert last_such_day(Day(month=12, day=1), ORDERS_TODAY) == date(2025, 12, 1)

@@ -54,7 +54,8 @@ class Said:
     * ``options``: for each option, the words that say it besides its own name. An option read from
       a quote holding none of its words is dropped (for a list, only that option). Options the
       marker does not name are not checked by it, and on a ``str`` field it may name a few
-      well-known values of an open set (a city and its nicknames).
+      well-known values of an open set (a city and its nicknames). On an ``int`` field the options
+      are numbers said in words (a month: ``{10: ("october", "oct")}``); its own digits say it too.
     * ``words``: the words that say this field rather than another (a bound's direction, what a
       distance is measured from). A value whose quote holds none of them but the words of exactly
       one other field goes to that field; a quote holding none of any field's keeps the field read.
@@ -64,7 +65,7 @@ class Said:
     Pydantic ignores the marker: it is not in the schema the model sees.
     """
 
-    options: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    options: Mapping[str, Sequence[str]] | Mapping[int, Sequence[str]] = field(default_factory=dict)
     words: Sequence[str] = ()
     yes: Sequence[str] = ()
     no: Sequence[str] = ()
@@ -76,9 +77,10 @@ class Said:
     def __post_init__(self) -> None:
         options: dict[str, tuple[Phrase, ...]] = {}
         for option, words in self.options.items():
-            if not isinstance(option, str) or not option.strip():
+            if isinstance(option, bool) or not isinstance(option, str | int) or not str(option).strip():
                 raise FlowDefinitionError(f"Said(options=...): {option!r} is not an option's name")
-            options[option.casefold()] = _phrases((option, *_listed(words, f"options={{{option!r}: ...}}")))
+            listed = _listed(words, f"options={{{option!r}: ...}}")
+            options[str(option).casefold()] = _phrases((str(option), *listed))
         object.__setattr__(self, "_phrases", MappingProxyType(options))
         for name, slot in (("words", "_field"), ("yes", "_yes"), ("no", "_no")):
             object.__setattr__(self, slot, _phrases(_listed(getattr(self, name), f"{name}=...")))
@@ -87,15 +89,15 @@ class Said:
 
     def names(self) -> list[str]:
         """The options the marker speaks for, as declared."""
-        return list(self.options)
+        return [str(option) for option in self.options]
 
-    def declares(self, value: str) -> bool:
+    def declares(self, value: str | int) -> bool:
         """Whether the marker gives the words of option ``value``."""
-        return value.casefold() in self._phrases
+        return str(value).casefold() in self._phrases
 
-    def bears(self, value: str, quote: Sequence[str]) -> bool | None:
+    def bears(self, value: str | int, quote: Sequence[str]) -> bool | None:
         """Whether the words of ``quote`` say option ``value``; None when the marker does not name it."""
-        phrases = self._phrases.get(value.casefold())
+        phrases = self._phrases.get(str(value).casefold())
         if phrases is None:
             return None
         return _any(quote, phrases)
@@ -123,6 +125,8 @@ class FieldEvidence:
     said: tuple[Said, ...] = ()
     text: bool = False
     """The field holds free text (a plain ``str``): the value is made of the quote's words."""
+    parts: type[BaseModel] | None = None
+    """The model a value of the field is made of (a day of a month and day), checked field by field."""
 
     def names_field(self, quote: Sequence[str]) -> bool:
         return any(marker.names_field(quote) for marker in self.said)
@@ -136,7 +140,7 @@ class FieldEvidence:
         options whose words a message holds or not, wherever the model found them."""
         if isinstance(value, list):
             return bool(value) and all(self.has_options(item) for item in value)
-        return isinstance(value, str) and any(marker.declares(value) for marker in self.said)
+        return _option(value) and any(marker.declares(value) for marker in self.said)
 
     def keeps(self, value: Any, quote: Sequence[str]) -> Any:
         """``value`` as far as ``quote`` bears it out (a list loses the items it does not), or None."""
@@ -148,12 +152,12 @@ class FieldEvidence:
             if not answers:
                 return value
             return next((answer for answer in answers if answer is not None), None)
-        if not isinstance(value, str):
+        if not _option(value):
             return value
         verdicts = [verdict for marker in self.said if (verdict := marker.bears(value, quote)) is not None]
         if verdicts:
             return value if any(verdicts) else None
-        if self.text and not set(words(value)) <= set(quote):
+        if self.text and isinstance(value, str) and not set(words(value)) <= set(quote):
             return None
         return value
 
@@ -165,7 +169,8 @@ def evidence_of(slots: type[BaseModel]) -> Mapping[str, FieldEvidence]:
     for name, info in slots.model_fields.items():
         markers: list[Said] = [item for item in info.metadata if isinstance(item, Said)]
         options: set[str] = set()
-        text = _walk(info.annotation, markers, options)
+        models: list[type[BaseModel]] = []
+        text = _walk(info.annotation, markers, options, models)
         for marker in markers:
             unknown = [option for option in marker.names() if options and option not in options]
             if unknown:
@@ -173,37 +178,65 @@ def evidence_of(slots: type[BaseModel]) -> Mapping[str, FieldEvidence]:
                     f"{slots.__name__}.{name}: Said names {', '.join(unknown)}, not an option of the field "
                     f"({', '.join(sorted(options))})"
                 )
-        found[name] = FieldEvidence(tuple({id(marker): marker for marker in markers}.values()), text)
+        parts = models[0] if len(models) == 1 else None
+        found[name] = FieldEvidence(tuple({id(marker): marker for marker in markers}.values()), text, parts)
     return MappingProxyType(found)
 
 
 def bears_out(model: type[BaseModel], name: str, value: Any, said: str) -> bool:
     """Whether the user's words ``said`` hold what the ``Said`` markers of field ``name`` of
-    ``model`` ask of ``value`` (the words of its option, its yes or no). For an answer read as a
+    ``model`` ask of ``value`` (the words of its option, its yes or no), and whether a value holding
+    numbers has one of them written in ``said`` (each item of a list). For an answer read as a
     whole, with no quote (a step's ``output``): "book the cheapest" may pick the cheapest hotel,
-    "book it" may not. A value the markers say nothing about is borne out."""
+    "book it" may not; "order 40006" may show order 40006, "my last order" may not. A value
+    neither rule says anything about is borne out."""
     evidence = evidence_of(model).get(name)
     if evidence is None:
         raise KeyError(f"{model.__name__} has no field {name!r}")
     plain = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
-    return bool(evidence.keeps(plain, words(said)) == plain)
+    return _borne(evidence, plain, words(said), written_numbers(said))
 
 
-def _walk(annotation: Any, markers: list[Said], options: set[str]) -> bool:
-    """Collect the ``Said`` markers and literal options inside ``annotation``; True when it holds
-    a plain ``str`` (free text)."""
+def _borne(evidence: FieldEvidence, value: Any, said: Sequence[str], written: set[float]) -> bool:
+    """Whether every item of ``value`` is borne out: a value made of a model's fields is borne out
+    field by field; a number declared as an option needs its words (the month of "October 1"),
+    another value holding numbers one of them written (order 40006, the 1 of "October 1"); and the
+    markers' words as ``keeps`` asks."""
+    if isinstance(value, list):
+        return all(_borne(evidence, item, said, written) for item in value)
+    if evidence.parts is not None and isinstance(value, Mapping):
+        inner = evidence_of(evidence.parts)
+        return all(_borne(inner[key], item, said, written) for key, item in value.items() if key in inner)
+    if evidence.has_options(value):
+        return bool(evidence.keeps(value, said) == value)
+    numbers = numbers_in(value)
+    if numbers and not numbers & written:
+        return False
+    return bool(evidence.keeps(value, said) == value)
+
+
+def _walk(annotation: Any, markers: list[Said], options: set[str], models: list[type[BaseModel]]) -> bool:
+    """Collect the ``Said`` markers, literal options and models inside ``annotation``; True when
+    it holds a plain ``str`` (free text)."""
     origin = get_origin(annotation)
     if origin is Annotated:
         inner, *extras = get_args(annotation)
         markers.extend(extra for extra in extras if isinstance(extra, Said))
-        return _walk(inner, markers, options)
+        return _walk(inner, markers, options, models)
     if origin is Literal:
         options.update(str(value) for value in get_args(annotation))
         return False
     if origin in (Union, UnionType) or origin in (list, tuple, set, frozenset) or origin is Sequence:
-        found = [_walk(arg, markers, options) for arg in get_args(annotation) if arg is not Ellipsis]
+        found = [_walk(arg, markers, options, models) for arg in get_args(annotation) if arg is not Ellipsis]
         return any(found)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        models.append(annotation)
     return annotation is str
+
+
+def _option(value: Any) -> bool:
+    """Whether ``value`` may be an option a marker names: a text or a whole number."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,10 +289,18 @@ def numbers_in(value: Any) -> set[float]:
 
 
 def written_numbers(text: str) -> set[float]:
-    """Every number written with digits in ``text``: "$1,250.50" is 1250.5, "2,5,8" is 2, 5 and 8."""
+    """Every number written with digits in ``text``: "$1,250.50" is 1250.5, "2,5,8" is 2, 5 and 8,
+    "1.250.000" is 1250000, and a date written "20.10.2027" is 20, 10 and 2027."""
     found: set[float] = set()
     for token in "".join(c if c.isdigit() or c in ".," else " " for c in text).split():
-        pieces = [token.replace(",", "")] if _thousands(token) else token.split(",")
+        if token.strip(".").count(".") > 1 and "," not in token:
+            groups = token.strip(".").split(".")
+            thousands = 1 <= len(groups[0]) <= 3 and all(len(group) == 3 for group in groups[1:])
+            pieces = ["".join(groups)] if thousands else groups  # "1.250.000" or a date
+        elif _thousands(token):
+            pieces = [token.replace(",", "")]
+        else:
+            pieces = token.split(",")
         for piece in pieces:
             try:
                 found.add(float(piece.strip(".")))

@@ -270,8 +270,8 @@ class Present(Step):
         pick = request.pick if bears_out(GuestRequest, "pick", request.pick, said or "") else "none"
         if not bears_out(GuestRequest, "action", request.action, said or ""):
             # A goodbye or a comparison without a word of one: "8" alone still books hotel 8.
-            written = "".join(c if c.isalnum() else " " for c in said or "").split()
-            if len(numbers) == 1 and str(numbers[0]) in written and 1 <= numbers[0] <= len(listed):
+            lone = len(numbers) == 1 and bears_out(GuestRequest, "hotels", numbers, said or "")
+            if lone and 1 <= numbers[0] <= len(listed):
                 return self.book(listed[numbers[0] - 1])
             return self.show_list(with_help=True)
         if pick != "none" and listed:  # "the cheapest" is found in code, whatever number was read

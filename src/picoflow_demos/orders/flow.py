@@ -18,10 +18,9 @@ the database.
 from __future__ import annotations
 
 import asyncio
-import calendar
 from collections.abc import Mapping, Sequence
 from datetime import date
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -44,6 +43,7 @@ from picoflow import (
 )
 from picoflow.exceptions import RunError
 from picoflow.messages import Message, ModelResponse
+from picoflow.slots import Said, bears_out
 from picoflow_demos._common import usd_cents
 from picoflow_demos.orders.database import Order, OrdersDatabase, Status, default_database, today
 
@@ -73,10 +73,42 @@ LIMIT = 20
 EARLIEST = date(2000, 1, 1)
 
 
+# The words that bear out a reading (see picoflow.slots.grounding): a month said by its name or
+# its digits, a status by a word for it, a goodbye by a farewell. "Thanks!" alone is no goodbye, and
+# "forget it" answers a refund, not the conversation.
+MONTH = Said(options={
+    1: ("january", "jan", "januar", "janvier", "enero", "01"),
+    2: ("february", "feb", "februar", "février", "fevrier", "febrero", "02"),
+    3: ("march", "mar", "märz", "maerz", "mars", "marzo", "03"),
+    4: ("april", "apr", "avril", "abril", "04"),
+    5: ("may", "mai", "mayo", "05"),
+    6: ("june", "jun", "juni", "juin", "junio", "06"),
+    7: ("july", "jul", "juli", "juillet", "julio", "07"),
+    8: ("august", "aug", "août", "aout", "agosto", "08"),
+    9: ("september", "sep", "sept", "septembre", "septiembre", "09"),
+    10: ("october", "oct", "oktober", "octobre", "octubre"),
+    11: ("november", "nov", "novembre", "noviembre"),
+    12: ("december", "dec", "dezember", "décembre", "decembre", "diciembre"),
+})  # fmt: skip
+STATUS = Said(options={
+    "pending": ("not shipped", "not yet shipped", "waiting", "processing", "unshipped", "open",
+                "ausstehend", "offen", "en attente"),
+    "shipped": ("shipping", "sent", "on the way", "on its way", "dispatched", "delivered", "versandt",
+                "verschickt", "expédié", "expédiée", "expédiées", "expédiés", "envoyé", "envoyée"),
+    "refunded": ("refund", "refunds", "reimbursed", "money back", "erstattet", "rückerstattet",
+                 "remboursé", "remboursée", "remboursées", "remboursés"),
+})  # fmt: skip
+GOODBYE = Said(options={
+    "goodbye": ("bye", "good bye", "farewell", "that's all", "that is all", "that will be all", "see you",
+                "nothing else", "no more questions", "i'm done", "i am done", "all done", "quit", "exit",
+                "ciao", "tschüss", "auf wiedersehen", "au revoir", "adieu", "adios", "adiós"),
+})  # fmt: skip
+
+
 class Day(BaseModel):
     """A day as the customer writes it; the year is decided in code."""
 
-    month: int = Field(ge=1, le=12)
+    month: Annotated[int, MONTH] = Field(ge=1, le=12)
     day: int = Field(ge=1, le=31)
 
 
@@ -86,32 +118,29 @@ class CustomerRequest(BaseModel):
     # Every field is required, so the model writes them in this order: what the message names
     # (orders, status, dates) comes before the action it decides.
     orders: list[int] = Field(max_length=5, description="Order numbers the customer writes, such as 40006")
-    status: Literal["any", "pending", "shipped", "refunded"] = Field(
+    status: Annotated[Literal["any", "pending", "shipped", "refunded"], STATUS] = Field(
         description="The order status the customer asks about; any when they name none"
     )
     since: Day | None = Field(description="First day of the dates the customer gives; null when none")
     until: Day | None = Field(description="Last day of the dates the customer gives; null when none")
-    action: Literal["order", "search", "refund", "goodbye", "other"] = Field(
+    action: Annotated[Literal["order", "search", "refund", "goodbye", "other"], GOODBYE] = Field(
         description="order: about orders they give by number; search: their orders by date or status; "
         "refund: refund an order; goodbye: the customer ends the conversation; other: anything else"
     )
 
 
-def written_numbers(text: str) -> set[int]:
-    """Every whole number written with digits in ``text`` ("order 40006, Oct 1st" gives 40006 and 1)."""
-    return {int(run) for run in "".join(c if c.isdigit() else " " for c in text).split()}
-
-
-def status_said(status: str, text: str) -> bool:
-    """Whether the customer's words name ``status`` ("refunds", "refunded", "shipping", "pending")."""
-    return status[:4] in text.casefold()
-
-
-def day_said(day: Day, text: str) -> bool:
-    """Whether the customer wrote this day: its day number, and its month by name or number."""
-    month = calendar.month_name[day.month][:3].casefold()
-    written = written_numbers(text)
-    return day.day in written and (month in text.casefold() or day.month in written)
+def borne_out(request: CustomerRequest, said: str) -> CustomerRequest:
+    """``request`` with what the customer's words do not bear out taken back: an order number they
+    did not write, a status or a goodbye they did not say (see ``MONTH``, ``STATUS``, ``GOODBYE``).
+    A day is kept as read; whether its words bear it out is asked of it where it is used."""
+    orders = [
+        number
+        for number in dict.fromkeys(request.orders)
+        if bears_out(CustomerRequest, "orders", [number], said)
+    ]
+    status = request.status if bears_out(CustomerRequest, "status", request.status, said) else "any"
+    action = request.action if bears_out(CustomerRequest, "action", request.action, said) else "other"
+    return request.model_copy(update={"orders": orders, "status": status, "action": action})
 
 
 def last_such_day(day: Day, current: date) -> date | None:
@@ -185,13 +214,13 @@ class Support(Step):
     async def on_response(self, request: CustomerRequest) -> Outcome:
         said = self.last_user_message or ""
         self.erase_memory()
-        if request.action == "goodbye":
-            return direct_to(OrdersGoodbye, FAREWELL)
         # Only what the customer's own words bear out is acted on: a number, status or date the
         # model read but the customer never wrote is its invention.
-        numbers = written_numbers(said)
-        order_ids = [order_id for order_id in dict.fromkeys(request.orders) if order_id in numbers]
-        status = request.status if request.status != "any" and status_said(request.status, said) else None
+        request = borne_out(request, said)
+        if request.action == "goodbye":
+            return direct_to(OrdersGoodbye, FAREWELL)
+        order_ids = request.orders
+        status = None if request.status == "any" else request.status
         days = [day for day in (request.since, request.until) if day is not None]
         if request.action not in ("refund", "search") and not (order_ids or status or days):
             return direct(HELP)
@@ -202,7 +231,7 @@ class Support(Step):
             return await self.start_refund(customer, order_ids)
         if order_ids:
             return await self.show_orders(customer, order_ids)
-        if any(not day_said(day, said) for day in days):
+        if any(not bears_out(CustomerRequest, "since", day, said) for day in days):
             return direct(ASK_DATES)
         since, until = (
             last_such_day(day, today()) if day else None for day in (request.since, request.until)
