@@ -923,6 +923,21 @@ async def test_a_goodbye_ends_the_conversation_whatever_question_is_pending_and_
     assert session.state_of("Leavable") == {"form": form({"name": "Ada"}, asking=None)}
 
 
+async def test_the_words_of_a_goodbye_end_a_message_the_reading_kept_nothing_of() -> None:
+    chat = Chat(LeavableFlow)
+    await chat.say("Hi", found())
+    # A reading with something in it is not overruled: "Ada, that's all" gives a name.
+    assert await chat.say("Ada, that's all", found(("name", "Ada", "Ada"))) == AGE
+    # Nothing read (or nothing kept) but the words of the goodbye are there: it ends.
+    chat.model.extend([found(("age", "many", 99)), "Goodbye, Ada!"])
+    result = await chat.engine.run("leavable", "thanks, that's all", chat.session_id)
+    assert chat.model.remaining == 0 and result.completed and result.step == "Ended"
+    # Nothing read and no goodbye's words: the question again.
+    chat = Chat(LeavableFlow)
+    await chat.say("Hi", found())
+    assert await chat.say("thanks", found()) == NAME
+
+
 def test_a_slot_step_with_a_goodbye_needs_a_terminate_step_in_its_flow() -> None:
     flow = type("NoEnd", (Flow,), {"name": "noend", "steps": [Leavable, Planned]})
     with pytest.raises(FlowDefinitionError, match="a reading of 'bye' ends the conversation, but the flow"):

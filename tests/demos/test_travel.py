@@ -268,7 +268,7 @@ async def test_a_whole_conversation_from_hello_to_goodbye() -> None:
     seattle = {**SEATTLE_TRIP, "max_price": 200.0, "interests": ["music", "food"]}
     # The form beside the Planner's own keys: the trip it planned and the records it showed.
     assert session.states["Planner"] == {
-        "form": form({**seattle, "goodbye": "goodbye"}),
+        "form": form(seattle),  # the goodbye ends the chat; it is not kept
         "planned": seattle,
         "hotels": ["H6", "H2"],
         "events": ["E2", "E3"],
@@ -808,7 +808,7 @@ async def test_what_the_message_does_not_bear_out_is_dropped_and_a_goodbye_ends_
     assert (bye.message, bye.completed, bye.step) == ("Goodbye!", True, "TravelGoodbye")
     session = await session_of(chat)
     assert session.status == "completed"
-    assert session.states["Planner"] == {"form": form({"goodbye": "goodbye"}, asking="city")}
+    assert session.states["Planner"] == {"form": form({})}
     assert conversation(await transcript(chat)) == [
         "Planner | user: Hi! Can you help me plan a trip?",
         f"Planner | assistant [direct]: {GREETING}",

@@ -197,6 +197,16 @@ def bears_out(model: type[BaseModel], name: str, value: Any, said: str) -> bool:
     return _borne(evidence, plain, words(said), written_numbers(said))
 
 
+def says_option(model: type[BaseModel], name: str, said: str) -> bool:
+    """Whether ``said`` holds the words of an option declared for field ``name`` of ``model``
+    (anywhere in it, with no reading to go by)."""
+    evidence = evidence_of(model).get(name)
+    if evidence is None:
+        raise KeyError(f"{model.__name__} has no field {name!r}")
+    quote = words(said)
+    return any(marker.bears(option, quote) for marker in evidence.said for option in marker.names())
+
+
 def _borne(evidence: FieldEvidence, value: Any, said: Sequence[str], written: set[float]) -> bool:
     """Whether every item of ``value`` is borne out: a value made of a model's fields is borne out
     field by field; a number declared as an option needs its words (the month of "October 1"),

@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from picoflow.exceptions import FlowDefinitionError
 from picoflow.outcomes import Outcome, direct, go, stay
 from picoflow.slots.form import Ask, Form, Merge
-from picoflow.slots.grounding import evidence_of
+from picoflow.slots.grounding import evidence_of, says_option
 from picoflow.slots.reading import EXTRACT_RULES, Extraction, ReadingFormat, parse_reading, reading_of
 from picoflow.step import Step
 
@@ -81,6 +81,8 @@ class SlotStep(Step):
     #: A field of ``slots`` whose reading means the user ends the conversation ("bye", "that's
     #: all"), whatever question is pending: the session goes to the flow's ``TerminateStep``. Give
     #: its option the words that say it with ``Said``, so a "hello" read as a goodbye ends nothing.
+    #: Those words also end it when the reading keeps nothing of the message: a small model often
+    #: reads nothing at all in "thanks, that's all".
     goodbye: ClassVar[str | None] = None
     #: Times per turn the model may correct a refused field before the user is asked instead. A
     #: step whose rules refuse what the user said (a date in the past), not how it was read, sets 0.
@@ -190,7 +192,7 @@ class SlotStep(Step):
         # The reading is final: from here on code answers the user, and the next message starts
         # the corrections again, whatever the step does with it.
         form = merged.form
-        if self.goodbye is not None and self.goodbye in form.known:
+        if self.goodbye is not None and (self.goodbye in form.known or self._farewell(merged)):
             self.erase_memory()
             self.form = form.forget(self.goodbye).asking_now(None)
             target = self._runtime.terminate_target()
@@ -205,6 +207,12 @@ class SlotStep(Step):
         if acted is not None:
             return acted
         return await self._ask_next(form, values, merged)
+
+    def _farewell(self, merged: Merge) -> bool:
+        """Whether a message the reading kept nothing of holds the words of the goodbye."""
+        assert self.goodbye is not None
+        nothing = not merged.accepted and not merged.problems
+        return nothing and says_option(self.slots, self.goodbye, self.last_user_message or "")
 
     async def _ask_next(self, form: Form, values: Any, merged: Merge) -> Outcome:
         """The question of the field just refused, else the first one open; or, none left, on_complete."""

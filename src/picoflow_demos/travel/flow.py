@@ -26,7 +26,6 @@ from picoflow import (
     TerminateStep,
     ask,
     direct,
-    go,
 )
 from picoflow_demos._common import usd
 from picoflow_demos.travel.listings import Event, Hotel, city_names, events_in, hotels_in
@@ -70,16 +69,14 @@ class Planner(SlotStep):
         ask(WHEN, "check_in", "check_out"),
         ask(WISHES_QUESTION, "max_price", "interests", optional=True),
     ]
+    # A goodbye ends the conversation whatever question is pending.
+    goodbye = "goodbye"
     # A city without listings or dates that cannot be planned are what the traveller said, read
     # right: asking the model again would cost a call and change nothing. They are told at once.
     max_corrections = 0
 
     def prompt(self) -> str:
         return PLANNER.render(today=f"{today():%A} {today().isoformat()}")
-
-    def on_reading(self, values: TripDetails, accepted: Sequence[str]) -> Outcome | None:
-        # A goodbye ends the conversation whatever question is pending.
-        return go(TravelGoodbye) if "goodbye" in accepted and values.goodbye else None
 
     def acknowledge(self, values: TripDetails, accepted: Sequence[str]) -> str:
         return values.noted() if accepted else ""
