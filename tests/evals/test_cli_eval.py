@@ -86,6 +86,10 @@ def test_the_exit_status_follows_the_minimum_pass_rate(tmp_path: Path) -> None:
     failing = invoke(basket(tmp_path), "--flows", SHOP, "--flow", "shop", "--model", "scripted")
     assert failing.exit_code == 1, failing.output
     assert "✗ basket run 1/1 turn 2/2" in failing.output and "reply_contains: (?i)banana" in failing.output
+    # Under a failed turn, what the model answered: the proposal the flow was given.
+    lines = failing.output.splitlines()
+    failed_at = next(i for i, line in enumerate(lines) if line.startswith("✗"))
+    assert lines[failed_at + 1] == '    Shop: add({"item": "pear"})'
     assert failing.output.splitlines()[-1] == "FAIL 0/1 runs passed (0%); minimum 100%"
     tolerated = invoke(
         basket(tmp_path), "--flows", SHOP, "--flow", "shop", "--model", "scripted", "--min-pass", "0"

@@ -161,6 +161,7 @@ async def test_the_json_report_holds_every_run_and_turn(result: EvalResult, tmp_
                                 [("tool_called: add", "passed"), ("model_calls", "passed")],
                                 seconds=1.0,
                                 tool_calls=1,
+                                answer='add({"item": "apple"})',  # the reply is code's
                             ),
                             turn(
                                 3,
@@ -225,6 +226,7 @@ def turn(
     tool_calls: int = 0,
     failed: list[dict[str, Any]] | None = None,
     unscored: list[dict[str, Any]] | None = None,
+    answer: str | None = None,
 ) -> dict[str, Any]:
     """One turn of a run as the report writes it (the shop flow neither fails nor completes here)."""
     return {
@@ -240,6 +242,7 @@ def turn(
         "input_tokens": tokens_in,
         "output_tokens": tokens_out,
         "error": None,
+        "model_answers": [f"Shop: {answer or reply}"],
         "failed": failed or [],
         "unscored": unscored or [],
         "checks": [{"name": name, "status": status} for name, status in checks],

@@ -30,6 +30,9 @@ class ProgressPrinter:
         if turn.failures:
             line += " [red]" + escape(", ".join(check.name for check in turn.failures)) + "[/red]"
         self.console.print(line)
+        if turn.failures:  # what the model answered, so a failure shows the reading behind it
+            for answer in turn.answers:
+                self.console.print(f"    [dim]{escape(answer)}[/dim]", soft_wrap=True)
 
 
 def print_result(console: Console, result: EvalResult, min_pass: float) -> None:

@@ -35,6 +35,9 @@ class TurnRecord:
     checks: tuple[Check, ...]
     error: str | None = None
     """``kind: message`` of a failed turn."""
+    answers: tuple[str, ...] = ()
+    """What the model answered this turn, as the transcript keeps it ("Explore: {...}"): where a
+    check failed, the reading the flow was given."""
 
     @property
     def passed(self) -> bool:
@@ -64,6 +67,7 @@ class TurnRecord:
             "input_tokens": self.usage.input_tokens,
             "output_tokens": self.usage.output_tokens,
             "error": self.error,
+            "model_answers": list(self.answers),
             "failed": [_check_json(check) for check in self.failures],
             "unscored": [_check_json(check) for check in self.checks if check.status == "unscored"],
             "checks": [{"name": check.name, "status": check.status} for check in self.checks],

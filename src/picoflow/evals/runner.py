@@ -23,7 +23,7 @@ from picoflow.evals.results import EvalResult, RunRecord, ScenarioResult, TurnRe
 from picoflow.evals.scenario import Scenario, ScenarioError, Turn
 from picoflow.exceptions import ScriptExhausted
 from picoflow.flow import Flow, FlowSpec
-from picoflow.messages import Message, ModelRequest, ModelResponse
+from picoflow.messages import Message, ModelRequest, ModelResponse, ToolCall
 from picoflow.models.base import Model
 from picoflow.models.catalog import ModelSelection
 from picoflow.models.scripted import ScriptedModel
@@ -235,6 +235,7 @@ async def _play(
                 usage=result.usage,
                 checks=tuple(checks),
                 error=seen.error,
+                answers=_answers(seen.new_messages),
             )
             records.append(record)
             if on_turn is not None:
@@ -260,6 +261,20 @@ async def _observe(
     new = [m for m in messages if m.seq >= committed]
     earlier = [m for m in messages if m.seq < committed]
     return Observation(result, session, new, detail, earlier), messages
+
+
+def _answers(messages: Sequence[Message]) -> tuple[str, ...]:
+    """The model's own answers among a turn's messages (not code's direct replies)."""
+    return tuple(
+        f"{message.step or '-'}: "
+        + " ".join([*([message.content] if message.content else []), *map(_call, message.tool_calls)])
+        for message in messages
+        if message.role == "assistant" and message.kind is None
+    )
+
+
+def _call(call: ToolCall) -> str:
+    return f"{call.name}({call.args_json()})"
 
 
 async def _judged(judge: Judge | None, criterion: str, transcript: str, reply: str) -> Check:
