@@ -13,7 +13,19 @@ from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
+from picoflow.slots import Said
+
 CENT = Decimal("0.01")
+
+#: Words that end a conversation in every demo (a demo adds its own: "cancel" ends a hotel search
+#: but only drops an invoice). Ending cannot be undone, so a goodbye needs one of them: a bare
+#: "Thanks!" is none, and neither is "forget it" said about a refund.
+FAREWELL_WORDS = ("bye", "goodbye", "good bye", "farewell", "that's all", "that is all", "that will be all",
+                  "that's it", "see you", "nothing else", "no more questions", "i'm done", "i am done",
+                  "all done", "quit", "exit", "ciao", "tschüss", "auf wiedersehen", "au revoir", "adieu",
+                  "adios", "adiós")  # fmt: skip
+#: The marker of a "goodbye" option that needs those words (``bears_out`` checks it).
+SAYS_GOODBYE = Said(options={"goodbye": FAREWELL_WORDS})
 
 
 def today_from(variable: str) -> date:

@@ -406,15 +406,21 @@ async def test_save_proposes_only_the_invoice_shown(db: InvoicesDatabase) -> Non
 
 
 async def test_a_message_without_a_file_asks_for_one(db: InvoicesDatabase) -> None:
-    desk = Desk(db, [json.dumps({"action": "other"}), json.dumps({"action": "goodbye"})])
+    goodbye = json.dumps({"action": "goodbye"})
+    desk = Desk(db, [json.dumps({"action": "other"}), goodbye, goodbye])
     asked = await desk.say("hello, can you read an invoice?")
     assert asked.message == ASK_FOR_FILE
     [request] = desk.model.requests
     assert request.step == "Assist" and not request.files
+    # A goodbye needs a word of one: "thank you" read as a goodbye ends nothing.
+    thanks = await desk.say("thank you")
+    assert thanks.message == ASK_FOR_FILE and not thanks.completed
     bye = await desk.say("thanks, bye")
     assert bye.completed
     assert await desk.transcript() == [
         "Assist | user: hello, can you read an invoice?",
+        f"Desk | assistant [direct]: {ASK_FOR_FILE}",
+        "Assist | user: thank you",
         f"Desk | assistant [direct]: {ASK_FOR_FILE}",
         "Assist | user: thanks, bye",
         "InvoiceGoodbye | assistant [direct]: Goodbye! Your saved invoices stay here for next time.",

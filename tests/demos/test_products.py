@@ -175,9 +175,14 @@ async def test_words_without_a_code_search_the_visible_catalog() -> None:
 
 
 async def test_a_goodbye_read_from_a_greeting_still_needs_the_action() -> None:
-    chat = chat_with([reading([], action="other"), reading([], action="goodbye")])
+    chat = chat_with(
+        [reading([], action="other"), reading([], action="goodbye"), reading([], action="goodbye")]
+    )
     hello = await chat.say("Hello")
     assert hello.message == HELP and not hello.completed
+    # A goodbye needs a word of one: a bare thank-you read as a goodbye ends nothing.
+    thanks = await chat.say("Thanks!")
+    assert thanks.message == HELP and not thanks.completed
     bye = await chat.say("thanks, bye")
     assert bye.completed and bye.step == "ProductsGoodbye" and bye.message == FAREWELL
 

@@ -14,7 +14,7 @@ from typing import Annotated, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from picoflow import Said
-from picoflow_demos._common import CalendarDay, today_from
+from picoflow_demos._common import FAREWELL_WORDS, CalendarDay, today_from
 from picoflow_demos.hotel.pricing import (
     AMENITY_LABELS,
     Amenity,
@@ -102,8 +102,7 @@ SEARCH = Said(
 )
 
 # Ending the conversation cannot be undone: a goodbye needs the words that say it.
-GOODBYE_WORDS = ("bye", "goodbye", "farewell", "that's all", "that is all", "quit", "stop", "never mind",
-                 "forget it", "see you", "cancel")  # fmt: skip
+GOODBYE_WORDS = (*FAREWELL_WORDS, "stop", "never mind", "forget it", "cancel")
 GOODBYE = Said(options={"goodbye": GOODBYE_WORDS})
 
 

@@ -9,10 +9,11 @@ them to a copy of the invoice, which is then checked again.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from picoflow_demos._common import SAYS_GOODBYE
 from picoflow_demos.invoice.reading import Invoice, currency, day, money, number, text
 
 HeaderField = Literal[
@@ -41,7 +42,7 @@ class ReviewAnswer(BaseModel):
 
     # The corrections come first, so a model writes what the message says before what it means.
     corrections: list[Correction] = Field(max_length=8, description="Fields the user corrects; [] when none")
-    answer: Literal["confirm", "correct", "cancel", "goodbye", "other"] = Field(
+    answer: Annotated[Literal["confirm", "correct", "cancel", "goodbye", "other"], SAYS_GOODBYE] = Field(
         description="confirm: save the invoice as shown; correct: the user changes fields; cancel: drop this "
         "invoice; goodbye: the user ends the conversation; other: anything else"
     )

@@ -20,7 +20,7 @@ import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from decimal import Decimal, InvalidOperation
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -44,6 +44,8 @@ from picoflow import (
 from picoflow.attachments import Attachment
 from picoflow.exceptions import RunError
 from picoflow.messages import Message, ModelResponse
+from picoflow.slots import bears_out
+from picoflow_demos._common import SAYS_GOODBYE
 from picoflow_demos.invoice.arithmetic import findings, money
 from picoflow_demos.invoice.corrections import ReviewAnswer, apply
 from picoflow_demos.invoice.database import InvoicesDatabase, default_database
@@ -146,7 +148,8 @@ class Review(Step):
         message = self.last_user_message or ""
         self.erase_memory()
         invoice = Invoice.model_validate(self.state_of(Desk)["draft"])
-        if answer.answer == "goodbye":  # leaving ends the session; the draft is not saved
+        if answer.answer == "goodbye" and bears_out(ReviewAnswer, "answer", "goodbye", message):
+            # Leaving ends the session; the draft is not saved.
             reply = LEFT_UNSAVED.format(number=invoice.number or "(no number)", vendor=invoice.vendor or "?")
             return direct_to(InvoiceGoodbye, reply)
         if answer.corrections or answer.answer == "correct":
@@ -276,7 +279,7 @@ class Save(Step):
 class Request(BaseModel):
     """What a message without a file asks for."""
 
-    action: Literal["list", "goodbye", "other"] = Field(
+    action: Annotated[Literal["list", "goodbye", "other"], SAYS_GOODBYE] = Field(
         description="list: show their saved invoices; goodbye: they end the conversation; "
         "other: anything else"
     )
@@ -296,10 +299,11 @@ class Assist(Step):
         return since_last_user(memory)
 
     async def on_response(self, request: Request) -> Outcome:
+        said = self.last_user_message or ""
         self.erase_memory()
-        if request.action == "goodbye":
+        if request.action == "goodbye" and bears_out(Request, "action", "goodbye", said):
             return direct_to(InvoiceGoodbye, FAREWELL)
-        if request.action == "other":
+        if request.action != "list":  # a goodbye without a word of one is no goodbye
             return direct_to(Desk, ASK_FOR_FILE)
         principal = self.context.principal
         if not principal:

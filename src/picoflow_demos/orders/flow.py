@@ -44,7 +44,7 @@ from picoflow import (
 from picoflow.exceptions import RunError
 from picoflow.messages import Message, ModelResponse
 from picoflow.slots import Said, bears_out
-from picoflow_demos._common import usd_cents
+from picoflow_demos._common import SAYS_GOODBYE, usd_cents
 from picoflow_demos.orders.database import Order, OrdersDatabase, Status, default_database, today
 
 SUPPORT = Prompt.file("support.md")
@@ -98,11 +98,6 @@ STATUS = Said(options={
     "refunded": ("refund", "refunds", "reimbursed", "money back", "erstattet", "rückerstattet",
                  "remboursé", "remboursée", "remboursées", "remboursés"),
 })  # fmt: skip
-GOODBYE = Said(options={
-    "goodbye": ("bye", "good bye", "farewell", "that's all", "that is all", "that will be all", "see you",
-                "nothing else", "no more questions", "i'm done", "i am done", "all done", "quit", "exit",
-                "ciao", "tschüss", "auf wiedersehen", "au revoir", "adieu", "adios", "adiós"),
-})  # fmt: skip
 
 
 class Day(BaseModel):
@@ -123,7 +118,7 @@ class CustomerRequest(BaseModel):
     )
     since: Day | None = Field(description="First day of the dates the customer gives; null when none")
     until: Day | None = Field(description="Last day of the dates the customer gives; null when none")
-    action: Annotated[Literal["order", "search", "refund", "goodbye", "other"], GOODBYE] = Field(
+    action: Annotated[Literal["order", "search", "refund", "goodbye", "other"], SAYS_GOODBYE] = Field(
         description="order: about orders they give by number; search: their orders by date or status; "
         "refund: refund an order; goodbye: the customer ends the conversation; other: anything else"
     )
@@ -131,7 +126,7 @@ class CustomerRequest(BaseModel):
 
 def borne_out(request: CustomerRequest, said: str) -> CustomerRequest:
     """``request`` with what the customer's words do not bear out taken back: an order number they
-    did not write, a status or a goodbye they did not say (see ``MONTH``, ``STATUS``, ``GOODBYE``).
+    did not write, a status or a goodbye they did not say (see ``MONTH``, ``STATUS``, ``SAYS_GOODBYE``).
     A day is kept as read; whether its words bear it out is asked of it where it is used."""
     orders = [
         number

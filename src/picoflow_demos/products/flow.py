@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Sequence
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
 from picoflow import Direct, Flow, Outcome, Prompt, Step, TerminateStep, direct, direct_to, since_last_user
 from picoflow.messages import Message
-from picoflow_demos._common import usd
+from picoflow.slots import bears_out
+from picoflow_demos._common import SAYS_GOODBYE, usd
 from picoflow_demos.products.catalog import SKU_PATTERN, Product, search_products, visible_product
 
 PRODUCTS = Prompt.file("products.md")
@@ -48,7 +49,7 @@ class ProductRequest(BaseModel):
     words: list[str] = Field(
         max_length=4, description="Words naming a kind of product when no code is given, such as sensor"
     )
-    action: Literal["product", "goodbye", "other"] = Field(
+    action: Annotated[Literal["product", "goodbye", "other"], SAYS_GOODBYE] = Field(
         description="product: a question about products; goodbye: the user ends the conversation; "
         "other: anything else"
     )
@@ -104,7 +105,7 @@ class Lookup(Step):
     def on_response(self, request: ProductRequest) -> Outcome:
         message = self.last_user_message or ""
         self.erase_memory()
-        if request.action == "goodbye":
+        if request.action == "goodbye" and bears_out(ProductRequest, "action", "goodbye", message):
             return direct_to(ProductsGoodbye, FAREWELL)
         codes = [code for code in dict.fromkeys(request.codes) if said(code, message)]
         words = [word for word in dict.fromkeys(request.words) if said(word, message)]

@@ -16,7 +16,7 @@ from typing import Annotated, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from picoflow import Said
-from picoflow_demos._common import CalendarDay, today_from, usd
+from picoflow_demos._common import FAREWELL_WORDS, CalendarDay, today_from, usd
 from picoflow_demos.travel.listings import INTERESTS, Interest, cities, find_city, trip_days
 
 TODAY_VARIABLE = "TRAVEL_FLOW_CURRENT_DATE"
@@ -59,24 +59,7 @@ INTEREST_WORDS = Said(
 # reads "hello" as a goodbye (the embedded one did) quotes none of them.
 Goodbye = Annotated[
     Literal["goodbye"],
-    Said(
-        options={
-            "goodbye": (
-                "bye",
-                "farewell",
-                "stop",
-                "quit",
-                "exit",
-                "cancel",
-                "that's all",
-                "that's it",
-                "i'm done",
-                "all done",
-                "finished",
-                "see you",
-            )
-        }
-    ),
+    Said(options={"goodbye": (*FAREWELL_WORDS, "stop", "cancel", "finished")}),
 ]
 
 
