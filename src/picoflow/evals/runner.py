@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -23,9 +23,10 @@ from picoflow.evals.results import EvalResult, RunRecord, ScenarioResult, TurnRe
 from picoflow.evals.scenario import Scenario, ScenarioError, Turn
 from picoflow.exceptions import ScriptExhausted
 from picoflow.flow import Flow, FlowSpec
-from picoflow.messages import Message, ModelRequest, ModelResponse, ToolCall
-from picoflow.models.base import Model
+from picoflow.messages import Message, ModelRequest, ModelResponse
+from picoflow.models.base import Model, ResponseDone, StreamEvent
 from picoflow.models.catalog import ModelSelection
+from picoflow.models.fallback import FallbackModel, as_model
 from picoflow.models.scripted import ScriptedModel
 from picoflow.sessions.base import SessionStore
 from picoflow.sessions.memory import MemoryStore
@@ -38,6 +39,46 @@ SCRIPTED = "scripted"
 
 #: Called after every turn with the scenario, the run number (1-based) and the turn's record.
 TurnReporter = Callable[[Scenario, int, TurnRecord], None]
+
+
+class _Noted(Model):
+    """Passes every request to the eval's model and notes what it answered, turn by turn: a step
+    that erases its memory leaves no trace of the reading it was given in the transcript."""
+
+    def __init__(self, inner: Model) -> None:
+        self.inner = inner
+        self.name, self.context_window, self.output_reserve = (
+            inner.name,
+            inner.context_window,
+            inner.output_reserve,
+        )
+        self.reads_images, self.time_limit = inner.reads_images, inner.time_limit
+        self._noted: list[str] = []
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        response = await self.inner.request(request)
+        self._note(request, response)
+        return response
+
+    async def request_stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        async for event in self.inner.request_stream(request):
+            if isinstance(event, ResponseDone):
+                self._note(request, event.response)
+            yield event
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    def take(self) -> tuple[str, ...]:
+        """What was answered since the last take ("Explore: {...}", "Refund: refund({...})")."""
+        taken, self._noted = tuple(self._noted), []
+        return taken
+
+    def _note(self, request: ModelRequest, response: ModelResponse) -> None:
+        calls = [f"{call.name}({call.args_json()})" for call in response.tool_calls]
+        self._noted.append(
+            f"{request.step or '-'}: " + " ".join([*([response.text] if response.text else []), *calls])
+        )
 
 
 class _Playback(Model):
@@ -144,9 +185,11 @@ async def run_eval(
     if runs < 1:
         raise ValueError("runs must be at least 1")
     playback = _Playback() if model == SCRIPTED else None
-    engine = FlowEngine(
-        flows, store=store or MemoryStore(), model=playback or model, deps=deps, limits=limits
-    )
+    chosen = playback or (as_model(model) if model is not None else None)
+    # A fallback list keeps its own recovery (the engine asks its next member), so it goes unwrapped
+    # and its answers unnoted; a flow's own models (model=None) are not noted either.
+    noted = _Noted(chosen) if chosen is not None and not isinstance(chosen, FallbackModel) else None
+    engine = FlowEngine(flows, store=store or MemoryStore(), model=noted or chosen, deps=deps, limits=limits)
     planned = [(scenario, _flow_of(engine, scenario, default_flow)) for scenario in scenarios]
     for scenario, spec in planned:
         _check_names(scenario, spec)
@@ -162,7 +205,9 @@ async def run_eval(
         for scenario, spec in planned:
             records = []
             for number in range(1, runs + 1):
-                records.append(await _play(engine, scenario, spec.name, number, playback, referee, on_turn))
+                records.append(
+                    await _play(engine, scenario, spec.name, number, playback, noted, referee, on_turn)
+                )
             result.scenarios.append(ScenarioResult(scenario, spec.name, tuple(records)))
     finally:
         if store is None:
@@ -178,6 +223,7 @@ async def _play(
     flow: str,
     number: int,
     playback: _Playback | None,
+    noted: _Noted | None,
     judge: Judge | None,
     on_turn: TurnReporter | None,
 ) -> RunRecord:
@@ -235,7 +281,7 @@ async def _play(
                 usage=result.usage,
                 checks=tuple(checks),
                 error=seen.error,
-                answers=_answers(seen.new_messages),
+                answers=noted.take() if noted is not None else (),
             )
             records.append(record)
             if on_turn is not None:
@@ -261,20 +307,6 @@ async def _observe(
     new = [m for m in messages if m.seq >= committed]
     earlier = [m for m in messages if m.seq < committed]
     return Observation(result, session, new, detail, earlier), messages
-
-
-def _answers(messages: Sequence[Message]) -> tuple[str, ...]:
-    """The model's own answers among a turn's messages (not code's direct replies)."""
-    return tuple(
-        f"{message.step or '-'}: "
-        + " ".join([*([message.content] if message.content else []), *map(_call, message.tool_calls)])
-        for message in messages
-        if message.role == "assistant" and message.kind is None
-    )
-
-
-def _call(call: ToolCall) -> str:
-    return f"{call.name}({call.args_json()})"
 
 
 async def _judged(judge: Judge | None, criterion: str, transcript: str, reply: str) -> Check:
