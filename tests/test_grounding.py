@@ -235,6 +235,11 @@ def test_a_range_quoted_whole_for_both_bounds_keeps_both() -> None:
     said = "from $100 to $300"
     low, high = Reading("min_price", said, 100), Reading("max_price", said, 300)
     assert kept(said, low, high, slots=Stay) == [low, high]
+    # The same value read for both fields stays only in the one its words say.
+    said = "within 5 miles of downtown"
+    airport, center = Reading("airport_miles", said, 5), Reading("center_miles", said, 5)
+    assert kept(said, airport, center, slots=Stay) == [center]
+    assert kept(said, center, airport, slots=Stay) == [center]
 
 
 def test_a_yes_or_no_is_what_its_quote_says_and_a_denial_wins() -> None:

@@ -10,7 +10,7 @@ bear out, ``picoflow.slots.form`` what of it is kept.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 from types import UnionType
@@ -68,19 +68,25 @@ class Extraction:
         words = UserWords.of(said)
         evidence = evidence_of(slots) if slots is not None else {}
         kept: list[Reading] = []
-        read = {item.field for item in self.items}
         for item in self.items:
-            item = _field_said(item, evidence, read)
+            said_as = _field_said(item, evidence, self.items)
+            if said_as is None:
+                continue
+            item = said_as
             value = words.keep(item.quote, item.value, evidence.get(item.field))
             if value is not None:
                 kept.append(item if value is item.value else replace(item, value=value))
         return Extraction(tuple(kept))
 
 
-def _field_said(item: Reading, evidence: Mapping[str, FieldEvidence], read: set[str]) -> Reading:
+def _field_said(
+    item: Reading, evidence: Mapping[str, FieldEvidence], items: Sequence[Reading]
+) -> Reading | None:
     """``item`` under the field its quote's words say, when they say another one than it was read
-    as: "under $400" read as a minimum is a maximum (``Said(words=...)``). Not when the reading
-    gives that other field too: "from 100 to 300" quoted whole for both bounds keeps both."""
+    as: "under $400" read as a minimum is a maximum (``Said(words=...)``). When the reading gives
+    that other field too, a range quoted whole for both bounds ("from 100 to 300") keeps both, and
+    the same value read for both ("within 5 miles of downtown" as the distance to the airport and
+    to the center) is kept only in the field its words say (None: the item is dropped)."""
     own = evidence.get(item.field)
     if own is None or not own.has_field_words:
         return item
@@ -92,9 +98,12 @@ def _field_said(item: Reading, evidence: Mapping[str, FieldEvidence], read: set[
         for name, other in evidence.items()
         if name != item.field and other.has_field_words and other.names_field(quote)
     ]
-    if len(others) != 1 or others[0] in read:
+    if len(others) != 1:
         return item
-    return replace(item, field=others[0])
+    twins = [other for other in items if other.field == others[0]]
+    if not twins:
+        return replace(item, field=others[0])
+    return None if any(twin.value == item.value for twin in twins) else item
 
 
 class ReadingFormat(BaseModel):
