@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from picoflow import Extraction, FlowDefinitionError, Said, SlotStep
 from picoflow._schema import json_schema
-from picoflow.slots import bears_out
+from picoflow.slots import bears_out, says_field, says_option
 from picoflow.slots.grounding import evidence_of
 from picoflow.slots.reading import Reading, reading_of
 
@@ -279,6 +279,9 @@ def test_bears_out_checks_an_answer_read_without_a_quote() -> None:
     assert not bears_out(Stay, "dates", [{"month": 10, "day": 20}, {"month": 11, "day": 2}], "from 20.10.")
     with pytest.raises(KeyError):
         bears_out(Stay, "rooms", 1, "one room")
+    # With no reading at all: whether the words of a field, or of one of its options, are said.
+    assert says_field(Stay, "max_price", "up to 300") and not says_field(Stay, "max_price", "from 300")
+    assert says_option(Stay, "amenities", "any parking?") and not says_option(Stay, "amenities", "a view")
 
 
 MONTH = Said(options={9: ("september", "sept", "09"), 10: ("october", "oct", "oktober")})

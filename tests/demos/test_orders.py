@@ -485,6 +485,12 @@ def test_days_numbers_statuses_and_goodbyes_in_the_customers_words() -> None:
         update={"orders": [40006], "status": "any", "action": "other"}
     )
     assert borne_out(read, "40006 and 40007 not shipped yet? bye") == read
+    # A lone date goes to the end of the range its words say.
+    start = CustomerRequest(orders=[], status="any", since=Day(month=9, day=30), until=None, action="search")
+    end = start.model_copy(update={"since": None, "until": Day(month=9, day=30)})
+    assert borne_out(start, "orders I placed until September 30") == end
+    assert borne_out(end, "orders since September 30") == start
+    assert borne_out(start, "orders of September 30") == start
     # No year written: the latest such day up to today; a day the month lacks is None.
     assert last_such_day(Day(month=10, day=1), ORDERS_TODAY) == date(2026, 10, 1)
     assert last_such_day(Day(month=12, day=1), ORDERS_TODAY) == date(2025, 12, 1)

@@ -190,9 +190,7 @@ def bears_out(model: type[BaseModel], name: str, value: Any, said: str) -> bool:
     whole, with no quote (a step's ``output``): "book the cheapest" may pick the cheapest hotel,
     "book it" may not; "order 40006" may show order 40006, "my last order" may not. A value
     neither rule says anything about is borne out."""
-    evidence = evidence_of(model).get(name)
-    if evidence is None:
-        raise KeyError(f"{model.__name__} has no field {name!r}")
+    evidence = _evidence(model, name)
     plain = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
     return _borne(evidence, plain, words(said), written_numbers(said))
 
@@ -200,11 +198,23 @@ def bears_out(model: type[BaseModel], name: str, value: Any, said: str) -> bool:
 def says_option(model: type[BaseModel], name: str, said: str) -> bool:
     """Whether ``said`` holds the words of an option declared for field ``name`` of ``model``
     (anywhere in it, with no reading to go by)."""
+    quote = words(said)
+    return any(
+        marker.bears(option, quote) for marker in _evidence(model, name).said for option in marker.names()
+    )
+
+
+def says_field(model: type[BaseModel], name: str, said: str) -> bool:
+    """Whether ``said`` holds the words that say field ``name`` of ``model`` (``Said(words=...)``):
+    for an answer read without quotes, "until September 30" says the end of a range, not its start."""
+    return _evidence(model, name).names_field(words(said))
+
+
+def _evidence(model: type[BaseModel], name: str) -> FieldEvidence:
     evidence = evidence_of(model).get(name)
     if evidence is None:
         raise KeyError(f"{model.__name__} has no field {name!r}")
-    quote = words(said)
-    return any(marker.bears(option, quote) for marker in evidence.said for option in marker.names())
+    return evidence
 
 
 def _borne(evidence: FieldEvidence, value: Any, said: Sequence[str], written: set[float]) -> bool:

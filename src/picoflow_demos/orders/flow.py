@@ -43,7 +43,7 @@ from picoflow import (
 )
 from picoflow.exceptions import RunError
 from picoflow.messages import Message, ModelResponse
-from picoflow.slots import Said, bears_out
+from picoflow.slots import Said, bears_out, says_field
 from picoflow_demos._common import SAYS_GOODBYE, usd_cents
 from picoflow_demos.orders.database import Order, OrdersDatabase, Status, default_database, today
 
@@ -98,6 +98,9 @@ STATUS = Said(options={
     "refunded": ("refund", "refunds", "reimbursed", "money back", "erstattet", "rückerstattet",
                  "remboursé", "remboursée", "remboursées", "remboursés"),
 })  # fmt: skip
+# Which end of a range a lone date is: "until September 30" read as a start is an end.
+SINCE = Said(words=("since", "from", "after", "starting", "beginning", "seit", "ab", "depuis", "desde"))
+UNTIL = Said(words=("until", "till", "til", "before", "through", "up to", "ending", "bis", "jusqu", "hasta"))
 
 
 class Day(BaseModel):
@@ -116,8 +119,12 @@ class CustomerRequest(BaseModel):
     status: Annotated[Literal["any", "pending", "shipped", "refunded"], STATUS] = Field(
         description="The order status the customer asks about; any when they name none"
     )
-    since: Day | None = Field(description="First day of the dates the customer gives; null when none")
-    until: Day | None = Field(description="Last day of the dates the customer gives; null when none")
+    since: Annotated[Day | None, SINCE] = Field(
+        description="First day of the dates the customer gives; null when none"
+    )
+    until: Annotated[Day | None, UNTIL] = Field(
+        description="Last day of the dates the customer gives; null when none"
+    )
     action: Annotated[Literal["order", "search", "refund", "goodbye", "other"], SAYS_GOODBYE] = Field(
         description="order: about orders they give by number; search: their orders by date or status; "
         "refund: refund an order; goodbye: the customer ends the conversation; other: anything else"
@@ -126,8 +133,9 @@ class CustomerRequest(BaseModel):
 
 def borne_out(request: CustomerRequest, said: str) -> CustomerRequest:
     """``request`` with what the customer's words do not bear out taken back: an order number they
-    did not write, a status or a goodbye they did not say (see ``MONTH``, ``STATUS``, ``SAYS_GOODBYE``).
-    A day is kept as read; whether its words bear it out is asked of it where it is used."""
+    did not write, a status or a goodbye they did not say (see ``MONTH``, ``STATUS``, ``SAYS_GOODBYE``),
+    and a lone date put at the end of the range its words say (``SINCE``, ``UNTIL``). A day is kept
+    as read; whether its words bear it out is asked of it where it is used."""
     orders = [
         number
         for number in dict.fromkeys(request.orders)
@@ -135,7 +143,16 @@ def borne_out(request: CustomerRequest, said: str) -> CustomerRequest:
     ]
     status = request.status if bears_out(CustomerRequest, "status", request.status, said) else "any"
     action = request.action if bears_out(CustomerRequest, "action", request.action, said) else "other"
-    return request.model_copy(update={"orders": orders, "status": status, "action": action})
+    since, until = request.since, request.until
+    if (since is None) != (until is None):  # one date: its words say which end it is
+        day = since or until
+        if says_field(CustomerRequest, "until", said) and not says_field(CustomerRequest, "since", said):
+            since, until = None, day
+        elif says_field(CustomerRequest, "since", said) and not says_field(CustomerRequest, "until", said):
+            since, until = day, None
+    return request.model_copy(
+        update={"orders": orders, "status": status, "action": action, "since": since, "until": until}
+    )
 
 
 def last_such_day(day: Day, current: date) -> date | None:
