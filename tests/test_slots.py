@@ -926,8 +926,13 @@ async def test_a_goodbye_ends_the_conversation_whatever_question_is_pending_and_
 async def test_the_words_of_a_goodbye_end_a_message_the_reading_kept_nothing_of() -> None:
     chat = Chat(LeavableFlow)
     await chat.say("Hi", found())
-    # A reading with something in it is not overruled: "Ada, that's all" gives a name.
-    assert await chat.say("Ada, that's all", found(("name", "Ada", "Ada"))) == AGE
+    # A reading with something in it is not overruled: "Ada, that's all" gives a name (the words of
+    # the goodbye left out get a second look, which here reads nothing more).
+    assert await chat.say("Ada, that's all", found(("name", "Ada", "Ada")), found()) == AGE
+    assert chat.model.requests[-1].messages[-1].content == (
+        "Your reading left out these parts of the message:\n- that's all\nRead what they say, in the same "
+        'format, quoting their words; {"found": []} when they say nothing about the fields.'
+    )
     # Nothing read (or nothing kept) but the words of the goodbye are there: it ends.
     chat.model.extend([found(("age", "many", 99)), "Goodbye, Ada!"])
     result = await chat.engine.run("leavable", "thanks, that's all", chat.session_id)
@@ -936,6 +941,32 @@ async def test_the_words_of_a_goodbye_end_a_message_the_reading_kept_nothing_of(
     chat = Chat(LeavableFlow)
     await chat.say("Hi", found())
     assert await chat.say("thanks", found()) == NAME
+
+
+async def test_the_parts_of_a_long_message_the_reading_left_out_get_one_second_look() -> None:
+    chat = Chat()
+    await chat.say("Hi", found())
+    # Two of five parts read: the ones holding numbers no kept value holds go back to the model,
+    # once; what it reads then is merged with what was kept.
+    said = "I'm Ada, 36, going to Rome, from 2027-05-10 to 2027-05-14"
+    first = found(("name", "Ada", "Ada"), ("cities", "Rome", ["Rome"]))
+    second = found(
+        ("age", "36", 36), ("start", "2027-05-10", "2027-05-10"), ("end", "2027-05-14", "2027-05-14")
+    )
+    assert await chat.say(said, first, second) == "Planned: Ada, 36, 2027-05-10 to 2027-05-14, Rome."
+    assert chat.model.requests[-1].messages[-1].content.splitlines()[:3] == [
+        "Your reading left out these parts of the message:",
+        "- I'm Ada, 36",  # a part without a letter stays with the one before it
+        "- from 2027-05-10 to 2027-05-14",
+    ]
+    # Only once per message: still left out after the second look, the next question is asked.
+    chat = Chat()
+    await chat.say("Hi", found())
+    assert await chat.say("I'm Ada; age 36", found(("name", "Ada", "Ada")), found()) == AGE
+    # A message of one part, or with no question open, gets no second look.
+    chat = Chat()
+    await chat.say("Hi", found())
+    assert await chat.say("I'm Ada and 36", found(("name", "Ada", "Ada"))) == AGE
 
 
 def test_a_slot_step_with_a_goodbye_needs_a_terminate_step_in_its_flow() -> None:

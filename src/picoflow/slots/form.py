@@ -21,9 +21,11 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
+    SerializerFunctionWrapHandler,
     ValidationError,
     field_serializer,
     field_validator,
+    model_serializer,
 )
 
 from picoflow._schema import redact_error_message
@@ -87,6 +89,8 @@ class Form(BaseModel):
     """Corrections sent to the model since the user's latest message."""
     introduced: bool = False
     """The intro was said (it goes out once, with the first question)."""
+    heard: tuple[str, ...] = ()
+    """Fields taken from the user's latest message before the model took a second look at it."""
 
     @field_validator("known", mode="after")
     @classmethod
@@ -96,6 +100,14 @@ class Form(BaseModel):
     @field_serializer("known")
     def _plain(self, known: Mapping[str, JsonValue]) -> dict[str, JsonValue]:
         return dict(known)
+
+    @model_serializer(mode="wrap")
+    def _stored(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # ``heard`` lives only between a second look and its answer: stored forms keep their shape.
+        data: dict[str, Any] = handler(self)
+        if not self.heard:
+            data.pop("heard", None)
+        return data
 
     def _with(self, **changes: Any) -> Form:
         # Through the constructor, so every new form is validated like a stored one.
@@ -155,9 +167,9 @@ class Form(BaseModel):
         open_ = [q.key for q in questions if q.optional and self.pending([q]) is not None]
         return self._with(declined=tuple(dict.fromkeys((*self.declined, *open_))))
 
-    def corrected(self) -> Form:
-        """The form once a correction went to the model."""
-        return self._with(corrections=self.corrections + 1)
+    def corrected(self, heard: Sequence[str] = ()) -> Form:
+        """The form once a correction went to the model, with the fields ``heard`` so far."""
+        return self._with(corrections=self.corrections + 1, heard=tuple(dict.fromkeys((*self.heard, *heard))))
 
     def asking_now(self, question: Ask | None) -> Form:
         """The form once code asked ``question`` (None: there is nothing left to ask). The user's
@@ -166,6 +178,7 @@ class Form(BaseModel):
             asking=question.key if question is not None else None,
             corrections=0,
             introduced=self.introduced or question is not None,
+            heard=(),
         )
 
 

@@ -117,6 +117,12 @@ class Said:
     def decides_yes_no(self) -> bool:
         return bool(self._yes)
 
+    def telling(self) -> tuple[Phrase, ...]:
+        """The phrases that tell a reading of this field is due: its options' words. Not its yes or
+        no words ("ok", "no" answer whatever was asked), nor the words of a field ("from" is in
+        "from August 1" as much as in "from $100")."""
+        return tuple(phrase for phrases in self._phrases.values() for phrase in phrases)
+
 
 @dataclass(frozen=True, slots=True)
 class FieldEvidence:
@@ -208,6 +214,66 @@ def says_field(model: type[BaseModel], name: str, said: str) -> bool:
     """Whether ``said`` holds the words that say field ``name`` of ``model`` (``Said(words=...)``):
     for an answer read without quotes, "until September 30" says the end of a range, not its start."""
     return _evidence(model, name).names_field(words(said))
+
+
+def left_out(said: str, kept: Sequence[tuple[str, str, Any]], slots: type[BaseModel]) -> list[str]:
+    """The parts of a message of several parts (split at commas, sentence ends and line breaks) that
+    say something the reading ``kept`` (its field, quote and value items) did not take: a number
+    written that no kept value holds, or the words of an option of a field none of whose kept items
+    quotes them ("Portland, August 10 to August 13, one bed" read as one bed only). A small model
+    reading a long message often stops after a few items; these parts are worth a second look."""
+    parts = _parts(said)
+    if len(parts) < 2:
+        return []
+    # The numbers a kept value holds; for a value that holds none as numbers (a date as text), the
+    # numbers of its quote.
+    held: set[float] = set()
+    for _, quote, value in kept:
+        held |= numbers_in(value) or written_numbers(quote)
+    quoted: dict[str, list[list[str]]] = {}
+    for name, quote, _ in kept:
+        quoted.setdefault(name, []).append(words(quote))
+    left = []
+    for part in parts:
+        if written_numbers(part) - held:
+            left.append(part)
+            continue
+        here = words(part)
+        for name, evidence in evidence_of(slots).items():
+            phrases = [phrase for marker in evidence.said for phrase in marker.telling()]
+            # As written, without the slip of the keys a reading may have ("night" is not "right").
+            if _any(here, phrases, exact=True) and not any(
+                _any(quote, phrases) for quote in quoted.get(name, [])
+            ):
+                left.append(part)
+                break
+    return left
+
+
+def _parts(said: str) -> list[str]:
+    """``said`` cut at commas and semicolons followed by a space, sentence ends and line breaks; a
+    part without a letter ("2027" of "September 6, 2027") stays with the one before it."""
+    parts: list[str] = []
+    current = ""
+    for index, char in enumerate(said):
+        following = said[index + 1] if index + 1 < len(said) else " "
+        if char == "\n" or (char in ",;.!?" and following.isspace()):
+            _close(parts, current)
+            current = ""
+        else:
+            current += char
+    _close(parts, current)
+    return parts
+
+
+def _close(parts: list[str], part: str) -> None:
+    part = part.strip()
+    if not part:
+        return
+    if parts and not any(c.isalpha() for c in part):
+        parts[-1] = f"{parts[-1]}, {part}"
+    else:
+        parts.append(part)
 
 
 def _evidence(model: type[BaseModel], name: str) -> FieldEvidence:
@@ -357,14 +423,15 @@ def _phrases(texts: Sequence[str]) -> tuple[Phrase, ...]:
     return tuple(dict.fromkeys(phrase for phrase in map(_phrase, texts) if phrase))
 
 
-def _any(quote: Sequence[str], phrases: Sequence[Phrase]) -> bool:
-    return any(_contains(quote, phrase) for phrase in phrases)
+def _any(quote: Sequence[str], phrases: Sequence[Phrase], *, exact: bool = False) -> bool:
+    return any(_contains(quote, phrase, exact) for phrase in phrases)
 
 
-def _contains(quote: Sequence[str], phrase: Phrase) -> bool:
+def _contains(quote: Sequence[str], phrase: Phrase, exact: bool = False) -> bool:
     size = len(phrase)
+    same = str.__eq__ if exact else _same
     return any(
-        all(_same(phrase[at], quote[start + at]) for at in range(size))
+        all(same(phrase[at], quote[start + at]) for at in range(size))
         for start in range(len(quote) - size + 1)
     )
 

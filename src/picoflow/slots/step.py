@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, ClassVar, TypeVar, cast
 
 from pydantic import BaseModel
@@ -27,7 +28,7 @@ from pydantic import BaseModel
 from picoflow.exceptions import FlowDefinitionError
 from picoflow.outcomes import Outcome, direct, go, stay
 from picoflow.slots.form import Ask, Form, Merge
-from picoflow.slots.grounding import evidence_of, says_option
+from picoflow.slots.grounding import evidence_of, left_out, says_option
 from picoflow.slots.reading import EXTRACT_RULES, Extraction, ReadingFormat, parse_reading, reading_of
 from picoflow.step import Step
 
@@ -87,6 +88,11 @@ class SlotStep(Step):
     #: Times per turn the model may correct a refused field before the user is asked instead. A
     #: step whose rules refuse what the user said (a date in the past), not how it was read, sets 0.
     max_corrections: ClassVar[int] = 1
+    #: Whether parts of a long message the reading left out (a number no value holds, the words
+    #: of an option not read: ``grounding.left_out``) go back to the model once, with what was read
+    #: kept, while a question is still open. It costs a model call when it happens; a small model
+    #: reading "Portland, August 10 to August 13 2027, one bed, search" often stops after a few items.
+    second_look: ClassVar[bool] = True
     instructions = EXTRACT_RULES
     # Ending a session cannot be undone; a reading step does not offer it unless asked to.
     terminate_tool = False
@@ -184,20 +190,34 @@ class SlotStep(Step):
     async def on_response(self, response: Any) -> Outcome:
         if not isinstance(response, Extraction):  # pragma: no cover - parse_output makes one
             raise TypeError("a SlotStep's model answer must be parsed by SlotStep.parse_output")
-        said = response.grounded(self.last_user_message or "", self.slots)
+        message = self.last_user_message or ""
+        said = response.grounded(message, self.slots)
         merged = self.form.merge(self.slots, said.given, self.questions)
         if merged.problems and merged.form.corrections < self.max_corrections:
             self.form = merged.form.corrected()
             return stay(_correction(merged.problems))
-        # The reading is final: from here on code answers the user, and the next message starts
-        # the corrections again, whatever the step does with it.
         form = merged.form
+        if form.heard:  # a second look: what the first answer gave was heard too
+            merged = replace(merged, accepted=tuple(dict.fromkeys((*form.heard, *merged.accepted))))
         if self.goodbye is not None and (self.goodbye in form.known or self._farewell(merged)):
             self.erase_memory()
             self.form = form.forget(self.goodbye).asking_now(None)
             target = self._runtime.terminate_target()
             assert target is not None, "Flow checks that a SlotStep with a goodbye has a TerminateStep"
             return go(target)
+        if (
+            self.second_look
+            and form.corrections == 0
+            and not merged.problems
+            and form.pending(self.questions) is not None  # else nothing is left to learn
+        ):
+            kept = [(item.field, item.quote, item.value) for item in said.items]
+            if left := left_out(message, kept, self.slots):
+                # What was read is kept; the model reads the parts it left out, once per message.
+                self.form = form.corrected(merged.accepted)
+                return stay(_second_look(left))
+        # The reading is final: from here on code answers the user, and the next message starts
+        # the corrections again, whatever the step does with it.
         if self.go_ahead is not None and self.go_ahead in form.known:
             form = form.forget(self.go_ahead).waiving(self.questions)
         values = form.values(self.slots)
@@ -211,7 +231,8 @@ class SlotStep(Step):
     def _farewell(self, merged: Merge) -> bool:
         """Whether a message the reading kept nothing of holds the words of the goodbye."""
         assert self.goodbye is not None
-        nothing = not merged.accepted and not merged.problems
+        # The first answer to the message: after a second look, the first had something in it.
+        nothing = not merged.accepted and not merged.problems and merged.form.corrections == 0
         return nothing and says_option(self.slots, self.goodbye, self.last_user_message or "")
 
     async def _ask_next(self, form: Form, values: Any, merged: Merge) -> Outcome:
@@ -230,6 +251,14 @@ class SlotStep(Step):
             words.append(f"Sorry, {merged.problems[refused].rstrip('.')}.")
         words.append(self.phrase(question, values))
         return direct(" ".join(word.strip() for word in words if word.strip()))
+
+
+def _second_look(parts: Sequence[str]) -> str:
+    listed = "\n".join(f"- {part}" for part in parts)
+    return (
+        f"Your reading left out these parts of the message:\n{listed}\nRead what they say, in the same "
+        'format, quoting their words; {"found": []} when they say nothing about the fields.'
+    )
 
 
 def _correction(problems: Mapping[str, str]) -> str:
