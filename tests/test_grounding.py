@@ -66,6 +66,10 @@ def test_the_quote_may_be_the_users_words_in_another_order_but_whole_words() -> 
     assert kept("free wifi, parking", parking, wifi, breakfast) == [parking, wifi]
     # Parts of words are not words: "park" is not in "parking".
     assert kept("free wifi, parking", Reading("amenities", "free park", ["freeParking"])) == []
+    # A quote the model spelt right for the user's slip of the keys is still their words.
+    date = Reading("check_in", "august 10", {"month": 8, "day": 10})
+    assert kept("chek in agust 10", date) == [date]
+    assert kept("chek in july 10", date) == []
 
 
 def test_a_value_holding_numbers_needs_one_of_them_written_in_the_quote() -> None:

@@ -345,7 +345,7 @@ class UserWords:
         they do not bear it out at all."""
         written = squeezed(quote)
         quoted = words(quote)
-        if not written or (written not in self.text and not set(quoted) <= self.words):
+        if not written or (written not in self.text and not all(self._has(word) for word in quoted)):
             # A small model often quotes the option it chose ("freeParking") instead of the words
             # that say it: an option whose words are declared is then looked for in the message.
             if evidence is None or not evidence.has_options(value):
@@ -355,6 +355,11 @@ class UserWords:
         if numbers and not numbers & written_numbers(written):
             return None
         return value if evidence is None else evidence.keeps(value, quoted)
+
+    def _has(self, word: str) -> bool:
+        """Whether the user wrote ``word``, or wrote it with one slip of the keys: a small model
+        quotes "august 10" for the "agust 10" it read."""
+        return word in self.words or any(_same(word, written) for written in self.words)
 
 
 def numbers_in(value: Any) -> set[float]:
