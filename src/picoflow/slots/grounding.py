@@ -217,14 +217,12 @@ def says_field(model: type[BaseModel], name: str, said: str) -> bool:
 
 
 def left_out(said: str, kept: Sequence[tuple[str, str, Any]], slots: type[BaseModel]) -> list[str]:
-    """The parts of a message of several parts (split at commas, sentence ends and line breaks) that
-    say something the reading ``kept`` (its field, quote and value items) did not take: a number
+    """The parts of a message (split at commas, sentence ends and line breaks) that say something
+    the reading ``kept`` (its field, quote and value items) did not take: a number
     written that no kept value holds, or the words of an option of a field none of whose kept items
     quotes them ("Portland, August 10 to August 13, one bed" read as one bed only). A small model
     reading a long message often stops after a few items; these parts are worth a second look."""
     parts = _parts(said)
-    if len(parts) < 2:
-        return []
     # The numbers a kept value holds; for a value that holds none as numbers (a date as text), the
     # numbers of its quote.
     held: set[float] = set()
