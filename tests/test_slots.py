@@ -930,10 +930,7 @@ async def test_the_words_of_a_goodbye_end_a_message_the_reading_kept_nothing_of(
     # A reading with something in it is not overruled: "Ada, that's all" gives a name (the words of
     # the goodbye left out get a second look, which here reads nothing more).
     assert await chat.say("Ada, that's all", found(("name", "Ada", "Ada")), found()) == AGE
-    assert chat.model.requests[-1].messages[-1].content == (
-        "Your reading left out these parts of the message:\n- that's all\nRead what they say, in the same "
-        'format, quoting their words; {"found": []} when they say nothing about the fields.'
-    )
+    assert chat.model.requests[-1].messages[-1].content == "that's all"
     # Nothing read (or nothing kept) but the words of the goodbye are there: it ends.
     chat.model.extend([found(("age", "many", 99)), "Goodbye, Ada!"])
     result = await chat.engine.run("leavable", "thanks, that's all", chat.session_id)
@@ -955,10 +952,9 @@ async def test_the_parts_of_a_long_message_the_reading_left_out_get_one_second_l
         ("age", "36", 36), ("start", "2027-05-10", "2027-05-10"), ("end", "2027-05-14", "2027-05-14")
     )
     assert await chat.say(said, first, second) == "Planned: Ada, 36, 2027-05-10 to 2027-05-14, Rome."
-    assert chat.model.requests[-1].messages[-1].content.splitlines()[:3] == [
-        "Your reading left out these parts of the message:",
-        "- I'm Ada, 36",  # a part without a letter stays with the one before it
-        "- from 2027-05-10 to 2027-05-14",
+    assert chat.model.requests[-1].messages[-1].content.splitlines() == [
+        "I'm Ada, 36",  # a part without a letter stays with the one before it
+        "from 2027-05-10 to 2027-05-14",
     ]
     # Only once per message: still left out after the second look, the next question is asked.
     chat = Chat()

@@ -254,11 +254,9 @@ class SlotStep(Step):
 
 
 def _second_look(parts: Sequence[str]) -> str:
-    listed = "\n".join(f"- {part}" for part in parts)
-    return (
-        f"Your reading left out these parts of the message:\n{listed}\nRead what they say, in the same "
-        'format, quoting their words; {"found": []} when they say nothing about the fields.'
-    )
+    # Only the parts, as a message of their own: told "your reading left out...", a 1.5B model
+    # answered {"found": []}; a short message it reads as it read the first.
+    return "\n".join(parts)
 
 
 def _correction(problems: Mapping[str, str]) -> str:
