@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from picoflow import Extraction, FlowDefinitionError, Said, SlotStep
 from picoflow._schema import json_schema
 from picoflow.slots import bears_out, says_field, says_option
-from picoflow.slots.grounding import evidence_of
+from picoflow.slots.grounding import evidence_of, left_out
 from picoflow.slots.reading import Reading, reading_of
 
 Interest = Annotated[
@@ -321,3 +321,22 @@ def test_a_declared_word_of_five_letters_or_more_survives_one_slip_of_the_keys()
         assert not search.bears("search", [typed]), typed
     # Short words must be written as they are: "shoe" is not "show", "pool" not "poll".
     assert not Said(options={"show": ("show",)}).bears("show", ["shoe"])
+
+
+def test_left_out_finds_the_parts_a_reading_did_not_take() -> None:
+    said = "A suite in Portland, September 3 to September 6, 2027, no pets, parking, within 10 miles of the airport"
+    kept_items = [
+        ("amenities", "parking", ["freeParking"]),
+        ("check_in", "September 3", {"month": 9, "day": 3}),
+        ("check_out", "September 6", {"month": 9, "day": 6}),
+    ]
+    # 2027 and 10 are held by no kept value; "no pets" holds only a no-word (it answers whatever was
+    # asked), "parking" was read.
+    assert left_out(said, kept_items, Stay) == [
+        "September 3 to September 6, 2027",
+        "within 10 miles of the airport",
+    ]
+    # A date kept as text holds the numbers of its quote.
+    assert left_out("from 2027-05-10", [("start", "2027-05-10", "2027-05-10")], Stay) == []
+    # An option's words not read: "wifi" is a part to look at again.
+    assert left_out("3 nights, wifi", [("nights", "3 nights", 3)], Stay) == ["wifi"]

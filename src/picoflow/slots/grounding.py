@@ -118,10 +118,13 @@ class Said:
         return bool(self._yes)
 
     def telling(self) -> tuple[Phrase, ...]:
-        """The phrases that tell a reading of this field is due: its options' words. Not its yes or
-        no words ("ok", "no" answer whatever was asked), nor the words of a field ("from" is in
-        "from August 1" as much as in "from $100")."""
-        return tuple(phrase for phrases in self._phrases.values() for phrase in phrases)
+        """The phrases that tell a reading of this field is due: its options' words, and its yes
+        words of several words or of ``TYPO_LENGTH`` letters or more ("portland", "of course").
+        Not short ones nor its no words ("ok", "yes", "no" answer whatever was asked), nor the
+        words of a field ("from" is in "from August 1" as much as in "from $100")."""
+        options = (phrase for phrases in self._phrases.values() for phrase in phrases)
+        specific = (phrase for phrase in self._yes if len(phrase) > 1 or len(phrase[0]) >= TYPO_LENGTH)
+        return (*options, *specific)
 
 
 @dataclass(frozen=True, slots=True)
