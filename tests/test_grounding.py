@@ -324,7 +324,8 @@ def test_a_declared_word_of_five_letters_or_more_survives_one_slip_of_the_keys()
 
 
 def test_left_out_finds_the_parts_a_reading_did_not_take() -> None:
-    said = "A suite in Portland, September 3 to September 6, 2027, no pets, parking, " "within 10 miles of the airport"
+    stay = "A suite in Portland, September 3 to September 6, 2027"
+    said = f"{stay}, no pets, parking, within 10 miles of the airport"
     kept_items = [
         ("amenities", "parking", ["freeParking"]),
         ("check_in", "September 3", {"month": 9, "day": 3}),
