@@ -199,7 +199,7 @@ class SlotStep(Step):
         form = merged.form
         if form.heard:  # a second look: what the first answer gave was heard too
             merged = replace(merged, accepted=tuple(dict.fromkeys((*form.heard, *merged.accepted))))
-        if self.goodbye is not None and (self.goodbye in form.known or self._farewell(merged)):
+        if self.goodbye is not None and (self.goodbye in form.known or self._farewell(merged, message)):
             self.erase_memory()
             self.form = form.forget(self.goodbye).asking_now(None)
             target = self._runtime.terminate_target()
@@ -228,12 +228,12 @@ class SlotStep(Step):
             return acted
         return await self._ask_next(form, values, merged)
 
-    def _farewell(self, merged: Merge) -> bool:
+    def _farewell(self, merged: Merge, message: str) -> bool:
         """Whether a message the reading kept nothing of holds the words of the goodbye."""
         assert self.goodbye is not None
         # The first answer to the message: after a second look, the first had something in it.
         nothing = not merged.accepted and not merged.problems and merged.form.corrections == 0
-        return nothing and says_option(self.slots, self.goodbye, self.last_user_message or "")
+        return nothing and says_option(self.slots, self.goodbye, message)
 
     async def _ask_next(self, form: Form, values: Any, merged: Merge) -> Outcome:
         """The question of the field just refused, else the first one open; or, none left, on_complete."""

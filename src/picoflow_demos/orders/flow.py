@@ -146,10 +146,9 @@ def borne_out(request: CustomerRequest, said: str) -> CustomerRequest:
     since, until = request.since, request.until
     if (since is None) != (until is None):  # one date: its words say which end it is
         day = since or until
-        if says_field(CustomerRequest, "until", said) and not says_field(CustomerRequest, "since", said):
-            since, until = None, day
-        elif says_field(CustomerRequest, "since", said) and not says_field(CustomerRequest, "until", said):
-            since, until = day, None
+        starts, ends = (says_field(CustomerRequest, end, said) for end in ("since", "until"))
+        if starts != ends:
+            since, until = (day, None) if starts else (None, day)
     return request.model_copy(
         update={"orders": orders, "status": status, "action": action, "since": since, "until": until}
     )
