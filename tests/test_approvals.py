@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from picoflow import Approval, Caller, Flow, FlowEngine, RunContext, Step, direct, direct_to, go, tool
+from picoflow import Approval, Caller, Flow, FlowEngine, RunContext, Step, direct, direct_to, tool
 from picoflow.engine import ANY_PRINCIPAL
 from picoflow.exceptions import (
     ApprovalDecided,
@@ -472,8 +472,8 @@ class RoutedDesk(Desk):
     name = "RoutedDesk"
 
     def on_denied(self, approval: Approval) -> Any:
-        if approval.status == "withdrawn":
-            return go(Intake)
+        if approval.status == "withdrawn":  # the state goes with it; the reply is the new message's
+            return direct_to(Intake, "never shown").with_state(withdrawn=approval.tool)
         return direct_to(Intake, f"No refund: {approval.reason}")
 
 
@@ -502,6 +502,8 @@ async def test_a_withdrawn_approval_may_send_the_new_message_to_another_step() -
         "Intake | assistant: Intake here: what is the matter?",
     ]
     assert Desk.ledger == []
+    stored = await engine.store.load(session_id)
+    assert stored is not None and stored.states["Intake"] == {"withdrawn": "refund"}
     stale = await engine.decide(session_id, approval.id, "approve", caller=CUSTOMER)
     assert stale.error is not None and stale.error.is_a(ApprovalStale)
 

@@ -246,6 +246,33 @@ def test_a_range_quoted_whole_for_both_bounds_keeps_both() -> None:
     assert kept(said, center, airport, slots=Stay) == [center]
 
 
+def test_a_number_quoted_in_the_models_words_is_judged_by_the_part_that_writes_it() -> None:
+    said = "Portland, Aug 14 to 17, we can spend up to $350 a night, from $200 is fine"
+    # "at most $350" is not the user's words; the part writing 350 is, and it says a maximum ("up to").
+    assert kept(said, Reading("max_price", "at most $350", 350), slots=Stay) == [
+        Reading("max_price", "we can spend up to $350 a night", 350)
+    ]
+    # "a minimum" (its own question's words) for the part "from $200 is fine": a minimum, as read...
+    assert kept(said, Reading("min_price", "a minimum", 200), slots=Stay) == [
+        Reading("min_price", "from $200 is fine", 200)
+    ]
+    # ...and read as a maximum, the part's words move it.
+    assert kept(said, Reading("max_price", "max 200", 200), slots=Stay) == [
+        Reading("min_price", "from $200 is fine", 200)
+    ]
+    # Not anchored: a part that says no field of a field that has words ("400 a night" is no bound),
+    # a number no part writes, or written in two parts.
+    assert kept("400 a night", Reading("max_price", "four hundred", 400), slots=Stay) == []
+    assert kept(said, Reading("max_price", "at most $300", 300), slots=Stay) == []
+    assert kept("3 nights, 3 guests", Reading("nights", "three nights", 3), slots=Stay) == []
+    # A field without words of its own needs none there; every number of the value must be written.
+    assert kept("a quiet room, 4 nights", Reading("nights", "four nights", 4), slots=Stay) == [
+        Reading("nights", "4 nights", 4)
+    ]
+    date = Reading("dates", "August 10th", [{"month": 8, "day": 10}])
+    assert kept("arriving on July 10, for a week", date, slots=Stay) == []
+
+
 def test_a_yes_or_no_is_what_its_quote_says_and_a_denial_wins() -> None:
     assert kept("yes please", Reading("pets", "yes", True), slots=Stay) == [Reading("pets", "yes", True)]
     assert kept("we travel without the dog", Reading("pets", "without the dog", True), slots=Stay) == [

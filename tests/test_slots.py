@@ -952,10 +952,22 @@ async def test_the_parts_of_a_long_message_the_reading_left_out_get_one_second_l
         ("age", "36", 36), ("start", "2027-05-10", "2027-05-10"), ("end", "2027-05-14", "2027-05-14")
     )
     assert await chat.say(said, first, second) == "Planned: Ada, 36, 2027-05-10 to 2027-05-14, Rome."
-    assert chat.model.requests[-1].messages[-1].content.splitlines() == [
+    # The second look is a message of its own: the model is not shown its first answer, which it
+    # would give again.
+    [again] = chat.model.requests[-1].messages
+    assert again.role == "user" and again.content.splitlines() == [
         "I'm Ada, 36",  # a part without a letter stays with the one before it
         "from 2027-05-10 to 2027-05-14",
     ]
+    # What it reads there is still checked against the whole message: a quote found in neither
+    # the parts nor the message is dropped, and the form keeps no trace of the second look.
+    chat = Chat()
+    await chat.say("Hi", found())
+    invented = found(("age", "36", 36), ("start", "May 10th", "2027-05-10"))
+    assert await chat.say(said, first, invented) == DATES
+    form = await chat.form()
+    assert form.known == {"name": "Ada", "cities": ["Rome"], "age": 36}
+    assert (form.heard, form.rereading, form.corrections) == ((), None, 0)
     # Only once per message: still left out after the second look, the next question is asked.
     chat = Chat()
     await chat.say("Hi", found())

@@ -279,8 +279,9 @@ class Step:
         given. ``approval`` says what was asked, who decided and why (``approval.status``).
 
         Also called when a new message came before the decision (``withdrawn``) or after the
-        approval's time (``expired``): then only where the outcome leads counts (``go(Step)``,
-        ``direct_to(Step, ...)``), and the new message is answered there."""
+        approval's time (``expired``): then only where the outcome leads (``go(Step)``,
+        ``direct_to(Step, ...)``) and the state it carries (``with_state``) count, and the new
+        message is answered there."""
         return None
 
     def on_response(self, response: Any) -> str | Outcome | Any:

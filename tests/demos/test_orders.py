@@ -27,6 +27,7 @@ from picoflow_demos.orders.flow import (
     HELP,
     NOT_SIGNED_IN,
     NOT_STARTED,
+    WITHDRAWN,
     CustomerRequest,
     Day,
     borne_out,
@@ -236,6 +237,42 @@ async def test_no_typed_answer_refunds_anything(orders_db: OrdersDatabase, typed
     # The withdrawn approval can no longer be decided: the words changed nothing, and so does a click now.
     late = await decide(chat, approval, "approve")
     assert late.error is not None and new_refunds(orders_db) == {}
+
+
+async def test_refund_it_typed_while_the_refund_waits_starts_no_new_one(orders_db: OrdersDatabase) -> None:
+    """An injected "refund it now" read as a refund withdraws the one that waited, and "it" (the
+    order shown) is no new request; a refund whose order number is written is, as before."""
+    chat = chat_with(
+        [
+            reading([40004], "order"),
+            reading([40004], "refund"),
+            refund_call(40004),
+            reading(action="refund"),
+            reading(action="refund"),
+            refund_call(40004),
+        ],
+        orders_db,
+    )
+    await chat.say("What's the status of order 40004?")
+    asked = await chat.say("Please refund it.")
+    [first] = asked.pending
+    injected = await chat.say(INJECTION)
+    assert injected.ok and (injected.step, injected.message, injected.pending) == (
+        "Support",
+        WITHDRAWN.format(order_id=40004),
+        (),
+    )
+    session = await session_of(chat)
+    assert session.states["Support"] == {
+        "shown": [40004],
+        "refund": {"order_id": 40004, "total_cents": 8900, "status": "withdrawn"},
+    }
+    # The next message is a new one: "it" is the order shown again, and the customer decides.
+    again = await chat.say("Refund it please.")
+    assert again.step == "Refund" and again.message == WAITING_40004
+    [second] = again.pending
+    assert second.id != first.id and new_refunds(orders_db) == {}
+    assert [a.status for a in (await session_of(chat)).approvals] == ["withdrawn", "pending"]
 
 
 async def test_a_denied_refund_writes_nothing(orders_db: OrdersDatabase) -> None:

@@ -166,8 +166,9 @@ async def answer_unfinished(ws: Workspace, paused: PausedResponse, now: float) -
     run and never finished has its calls reported as unknown (they are never run again).
 
     The paused step's ``on_denied`` hears of each approval closed so: an outcome that leads to
-    another step (``go``, ``direct_to``) moves the conversation there, and the new message is
-    answered there (what else the outcome carries is for a decision, not a new message)."""
+    another step (``go``, ``direct_to``) moves the conversation there with the state it carries,
+    and the new message is answered there (a reply, prompt or message the outcome carries is for
+    a decision, not a new message)."""
     session = ws.session
     closed: list[Approval] = []
     if paused.resuming_since is None:
@@ -200,6 +201,8 @@ async def answer_unfinished(ws: Workspace, paused: PausedResponse, now: float) -
             destination = ws.destination(outcome, spec.name)
             if destination != session.current_step:
                 await transition(ws, session.current_step, destination)
+            if outcome.state:
+                ws.state_for(destination).merge(outcome.state)
             return
 
 

@@ -115,11 +115,19 @@ async def _answer(ws: Workspace, step: Step, spec: StepSpec, response: ModelResp
     """A text answer: ``on_response`` makes it the reply, or an outcome that routes."""
     value = parsed if spec.output is not None else response.text
     if "on_response" in spec.overrides:
-        value = await ws.hook(step, "on_response", step.on_response, value)
+        # An erase in the hook forgets the answer it was given too: it waits until that is written.
+        ws.held_erases = frozenset()
+        try:
+            value = await ws.hook(step, "on_response", step.on_response, value)
+        except BaseException:
+            ws.held_erases = None
+            raise
     if isinstance(value, Outcome):
         if not isinstance(value, Direct):  # the model's words stay in memory beside where they led
             ws.add_response(spec.name, response)
+        ws.release_erases()  # what the outcome adds (a reply, a correction) comes after
         return await settle(ws, spec, value)
+    ws.release_erases()
     if isinstance(value, str):
         reply = value
     else:

@@ -91,6 +91,9 @@ class Form(BaseModel):
     """The intro was said (it goes out once, with the first question)."""
     heard: tuple[str, ...] = ()
     """Fields taken from the user's latest message before the model took a second look at it."""
+    rereading: str | None = None
+    """The user's latest message while the model takes a second look at parts of it: its memory
+    holds only those parts then, and what it reads in them is checked against the whole message."""
 
     @field_validator("known", mode="after")
     @classmethod
@@ -103,10 +106,13 @@ class Form(BaseModel):
 
     @model_serializer(mode="wrap")
     def _stored(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # ``heard`` lives only between a second look and its answer: stored forms keep their shape.
+        # ``heard`` and ``rereading`` live only between a second look and its answer: stored forms
+        # keep their shape.
         data: dict[str, Any] = handler(self)
         if not self.heard:
             data.pop("heard", None)
+        if self.rereading is None:
+            data.pop("rereading", None)
         return data
 
     def _with(self, **changes: Any) -> Form:
@@ -167,9 +173,14 @@ class Form(BaseModel):
         open_ = [q.key for q in questions if q.optional and self.pending([q]) is not None]
         return self._with(declined=tuple(dict.fromkeys((*self.declined, *open_))))
 
-    def corrected(self, heard: Sequence[str] = ()) -> Form:
-        """The form once a correction went to the model, with the fields ``heard`` so far."""
-        return self._with(corrections=self.corrections + 1, heard=tuple(dict.fromkeys((*self.heard, *heard))))
+    def corrected(self, heard: Sequence[str] = (), rereading: str | None = None) -> Form:
+        """The form once a correction went to the model, with the fields ``heard`` so far; for a
+        second look, with the message it rereads parts of (``rereading``)."""
+        return self._with(
+            corrections=self.corrections + 1,
+            heard=tuple(dict.fromkeys((*self.heard, *heard))),
+            rereading=rereading if rereading is not None else self.rereading,
+        )
 
     def asking_now(self, question: Ask | None) -> Form:
         """The form once code asked ``question`` (None: there is nothing left to ask). The user's
@@ -179,6 +190,7 @@ class Form(BaseModel):
             corrections=0,
             introduced=self.introduced or question is not None,
             heard=(),
+            rereading=None,
         )
 
 

@@ -335,18 +335,36 @@ class UserWords:
     words: frozenset[str]
     sequence: tuple[str, ...] = ()
     """The words in order (for the phrases of options)."""
+    parts: tuple[str, ...] = ()
+    """The message cut into its parts (see ``left_out``)."""
 
     @classmethod
     def of(cls, said: str) -> UserWords:
         sequence = tuple(words(said))
-        return cls(squeezed(said), frozenset(sequence), sequence)
+        return cls(squeezed(said), frozenset(sequence), sequence, tuple(_parts(said)))
+
+    def quotes(self, quote: str) -> bool:
+        """Whether ``quote`` is the user's words: as written, or word for word."""
+        written = squeezed(quote)
+        return bool(written) and (written in self.text or all(self._has(word) for word in words(quote)))
+
+    def anchored(self, quote: str, value: Any) -> str | None:
+        """For a value holding numbers quoted in words of the model's own ("at most $350" for "no
+        more than $350", "a minimum" from its question), the one part of the message that writes
+        every one of them, whose words then say what the value is; None when there is no such one
+        part (or the quote is the user's words)."""
+        numbers = numbers_in(value)
+        if not numbers or self.quotes(quote):
+            return None
+        holding = [part for part in self.parts if numbers <= written_numbers(part)]
+        return holding[0] if len(holding) == 1 else None
 
     def keep(self, quote: str, value: Any, evidence: FieldEvidence | None = None) -> Any:
         """``value`` as far as these words bear it out (see the module's rules), or None when
         they do not bear it out at all."""
         written = squeezed(quote)
         quoted = words(quote)
-        if not written or (written not in self.text and not all(self._has(word) for word in quoted)):
+        if not self.quotes(quote):
             # A small model often quotes the option it chose ("freeParking") instead of the words
             # that say it: an option whose words are declared is then looked for in the message.
             if evidence is None or not evidence.has_options(value):

@@ -64,11 +64,13 @@ class Extraction:
     def grounded(self, said: str, slots: type[BaseModel] | None = None) -> Extraction:
         """Only what the user's words ``said`` bear out (``picoflow.slots.grounding``): an item whose quote
         is not theirs or whose numbers are not written in it is dropped; with ``slots``, so is an
-        option none of whose words (declared with ``Said``) is in the quote."""
+        option none of whose words (declared with ``Said``) is in the quote. A number quoted in
+        other words than the user's is judged by the one part of the message that writes it."""
         words = UserWords.of(said)
         evidence = evidence_of(slots) if slots is not None else {}
         kept: list[Reading] = []
         for item in self.items:
+            item = _anchored(item, words, evidence)
             said_as = _field_said(item, evidence, self.items)
             if said_as is None:
                 continue
@@ -77,6 +79,21 @@ class Extraction:
             if value is not None:
                 kept.append(item if value is item.value else replace(item, value=value))
         return Extraction(tuple(kept))
+
+
+def _anchored(item: Reading, words: UserWords, evidence: Mapping[str, FieldEvidence]) -> Reading:
+    """``item`` quoting the part of the message that writes its numbers when its own quote is not
+    the user's words, provided that part says which field it is where fields have words for it
+    (a bare "400 a night" is no bound). Else ``item`` as read (its quote is judged as it is)."""
+    part = words.anchored(item.quote, item.value)
+    if part is None:
+        return item
+    own = evidence.get(item.field)
+    if own is not None and own.has_field_words:
+        quote = words_of(part)
+        if not any(other.names_field(quote) for other in evidence.values()):
+            return item
+    return replace(item, quote=part)
 
 
 def _field_said(

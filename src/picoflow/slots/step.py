@@ -190,7 +190,7 @@ class SlotStep(Step):
     async def on_response(self, response: Any) -> Outcome:
         if not isinstance(response, Extraction):  # pragma: no cover - parse_output makes one
             raise TypeError("a SlotStep's model answer must be parsed by SlotStep.parse_output")
-        message = self.last_user_message or ""
+        message = self._message()
         said = response.grounded(message, self.slots)
         merged = self.form.merge(self.slots, said.given, self.questions)
         if merged.problems and merged.form.corrections < self.max_corrections:
@@ -213,8 +213,10 @@ class SlotStep(Step):
         ):
             kept = [(item.field, item.quote, item.value) for item in said.items]
             if left := left_out(message, kept, self.slots):
-                # What was read is kept; the model reads the parts it left out, once per message.
-                self.form = form.corrected(merged.accepted)
+                # What was read is kept; the model reads the parts it left out, once per message,
+                # as a message of their own: shown its first answer, it gives the same again.
+                self.erase_memory()
+                self.form = form.corrected(merged.accepted, rereading=message)
                 return stay(_second_look(left))
         # The reading is final: from here on code answers the user, and the next message starts
         # the corrections again, whatever the step does with it.
@@ -227,6 +229,14 @@ class SlotStep(Step):
         if acted is not None:
             return acted
         return await self._ask_next(form, values, merged)
+
+    def _message(self) -> str:
+        """The user's message the model's answer reads: their latest in memory, else (a second look,
+        whose memory holds only the parts of it to read again) the one the form keeps."""
+        latest = self.last_user_message
+        if latest is not None:
+            return latest
+        return self.form.rereading or ""
 
     def _farewell(self, merged: Merge, message: str) -> bool:
         """Whether a message the reading kept nothing of holds the words of the goodbye."""

@@ -64,6 +64,10 @@ ASK_DATES = (
 ASK_WHICH_REFUND = "Which order shall I refund? Give its number."
 FAREWELL = "Thank you for shopping with us. Goodbye!"
 NOT_REFUNDED = "OK, order #{order_id} was not refunded. Anything else I can help with?"
+WITHDRAWN = (
+    "Your message came before a decision, so the refund of order #{order_id} was withdrawn and nothing "
+    "was refunded. To refund it, ask again with its number, then approve the request."
+)
 NOT_STARTED = "I could not start the refund of order #{order_id}; nothing was refunded. Please ask again."
 #: Refunds above this many cents need someone with the "staff" role; smaller ones, the customer.
 STAFF_ABOVE_CENTS = 10_000
@@ -225,6 +229,8 @@ class Support(Step):
     async def on_response(self, request: CustomerRequest) -> Outcome:
         said = self.last_user_message or ""
         self.erase_memory()
+        # Set by Refund when this very message withdrew the refund that waited for a decision.
+        withdrawn = self.state.pop("withdrawn", None)
         # Only what the customer's own words bear out is acted on: a number, status or date the
         # model read but the customer never wrote is its invention.
         request = borne_out(request, said)
@@ -239,6 +245,10 @@ class Support(Step):
         if not customer:
             return direct(NOT_SIGNED_IN)
         if request.action == "refund":
+            if withdrawn is not None and not order_ids:
+                # "Refund it now" typed while the refund waited is no decision, and "it" is not
+                # taken as a new request: only a refund whose order number is written starts one.
+                return direct(WITHDRAWN.format(order_id=withdrawn))
             return await self.start_refund(customer, order_ids)
         if order_ids:
             return await self.show_orders(customer, order_ids)
@@ -375,9 +385,10 @@ class Refund(Step):
     def on_denied(self, approval: Approval) -> Outcome:
         # Denied, expired or withdrawn by a new message: back to Support, which answers that message.
         order_id = int(self.state["order_id"])
-        return direct_to(Support, NOT_REFUNDED.format(order_id=order_id)).with_state(
-            refund={"order_id": order_id, "total_cents": self.state["total_cents"], "status": approval.status}
-        )
+        refund = {"order_id": order_id, "total_cents": self.state["total_cents"], "status": approval.status}
+        if approval.status == "withdrawn":
+            return go(Support).with_state(refund=refund, withdrawn=order_id)
+        return direct_to(Support, NOT_REFUNDED.format(order_id=order_id)).with_state(refund=refund)
 
     def on_model_error(self, error: RunError) -> Outcome:
         # The model would not propose the refund: say so, and let Support take the next message.
