@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from picoflow import Extraction, FlowDefinitionError, Said, SlotStep
 from picoflow._schema import json_schema
 from picoflow.slots import bears_out, says_field, says_option
-from picoflow.slots.grounding import evidence_of, left_out
+from picoflow.slots.grounding import evidence_of, left_out, told
 from picoflow.slots.reading import Reading, reading_of
 
 Interest = Annotated[
@@ -368,3 +368,23 @@ def test_left_out_finds_the_parts_a_reading_did_not_take() -> None:
     assert left_out("from 2027-05-10", [("start", "2027-05-10", "2027-05-10")], Stay) == []
     # An option's words not read: "wifi" is a part to look at again.
     assert left_out("3 nights, wifi", [("nights", "3 nights", 3)], Stay) == ["wifi"]
+
+
+def test_told_is_what_declared_words_say_on_their_own() -> None:
+    class Visit(BaseModel):
+        local: Annotated[bool | None, Said(yes=("yes", "portland", "pdx"), no=("no", "not"))] = None
+        go: Annotated[Literal["search"] | None, Said(options={"search": ("show", "list")})] = None
+        room: Annotated[Literal["one bed", "two beds"] | None, Said(options={"two beds": ("twin",)})] = None
+        rooms: list[Annotated[Literal["suite"], Said(options={"suite": ("suites",)})]] | None = None
+        nights: int | None = None
+
+    said = "A suite in Portland, twin beds. Could you show me the hotels?"
+    assert [told(said, Visit, name) for name in ("local", "go", "room", "rooms", "nights")] == [
+        True, "search", "two beds", None, None,
+    ]  # fmt: skip
+    # Only a yes word that tells (not "yes" alone, nor a short one as "pdx"), and never beside a no word.
+    assert told("yes, and fly into pdx", Visit, "local") is None
+    assert told("not in Portland", Visit, "local") is None
+    assert told("in Portland, not downtown", Visit, "local") is True  # each part on its own
+    assert told("flying home from Portland", Visit, "local") is True
+    assert told("show me a list", Visit, "go") == "search" and told("hello", Visit, "go") is None

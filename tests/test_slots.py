@@ -882,6 +882,48 @@ async def test_going_ahead_with_every_required_answer_known_completes_at_once() 
     assert reply == "Planned: Ada, 36, 2027-06-01 to 2027-06-09, anywhere."
 
 
+class Abroad(Trip):
+    """A trip, whether it goes abroad, and a request to plan it now."""
+
+    abroad: Annotated[bool | None, Said(yes=("yes", "abroad", "overseas"), no=("no", "not"))] = None
+    go: Annotated[Literal["plan"] | None, Said(options={"plan": ("plan it", "go ahead")})] = None
+
+
+class AbroadInterview(Interview):
+    slots = Abroad
+    go_ahead = "go"
+    questions = [*Interview.questions, ask("Going abroad?", "abroad", optional=True)]
+
+
+class AbroadFlow(Flow):
+    name = "abroad"
+    steps = [AbroadInterview, Planned]
+
+
+async def test_what_two_readings_left_out_of_a_yes_or_no_or_the_go_ahead_the_words_tell() -> None:
+    chat = Chat(AbroadFlow)
+    await chat.say("Hi", found())
+    said = "I'm Ada, 36, going overseas to Rome, from 2027-05-10 to 2027-05-14, please plan it"
+    first = found(("name", "Ada", "Ada"), ("cities", "Rome", ["Rome"]))
+    second = found(
+        ("age", "36", 36), ("start", "2027-05-10", "2027-05-10"), ("end", "2027-05-14", "2027-05-14")
+    )
+    # "overseas" says abroad and "plan it" the go-ahead: with every required answer, it is planned.
+    assert await chat.say(said, first, second) == "Planned: Ada, 36, 2027-05-10 to 2027-05-14, Rome."
+    known = (await chat.session()).state_of("AbroadInterview")["form"]["known"]
+    assert known["abroad"] is True and "go" not in known
+    # A denial is left to a reading; the words alone count only for what a second look left out.
+    chat = Chat(AbroadFlow)
+    await chat.say("Hi", found())
+    said = "I'm Ada, 36, not going overseas"
+    assert await chat.say(said, found(("name", "Ada", "Ada")), found(("age", "36", 36))) == CITIES
+    assert "abroad" not in (await chat.form("AbroadInterview")).known
+    chat = Chat(AbroadFlow)
+    await chat.say("Hi", found())
+    assert await chat.say("Ada, going abroad", found(("name", "Ada", "Ada")), found()) == AGE
+    assert (await chat.form("AbroadInterview")).known == {"name": "Ada", "abroad": True}
+
+
 def test_go_ahead_must_name_a_field_no_question_asks() -> None:
     with pytest.raises(FlowDefinitionError, match="go_ahead names 'hurry', not a field of Request"):
         type("Bad", (Interview,), {"slots": Request, "go_ahead": "hurry"})

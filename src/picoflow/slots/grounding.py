@@ -219,6 +219,44 @@ def says_field(model: type[BaseModel], name: str, said: str) -> bool:
     return _evidence(model, name).names_field(words(said))
 
 
+def told(said: str, slots: type[BaseModel], name: str) -> Any:
+    """What the words declared for field ``name`` of ``slots`` say in ``said`` on their own, with
+    no reading: for a yes-or-no field, yes when a part of the message holds one of its telling words
+    and none of its no words ("Looking for a suite in Portland"; a denial is left to a reading); for
+    a field of one option of a ``Literal``, the option whose words a part holds, when only one
+    does. None when they say nothing, or for a field of another kind (a list, a number, text).
+
+    ``SlotStep`` asks it only of what a second look still left out: words alone are weaker
+    evidence than a reading whose quote they bear out."""
+    evidence = _evidence(slots, name)
+    literal = _literal(slots.model_fields[name].annotation)
+    for part in _parts(said):
+        here = words(part)
+        for marker in evidence.said:
+            if marker.decides_yes_no:
+                if _any(here, marker.telling(), exact=True) and marker.answer(here) is True:
+                    return True
+                continue
+            options = [
+                option for option in marker.names() if option in literal and marker.bears(option, here)
+            ]
+            if len(options) == 1:
+                return options[0]
+    return None
+
+
+def _literal(annotation: Any) -> tuple[str, ...]:
+    """The options of a ``Literal`` field (with or without None), else none."""
+    if get_origin(annotation) in (Union, UnionType):
+        kept = [arg for arg in get_args(annotation) if arg is not type(None)]
+        annotation = kept[0] if len(kept) == 1 else None
+    if get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    if get_origin(annotation) is Literal:
+        return tuple(value for value in get_args(annotation) if isinstance(value, str))
+    return ()
+
+
 def left_out(said: str, kept: Sequence[tuple[str, str, Any]], slots: type[BaseModel]) -> list[str]:
     """The parts of a message (split at commas, sentence ends and line breaks) that say something
     the reading ``kept`` (its field, quote and value items) did not take: a number

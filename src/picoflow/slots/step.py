@@ -28,7 +28,7 @@ from pydantic import BaseModel
 from picoflow.exceptions import FlowDefinitionError
 from picoflow.outcomes import Outcome, direct, go, stay
 from picoflow.slots.form import Ask, Form, Merge
-from picoflow.slots.grounding import evidence_of, left_out, says_option
+from picoflow.slots.grounding import evidence_of, left_out, says_option, told
 from picoflow.slots.reading import EXTRACT_RULES, Extraction, ReadingFormat, parse_reading, reading_of
 from picoflow.step import Step
 
@@ -196,6 +196,8 @@ class SlotStep(Step):
         if merged.problems and merged.form.corrections < self.max_corrections:
             self.form = merged.form.corrected()
             return stay(_correction(merged.problems))
+        if merged.form.rereading is not None:  # a second look's answer
+            merged = self._told(merged, message)
         form = merged.form
         if form.heard:  # a second look: what the first answer gave was heard too
             merged = replace(merged, accepted=tuple(dict.fromkeys((*form.heard, *merged.accepted))))
@@ -237,6 +239,31 @@ class SlotStep(Step):
         if latest is not None:
             return latest
         return self.form.rereading or ""
+
+    def _told(self, merged: Merge, message: str) -> Merge:
+        """``merged`` with what the declared words alone tell of the fields two readings left out:
+        a yes-or-no field ("a suite in Portland") and the ``go_ahead`` ("could you show me what you
+        have?"). A small model reading a long message skips these more than any other."""
+        form = merged.form
+        yes_no = {
+            name
+            for name, evidence in evidence_of(self.slots).items()
+            if any(marker.decides_yes_no for marker in evidence.said)
+        }
+        given = {
+            name: value
+            for name in (*sorted(yes_no), self.go_ahead)
+            if name is not None
+            and name not in form.known
+            and name not in merged.problems
+            and (value := told(message, self.slots, name)) is not None
+        }
+        if not given:
+            return merged
+        more = form.merge(self.slots, given)  # no question is declined by it: they were asked before
+        return replace(
+            more, accepted=(*merged.accepted, *more.accepted), problems={**merged.problems, **more.problems}
+        )
 
     def _farewell(self, merged: Merge, message: str) -> bool:
         """Whether a message the reading kept nothing of holds the words of the goodbye."""
