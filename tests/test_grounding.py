@@ -388,3 +388,4 @@ def test_told_is_what_declared_words_say_on_their_own() -> None:
     assert told("in Portland, not downtown", Visit, "local") is True  # each part on its own
     assert told("flying home from Portland", Visit, "local") is True
     assert told("show me a list", Visit, "go") == "search" and told("hello", Visit, "go") is None
+    assert told("a lisst", Visit, "go") is None and told("flying home from Portlnd", Visit, "local") is None

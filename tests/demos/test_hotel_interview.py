@@ -12,6 +12,7 @@ import pytest
 from picoflow import FlowEngine
 from picoflow.models import ScriptedModel
 from picoflow_demos.hotel import HotelFlow
+from picoflow_demos.hotel.pricing import hotels
 from picoflow_demos.hotel.scripted import day, found, wants
 
 from .conftest import Chat
@@ -208,3 +209,28 @@ async def test_the_list_answers_what_the_guest_asks(listed: Chat) -> None:
     session = await listed.engine.store.load(listed.session_id or "")
     assert session is not None and session.status == "completed"
     assert "booking" not in session.state_of("Goodbye")
+
+
+async def test_a_hotel_chosen_by_what_it_is_is_booked_whatever_action_was_read(listed: Chat) -> None:
+    """ "Let's go with the one closest to the airport" read as a new search books that hotel (the
+    words of choosing are declared beside the picks); "closer to the airport" without them searches."""
+    session = await listed.engine.store.load(listed.session_id or "")
+    assert session is not None
+    quotes = session.state_of("Present")["hotels"]
+    miles = {hotel.name: hotel.airport_miles for hotel in hotels()}
+    closest = min(quotes, key=lambda quote: miles[quote["name"]])
+    listed.model.extend([wants("change_search", pick="closest_to_airport")])
+    result = await listed.say("These all look great! Let's go with the one closest to the airport.")
+    assert (result.step, result.completed) == ("Goodbye", True)
+    session = await listed.engine.store.load(listed.session_id or "")
+    assert session is not None and session.state_of("Goodbye")["booking"]["hotel"] == closest["name"]
+
+
+async def test_a_pick_without_words_of_choosing_is_no_booking(listed: Chat) -> None:
+    listed.model.extend([wants("change_search", pick="closest_to_airport"), found()])
+    result = await listed.say("Hmm, do you have hotels closer to the airport?")
+    # Back to the search, which read nothing new in it: the list again, and nothing booked.
+    assert result.step == "Present" and not result.completed
+    assert listed.model.remaining == 0 and result.message.startswith("**")
+    session = await listed.engine.store.load(listed.session_id or "")
+    assert session is not None and "booking" not in session.state_of("Goodbye")

@@ -95,12 +95,13 @@ class Said:
         """Whether the marker gives the words of option ``value``."""
         return str(value).casefold() in self._phrases
 
-    def bears(self, value: str | int, quote: Sequence[str]) -> bool | None:
-        """Whether the words of ``quote`` say option ``value``; None when the marker does not name it."""
+    def bears(self, value: str | int, quote: Sequence[str], *, exact: bool = False) -> bool | None:
+        """Whether the words of ``quote`` say option ``value`` (``exact``: as declared, without the
+        slip of the keys a long word may have); None when the marker does not name it."""
         phrases = self._phrases.get(str(value).casefold())
         if phrases is None:
             return None
-        return _any(quote, phrases)
+        return _any(quote, phrases, exact=exact)
 
     def names_field(self, quote: Sequence[str]) -> bool:
         """Whether ``quote`` holds one of the words that say this field (``words``)."""
@@ -221,10 +222,10 @@ def says_field(model: type[BaseModel], name: str, said: str) -> bool:
 
 def told(said: str, slots: type[BaseModel], name: str) -> Any:
     """What the words declared for field ``name`` of ``slots`` say in ``said`` on their own, with
-    no reading: for a yes-or-no field, yes when a part of the message holds one of its telling words
-    and none of its no words ("Looking for a suite in Portland"; a denial is left to a reading); for
-    a field of one option of a ``Literal``, the option whose words a part holds, when only one
-    does. None when they say nothing, or for a field of another kind (a list, a number, text).
+    no reading, each as written: for a yes-or-no field, yes when a part of the message holds one of
+    its telling words and none of its no words ("Looking for a suite in Portland"; a denial is left
+    to a reading); for a field of one option of a ``Literal``, the option whose words a part holds,
+    when only one does. None when they say nothing, or for a field of another kind (a list, a number, text).
 
     ``SlotStep`` asks it only of what a second look still left out: words alone are weaker
     evidence than a reading whose quote they bear out."""
@@ -237,9 +238,8 @@ def told(said: str, slots: type[BaseModel], name: str) -> Any:
                 if _any(here, marker.telling(), exact=True) and marker.answer(here) is True:
                     return True
                 continue
-            options = [
-                option for option in marker.names() if option in literal and marker.bears(option, here)
-            ]
+            # As written: words alone, with no reading, get no slip of the keys ("hotel" is not "hotels").
+            options = [option for option in literal if marker.bears(option, here, exact=True)]
             if len(options) == 1:
                 return options[0]
     return None

@@ -94,11 +94,9 @@ PORTLAND = Said(
          "portland", "pdx", "oregon"),
     no=("no", "not", "nope", "elsewhere", "outside"),
 )  # fmt: skip
-# Asking to see the hotels now, whatever question is pending.
+# Asking to see the hotels now, whatever question is pending ("hotels" alone names them, asks nothing).
 SEARCH = Said(
-    options={
-        "search": ("show", "list", "results", "go ahead", "options", "see", "book", "cheapest", "hotels")
-    }
+    options={"search": ("show", "list", "results", "go ahead", "options", "see", "book", "cheapest")}
 )
 
 # Ending the conversation cannot be undone: a goodbye needs the words that say it.

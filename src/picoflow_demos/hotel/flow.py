@@ -34,7 +34,7 @@ from picoflow import (
     since_last_user,
 )
 from picoflow.messages import Message
-from picoflow.slots import bears_out
+from picoflow.slots import bears_out, says_field
 from picoflow_demos._common import usd
 from picoflow_demos.hotel.criteria import GOODBYE_WORDS, Criteria, long_date, today
 from picoflow_demos.hotel.pricing import HotelQuote, hotels, stay_nights
@@ -197,7 +197,10 @@ PICK_WORDS = Said(
         "priciest": ("most expensive", "fanciest", "luxury", "luxurious", "best", "nicest"),
         "closest_to_airport": ("airport", "pdx"),
         "closest_to_center": ("center", "centre", "downtown", "city"),
-    }
+    },
+    # The words of choosing: "let's go with the one closest to the airport" books it, whatever
+    # action was read; "show me hotels closer to the airport" is a new search.
+    words=("go with", "take", "book", "reserve", "choose", "pick", "i'll have", "we'll have", "let's do"),
 )
 
 
@@ -274,8 +277,14 @@ class Present(Step):
             if lone and 1 <= numbers[0] <= len(listed):
                 return self.book(listed[numbers[0] - 1])
             return self.show_list(with_help=True)
+        action = request.action
         if pick != "none" and listed:  # "the cheapest" is found in code, whatever number was read
             numbers = [picked(listed, pick)]
+            if action in ("change_search", "show_list", "other") and says_field(
+                GuestRequest, "pick", said or ""
+            ):
+                action = "book"
+        request = request.model_copy(update={"action": action})
         if any(not 1 <= number <= len(listed) for number in numbers) and request.action in (
             "book",
             "compare",
