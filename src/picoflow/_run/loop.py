@@ -122,12 +122,11 @@ async def _answer(ws: Workspace, step: Step, spec: StepSpec, response: ModelResp
         except BaseException:
             ws.held_erases = None
             raise
+    if isinstance(value, Outcome) and not isinstance(value, Direct):
+        ws.add_response(spec.name, response)  # the model's words stay in memory beside where they led
+    ws.release_erases()  # what the outcome or reply adds (a correction, the reply) comes after
     if isinstance(value, Outcome):
-        if not isinstance(value, Direct):  # the model's words stay in memory beside where they led
-            ws.add_response(spec.name, response)
-        ws.release_erases()  # what the outcome adds (a reply, a correction) comes after
         return await settle(ws, spec, value)
-    ws.release_erases()
     if isinstance(value, str):
         reply = value
     else:
