@@ -468,15 +468,25 @@ class FlowEngine:
 
     # --- sessions -------------------------------------------------------------------------------
 
-    async def create_session(self, flow: str | type[Flow], *, caller: Caller | None = None) -> Session:
+    async def create_session(
+        self, flow: str | type[Flow], *, caller: Caller | None = None, session_id: str | None = None
+    ) -> Session:
         """Store a new, empty session of ``flow`` for the caller, before any message.
 
-        Its start step is entered with the first turn. Raises ``FlowNotFound`` or ``StoreError``.
+        ``session_id`` names it (an id derived from a protocol's thread id, say); by default the
+        engine draws one. Its start step is entered with the first turn. Raises ``FlowNotFound``,
+        ``InvalidInput`` for a malformed id, ``SessionConflict`` when a session has that id
+        already, or ``StoreError``.
         """
         spec = self.flow(flow)
+        if session_id is not None:
+            check_session_id(session_id)
         caller = caller or Caller()
         session = Session(
-            id=new_session_id(), flow=spec.name, current_step=spec.start, principal=caller.principal
+            id=session_id or new_session_id(),
+            flow=spec.name,
+            current_step=spec.start,
+            principal=caller.principal,
         )
         async with store_call("creating a session"):
             await self.store.save(session, expected_revision=None)

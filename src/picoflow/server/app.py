@@ -18,7 +18,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 import picoflow
 from picoflow.engine import FlowEngine
-from picoflow.server import errors, routes
+from picoflow.server import errors, protocols, routes
 from picoflow.server.auth import Authenticator, check_bind, is_loopback
 from picoflow.server.errors import ApiError
 from picoflow.server.middleware import BodyLimit, Guard
@@ -83,6 +83,7 @@ def create_app(engine: FlowEngine, *, settings: ServerSettings | None = None) ->
     )
     app.state.picoflow = state
     routes.install(app)
+    state.protocols = protocols.install(app)
     app.add_exception_handler(ApiError, errors.api_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, errors.validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(HTTPException, errors.http_error)  # type: ignore[arg-type]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.responses import Response
@@ -18,6 +18,9 @@ from picoflow.server.errors import SESSION_HEADER as SESSION_HEADER
 from picoflow.server.errors import ApiError
 from picoflow.server.readiness import Readiness
 from picoflow.server.schemas import ErrorBody, ServerSettings
+
+if TYPE_CHECKING:
+    from picoflow.server.protocols import Served
 
 __all__ = [
     "ERRORS",
@@ -44,6 +47,8 @@ class ServerState:
     """The models the served flows need loaded, and how far they are."""
     streams: set[asyncio.Task[None]] = field(default_factory=set)
     """Event streams still running (kept referenced so a disconnect cannot drop their turn)."""
+    protocols: list[Served] = field(default_factory=list)
+    """The protocols served beside the native API (``picoflow.server.protocols``)."""
 
 
 def state_of(request: Request) -> ServerState:

@@ -41,7 +41,18 @@ from picoflow.server.readiness import TurnWatch
 from picoflow.server.schemas import ApprovalOut, TurnResponse
 from picoflow.server.state import ServerState
 
-__all__ = ["stream_decision", "stream_turn"]
+__all__ = [
+    "BEAT",
+    "SSE_HEADERS",
+    "STARTED",
+    "Beat",
+    "Feed",
+    "Item",
+    "open_decision",
+    "open_turn",
+    "stream_decision",
+    "stream_turn",
+]
 
 logger = logging.getLogger("picoflow.server")
 
@@ -91,21 +102,78 @@ def _event(event: TurnEvent) -> bytes:
     raise TypeError(f"unknown turn event {type(event).__name__}")
 
 
-async def stream_turn(
+class Beat:
+    """Nothing happened for ``ServerSettings.sse_heartbeat`` seconds: a stream writes a comment so
+    proxies and clients keep the connection."""
+
+
+BEAT: Final = Beat()
+
+
+class Feed:
+    """A turn (or a decision) running in a task the server holds, read item by item by one
+    protocol's writer: the native events below, AG-UI, the AI SDK stream, A2A, Chat Completions.
+
+    ``first`` is what the run gave first: ``STARTED`` (the engine accepted the turn), a
+    ``LoadStatus``, an event, or ``TurnFinished`` (a refusal before anything ran, whose result has
+    an error). Iterating yields ``first`` and what follows, ``BEAT`` while nothing comes, and ends
+    after ``TurnFinished`` or None (the run ended without a result)."""
+
+    __slots__ = ("_heartbeat", "_items", "first", "task")
+
+    def __init__(self, task: asyncio.Task[None], items: asyncio.Queue[Item], first: Item, heartbeat: float):
+        self.task = task
+        self._items = items
+        self.first = first
+        self._heartbeat = heartbeat
+
+    @property
+    def refused(self) -> TurnError | None:
+        """The error of a run refused before it started (nothing ran, nothing was stored)."""
+        first = self.first
+        if isinstance(first, TurnFinished):
+            return first.result.error
+        return None
+
+    async def __aiter__(self) -> AsyncIterator[Item | Beat]:
+        item = self.first
+        while True:
+            yield item
+            if item is None or isinstance(item, TurnFinished):
+                return
+            while True:
+                try:
+                    item = await asyncio.wait_for(self._items.get(), self._heartbeat)
+                    break
+                except TimeoutError:
+                    yield BEAT
+
+    async def result(self) -> TurnFinished | None:
+        """Read to the end, ignoring events: the finished turn, or None when it ended without one."""
+        async for item in self:
+            if isinstance(item, TurnFinished):
+                return item
+        return None
+
+    def cancel(self) -> bool:
+        """Stop the run if it is still going (a turn cancelled before its commit stores nothing);
+        False when it had ended already."""
+        if self.task.done():
+            return False
+        return self.task.cancel()
+
+
+async def open_turn(
     state: ServerState,
     flow: str | None,
     message: str,
     session_id: str | None,
     caller: Caller,
-    render: str | None,
     attachments: Sequence[Attachment] = (),
-) -> StreamingResponse:
-    """Stream a turn of a new session of ``flow`` or of ``session_id``; raise ``ApiError`` for a
-    turn the engine refused before it started.
-
-    The turn is read in a task of its own, held by the server: a client that disconnects cannot
-    leave it half done (``run_stream`` finishes a turn nobody listens to any more).
-    """
+) -> Feed:
+    """Start a turn of a new session of ``flow`` or of ``session_id`` in a task the server holds,
+    and return its feed once its first item is in: a client that disconnects cannot leave the
+    turn half done (``run_stream`` finishes a turn nobody listens to any more)."""
     items: asyncio.Queue[Item] = asyncio.Queue()
     watch = TurnWatch(state.readiness, on_start=lambda: items.put_nowait(STARTED), on_status=items.put_nowait)
 
@@ -123,7 +191,62 @@ async def stream_turn(
                 logger.exception("picoflow.server: a streamed turn failed")
                 items.put_nowait(None)
 
-    return await _respond(state, items, read(), session_id, render, v1_error)
+    return await _open(state, items, read())
+
+
+async def open_decision(
+    state: ServerState,
+    session_id: str,
+    approval_id: str,
+    decision: str,
+    reason: str | None,
+    caller: Caller,
+) -> Feed:
+    """Start a decision and the turn it resumes, as ``open_turn`` starts a turn. Its first item
+    is ``approval_decided`` or, for a refused decision (unknown, not allowed, decided, expired,
+    stale), the ``TurnFinished`` of the refusal; while the flow's models are still loading, their
+    status comes first and a refusal comes later."""
+    items: asyncio.Queue[Item] = asyncio.Queue()
+    watch = TurnWatch(state.readiness, on_status=items.put_nowait)
+
+    async def read() -> None:
+        with watch:
+            try:
+                result = await state.engine.decide(
+                    session_id, approval_id, decision, reason, caller=caller, on_event=items.put_nowait
+                )
+                items.put_nowait(TurnFinished(result))
+            except asyncio.CancelledError:
+                items.put_nowait(None)
+                raise
+            except Exception:
+                logger.exception("picoflow.server: a streamed decision failed")
+                items.put_nowait(None)
+
+    return await _open(state, items, read())
+
+
+async def _open(state: ServerState, items: asyncio.Queue[Item], read: Coroutine[Any, Any, None]) -> Feed:
+    task = asyncio.create_task(read)
+    state.streams.add(task)
+    task.add_done_callback(state.streams.discard)
+    first = await items.get()
+    return Feed(task, items, first, state.settings.sse_heartbeat)
+
+
+async def stream_turn(
+    state: ServerState,
+    flow: str | None,
+    message: str,
+    session_id: str | None,
+    caller: Caller,
+    render: str | None,
+    attachments: Sequence[Attachment] = (),
+) -> StreamingResponse:
+    """Stream a turn of a new session of ``flow`` or of ``session_id``; raise ``ApiError`` for a
+    turn the engine refused before it started."""
+    feed = await open_turn(state, flow, message, session_id, caller, attachments)
+    return _respond(feed, session_id, render, v1_error)
 
 
 async def stream_decision(
@@ -143,78 +266,54 @@ async def stream_decision(
     Only while the flow's models are still loading does it open earlier (to show their status),
     and a refusal then arrives as the stream's ``error`` event.
     """
-    items: asyncio.Queue[Item] = asyncio.Queue()
-    watch = TurnWatch(state.readiness, on_status=items.put_nowait)
-
-    async def read() -> None:
-        with watch:
-            try:
-                result = await state.engine.decide(
-                    session_id, approval_id, decision, reason, caller=caller, on_event=items.put_nowait
-                )
-                items.put_nowait(TurnFinished(result))
-            except asyncio.CancelledError:
-                items.put_nowait(None)
-                raise
-            except Exception:
-                logger.exception("picoflow.server: a streamed decision failed")
-                items.put_nowait(None)
-
-    return await _respond(state, items, read(), session_id, render, decision_error)
+    feed = await open_decision(state, session_id, approval_id, decision, reason, caller)
+    return _respond(feed, session_id, render, decision_error)
 
 
-async def _respond(
-    state: ServerState,
-    items: asyncio.Queue[Item],
-    read: Coroutine[Any, Any, None],
+SSE_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+"""The headers of every event stream: not cached, not buffered by a proxy."""
+
+
+def _respond(
+    feed: Feed,
     session_id: str | None,
     render: str | None,
     error_of: Callable[[TurnError, str | None], ApiError],
 ) -> StreamingResponse:
-    """Run ``read`` (which fills ``items``) in a task the server holds, and answer with its events
-    once the first arrives; raise the ``ApiError`` of a run refused before it."""
-    task = asyncio.create_task(read)
-    state.streams.add(task)
-    task.add_done_callback(state.streams.discard)
-    first = await items.get()
-    if isinstance(first, TurnFinished) and first.result.error is not None:
-        raise error_of(first.result.error, session_id)
-    if first is None:
+    """Answer with the feed's events; raise the ``ApiError`` of a run refused before it."""
+    refused = feed.refused
+    if refused is not None:
+        raise error_of(refused, session_id)
+    if feed.first is None:
         raise _internal()
 
     async def events() -> AsyncIterator[bytes]:
         # Headers go out with the first chunk, so a client sees the stream open at once.
         yield b": turn started\n\n"
         try:
-            item: Item = first
-            while not (item is None or isinstance(item, TurnFinished)):
-                if isinstance(item, LoadStatus):
+            async for item in feed:
+                if item is None:
+                    yield _error_event(_internal())
+                    return
+                if isinstance(item, TurnFinished):
+                    result = item.result
+                    if result.error is not None:
+                        yield _error_event(error_of(result.error, session_id))
+                        return
+                    name = result.flow or ""
+                    yield _sse(
+                        "result", TurnResponse.from_result(result, name, render).model_dump(mode="json")
+                    )
+                elif isinstance(item, Beat):
+                    yield b": still working\n\n"
+                elif isinstance(item, LoadStatus):
                     yield _sse("status", item.as_dict())
                 elif not isinstance(item, _Started):
                     yield _event(item)
-                while True:
-                    try:
-                        item = await asyncio.wait_for(items.get(), state.settings.sse_heartbeat)
-                        break
-                    except TimeoutError:
-                        yield b": still working\n\n"
-            if item is None:
-                yield _error_event(_internal())
-                return
-            result = item.result
-            if result.error is not None:
-                yield _error_event(error_of(result.error, session_id))
-                return
-            name = result.flow or ""
-            yield _sse("result", TurnResponse.from_result(result, name, render).model_dump(mode="json"))
         except Exception:
             # An event that cannot be written (a model's text no encoder takes, a bug) must not
             # drop the connection silently: every stream ends with a result or an error event.
             logger.exception("picoflow.server: a turn's event stream failed")
             yield _error_event(_internal())
 
-    return StreamingResponse(
-        events(),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
