@@ -22,7 +22,14 @@ per-request CPU cost exceeds a bare FastAPI endpoint's, so its rows mostly measu
 Server and load generator share the machine: run it on an otherwise idle one.
 
 The goal (issue 12): a picoflow turn reaches at least half of bare FastAPI's requests/s at every level
-with the keep-alive client; the last table gives the ratio per level.
+with the keep-alive client; the ratio table gives it per level.
+
+Then the protocols (issue 28), each beside the native route it stands for, on one server in the same
+run: the native turn streamed (``stream: true``) next to AG-UI, the AI SDK stream, A2A's streaming send
+and Chat Completions with ``stream: true``; the native JSON turn next to Chat Completions and A2A's
+send without streaming. Each conversation is one thread of 20 turns. The goal: an adapter costs at
+most 15 % more per turn than its native route (by the server's CPU time per turn, which other load on
+the machine disturbs least, and by the rate measured back to back).
 """
 
 from __future__ import annotations
@@ -56,7 +63,8 @@ WARMUP = 50
 # --- the servers (run in a child process) ---------------------------------------------------------------
 
 
-def picoflow_app(store_url: str) -> Any:
+def picoflow_app(store_url: str, *, keys: bool = False) -> Any:
+    """The bench flow served; ``keys``: behind an API key (``bench-key``), as the protocols are."""
     from picoflow import Flow, FlowEngine, Step, tool
     from picoflow.messages import ModelRequest
     from picoflow.models import FunctionModel, ToolCall
@@ -84,7 +92,8 @@ def picoflow_app(store_url: str) -> Any:
         return "Noted."
 
     engine = FlowEngine([BenchFlow], store=open_store(store_url), model=FunctionModel(answer))
-    return create_app(engine, settings=ServerSettings(ui=False))
+    settings = ServerSettings(ui=False, api_keys={"bench-key": "bench"} if keys else {})
+    return create_app(engine, settings=settings)
 
 
 class Body(BaseModel):
@@ -106,7 +115,7 @@ def bare_app() -> Any:
 def serve(kind: str, port: int, store_url: str) -> None:
     import uvicorn
 
-    app = bare_app() if kind == "bare" else picoflow_app(store_url)
+    app = bare_app() if kind == "bare" else picoflow_app(store_url, keys=kind == "protocols")
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
@@ -358,12 +367,243 @@ def print_ratios(runs: dict[str, list[Rows]]) -> bool:
     return met
 
 
+# --- the protocols, beside the native route ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Protocol:
+    """How one surface runs turn ``n`` of conversation ``thread``: the request, and how a reply tells
+    the session to continue (native and Chat Completions return an id; the others take the thread)."""
+
+    label: str
+    baseline: str
+    """The label of the native target it is compared with."""
+
+    def request(self, thread: str, n: int, session: str | None) -> tuple[str, dict[str, Any], dict[str, str]]:
+        text = f"turn {n}"
+        if self.label.startswith("native"):
+            stream = self.label == "native stream"
+            if session is None:
+                return "/v1/flows/bench/sessions", {"message": text, "stream": stream}, {}
+            return f"/v1/sessions/{session}/turns", {"message": text, "stream": stream}, {}
+        if self.label == "AG-UI":
+            message = {"id": f"m{n}", "role": "user", "content": text}
+            body = {
+                "threadId": thread,
+                "runId": f"{thread}-{n}",
+                "messages": [message],
+                "state": {},
+                "tools": [],
+                "context": [],
+                "forwardedProps": {},
+            }
+            return "/ag-ui/bench", body, {}
+        if self.label == "AI SDK stream":
+            parts = [{"type": "text", "text": text}]
+            body = {"id": thread, "messages": [{"id": f"m{n}", "role": "user", "parts": parts}]}
+            return "/ai-sdk/bench", {**body, "trigger": "submit-message"}, {}
+        if self.label.startswith("A2A"):
+            method = "SendStreamingMessage" if self.label == "A2A stream" else "SendMessage"
+            message = {
+                "messageId": f"{thread}-{n}",
+                "contextId": thread,
+                "role": "ROLE_USER",
+                "parts": [{"text": text}],
+            }
+            body = {"jsonrpc": "2.0", "id": n, "method": method, "params": {"message": message}}
+            return A2A_PATH, body, {"A2A-Version": "1.0"}
+        stream = self.label == "Chat Completions stream"
+        body = {"model": "bench", "messages": [{"role": "user", "content": text}], "stream": stream}
+        return "/v1/chat/completions", body, ({} if session is None else {SESSION_HEADER: session})
+
+    def session_of(self, headers: dict[str, str], body: bytes) -> str | None:
+        if self.label == "native":
+            return str(json.loads(body)["session_id"])
+        if self.label == "native stream":
+            # The last event is the result: its data holds the session id.
+            data = body.rstrip().rsplit(b"\ndata: ", 1)[1]
+            return str(json.loads(data)["session_id"])
+        if self.label.startswith("Chat Completions"):
+            return headers.get(SESSION_HEADER.lower())
+        return None
+
+
+A2A_PATH = "/a2a"
+SESSION_HEADER = "X-Picoflow-Session"
+PROTOCOLS = (
+    Protocol("native", "native"),
+    Protocol("Chat Completions", "native"),
+    Protocol("A2A send", "native"),
+    Protocol("native stream", "native stream"),
+    Protocol("AG-UI", "native stream"),
+    Protocol("AI SDK stream", "native stream"),
+    Protocol("A2A stream", "native stream"),
+    Protocol("Chat Completions stream", "native stream"),
+)
+PROTOCOL_GOAL = 1.15
+"""An adapter's server CPU time per turn is at most this many times its native route's."""
+PROTOCOL_LEVELS = (1, 10)
+
+
+class StreamingClient:
+    """One keep-alive HTTP/1.1 connection that reads whole responses, chunked ones included (the
+    streamed routes), with the benchmark key."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(
+        self, path: str, payload: dict[str, Any], extra: dict[str, str]
+    ) -> tuple[int, dict[str, str], bytes]:
+        if self.reader is None or self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        body = json.dumps(payload).encode()
+        lines = [
+            f"POST {path} HTTP/1.1",
+            "Host: 127.0.0.1",
+            "Authorization: Bearer bench-key",
+            "Content-Type: application/json",
+            f"Content-Length: {len(body)}",
+            *(f"{name}: {value}" for name, value in extra.items()),
+        ]
+        self.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+        await self.writer.drain()
+        head = (await self.reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        status = int(head[0].split(" ")[1])
+        headers = {
+            name.strip().lower(): value.strip()
+            for name, _, value in (line.partition(":") for line in head[1:] if line)
+        }
+        if "content-length" in headers:
+            return status, headers, await self.reader.readexactly(int(headers["content-length"]))
+        chunks = []
+        while True:
+            size = int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16)
+            chunk = await self.reader.readexactly(size + 2)
+            if size == 0:
+                return status, headers, b"".join(chunks)
+            chunks.append(chunk[:-2])
+
+    async def aclose(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+async def thread_worker(
+    client: StreamingClient, protocol: Protocol, worker: int, budget: list[int], errors: list[int]
+) -> int:
+    """Conversations of 20 turns each until the budget is spent; returns the turns it ran."""
+    done = conversation = 0
+    while budget[0] > 0:
+        conversation += 1
+        thread = f"bench-{worker}-{conversation}-{os.getpid()}-{time.monotonic_ns()}"
+        session: str | None = None
+        for n in range(1, TURNS_PER_SESSION + 1):
+            if budget[0] <= 0:
+                break
+            budget[0] -= 1
+            path, payload, extra = protocol.request(thread, n, session)
+            status, headers, body = await client.post(path, payload, extra)
+            if status >= 400 or (protocol.label.startswith("A2A") and b'"error"' in body[:200]):
+                errors[0] += 1
+                break
+            done += 1
+            session = session or protocol.session_of(headers, body)
+    return done
+
+
+async def run_protocol(
+    port: int, pid: int, protocol: Protocol, sessions: int, requests: int
+) -> dict[str, float]:
+    clients = [StreamingClient(port) for _ in range(sessions)]
+    try:
+        await asyncio.gather(
+            *(thread_worker(c, protocol, i, [WARMUP // sessions + 1], [0]) for i, c in enumerate(clients))
+        )
+        budget, errors = [requests], [0]
+        cpu = cpu_seconds(pid)
+        started = time.perf_counter()
+        turns = await asyncio.gather(
+            *(thread_worker(c, protocol, i, budget, errors) for i, c in enumerate(clients))
+        )
+        elapsed = time.perf_counter() - started
+        cpu = cpu_seconds(pid) - cpu
+    finally:
+        for client in clients:
+            await client.aclose()
+    total = max(1, sum(turns))
+    return {"rate": total / elapsed, "cpu_us": cpu / total * 1e6, "errors": errors[0]}
+
+
+def measure_protocols(
+    requests: int, store_url: str, rounds: int
+) -> list[dict[tuple[str, int], dict[str, float]]]:
+    """Every protocol at each level, ``rounds`` times, all on one picoflow server: within a round
+    each adapter is measured right after the native route it is compared with."""
+    port = free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, __file__, "--serve", "protocols", "--port", str(port), "--store", store_url]
+    child = subprocess.Popen(command, env=env)
+
+    async def load() -> list[dict[tuple[str, int], dict[str, float]]]:
+        await wait_until_up(f"http://127.0.0.1:{port}")
+        runs = []
+        for _ in range(rounds):
+            rows: dict[tuple[str, int], dict[str, float]] = {}
+            for level in PROTOCOL_LEVELS:
+                for protocol in PROTOCOLS:
+                    rows[(protocol.label, level)] = await run_protocol(
+                        port, child.pid, protocol, level, requests
+                    )
+            runs.append(rows)
+        return runs
+
+    try:
+        return asyncio.run(load())
+    finally:
+        child.terminate()
+        child.wait(10)
+
+
+def print_protocols(runs: list[dict[tuple[str, int], dict[str, float]]]) -> bool:
+    """Per protocol and level: turns/s, server CPU per turn, and both against its native route
+    (medians over rounds of the ratio within a round); whether every adapter meets the goal."""
+    print(f"\nprotocols beside their native route (goal: server CPU per turn <= {PROTOCOL_GOAL:.2f}x native)")
+    print(
+        f"{'protocol':<24} {'vs':<14} {'sessions':>8} {'turns/s':>8} {'CPU µs':>7} "
+        f"{'CPU x':>6} {'rate x':>7} {'errors':>6}"
+    )
+    met = True
+    for level in PROTOCOL_LEVELS:
+        for protocol in PROTOCOLS:
+            key, base = (protocol.label, level), (protocol.baseline, level)
+            cpu_x = statistics.median(run[key]["cpu_us"] / run[base]["cpu_us"] for run in runs)
+            rate_x = statistics.median(run[base]["rate"] / run[key]["rate"] for run in runs)
+            rate = statistics.median(run[key]["rate"] for run in runs)
+            cpu = statistics.median(run[key]["cpu_us"] for run in runs)
+            errors = sum(run[key]["errors"] for run in runs)
+            print(
+                f"{protocol.label:<24} {protocol.baseline:<14} {level:>8} {rate:>8.0f} {cpu:>7.0f} "
+                f"{cpu_x:>6.2f} {rate_x:>7.2f} {errors:>6.0f}"
+            )
+            if protocol.label != protocol.baseline:
+                met = met and cpu_x <= PROTOCOL_GOAL and errors == 0
+    within = f"every adapter within {PROTOCOL_GOAL - 1:.0%} of its native route"
+    print(f"goal {'met' if met else 'NOT met'}: {within}")
+    return met
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--requests", type=int, default=1000, help="requests per concurrency level")
     parser.add_argument("--rounds", type=int, default=3, help="rounds over all targets; medians are shown")
     parser.add_argument("--store", default="memory://", help="session store URL for the picoflow server")
-    parser.add_argument("--serve", choices=("bare", "picoflow"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--only", choices=("http", "protocols"), help="run one part: the HTTP targets or the protocols"
+    )
+    parser.add_argument("--serve", choices=("bare", "picoflow", "protocols"), help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -374,8 +614,16 @@ def main() -> None:
         f"picoflow HTTP benchmark: {args.requests} requests per level, {args.rounds} round(s), "
         f"store {args.store}, uvicorn 1 worker"
     )
-    runs = measure(args.requests, args.store, max(1, args.rounds))
-    results = {label: median_rows(rounds) for label, rounds in runs.items()}
+    if args.only != "protocols":
+        http_part(args.requests, args.store, max(1, args.rounds))
+    if args.only != "http":
+        print_protocols(measure_protocols(args.requests, args.store, max(1, args.rounds)))
+
+
+def http_part(requests: int, store_url: str, rounds: int) -> bool:
+    """The HTTP targets' tables and their ratios to bare FastAPI; whether the goal is met."""
+    runs = measure(requests, store_url, rounds)
+    results = {label: median_rows(measured) for label, measured in runs.items()}
     for kind, title in (
         ("raw", "keep-alive HTTP/1.1 client (server-bound)"),
         ("httpx", "httpx.AsyncClient per session (client-bound: httpx costs more CPU than the server)"),
@@ -392,7 +640,7 @@ def main() -> None:
                     f"{label:<20} {level:>8} {row['rate']:>9.0f} {row['p50']:>8.2f} {row['p99']:>8.2f} "
                     f"{row['errors']:>7.0f} {row['cpu_us']:>14.0f}"
                 )
-    print_ratios(runs)
+    return print_ratios(runs)
 
 
 if __name__ == "__main__":

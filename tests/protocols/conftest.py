@@ -17,15 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.server.approvals_support import CUSTOMER, KEYS, OTHER, STAFF, RefundFlow, Refunds, clock
+from tests.server.support import DeskFlow, DeskModel, serving
 
 from picoflow import FlowEngine
 from picoflow.models import ScriptedModel, ToolCall
 from picoflow.sessions import MemoryStore
 from picoflow_demos.hotel import HotelFlow
 from picoflow_demos.hotel.scripted import CONVERSATION, CURRENT_DATE, model_script
-
-from ..server.approvals_support import CUSTOMER, KEYS, OTHER, STAFF, RefundFlow, Refunds, clock
-from ..server.support import DeskFlow, DeskModel, serving
 
 __all__ = [
     "CONVERSATION",

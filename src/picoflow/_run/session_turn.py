@@ -388,7 +388,12 @@ class SessionTurns:
                 await self.host.store.record_error(reference, record)
             except Exception:
                 logger.exception("picoflow: could not record the error of session %s", reference)
-        logger.warning("picoflow turn failed [%s] session=%s step=%s: %s", exc.kind, reference, step, detail)
+        # What is not filed with a session (input refused, no such session or flow) is the
+        # caller's to fix, not the server's: the first turn of a protocol's thread meets it too.
+        level = logging.WARNING if exc.recorded else logging.INFO
+        logger.log(
+            level, "picoflow turn failed [%s] session=%s step=%s: %s", exc.kind, reference, step, detail
+        )
         stored_id = requested_id if exc.keeps_session else None
         field = exc.field if isinstance(exc, InvalidInput) else None
         return TurnResult(

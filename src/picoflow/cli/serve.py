@@ -80,7 +80,8 @@ def serve(
         str, typer.Option("--task-queue", envvar="PICOFLOW_TASK_QUEUE", help="Temporal task queue.")
     ] = "picoflow",
 ) -> None:
-    """Serve the flows: chat page at /, HTTP API under /ai and /v1, OpenAPI docs at /docs."""
+    """Serve the flows: chat page at /, HTTP API under /ai and /v1, OpenAPI docs at /docs, and the
+    protocols other clients speak (AG-UI, the AI SDK stream, A2A, OpenAI Chat Completions)."""
     import uvicorn
 
     from picoflow.server import ServerSettings, UnsafeBind, create_app, load_api_keys
@@ -118,6 +119,8 @@ def serve(
     console.print(f"  auth       {f'{len(keys)} API key(s)' if keys else 'open (no API key needed)'}")
     if temporal is not None:
         console.print(f"  turns      on Temporal at {escape(temporal)}, task queue {escape(task_queue)}")
+    for served in server_app.state.picoflow.protocols:
+        console.print(f"  protocol   {escape(served.describe())}")
     _say_how_loading_goes(server_app.state.picoflow.readiness, warm)
     uvicorn.run(server_app, host=host, port=port, log_level=log_level.value, **uvicorn_options())
 

@@ -106,7 +106,7 @@ def create_app(engine: FlowEngine, *, settings: ServerSettings | None = None) ->
         allow_origin_regex=LOOPBACK_ORIGINS if origins is None and open_mode else None,
         allow_methods=["*"],
         allow_headers=["*"],
-        expose_headers=[SESSION_HEADER, "Location", "Retry-After"],
+        expose_headers=[SESSION_HEADER, "X-Picoflow-Session", "Location", "Retry-After"],
     )
     hosts = settings.allowed_hosts
     if hosts is None and open_mode and is_loopback(settings.host):

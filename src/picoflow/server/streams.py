@@ -142,6 +142,9 @@ class Feed:
             if item is None or isinstance(item, TurnFinished):
                 return
             while True:
+                if not self._items.empty():  # already there: no timer to arm
+                    item = self._items.get_nowait()
+                    break
                 try:
                     item = await asyncio.wait_for(self._items.get(), self._heartbeat)
                     break
@@ -173,17 +176,24 @@ async def open_turn(
 ) -> Feed:
     """Start a turn of a new session of ``flow`` or of ``session_id`` in a task the server holds,
     and return its feed once its first item is in: a client that disconnects cannot leave the
-    turn half done (``run_stream`` finishes a turn nobody listens to any more)."""
+    turn half done."""
     items: asyncio.Queue[Item] = asyncio.Queue()
     watch = TurnWatch(state.readiness, on_start=lambda: items.put_nowait(STARTED), on_status=items.put_nowait)
 
     async def read() -> None:
         with watch:  # this task's context, which the engine's turn inherits
             try:
-                async for item in state.engine.run_stream(
-                    flow, message, session_id, caller=caller, attachments=attachments
-                ):
-                    items.put_nowait(item)
+                # The turn runs in this task, which the server holds: a client that leaves cannot
+                # stop it, ``Feed.cancel`` does (a turn cancelled before its commit stores nothing).
+                result = await state.engine.run(
+                    flow,
+                    message,
+                    session_id,
+                    caller=caller,
+                    on_event=items.put_nowait,
+                    attachments=attachments,
+                )
+                items.put_nowait(TurnFinished(result))
             except asyncio.CancelledError:
                 items.put_nowait(None)
                 raise

@@ -1,12 +1,681 @@
-"""(being written)"""
+"""AG-UI: ``POST /ag-ui/{flow}`` runs a turn for CopilotKit and any other AG-UI client, and answers
+with the protocol's events as Server-Sent Events (``ag-ui-protocol`` 1.0: ``picoflow[ag-ui]``).
+
+How picoflow maps onto it:
+
+* **session <-> thread.** ``threadId`` names the caller's session of the flow
+  (``picoflow.server.protocols._threads``): the same principal finds its conversation again with
+  the same id, another principal using it reaches a session of its own. The thread belongs to the
+  flow of its first run.
+* **turn <-> run.** ``runId`` is echoed; the turn's message is the **last user message** of
+  ``messages``. The rest of ``messages`` is the client's copy of the conversation, never read as
+  history: the store is the history. ``state``, ``context`` and ``tools`` are not read either, and
+  ``forwardedProps`` (an object) is the turn's ``RunContext.config``, identity names stripped: the
+  principal comes from the API key alone.
+* **step <-> step.** A turn entering a step finishes the step it entered before (if any) and
+  starts this one (``STEP_FINISHED``, ``STEP_STARTED``); the last is finished before the run ends.
+  A turn that stays where it was enters none.
+* **events.** ``RUN_STARTED``; ``TOOL_CALL_START``/``ARGS``/``END`` and ``TOOL_CALL_RESULT`` for
+  each call; ``TEXT_MESSAGE_START``/``CONTENT``/``END`` for the reply (streamed as the model
+  writes it when the step's text is the reply, not a value it reads; else the whole reply at once);
+  a ``STATE_SNAPSHOT`` of the session's public state; ``RUN_FINISHED``, or ``RUN_ERROR`` for a turn
+  that failed once started. ``CUSTOM`` events: ``picoflow.load_status`` while the models load,
+  ``picoflow.approval_decided`` for each decision.
+* **approval <-> interrupt.** A turn that ends with calls waiting for approval ends the run with
+  the interrupt outcome, one interrupt per approval (its id is the approval's; what will run is in
+  its ``metadata``). The next run's ``resume`` entries decide them through ``engine.decide``
+  (``payload: {"decision": "approve" | "deny", "reason": ...}``; a ``cancelled`` entry denies) and
+  the run streams the turn that goes on. A proposed call is streamed as a tool call when it runs
+  (or, denied, with the result that says it did not).
+
+A request refused before anything ran (no key, a malformed body, an unknown flow, a thread of
+another flow, a busy session, a refused decision) is a plain HTTP error with picoflow's JSON error
+body, and nothing is stored.
+"""
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
 
-__all__ = ["install"]
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_core import to_json
+
+from picoflow.approvals import Approval
+from picoflow.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    StepEntered,
+    TextChunk,
+    ToolCalled,
+    ToolReturned,
+)
+from picoflow.exceptions import FlowNotFound
+from picoflow.flow import StepSpec
+from picoflow.models.readiness import LoadStatus
+from picoflow.results import TurnError, TurnFinished, TurnResult
+from picoflow.server.errors import ApiError, turn_error
+from picoflow.server.protocols._threads import check_thread_id, open_thread_turn, thread_session_id
+from picoflow.server.state import ERRORS, SESSION_HEADER, ApiRoute, access_of, with_config
+from picoflow.server.streams import SSE_HEADERS, Beat, Feed, open_decision
+
+try:
+    from ag_ui.core import (
+        PROTOCOL_VERSION,
+        AssistantMessage,
+        EventType,
+        Interrupt,
+        RunAgentInput,
+        RunFinishedInterruptOutcome,
+        TextPart,
+        UserMessage,
+    )
+    from ag_ui.encoder import EventEncoder
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError("serving AG-UI needs the AG-UI SDK: pip install 'picoflow[ag-ui]'") from exc
+
+__all__ = ["PATH", "RESPONSE_SCHEMA", "SURFACE", "install"]
+
+logger = logging.getLogger("picoflow.server")
+
+PATH: Final = "/ag-ui/{flow}"
+SURFACE: Final = "ag-ui"
+"""The surface a thread id is scoped to (``thread_session_id``)."""
+MAX_RESUME = 20
+"""Most resume entries one run may carry (a response rarely proposes more than a few calls)."""
+APPROVAL_REASON: Final = "tool_approval"
+"""The ``reason`` of an interrupt that is a call waiting for approval."""
+
+RESPONSE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "decision": {"type": "string", "enum": ["approve", "deny"]},
+        "reason": {"type": "string", "description": "Why; kept with the decision, told to the flow."},
+    },
+    "required": ["decision"],
+    "additionalProperties": False,
+}
+"""What a ``resolved`` resume entry's ``payload`` holds (each interrupt's ``responseSchema``)."""
+
+MEDIA_TYPE: Final = EventEncoder().get_content_type()
+_INTERNAL: Final = "The assistant could not complete this turn."
+
+
+# --- the request -----------------------------------------------------------------------------------------
+
+
+class _Answer(BaseModel):
+    """A resume entry's payload: the decision on the approval the interrupt names."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    decision: Literal["approve", "deny"]
+    reason: str | None = None
+    """Kept with the decision and told to the flow (the engine bounds it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Decision:
+    approval_id: str
+    decision: Literal["approve", "deny"]
+    reason: str | None
+    index: int
+    """Its place in ``resume``, to name the entry a refusal is about."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """What a ``RunAgentInput`` asks picoflow for: a turn (``message``) or decisions."""
+
+    thread_id: str
+    run_id: str
+    message: str
+    message_field: str
+    """Where the message came from, for a refusal to name."""
+    decisions: tuple[_Decision, ...]
+    config: Mapping[str, Any] | None
+    known_calls: frozenset[str]
+    """Tool call ids the client already holds (its ``messages``): a call of this run never reuses one."""
+
+
+def _invalid(where: str, problem: str) -> ApiError:
+    return ApiError(422, "invalid_input", f"invalid request: {where}: {problem}", fields=[(where, problem)])
+
+
+def _read(body: bytes) -> _Run:
+    """The run a request body asks for; 422 (naming the field) for one that is not a valid
+    ``RunAgentInput`` or asks for nothing picoflow can do."""
+    try:
+        run = RunAgentInput.model_validate_json(body)
+    except ValidationError as exc:
+        problems = [
+            {**error, "loc": ("body", *error["loc"])}
+            for error in exc.errors(include_url=False, include_input=False)
+        ]
+        raise RequestValidationError(problems) from None
+    thread_id = check_thread_id(run.thread_id, "body.threadId")
+    run_id = check_thread_id(run.run_id, "body.runId")
+    config = run.forwarded_props if isinstance(run.forwarded_props, dict) else None
+    known = frozenset(
+        call.id
+        for message in run.messages
+        if isinstance(message, AssistantMessage)
+        for call in message.tool_calls or ()
+    )
+    if run.resume:
+        decisions = _decisions(run)
+        return _Run(thread_id, run_id, "", "", decisions, config, known)
+    for index in range(len(run.messages) - 1, -1, -1):
+        message = run.messages[index]
+        if isinstance(message, UserMessage):
+            text = _text_of(message, f"body.messages.{index}.content")
+            return _Run(thread_id, run_id, text, f"body.messages.{index}.content", (), config, known)
+    raise _invalid("body.messages", "has no user message (and there is no resume)")
+
+
+def _text_of(message: UserMessage, where: str) -> str:
+    content = message.content
+    if isinstance(content, str):
+        return content
+    texts = []
+    for index, part in enumerate(content):
+        if not isinstance(part, TextPart):
+            raise _invalid(f"{where}.{index}", f"a {part.type} part: only text parts are read")
+        texts.append(part.text)
+    return "\n".join(texts)
+
+
+def _decisions(run: RunAgentInput) -> tuple[_Decision, ...]:
+    entries = run.resume or []
+    if len(entries) > MAX_RESUME:
+        raise _invalid("body.resume", f"has more than {MAX_RESUME} entries")
+    decisions: list[_Decision] = []
+    seen: set[str] = set()
+    for index, entry in enumerate(entries):
+        where = f"body.resume.{index}"
+        if entry.interrupt_id in seen:
+            raise _invalid(f"{where}.interruptId", "answers an interrupt another entry answers")
+        seen.add(entry.interrupt_id)
+        if entry.status == "cancelled":
+            decisions.append(_Decision(entry.interrupt_id, "deny", None, index))
+            continue
+        try:
+            answer = _Answer.model_validate(entry.payload)
+        except ValidationError as exc:
+            problems = [
+                {**error, "loc": ("body", "resume", index, "payload", *error["loc"])}
+                for error in exc.errors(include_url=False, include_input=False)
+            ]
+            raise RequestValidationError(problems) from None
+        decisions.append(_Decision(entry.interrupt_id, answer.decision, answer.reason, index))
+    return tuple(decisions)
+
+
+# --- refusals before the stream --------------------------------------------------------------------------
+
+
+def _refused(error: TurnError, session_id: str, message_field: str) -> ApiError:
+    return turn_error(error, session_id, fields={"message": message_field})
+
+
+def _decision_refused(error: TurnError, session_id: str, decision: _Decision) -> ApiError:
+    where = f"body.resume.{decision.index}"
+    if error.field in ("approval_id", "session_id"):
+        # A malformed id names no approval, as an unknown one: no interrupt of this thread.
+        return ApiError(
+            404, "approval_not_found", "No such interrupt.", fields=[(f"{where}.interruptId", "unknown")]
+        )
+    fields = {"decision": f"{where}.payload.decision", "reason": f"{where}.payload.reason"}
+    return turn_error(error, session_id, fields=fields)
+
+
+# --- the events ------------------------------------------------------------------------------------------
+
+# Every event is written as the SDK's EventEncoder writes it, ``data: <the event's JSON>\n\n``, but
+# from plain values: building and dumping the SDK's models costs a Python serializer call per model
+# (several per event), together more than the rest of a turn's adapter (measured with bench/http.py).
+# The names come from the SDK (``EventType``); an interrupt, rare, is built with its models, and the
+# tests hold every event written to the SDK's ``Event`` schema.
+RUN_STARTED: Final = EventType.RUN_STARTED.value
+RUN_FINISHED: Final = EventType.RUN_FINISHED.value
+RUN_ERROR: Final = EventType.RUN_ERROR.value
+STEP_STARTED: Final = EventType.STEP_STARTED.value
+STEP_FINISHED: Final = EventType.STEP_FINISHED.value
+TEXT_START: Final = EventType.TEXT_MESSAGE_START.value
+TEXT_CONTENT: Final = EventType.TEXT_MESSAGE_CONTENT.value
+TEXT_END: Final = EventType.TEXT_MESSAGE_END.value
+CALL_START: Final = EventType.TOOL_CALL_START.value
+CALL_ARGS: Final = EventType.TOOL_CALL_ARGS.value
+CALL_END: Final = EventType.TOOL_CALL_END.value
+CALL_RESULT: Final = EventType.TOOL_CALL_RESULT.value
+STATE_SNAPSHOT: Final = EventType.STATE_SNAPSHOT.value
+CUSTOM: Final = EventType.CUSTOM.value
+
+Event = dict[str, Any]
+
+
+def _event(kind: str, **fields: Any) -> Event:
+    return {"type": kind, "timestamp": int(time.time() * 1000), **fields}
+
+
+def _encode(events: list[Event]) -> bytes:
+    return b"".join(b"data: " + to_json(event) + b"\n\n" for event in events)
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _pending(approval: Approval) -> dict[str, Any]:
+    return {
+        "id": approval.id,
+        "tool": approval.tool,
+        "summary": approval.summary,
+        "args": dict(approval.args),
+        "approvers": approval.approvers.describe(),
+        "expiresAt": _iso(approval.expires_at),
+    }
+
+
+class _Writer:
+    """The AG-UI events of one run, written as SSE as the turn's feed gives its items.
+
+    It keeps what the protocol needs kept: the step open, the text message open and what it
+    showed so far, and the tool calls announced (so every result follows its call)."""
+
+    __slots__ = (
+        "_calls",
+        "_chunks",
+        "_proposed",
+        "_run_id",
+        "_session_id",
+        "_shown",
+        "_step",
+        "_steps",
+        "_text",
+        "_thread_id",
+        "_visited",
+        "ended",
+    )
+
+    def __init__(self, run: _Run, session_id: str, steps: Mapping[str, StepSpec]) -> None:
+        self._thread_id = run.thread_id
+        self._run_id = run.run_id
+        self._session_id = session_id
+        self._steps = steps
+        self._calls: dict[str, str] = {}
+        """Picoflow's call id -> its id on the wire, for the calls announced in this run."""
+        self._shown: set[str] = set(run.known_calls)
+        """Tool call ids the client holds: earlier runs' and this run's."""
+        self._proposed: dict[str, Mapping[str, Any]] = {}
+        """Arguments of the decided calls, for a denied one (whose result comes without a call)."""
+        self._step: str | None = None
+        self._visited: list[str] = []
+        self._text: str | None = None
+        self._chunks: list[str] = []
+        self.ended = False
+
+    # -- run ----------------------------------------------------------------------------------------------
+
+    def started(self) -> bytes:
+        return _encode(
+            [
+                _event(
+                    RUN_STARTED,
+                    threadId=self._thread_id,
+                    runId=self._run_id,
+                    protocolVersion=PROTOCOL_VERSION,
+                )
+            ]
+        )
+
+    def item(self, item: object, *, last: bool = True) -> bytes:
+        """The events of one feed item; ``last``: a ``TurnFinished`` ends the run (else another
+        decision of the same resume follows it)."""
+        events: list[Event] = []
+        if isinstance(item, TextChunk):
+            self._chunk(item, events)
+        elif isinstance(item, ToolCalled):
+            self._announce(item.id, item.name, item.args, events)
+        elif isinstance(item, ToolReturned):
+            self._returned(item, events)
+        elif isinstance(item, StepEntered):
+            if item.parent is None:  # a sub-step runs inside the step that called it
+                self._enter(item.step, item.previous, events)
+        elif isinstance(item, ApprovalRequested):
+            self._end_text(events)
+        elif isinstance(item, ApprovalDecided):
+            self._decided(item.approval, events)
+        elif isinstance(item, TurnFinished):
+            result = item.result
+            # A decision that leaves none of the response's approvals pending resumed the turn: its
+            # result is the run's, whatever entries follow (they answer nothing).
+            if last or result.error is not None or not result.pending:
+                self._finished(result, events)
+        elif isinstance(item, LoadStatus):
+            events.append(_event(CUSTOM, name="picoflow.load_status", value=item.as_dict()))
+        elif isinstance(item, Beat):
+            return b": ping\n\n"
+        elif item is None:
+            return self.failed()
+        return _encode(events) if events else b""
+
+    def failed(self) -> bytes:
+        """``RUN_ERROR`` for a run that ended without a result (a bug, logged where it happened)."""
+        return self.refused(ApiError(500, "internal", _INTERNAL))
+
+    def refused(self, error: ApiError) -> bytes:
+        """``RUN_ERROR`` for a run that failed once started (a later decision of a resume refused)."""
+        self.ended = True
+        return _encode([self._error_event(error)])
+
+    def _finished(self, result: TurnResult, events: list[Event]) -> None:
+        self.ended = True
+        if result.error is not None:
+            events.append(self._error_event(turn_error(result.error, self._session_id)))
+            return
+        if result.pending:
+            self._end_text(events)  # the interrupts say what waits
+        else:
+            self._reply(result.message, events)
+        if self._step is not None:
+            events.append(_event(STEP_FINISHED, stepName=self._step))
+            self._step = None
+        events.append(_event(STATE_SNAPSHOT, snapshot=self._state(result)))
+        finished = _event(RUN_FINISHED, threadId=self._thread_id, runId=self._run_id)
+        if result.pending:
+            interrupts = [self._interrupt(approval) for approval in result.pending]
+            outcome = RunFinishedInterruptOutcome(interrupts=interrupts)
+            finished["outcome"] = outcome.model_dump(mode="json", by_alias=True)
+        usage = result.usage
+        if usage.model_calls:
+            finished["usage"] = [
+                {
+                    "inputTokens": usage.input_tokens,
+                    "outputTokens": usage.output_tokens,
+                    "totalTokens": usage.total_tokens,
+                    "reasoningTokens": usage.reasoning_tokens,
+                    "cachedInputTokens": usage.cached_input_tokens,
+                    "cacheWriteInputTokens": usage.cache_creation_tokens,
+                }
+            ]
+        events.append(finished)
+
+    def _error_event(self, error: ApiError) -> Event:
+        self.ended = True
+        metadata: dict[str, Any] = {"status": error.status, "retryable": error.retryable}
+        if error.retry_after is not None:
+            metadata["retryAfter"] = error.retry_after
+        return _event(RUN_ERROR, message=error.message, code=error.kind, metadata=metadata)
+
+    def _state(self, result: TurnResult) -> dict[str, Any]:
+        """The session's public state: where the conversation is, never what its steps keep."""
+        status = "completed" if result.completed else "awaiting_approval" if result.pending else "running"
+        return {
+            "sessionId": self._session_id,
+            "flow": result.flow,
+            "step": result.step,
+            "status": status,
+            "completed": result.completed,
+            "stepsVisited": self._visited or ([result.step] if result.step else []),
+            "contentType": result.content_type,
+            "pending": [_pending(approval) for approval in result.pending],
+        }
+
+    def _interrupt(self, approval: Approval) -> Interrupt:
+        who = approval.approvers.describe()
+        return Interrupt(
+            id=approval.id,
+            reason=APPROVAL_REASON,
+            message=f"{approval.summary} ({who} must approve)",
+            tool_call_id=self._wire_id(approval.call_id, announce=False) if approval.call_id else None,
+            response_schema=RESPONSE_SCHEMA,
+            expires_at=_iso(approval.expires_at),
+            metadata={
+                "tool": approval.tool,
+                "args": dict(approval.args),
+                "summary": approval.summary,
+                "approvers": who,
+                "roles": list(approval.approvers.roles),
+                "step": approval.step,
+            },
+        )
+
+    # -- steps --------------------------------------------------------------------------------------------
+
+    def _enter(self, step: str, previous: str | None, events: list[Event]) -> None:
+        """The conversation moved to ``step``: finish the step open (if any), start this one."""
+        self._end_text(events)
+        if self._step is not None:
+            events.append(_event(STEP_FINISHED, stepName=self._step))
+        events.append(_event(STEP_STARTED, stepName=step))
+        self._step = step
+        if not self._visited and previous is not None:
+            self._visited.append(previous)  # where the turn began
+        self._visited.append(step)
+
+    # -- text ---------------------------------------------------------------------------------------------
+
+    def _chunk(self, chunk: TextChunk, events: list[Event]) -> None:
+        spec = self._steps.get(chunk.step)
+        if (spec is not None and spec.output is not None) or not chunk.text:
+            return  # a step reading the message into a value: its text is the reading, not the reply
+        if self._text is None:
+            self._text = uuid.uuid4().hex
+            events.append(_event(TEXT_START, messageId=self._text, role="assistant"))
+        self._chunks.append(chunk.text)
+        events.append(_event(TEXT_CONTENT, messageId=self._text, delta=chunk.text))
+
+    def _end_text(self, events: list[Event]) -> None:
+        if self._text is not None:
+            events.append(_event(TEXT_END, messageId=self._text))
+            self._text = None
+            self._chunks = []
+
+    def _reply(self, reply: str, events: list[Event]) -> None:
+        """The turn's reply: the end of the message streamed so far when it is the reply (or its
+        beginning), else a message of its own (the streamed text stays, as what the model said)."""
+        if self._text is not None:
+            shown = "".join(self._chunks)
+            if reply.startswith(shown):
+                if len(reply) > len(shown):
+                    events.append(_event(TEXT_CONTENT, messageId=self._text, delta=reply[len(shown) :]))
+                self._end_text(events)
+                return
+            self._end_text(events)
+        if reply:
+            message_id = uuid.uuid4().hex
+            events.append(_event(TEXT_START, messageId=message_id, role="assistant"))
+            events.append(_event(TEXT_CONTENT, messageId=message_id, delta=reply))
+            events.append(_event(TEXT_END, messageId=message_id))
+
+    # -- tool calls -----------------------------------------------------------------------------------------
+
+    def _wire_id(self, call_id: str, *, announce: bool = True) -> str:
+        """The id a call has on the wire: its own, unless the client holds that id already (from
+        an earlier run, or a call of this one), when it gets a suffix."""
+        wire = self._calls.get(call_id)
+        if wire is not None:
+            return wire
+        wire, n = call_id, 1
+        while wire in self._shown:
+            n += 1
+            wire = f"{call_id}~{n}"
+        if announce:
+            self._calls[call_id] = wire
+            self._shown.add(wire)
+        return wire
+
+    def _announce(self, call_id: str, name: str, args: Mapping[str, Any], events: list[Event]) -> str:
+        self._end_text(events)
+        self._calls.pop(call_id, None)  # a new call with an id seen before: announced afresh
+        wire = self._wire_id(call_id)
+        events.append(_event(CALL_START, toolCallId=wire, toolCallName=name))
+        delta = json.dumps(dict(args), ensure_ascii=False, default=str)
+        events.append(_event(CALL_ARGS, toolCallId=wire, delta=delta))
+        events.append(_event(CALL_END, toolCallId=wire))
+        return wire
+
+    def _returned(self, done: ToolReturned, events: list[Event]) -> None:
+        wire = self._calls.get(done.id)
+        if wire is None:
+            # A result without its call: a denied call never ran, an invalid one never started.
+            wire = self._announce(done.id, done.name, self._proposed.get(done.id, {}), events)
+        result = _event(
+            CALL_RESULT, messageId=uuid.uuid4().hex, toolCallId=wire, content=done.content, role="tool"
+        )
+        if done.is_error:
+            result["metadata"] = {"isError": True}
+        events.append(result)
+
+    def _decided(self, approval: Approval, events: list[Event]) -> None:
+        if approval.call_id:
+            self._proposed[approval.call_id] = approval.args
+        value = {
+            "id": approval.id,
+            "tool": approval.tool,
+            "status": approval.status,
+            "decidedBy": approval.decided_by,
+            "reason": approval.reason,
+        }
+        events.append(_event(CUSTOM, name="picoflow.approval_decided", value=value))
+
+
+# --- the route -------------------------------------------------------------------------------------------
+
+
+async def run_agent(request: Request) -> Response:
+    """Run a turn of ``flow`` in the caller's session of ``threadId`` (or decide the interrupts
+    the input's ``resume`` answers) and stream it as AG-UI events."""
+    access = access_of(request)
+    flow: str = request.path_params["flow"]
+    run = _read(await request.body())
+    caller = with_config(access.caller, run.config)
+    if run.decisions:
+        try:
+            spec = access.engine.flow(flow)
+        except FlowNotFound:
+            raise ApiError(404, "flow_not_found", "No such flow.") from None
+        session_id = thread_session_id(caller.principal, SURFACE, run.thread_id)
+        first = run.decisions[0]
+        feed = await open_decision(
+            access.state, session_id, first.approval_id, first.decision, first.reason, caller
+        )
+        if feed.refused is not None:
+            raise _decision_refused(feed.refused, session_id, first)
+        if feed.first is None:
+            raise ApiError(500, "internal", _INTERNAL)
+        writer = _Writer(run, session_id, spec.steps)
+
+        async def decisions() -> AsyncIterator[Feed]:
+            yield feed
+            for decision in run.decisions[1:]:
+                later = await open_decision(
+                    access.state, session_id, decision.approval_id, decision.decision, decision.reason, caller
+                )
+                if later.refused is not None:
+                    raise _Refusal(_decision_refused(later.refused, session_id, decision))
+                yield later
+
+        return _respond(writer, decisions(), len(run.decisions), session_id)
+    session_id, feed = await open_thread_turn(access, flow, run.message, SURFACE, run.thread_id, caller)
+    if feed.refused is not None:
+        raise _refused(feed.refused, session_id, run.message_field)
+    if feed.first is None:
+        raise ApiError(500, "internal", _INTERNAL)
+    writer = _Writer(run, session_id, access.engine.flow(flow).steps)
+    return _respond(writer, _one(feed), 1, session_id)
+
+
+class _Refusal(Exception):
+    """A later decision of a resume was refused: the run ends with its ``RUN_ERROR``."""
+
+    def __init__(self, error: ApiError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+async def _one(feed: Feed) -> AsyncIterator[Feed]:
+    yield feed
+
+
+def _respond(writer: _Writer, feeds: AsyncIterator[Feed], count: int, session_id: str) -> StreamingResponse:
+    async def events() -> AsyncIterator[bytes]:
+        yield writer.started()
+        done = 0
+        try:
+            async for feed in feeds:
+                done += 1
+                async for item in feed:
+                    chunk = writer.item(item, last=done == count)
+                    if chunk:
+                        yield chunk
+                    if writer.ended:
+                        return
+            if not writer.ended:
+                yield writer.failed()
+        except _Refusal as refusal:
+            yield writer.refused(refusal.error)
+        except Exception:
+            # An event that cannot be written (or a bug) must not drop the connection silently:
+            # every run ends with RUN_FINISHED or RUN_ERROR.
+            logger.exception("picoflow.server: an AG-UI run's event stream failed")
+            if not writer.ended:
+                yield writer.failed()
+
+    headers = {**SSE_HEADERS, SESSION_HEADER: session_id}
+    return StreamingResponse(events(), media_type=MEDIA_TYPE, headers=headers)
+
+
+_OPENAPI: dict[str, Any] = {
+    "parameters": [
+        {"name": "flow", "in": "path", "required": True, "schema": {"type": "string", "title": "Flow"}}
+    ],
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "description": "An AG-UI RunAgentInput (https://docs.ag-ui.com/spec/1.0/schema).",
+                    "required": ["threadId", "runId", "messages"],
+                }
+            }
+        },
+    },
+    "responses": {
+        "200": {"description": "The run's AG-UI events", "content": {"text/event-stream": {}}},
+    },
+}
 
 
 def install(app: FastAPI) -> list[str]:
-    """Add this protocol's routes to ``app``; returns them as ``METHOD path`` strings."""
-    return []
+    """Add ``POST /ag-ui/{flow}`` to ``app``; returns it as ``METHOD path``.
+
+    FastAPI tries routes one after another: a turn route is found among the first, right after
+    the native turn routes (as they come first), rather than after every other route."""
+    routes = app.router.routes
+    app.router.add_api_route(
+        PATH,
+        run_agent,
+        methods=["POST"],
+        route_class_override=ApiRoute,
+        tags=["AG-UI"],
+        responses=ERRORS,
+        openapi_extra=_OPENAPI,
+        summary="Run a turn as AG-UI events",
+    )
+    route = routes.pop()
+    turns = {"/v1/sessions/{session_id}/turns", "/v1/flows/{flow}/sessions"}
+    at = next((i for i, known in enumerate(routes) if getattr(known, "path", None) not in turns), len(routes))
+    routes.insert(at, route)
+    return [f"POST {PATH}"]

@@ -1,12 +1,689 @@
-"""(being written)"""
+"""The Vercel AI SDK UI message stream (``POST /ai-sdk/{flow}``), for ``useChat`` and every other
+client of the ``ai`` package.
+
+The request is the body ``useChat``'s ``DefaultChatTransport`` sends: ``{id, messages, trigger,
+messageId}`` and the fields of its ``body`` option (``config`` among them is the turn's
+``RunContext.config``; every other field is ignored). The answer is the UI message stream:
+Server-Sent Events ``data: {chunk}``, the header ``x-vercel-ai-ui-message-stream: v1``, and
+``data: [DONE]`` last.
+
+How picoflow maps onto it:
+
+* chat ``id`` <-> session: the caller's session of that chat id (``_threads``), created with the
+  chat's first turn. Another principal using the same chat id reaches a session of its own.
+* request <-> turn: the last message is what the caller says now: the user's text (its ``file``
+  parts, as ``data:`` URLs, are the turn's attachments). The earlier messages are the client's copy
+  of the conversation and are not read: the store is the history.
+* response <-> one assistant UI message: ``start``; an AI SDK step (``start-step`` ...
+  ``finish-step``) for each picoflow step the turn works in; a tool part per tool call
+  (``tool-input-available``, then ``tool-output-available`` or ``tool-output-error``); the reply
+  as a text part, streamed as the model writes it when the step answers in free text (a step with
+  a structured output, whose text is not the reply, sends its reply whole); a ``data-table`` part
+  for each Markdown table in the reply, ``data-content`` for a reply of another content type, and
+  ``data-diagram`` (the flow in Mermaid, its current step marked) when the conversation moved
+  to a step; ``message-metadata`` (``sessionId``, ``flow``, ``step``, ``completed``, the pending
+  ``approvals``); ``finish``. A failed turn is an ``error`` chunk, its text the engine's words for
+  users, before ``finish``.
+* approval <-> AI SDK tool approval: a call waiting for a decision is a tool part in the state
+  ``approval-requested`` (``tool-approval-request``, whose ``approvalId`` is the approval's id).
+  ``addToolApprovalResponse`` sends it back as that part in the state ``approval-responded`` in
+  the last (assistant) message: each such answer is decided through ``engine.decide`` for the
+  caller the key authenticated, and the turn it resumes streams into the same message. No text
+  decides anything: a user message while a call waits withdraws it, as on every surface.
+"""
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+import base64
+import binascii
+import contextlib
+import json
+import logging
+import re
+import secrets
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
 
-__all__ = ["install"]
+from fastapi import FastAPI, Request
+from fastapi.responses import Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import to_json
+
+from picoflow.approvals import Approval, Decision
+from picoflow.attachments import Attachment
+from picoflow.context import Caller
+from picoflow.diagram import flow_mermaid
+from picoflow.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    StepEntered,
+    TextChunk,
+    ToolCalled,
+    ToolReturned,
+)
+from picoflow.exceptions import RunError
+from picoflow.flow import FlowSpec
+from picoflow.models.readiness import LoadStatus
+from picoflow.results import TurnError, TurnFinished, TurnResult
+from picoflow.server.errors import ApiError, turn_error
+from picoflow.server.protocols._threads import check_thread_id, open_thread_turn, thread_session_id
+from picoflow.server.schemas import ErrorBody
+from picoflow.server.state import ERRORS, Access, ApiRoute, access_of, with_config
+from picoflow.server.streams import SSE_HEADERS, STARTED, Beat, Feed, open_decision
+
+__all__ = [
+    "MAX_MESSAGES",
+    "MAX_PARTS",
+    "SURFACE",
+    "ChatRequest",
+    "install",
+    "markdown_tables",
+]
+
+logger = logging.getLogger("picoflow.server")
+
+SURFACE = "ai-sdk"
+"""The surface a chat id is scoped to (``thread_session_id``)."""
+MAX_MESSAGES = 1000
+"""Most messages a request may carry (``useChat`` sends the whole chat every time)."""
+MAX_PARTS = 200
+"""Most parts one message may carry."""
+STREAM_HEADERS: Final = {**SSE_HEADERS, "x-vercel-ai-ui-message-stream": "v1"}
+DONE: Final = b"data: [DONE]\n\n"
+PING: Final = b": ping\n\n"
+INTERNAL_TEXT = "The assistant could not complete this turn."
+
+
+# --- the request -----------------------------------------------------------------------------------------
+
+
+class _In(BaseModel):
+    # Unknown fields are ignored: a client sends what its UI keeps (metadata, provider data, a
+    # ``user`` or ``principal`` of its own), and none of it names who is calling.
+    model_config = ConfigDict(extra="ignore")
+
+
+class ApprovalIn(_In):
+    """The ``approval`` of a tool part: its id and, once answered, the decision."""
+
+    id: str = Field(max_length=200)
+    approved: bool | None = None
+    reason: str | None = None
+
+
+class PartIn(_In):
+    """A part of a UI message, as far as a turn reads one: text, a file, a tool part's approval."""
+
+    type: str = Field(max_length=200)
+    text: str | None = None
+    state: str | None = Field(None, max_length=64)
+    toolCallId: str | None = Field(None, max_length=200)
+    approval: ApprovalIn | None = None
+    url: str | None = None
+    mediaType: str | None = Field(None, max_length=127)
+    filename: str | None = Field(None, max_length=255)
+
+
+class MessageIn(_In):
+    """A UI message (``{id, role, parts}``)."""
+
+    id: str = Field("", max_length=200)
+    role: Literal["system", "user", "assistant"]
+    parts: list[PartIn] = Field(default_factory=list, max_length=MAX_PARTS)
+
+
+class ChatRequest(_In):
+    """What ``DefaultChatTransport`` posts: the chat id, the chat's messages, why it sends them."""
+
+    model_config = ConfigDict(
+        extra="ignore",
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": "chat-1",
+                    "messages": [{"id": "m1", "role": "user", "parts": [{"type": "text", "text": "Hi"}]}],
+                    "trigger": "submit-message",
+                }
+            ]
+        },
+    )
+
+    id: str = Field(description="The chat id: the caller's session of this chat.")
+    messages: list[MessageIn] = Field(min_length=1, max_length=MAX_MESSAGES)
+    trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
+    messageId: str | None = Field(None, max_length=200)
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Per-request settings for the flow (RunContext.config; never stored).",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Say:
+    """The request says something: a turn."""
+
+    text: str
+    files: list[Attachment]
+    where: str
+    """The request field the message came in, for a refusal."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """The request answers an approval: a decision."""
+
+    approval_id: str
+    decision: Decision
+    reason: str | None
+    where: str
+
+
+def _invalid(where: str, problem: str) -> ApiError:
+    return ApiError(422, "invalid_input", f"invalid request: {where}: {problem}", fields=[(where, problem)])
+
+
+def _asked(body: ChatRequest) -> _Say | list[_Answer]:
+    """What the last message asks for: a turn on the user's words, or the decisions of the
+    approval answers ``addToolApprovalResponse`` left in the assistant's message."""
+    if body.trigger == "regenerate-message":
+        problem = "regenerate-message is not served: the conversation is stored, send a new message"
+        raise _invalid("body.trigger", problem)
+    index = len(body.messages) - 1
+    last = body.messages[index]
+    where = f"body.messages.{index}"
+    if last.role == "assistant":
+        answers = [
+            _Answer(
+                part.approval.id,
+                "approve" if part.approval.approved else "deny",
+                part.approval.reason,
+                f"{where}.parts.{n}.approval",
+            )
+            for n, part in enumerate(last.parts)
+            if part.state == "approval-responded"
+            and part.approval is not None
+            and part.approval.approved is not None
+        ]
+        if not answers:
+            raise _invalid(where, "the last message must be the user's, or answer a tool approval")
+        return answers
+    if last.role != "user":
+        raise _invalid(f"{where}.role", "the last message must be the user's")
+    texts: list[str] = []
+    files: list[Attachment] = []
+    for n, part in enumerate(last.parts):
+        if part.type == "text":
+            texts.append(part.text or "")
+        elif part.type == "file":
+            files.append(_file(part, f"{where}.parts.{n}"))
+    return _Say("\n\n".join(texts), files, f"{where}.parts")
+
+
+def _file(part: PartIn, where: str) -> Attachment:
+    """A file part's bytes, from its ``data:`` URL (no other URL is fetched)."""
+    url = part.url or ""
+    header, comma, data = url.partition(",")
+    if not (header.startswith("data:") and header.endswith(";base64") and comma):
+        raise _invalid(f"{where}.url", "a file must come as a base64 data: URL")
+    try:
+        content = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise _invalid(f"{where}.url", "the file's data is not valid base64") from None
+    media_type = part.mediaType or header[5:-7] or "application/octet-stream"
+    return Attachment.from_bytes(content, media_type, part.filename or "attachment")
+
+
+# --- the stream ------------------------------------------------------------------------------------------
+
+
+def _chunk(chunk: Mapping[str, Any]) -> bytes:
+    return b"data: " + to_json(chunk, fallback=str) + b"\n\n"
+
+
+_RULE_CELL = re.compile(r":?-+:?")
+_CELL_SPLIT = re.compile(r"(?<!\\)\|")
+
+
+def _cells(line: str) -> list[str]:
+    inner = line.strip()
+    inner = inner[1:] if inner.startswith("|") else inner
+    inner = inner[:-1] if inner.endswith("|") and not inner.endswith("\\|") else inner
+    return [cell.strip().replace("\\|", "|") for cell in _CELL_SPLIT.split(inner)]
+
+
+def _align(cell: str) -> str | None:
+    left, right = cell.startswith(":"), cell.endswith(":")
+    return "center" if left and right else "right" if right else "left" if left else None
+
+
+def markdown_tables(text: str) -> list[dict[str, Any]]:
+    """The GitHub-style Markdown tables in ``text``: for each, its ``columns``, ``align`` (per
+    column: left, right, center or None), ``rows`` (lists of cell texts, as long as the columns)
+    and its ``markdown``."""
+    lines = text.splitlines()
+    tables: list[dict[str, Any]] = []
+    i = 0
+    while i + 1 < len(lines):
+        head, rule = lines[i], lines[i + 1]
+        rules = _cells(rule) if "|" in head and "|" in rule else []
+        if rules and all(_RULE_CELL.fullmatch(cell) for cell in rules):
+            columns = _cells(head)
+            aligns = [_align(cell) for cell in rules]
+            if len(aligns) == len(columns):
+                end = i + 2
+                rows = []
+                while end < len(lines) and "|" in lines[end] and lines[end].strip():
+                    cells = _cells(lines[end])[: len(columns)]
+                    rows.append(cells + [""] * (len(columns) - len(cells)))
+                    end += 1
+                markdown = "\n".join(lines[i:end])
+                tables.append({"columns": columns, "align": aligns, "rows": rows, "markdown": markdown})
+                i = end
+                continue
+        i += 1
+    return tables
+
+
+def _reply_data(result: TurnResult) -> list[tuple[str, Any]]:
+    """The data parts of a reply: its tables, or the reply in a content type other than text."""
+    message, content_type = result.message, result.content_type
+    parts: list[tuple[str, Any]] = []
+    if content_type != "text/plain":
+        data: dict[str, Any] = {"contentType": content_type, "content": message}
+        if content_type == "application/json":
+            with contextlib.suppress(ValueError):
+                data["value"] = json.loads(message)
+        parts.append(("content", data))
+    if content_type.startswith("text/") and "|" in message:
+        parts.extend(("table", table) for table in markdown_tables(message))
+    return parts
+
+
+def _approval_descriptor(approval: Approval) -> dict[str, Any]:
+    return {
+        "summary": approval.summary,
+        "approvers": approval.approvers.describe(),
+        "expiresAt": approval.expires_at,
+    }
+
+
+class _Writer:
+    """One assistant UI message, written from the items of a turn (or of a decision and the turn
+    it resumes): which AI SDK step and text part are open, what the model's text turned out to be.
+
+    The model's text is streamed as a text part only when it reads as the reply: the text of a
+    step with a structured output is what the model filled in, not what the user is told, and a
+    text that opens like JSON may be a call written as text. Such text is held back, and the
+    reply comes whole at the end."""
+
+    def __init__(self, session_id: str, flow: FlowSpec | None, answering: Iterable[str] = ()) -> None:
+        self.session_id = session_id
+        self.flow = flow
+        self.answering = frozenset(answering)
+        """The approvals this request decides."""
+        self.resumed: dict[str, Approval] = {}
+        """Those approvals by call id: their parts are in the message the client holds."""
+        self.step_open = False
+        self.step_parts = 0
+        self.moved = False
+        self.texts = 0
+        self.text_id: str | None = None
+        self.streamed: list[str] = []
+        self.waiting: list[str] = []
+        """Text of the model's answer not yet known to be prose."""
+        self.held = False
+
+    # -- parts ---------------------------------------------------------------------------------------
+
+    def _open_step(self) -> list[bytes]:
+        self.step_parts += 1
+        if self.step_open:
+            return []
+        self.step_open = True
+        return [_chunk({"type": "start-step"})]
+
+    def _close_step(self) -> list[bytes]:
+        if not self.step_open:
+            return []
+        self.step_open = False
+        self.step_parts = 0
+        return [_chunk({"type": "finish-step"})]
+
+    def _text(self, text: str) -> list[bytes]:
+        self.texts += 1
+        part = f"text-{self.texts}"
+        return [
+            *self._open_step(),
+            _chunk({"type": "text-start", "id": part}),
+            _chunk({"type": "text-delta", "id": part, "delta": text}),
+            _chunk({"type": "text-end", "id": part}),
+        ]
+
+    def _end_text(self) -> list[bytes]:
+        """The model's answer ended (a call, a new step): its text part closes; text held back
+        was not the reply and is dropped."""
+        self.waiting = []
+        self.held = False
+        if self.text_id is None:
+            return []
+        part, self.text_id, self.streamed = self.text_id, None, []
+        return [_chunk({"type": "text-end", "id": part})]
+
+    def _shows_text(self, step: str) -> bool:
+        spec = self.flow.steps.get(step) if self.flow is not None else None
+        return spec is not None and spec.output is None
+
+    def _tool_input(self, call_id: str, name: str, args: Mapping[str, Any], **more: Any) -> bytes:
+        chunk = {"type": "tool-input-available", "toolCallId": call_id, "toolName": name, "input": dict(args)}
+        return _chunk({**chunk, **more})
+
+    def metadata(self, **metadata: Any) -> bytes:
+        return _chunk({"type": "message-metadata", "messageMetadata": metadata})
+
+    # -- events --------------------------------------------------------------------------------------
+
+    def event(self, item: object) -> list[bytes]:
+        """The chunks of one item of the feed (anything but its end)."""
+        if isinstance(item, Beat):
+            return [PING]
+        if isinstance(item, LoadStatus):
+            return [_chunk({"type": "data-status", "data": item.as_dict(), "transient": True})]
+        if item is STARTED or getattr(item, "parent", None) is not None:
+            return []  # a sub-step run's events stay inside the tool call that runs it
+        if isinstance(item, TextChunk):
+            return self._text_chunk(item)
+        if isinstance(item, ToolCalled):
+            approval = self.resumed.get(item.id)
+            if approval is not None:  # the call as it was approved, in its part of the message
+                return [self._tool_input(item.id, item.name, approval.args, title=approval.summary)]
+            return [*self._end_text(), *self._open_step(), self._tool_input(item.id, item.name, item.args)]
+        if isinstance(item, ToolReturned):
+            resumed = self.resumed.get(item.id)
+            if resumed is not None and resumed.status == "denied":
+                return []  # the model is told it did not run; the part says it was denied
+            opened = [] if resumed is not None else self._open_step()
+            if item.is_error:
+                return [
+                    *opened,
+                    _chunk({"type": "tool-output-error", "toolCallId": item.id, "errorText": item.content}),
+                ]
+            return [
+                *opened,
+                _chunk({"type": "tool-output-available", "toolCallId": item.id, "output": item.content}),
+            ]
+        if isinstance(item, StepEntered):
+            self.moved = True
+            closed = self._end_text()
+            if self.step_parts:
+                closed += self._close_step()
+            return [*closed, self.metadata(step=item.step)]
+        if isinstance(item, ApprovalRequested):
+            approval = item.approval
+            call_id = approval.call_id or approval.id
+            return [
+                *self._end_text(),
+                *self._open_step(),
+                self._tool_input(call_id, approval.tool, approval.args, title=approval.summary),
+                _chunk(
+                    {
+                        "type": "tool-approval-request",
+                        "approvalId": approval.id,
+                        "toolCallId": call_id,
+                        "approvalDescriptor": _approval_descriptor(approval),
+                    }
+                ),
+            ]
+        if isinstance(item, ApprovalDecided):
+            return self._decided(item.approval)
+        return []
+
+    def _text_chunk(self, item: TextChunk) -> list[bytes]:
+        if self.held:
+            return []
+        if self.text_id is not None:
+            self.streamed.append(item.text)
+            return [_chunk({"type": "text-delta", "id": self.text_id, "delta": item.text})]
+        if not self._shows_text(item.step):
+            self.held = True
+            return []
+        self.waiting.append(item.text)
+        text = "".join(self.waiting).lstrip()
+        if not text:
+            return []
+        self.waiting = []
+        if text[0] in "{[":
+            self.held = True
+            return []
+        self.texts += 1
+        self.text_id = f"text-{self.texts}"
+        self.streamed = [text]
+        return [
+            *self._open_step(),
+            _chunk({"type": "text-start", "id": self.text_id}),
+            _chunk({"type": "text-delta", "id": self.text_id, "delta": text}),
+        ]
+
+    def _decided(self, approval: Approval) -> list[bytes]:
+        if approval.id not in self.answering:
+            return []
+        call_id = approval.call_id or approval.id
+        self.resumed[call_id] = approval
+        if approval.status != "denied":
+            return []  # approved: the call's own events follow
+        # Restated, so a client that no longer holds the part still has one to mark.
+        return [
+            self._tool_input(call_id, approval.tool, approval.args, title=approval.summary),
+            _chunk({"type": "tool-output-denied", "toolCallId": call_id}),
+        ]
+
+    # -- the end -------------------------------------------------------------------------------------
+
+    def finished(self, result: TurnResult, diagram: str | None) -> list[bytes]:
+        """The reply, its data parts and the message's metadata, then ``finish``."""
+        out = self._reply(result.message)
+        for name, data in _reply_data(result):
+            out += self._open_step()
+            out.append(_chunk({"type": f"data-{name}", "data": data}))
+        if diagram is not None:
+            out += self._open_step()
+            data = {"flow": result.flow, "step": result.step, "mermaid": diagram}
+            out.append(_chunk({"type": "data-diagram", "id": "diagram", "data": data}))
+        out += self._close_step()
+        out.append(
+            self.metadata(
+                sessionId=self.session_id,
+                flow=result.flow,
+                step=result.step,
+                completed=result.completed,
+                contentType=result.content_type,
+                approvals=[approval.id for approval in result.pending],
+            )
+        )
+        reason = "tool-calls" if result.pending else "stop"
+        out.append(_chunk({"type": "finish", "finishReason": reason}))
+        return out
+
+    def _reply(self, message: str) -> list[bytes]:
+        if self.text_id is None:
+            self._end_text()
+            return self._text(message) if message else []
+        streamed = "".join(self.streamed)
+        part = self.text_id
+        out = []
+        shown = True
+        if message.startswith(streamed):
+            if len(message) > len(streamed):
+                out.append(_chunk({"type": "text-delta", "id": part, "delta": message[len(streamed) :]}))
+        elif streamed.rstrip() != message.rstrip():
+            shown = False  # what streamed was a draft (an answer asked again, a reply code rewrote)
+        out += self._end_text()
+        if not shown and message:
+            out += self._text(message)
+        return out
+
+    def failed(self, error: TurnError | None) -> list[bytes]:
+        """A turn that failed: ``error``'s words for users (None: it ended without a result)."""
+        out = [*self._end_text(), *self._close_step()]
+        if error is None:
+            problem = {"kind": "internal", "status": 500, "retryable": False, "retryAfter": None}
+            text = INTERNAL_TEXT
+        else:
+            problem = {
+                "kind": error.kind,
+                "status": error.status,
+                "retryable": error.retryable,
+                "retryAfter": error.retry_after,
+            }
+            text = error.message
+        out.append(self.metadata(sessionId=self.session_id, error=problem))
+        out.append(_chunk({"type": "error", "errorText": text}))
+        out.append(_chunk({"type": "finish", "finishReason": "error"}))
+        return out
+
+
+def _diagram(access: Access, writer: _Writer, result: TurnResult) -> str | None:
+    """The flow's Mermaid diagram with the step the conversation moved to (None if it did not)."""
+    if not writer.moved or result.flow is None or result.step is None:
+        return None
+    spec = writer.flow if writer.flow is not None and writer.flow.name == result.flow else None
+    if spec is None:
+        try:
+            spec = access.engine.flow(result.flow)
+        except RunError:
+            return None
+    return flow_mermaid(spec, current=result.step)
+
+
+async def _chunks(
+    access: Access, writer: _Writer, feed: Feed, more: Sequence[_Answer], caller: Caller
+) -> AsyncIterator[bytes]:
+    """The chunks of a feed, and of the decisions after it (their feeds opened in turn), those of
+    one item written together; the last ends the stream (``[DONE]``)."""
+    answers = list(more)
+    while True:
+        finished: TurnResult | None = None
+        async for item in feed:
+            if item is None:
+                break
+            if isinstance(item, TurnFinished):
+                finished = item.result
+                break
+            chunks = writer.event(item)
+            if chunks:
+                yield b"".join(chunks)
+        if finished is None or finished.error is not None:
+            yield b"".join([*writer.failed(None if finished is None else finished.error), DONE])
+            return
+        if not answers:
+            yield b"".join([*writer.finished(finished, _diagram(access, writer, finished)), DONE])
+            return
+        answer = answers.pop(0)
+        feed = await open_decision(
+            access.state, writer.session_id, answer.approval_id, answer.decision, answer.reason, caller
+        )
+
+
+def _stream(
+    access: Access, writer: _Writer, message_id: str, feed: Feed, more: Sequence[_Answer], caller: Caller
+) -> StreamingResponse:
+    async def body() -> AsyncIterator[bytes]:
+        start = {
+            "type": "start",
+            "messageId": message_id,
+            "messageMetadata": {"sessionId": writer.session_id},
+        }
+        yield _chunk(start)
+        try:
+            async for chunk in _chunks(access, writer, feed, more, caller):
+                yield chunk
+        except Exception:
+            # A chunk that cannot be written (or a bug) must not drop the stream silently: the
+            # client is told, and the stream still ends as the protocol says.
+            logger.exception("picoflow.server: an AI SDK stream failed")
+            failed = {"type": "error", "errorText": INTERNAL_TEXT}
+            yield b"".join([_chunk(failed), _chunk({"type": "finish", "finishReason": "error"}), DONE])
+
+    return StreamingResponse(body(), media_type="text/event-stream", headers=STREAM_HEADERS)
+
+
+# --- the route -------------------------------------------------------------------------------------------
+
+
+def _decision_refusal(error: TurnError, session_id: str, where: str) -> ApiError:
+    if error.field == "approval_id":
+        return ApiError(404, "approval_not_found", "No such approval.", session_id=session_id)
+    return turn_error(
+        error, session_id, fields={"reason": f"{where}.reason", "decision": f"{where}.approved"}
+    )
+
+
+async def chat(body: ChatRequest, request: Request) -> Response:
+    """One turn of the chat ``id`` (its first creates the session), or the decisions of the tool
+    approvals the last message answers and the turn they resume, as a UI message stream.
+
+    Refused with a plain HTTP status before the stream opens, nothing run or stored: a malformed
+    body (422; 413 when too large), an unknown flow (404), a busy or ended session (409), an
+    unknown approval or one of another principal's chat (404), one decided already (409)."""
+    access = access_of(request)  # not a dependency: a busy route (see ``picoflow.server.turns``)
+    flow: str = request.path_params["flow"]
+    chat_id = check_thread_id(body.id, "body.id")
+    caller = with_config(access.caller, body.config)
+    asked = _asked(body)
+    try:
+        spec: FlowSpec | None = access.engine.flow(flow)
+    except RunError:
+        spec = None
+    last = body.messages[-1]
+    if isinstance(asked, _Say):
+        session_id, feed = await open_thread_turn(
+            access, flow, asked.text, SURFACE, chat_id, caller, asked.files
+        )
+        refused = feed.refused
+        if refused is not None:
+            where = asked.where
+            raise turn_error(refused, session_id, fields={"message": where, "attachments": where})
+        writer = _Writer(session_id, spec)
+        message_id = f"msg-{secrets.token_hex(8)}"
+        more: list[_Answer] = []
+    else:
+        session_id = thread_session_id(caller.principal, SURFACE, chat_id)
+        first, *more = asked
+        feed = await open_decision(
+            access.state, session_id, first.approval_id, first.decision, first.reason, caller
+        )
+        refused = feed.refused
+        if refused is not None:
+            raise _decision_refusal(refused, session_id, first.where)
+        writer = _Writer(session_id, spec, (answer.approval_id for answer in asked))
+        message_id = last.id or f"msg-{secrets.token_hex(8)}"  # the message the decisions continue
+    if feed.first is None:
+        raise ApiError(500, "internal", INTERNAL_TEXT)
+    return _stream(access, writer, message_id, feed, more, caller)
 
 
 def install(app: FastAPI) -> list[str]:
-    """Add this protocol's routes to ``app``; returns them as ``METHOD path`` strings."""
-    return []
+    """Add ``POST /ai-sdk/{flow}``; returns it."""
+    app.router.add_api_route(
+        "/ai-sdk/{flow}",
+        chat,
+        methods=["POST"],
+        route_class_override=ApiRoute,
+        tags=["Vercel AI SDK"],
+        responses={
+            **ERRORS,
+            200: {"content": {"text/event-stream": {}}, "description": "The UI message stream"},
+            403: {"model": ErrorBody, "description": "The caller may not decide the approval"},
+        },
+        openapi_extra={
+            "parameters": [
+                {
+                    "name": "flow",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string", "title": "Flow"},
+                }
+            ]
+        },
+    )
+    return ["POST /ai-sdk/{flow}"]
