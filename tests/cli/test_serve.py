@@ -27,6 +27,14 @@ def test_serve_prints_the_url_and_runs_uvicorn(monkeypatch: pytest.MonkeyPatch, 
     assert result.exit_code == 0, result.output
     assert "chat page  http://127.0.0.1:8000/" in result.output
     assert "serving hotel, orders, products, travel" in result.output and "model      local" in result.output
+    served = [line.strip() for line in result.output.splitlines() if line.strip().startswith("protocol ")]
+    assert served == [
+        "protocol   OpenAI Chat Completions: GET /v1/models, GET /v1/models/{model}, "
+        "POST /v1/chat/completions",
+        "protocol   Vercel AI SDK UI message stream: POST /ai-sdk/{flow}",
+        "protocol   AG-UI: POST /ag-ui/{flow}",
+        "protocol   A2A: GET /.well-known/agent-card.json, POST /a2a",
+    ]
     options = {name: value for name, value in started.items() if name != "app"}
     assert options == {
         "host": "127.0.0.1",
