@@ -389,3 +389,17 @@ def test_told_is_what_declared_words_say_on_their_own() -> None:
     assert told("flying home from Portland", Visit, "local") is True
     assert told("show me a list", Visit, "go") == "search" and told("hello", Visit, "go") is None
     assert told("a lisst", Visit, "go") is None and told("flying home from Portlnd", Visit, "local") is None
+
+
+def test_named_words_tell_a_yes_however_short() -> None:
+    class Stay(BaseModel):
+        local: Annotated[
+            bool | None, Said(yes=("yes", "ok"), no=("no", "not"), named=("portland", "pdx"))
+        ] = None
+
+    # "pdx" names the stay: it tells on its own, is a yes, and a part with it is worth a second look.
+    assert told("pdx aug 20 to aug 22 2027", Stay, "local") is True
+    assert told("not pdx", Stay, "local") is None
+    assert told("ok", Stay, "local") is None  # a short yes word answers whatever was asked
+    assert left_out("pdx, aug 20", [], Stay) == ["pdx", "aug 20"]
+    assert left_out("ok, 3 nights", [("nights", "3 nights", 3)], Stay) == []

@@ -60,7 +60,12 @@ class Said:
       distance is measured from). A value whose quote holds none of them but the words of exactly
       one other field goes to that field; a quote holding none of any field's keeps the field read.
     * ``yes`` / ``no``: the words that affirm or deny a ``bool`` field. The quote decides the value:
-      a word of ``no`` makes it false, else a word of ``yes`` true; a quote with neither is dropped.
+      a word of ``no`` makes it false, else a word of ``yes`` (or of ``named``) true; a quote with
+      neither is dropped.
+    * ``named``: the words that name what a ``bool`` field is about, so that saying one is a yes
+      even when nobody asked ("pdx" or "oregon" for a stay in Portland). However short, they tell
+      that the field is due a reading; a short ``yes`` word ("ok", "yes") does not, since it
+      answers whatever was asked.
 
     Pydantic ignores the marker: it is not in the schema the model sees.
     """
@@ -69,10 +74,12 @@ class Said:
     words: Sequence[str] = ()
     yes: Sequence[str] = ()
     no: Sequence[str] = ()
+    named: Sequence[str] = ()
     _phrases: Mapping[str, tuple[Phrase, ...]] = field(init=False, repr=False, compare=False)
     _field: tuple[Phrase, ...] = field(init=False, repr=False, compare=False)
     _yes: tuple[Phrase, ...] = field(init=False, repr=False, compare=False)
     _no: tuple[Phrase, ...] = field(init=False, repr=False, compare=False)
+    _named: tuple[Phrase, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         options: dict[str, tuple[Phrase, ...]] = {}
@@ -82,8 +89,10 @@ class Said:
             listed = _listed(words, f"options={{{option!r}: ...}}")
             options[str(option).casefold()] = _phrases((str(option), *listed))
         object.__setattr__(self, "_phrases", MappingProxyType(options))
-        for name, slot in (("words", "_field"), ("yes", "_yes"), ("no", "_no")):
+        for name, slot in (("words", "_field"), ("yes", "_yes"), ("no", "_no"), ("named", "_named")):
             object.__setattr__(self, slot, _phrases(_listed(getattr(self, name), f"{name}=...")))
+        if self._named:
+            object.__setattr__(self, "_yes", (*self._yes, *self._named))
         if bool(self._yes) != bool(self._no):
             raise FlowDefinitionError("Said(yes=..., no=...): give the words of both, or of neither")
 
@@ -119,13 +128,13 @@ class Said:
         return bool(self._yes)
 
     def telling(self) -> tuple[Phrase, ...]:
-        """The phrases that tell a reading of this field is due: its options' words, and its yes
-        words of several words or of ``TYPO_LENGTH`` letters or more ("portland", "of course").
-        Not short ones nor its no words ("ok", "yes", "no" answer whatever was asked), nor the
-        words of a field ("from" is in "from August 1" as much as in "from $100")."""
+        """The phrases that tell a reading of this field is due: its options' words, its ``named``
+        words, and its yes words of several words or of ``TYPO_LENGTH`` letters or more ("of
+        course"). Not short yes words nor its no words ("ok", "yes", "no" answer whatever was
+        asked), nor the words of a field ("from" is in "from August 1" as much as in "from $100")."""
         options = (phrase for phrases in self._phrases.values() for phrase in phrases)
         specific = (phrase for phrase in self._yes if len(phrase) > 1 or len(phrase[0]) >= TYPO_LENGTH)
-        return (*options, *specific)
+        return tuple(dict.fromkeys((*options, *self._named, *specific)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,9 +90,9 @@ AIRPORT = Said(words=("airport", "airfield", "pdx", "flight", "flights"))
 CENTER = Said(words=("center", "centre", "downtown", "city"))
 # "yes" answers the question "Is your stay in the Portland area?", and so does naming the city.
 PORTLAND = Said(
-    yes=("yes", "yeah", "yep", "yup", "sure", "correct", "right", "indeed", "of course", "ok", "okay",
-         "portland", "pdx", "oregon"),
+    yes=("yes", "yeah", "yep", "yup", "sure", "correct", "right", "indeed", "of course", "ok", "okay"),
     no=("no", "not", "nope", "elsewhere", "outside"),
+    named=("portland", "pdx", "oregon"),
 )  # fmt: skip
 # Asking to see the hotels now, whatever question is pending ("hotels" alone names them, asks nothing).
 SEARCH = Said(
