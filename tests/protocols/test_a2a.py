@@ -20,16 +20,22 @@ from a2a.types import (
     GetTaskRequest,
     InvalidParamsError,
     ListTasksRequest,
+    ListTasksResponse,
     Message,
     Part,
     Role,
     SendMessageRequest,
+    SendMessageResponse,
+    StreamResponse,
     SubscribeToTaskRequest,
+    Task,
     TaskNotCancelableError,
     TaskNotFoundError,
+    TaskState,
     UnsupportedOperationError,
 )
 from google.protobuf.json_format import MessageToDict, ParseDict
+from google.protobuf.message import Message as ProtoMessage
 from google.protobuf.struct_pb2 import Value
 from tests.server.support import DeskFlow, DeskModel
 from tests.server.support import desk_engine as desk_engine_with_other
@@ -63,10 +69,104 @@ VERSION = {"A2A-Version": "1.0"}
 async def a2a(
     url: str, headers: dict[str, str] = CUSTOMER, *, streaming: bool = False
 ) -> AsyncIterator[Client]:
-    """The SDK's client for the agent at ``url``, found through its card, sending ``headers``."""
-    async with httpx.AsyncClient(headers=headers, timeout=30) as http:
+    """The SDK's client for the agent at ``url``, found through its card, sending ``headers``.
+
+    Everything the agent answered it is held to A2A 1.0 when the client is done (``conforms``)."""
+    recorder = Recorder()
+    async with httpx.AsyncClient(headers=headers, timeout=30, transport=recorder) as http:
         card = await A2ACardResolver(http, url).get_agent_card()
         yield ClientFactory(ClientConfig(httpx_client=http, streaming=streaming)).create(card)
+    recorder.check()
+
+
+# --- what the agent writes, held to the SDK's own types ---------------------------------------------------
+
+RESULTS: dict[str, type[ProtoMessage]] = {
+    "SendMessage": SendMessageResponse,
+    "SendStreamingMessage": StreamResponse,
+    "SubscribeToTask": StreamResponse,
+    "GetTask": Task,
+    "CancelTask": Task,
+    "ListTasks": ListTasksResponse,
+}
+"""The protobuf type of each method's result (of each event, for a stream)."""
+
+
+def conforms(request: dict[str, Any], answer: dict[str, Any]) -> None:
+    """One JSON-RPC answer of the agent (or one event of its stream), held to A2A 1.0: a result
+    parses into the SDK's protobuf type with no unknown field and reads back exactly as written (the
+    agent writes protobuf's JSON mapping: field names, enum names, timestamps); an error has A2A's
+    code, message and ``ErrorInfo`` detail."""
+    asked = request.get("id")
+    valid = isinstance(asked, str | int) and not isinstance(asked, bool)
+    assert answer["jsonrpc"] == "2.0" and answer["id"] == (asked if valid else None), answer
+    if "error" in answer:
+        assert set(answer) == {"jsonrpc", "id", "error"}, answer
+        error = answer["error"]
+        assert isinstance(error["code"], int) and isinstance(error["message"], str), error
+        assert error.get("data") is None or error["data"][0]["@type"].endswith("google.rpc.ErrorInfo"), error
+        return
+    assert set(answer) == {"jsonrpc", "id", "result"}, answer
+    result = answer["result"]
+    parsed = ParseDict(result, RESULTS[request["method"]]())  # unknown fields are an error
+    if request["method"] != "ListTasks":  # a listing prints empty fields too, as the SDK's server did
+        assert MessageToDict(parsed) == result
+
+
+class Recorder(httpx.AsyncBaseTransport):
+    """The HTTP transport under a client, keeping each request to ``/a2a`` and the bytes answered."""
+
+    def __init__(self) -> None:
+        self._http = httpx.AsyncHTTPTransport()
+        self.exchanges: list[tuple[dict[str, Any], str, bytearray]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self._http.handle_async_request(request)
+        if request.url.path != "/a2a" or response.status_code != 200:
+            return response
+        body = bytearray()
+        self.exchanges.append((json.loads(request.content), response.headers["content-type"], body))
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=_Tee(response.stream, body),
+            extensions=response.extensions,
+            request=request,
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    def check(self) -> None:
+        """Every answer and every event recorded conforms; a stream is ``data:`` events (an
+        ``event: error`` for a failure) and ``: ping`` comments."""
+        for request, content_type, body in self.exchanges:
+            if not content_type.startswith("text/event-stream"):
+                conforms(request, json.loads(body))
+                continue
+            for block in bytes(body).decode().split("\n\n")[:-1]:  # a stream cut short ends mid-event
+                if block == ": ping":
+                    continue
+                lines = block.split("\n")
+                if lines[0] == "event: error":
+                    lines = lines[1:]
+                assert len(lines) == 1 and lines[0].startswith("data: "), block
+                conforms(request, json.loads(lines[0].removeprefix("data: ")))
+
+
+class _Tee(httpx.AsyncByteStream):
+    def __init__(self, stream: httpx.AsyncByteStream, into: bytearray) -> None:
+        self._stream = stream
+        self._into = into
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._stream:
+            self._into.extend(chunk)
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
 
 
 def said(
@@ -168,11 +268,17 @@ def session_of(context_id: str, principal: str = "cust-1") -> str:
 
 
 async def rpc(url: str, body: Any, headers: dict[str, str] | None = None) -> httpx.Response:
-    """A raw JSON-RPC call, for what the SDK's client would never send."""
+    """A raw JSON-RPC call, for what the SDK's client would never send; a JSON-RPC answer to a
+    JSON-RPC request is held to A2A 1.0 (``conforms``)."""
     async with httpx.AsyncClient(timeout=30) as http:
         content = body if isinstance(body, bytes) else json.dumps(body).encode()
         merged = {**CUSTOMER, **VERSION, "Content-Type": "application/json", **(headers or {})}
-        return await http.post(f"{url}/a2a", content=content, headers={k: v for k, v in merged.items() if v})
+        answer = await http.post(
+            f"{url}/a2a", content=content, headers={k: v for k, v in merged.items() if v}
+        )
+    if answer.status_code == 200 and isinstance(body, dict) and body.get("method") in RESULTS:
+        conforms(body, answer.json())
+    return answer
 
 
 def send_body(message: dict[str, Any], method: str = "SendMessage") -> dict[str, Any]:
@@ -690,6 +796,51 @@ async def test_invalid_requests_are_json_rpc_errors_and_store_nothing() -> None:
                 -32602,
                 "message.messageId is required",
             ),
+            # The JSON-RPC envelope, and parameters of the wrong type.
+            ([send_body(text)], None, -32600, "Batch requests are not supported"),
+            (send_body(text) | {"jsonrpc": "1.0"}, None, -32600, "'jsonrpc' must be exactly '2.0'"),
+            (send_body(text) | {"id": True}, None, -32600, "id must be a string, integer, or null"),
+            (send_body(text) | {"user": "sup-9"}, None, -32600, "unknown members user"),
+            ({"jsonrpc": "2.0", "id": 1}, None, -32600, "method must be a string"),
+            (send_body(text) | {"params": [text]}, None, -32602, "params must be an object"),
+            (
+                send_body({**text, "parts": [{"text": 5}]}),
+                None,
+                -32602,
+                "message.parts[0].text: Input should be",
+            ),
+            (
+                send_body({**text, "parts": [{"text": "hi", "url": "https://x"}]}),
+                None,
+                -32602,
+                "more than one",
+            ),
+            (send_body({**text, "parts": [{"mediaType": "text/plain"}]}), None, -32602, "parts[0] is empty"),
+            (
+                send_body(text) | {"params": {"message": text, "configuration": {"historyLength": -1}}},
+                None,
+                -32602,
+                "non-negative",
+            ),
+            (
+                {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": 5}},
+                None,
+                -32602,
+                "Invalid params",
+            ),
+            (send_body(text), {"A2A-Version": "2.0"}, -32009, "A2A version '2.0' is not supported"),
+            (
+                {"jsonrpc": "2.0", "id": "p", "method": "CreateTaskPushNotificationConfig", "params": {}},
+                None,
+                -32003,
+                "Push Notification is not supported",
+            ),
+            (
+                {"jsonrpc": "2.0", "id": 2, "method": "GetExtendedAgentCard"},
+                None,
+                -32004,
+                "does not offer an extended card",
+            ),
         ]
         for body, headers, code, words in cases:
             assert (found := _error(await rpc(url, body, headers)))[0] == code and words in found[1], (
@@ -753,4 +904,117 @@ async def test_a_client_that_goes_away_mid_stream_leaves_its_turn_and_task_whole
     assert await transcript_lines(engine, session_of("gone")) == [
         "Desk | user: wait, then go",
         "Desk | assistant: done waiting",
+    ]
+
+
+# --- tasks answered at once, listed, and streams kept alive -----------------------------------------------
+
+
+async def test_a_task_answered_at_once_runs_on_and_its_subscriber_sees_it_end() -> None:
+    model = DeskModel()
+    engine = FlowEngine([DeskFlow], store=MemoryStore(), model=model)
+    async with live(engine) as url, a2a(url) as client:
+        request = said("wait for it", context_id="later")
+        request.configuration.return_immediately = True
+        (answered,) = await send(client, request)
+        task = answered["task"]
+        assert task == {
+            "id": task["id"],
+            "contextId": "later",
+            "status": {"state": "TASK_STATE_WORKING"},
+            "history": [user(task, "wait for it")],
+            "metadata": {"skill": "desk"},
+        }
+        await model.waiting.wait()  # the turn goes on, inside the model
+        async with a2a(url, streaming=True) as watcher:
+            watching = watcher.subscribe(SubscribeToTaskRequest(id=task["id"]))
+            assert plain((await anext(watching)).task) == task
+            model.gate.set()
+            assert [plain(event) async for event in watching] == replied(task, "done waiting", "Desk")
+        done = completed(task, "done waiting", "Desk", [user(task, "wait for it")], "desk")
+        assert plain(await client.get_task(GetTaskRequest(id=task["id"]))) == done
+        short = plain(await client.get_task(GetTaskRequest(id=task["id"], history_length=0)))
+        assert short == {key: value for key, value in done.items() if key != "history"}
+    assert await transcript_lines(engine, session_of("later")) == [
+        "Desk | user: wait for it",
+        "Desk | assistant: done waiting",
+    ]
+
+
+async def test_tasks_are_listed_newest_first_by_page_by_context_and_by_state() -> None:
+    async with live(desk_engine()) as url, a2a(url) as client:
+        sent = [
+            (await send(client, said(text, context_id=context, number=n)))[0]["task"]
+            for n, (text, context) in enumerate([("one", "a"), ("two", "a"), ("three", "b")], start=1)
+        ]
+        first, second, third = (task["id"] for task in sent)
+
+        def ids(page: ListTasksResponse) -> list[str]:
+            return [task.id for task in page.tasks]
+
+        everything = await client.list_tasks(ListTasksRequest())
+        assert ids(everything) == [third, second, first]
+        assert (everything.total_size, everything.page_size, everything.next_page_token) == (3, 50, "")
+        # Without includeArtifacts a listing leaves them out; the history stays.
+        listed = plain(everything.tasks[2])
+        assert listed == {key: value for key, value in sent[0].items() if key != "artifacts"}
+
+        page = await client.list_tasks(ListTasksRequest(page_size=2))
+        assert ids(page) == [third, second] and page.total_size == 3 and page.next_page_token
+        rest = await client.list_tasks(ListTasksRequest(page_size=2, page_token=page.next_page_token))
+        assert ids(rest) == [first] and rest.next_page_token == ""
+
+        assert ids(await client.list_tasks(ListTasksRequest(context_id="a"))) == [second, first]
+        assert ids(await client.list_tasks(ListTasksRequest(status=TaskState.TASK_STATE_COMPLETED))) == [
+            third,
+            second,
+            first,
+        ]
+        assert ids(await client.list_tasks(ListTasksRequest(status=TaskState.TASK_STATE_WORKING))) == []
+        since = ListTasksRequest()
+        since.status_timestamp_after.CopyFrom(everything.tasks[1].status.timestamp)
+        assert ids(await client.list_tasks(since)) == [third, second]
+
+        bare = await client.list_tasks(ListTasksRequest(history_length=0, include_artifacts=True))
+        assert [plain(task) for task in bare.tasks] == [
+            {key: value for key, value in task.items() if key != "history"} for task in reversed(sent)
+        ]
+
+        for wrong, words in (
+            (ListTasksRequest(page_size=101), "maximum page size is 100"),
+            (ListTasksRequest(page_token="bm9wZQ"), "Invalid page token"),
+            (ListTasksRequest(history_length=-1), "non-negative"),
+        ):
+            with pytest.raises(InvalidParamsError, match=words):
+                await client.list_tasks(wrong)
+
+
+async def test_a_quiet_stream_is_kept_alive_with_ping_comments() -> None:
+    model = DeskModel()
+    engine = FlowEngine([DeskFlow], store=MemoryStore(), model=model)
+    message = {"messageId": "m", "contextId": "quiet", "role": "ROLE_USER", "parts": [{"text": "wait"}]}
+    body = send_body(message, "SendStreamingMessage")
+    async with (
+        live(engine, sse_heartbeat=0.01) as url,
+        httpx.AsyncClient(timeout=30) as http,
+        http.stream("POST", f"{url}/a2a", json=body, headers={**CUSTOMER, **VERSION}) as response,
+    ):
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events: list[dict[str, Any]] = []
+        pings = 0
+        async for line in response.aiter_lines():
+            if line == ": ping":
+                pings += 1
+                if model.waiting.is_set():
+                    model.gate.set()  # kept alive while the turn waited: now let it end
+            elif line.startswith("data: "):
+                events.append(json.loads(line.removeprefix("data: ")))
+    assert pings >= 1
+    for event in events:
+        conforms(body, event)
+    results = [plain(event["result"]) for event in events]
+    task = results[0]["task"]
+    assert results[1:] == [
+        progress(task, {"event": "step", "step": "Desk", "previous": None}),
+        *replied(task, "done waiting", "Desk"),
     ]
