@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 
 HOST ?= 127.0.0.1
 PORT ?= 8000
@@ -11,14 +11,14 @@ STORE ?= sqlite:///picoflow.sqlite3
 # Empty: PICOFLOW_MODEL, else the provider of an API key you have set, else the embedded model.
 MODEL ?=
 
-.PHONY: install run test lint typecheck bench format clean
+.PHONY: install run test lint typecheck bench format clean constraints wheel-check docs
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,local]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,local]'
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
@@ -51,6 +51,19 @@ bench: install
 	$(PY) bench/temporal.py
 	$(PY) bench/hotel.py
 	$(PY) bench/local_model.py
+
+## Pin what `make install` and CI install to the newest versions pyproject.toml allows today.
+constraints:
+	rm -rf .venv-constraints && $(PYTHON) -m venv .venv-constraints
+	.venv-constraints/bin/pip install --quiet --upgrade pip
+	.venv-constraints/bin/pip install --quiet -e '.[dev,local]'
+	{ echo "# What CI and \`make install\` install: the versions every fresh clone gets. Refresh with \`make constraints\`."; \
+	  .venv-constraints/bin/pip freeze --exclude-editable | grep -iv '^picoflow'; } > constraints.txt
+	rm -rf .venv-constraints
+
+## Build the sdist and the wheel, twine-check them, install the wheel in a fresh venv and use it.
+wheel-check: install
+	bash scripts/wheel-smoke.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts

@@ -151,8 +151,13 @@ def test_deny_from_the_command_line_and_a_turn_failing_after_the_decision(tmp_pa
     assert [a.status for a in stored_approvals(store, session_id)] == ["denied", "approved"]
 
 
+NOT_STORED = " in this store: `picoflow sessions list` shows them (is --store the right one?)"
+"""What the command says after ``no session ID``."""
+
+
 def listed_session(store: str) -> str:
-    (session_id,) = [row[0] for row in table(invoke("sessions", "list", "--store", store).output)[1:]]
+    listing = invoke("sessions", "list", "--store", store, "--wide").output.splitlines()[2:]
+    (session_id,) = [line.split()[0] for line in listing if line.strip()]
     return session_id
 
 
@@ -164,7 +169,7 @@ def test_approvals_refuse_what_they_cannot_name_or_decide_in_one_line(tmp_path: 
     options = ["--flows", FLOWS, "--store", store, "--model", write_script(tmp_path / "none.json", [])]
     both = ", ".join(approval.id for approval in stored_approvals(store, session_id))
     for args, problem in [
-        (["approve", "nope", refund.id], "no session nope"),
+        (["approve", "nope", refund.id], f"no session nope{NOT_STORED}"),
         (["approve", session_id, "zz"], f"no approval zz in session {session_id} for local"),
         (["approve", session_id, " "], "name the approval: its id or a unique prefix"),
         (
@@ -184,7 +189,8 @@ def test_approvals_refuse_what_they_cannot_name_or_decide_in_one_line(tmp_path: 
         ),
         (
             ["approve", session_id, refund.id, "--flows", "nowhere:Flow"],
-            "cannot import nowhere: No module named 'nowhere'",
+            "cannot import nowhere (is it importable from here? run from the folder that holds it, "
+            "or set PYTHONPATH): No module named 'nowhere'",
         ),
     ]:
         refused = (
@@ -193,7 +199,7 @@ def test_approvals_refuse_what_they_cannot_name_or_decide_in_one_line(tmp_path: 
         assert refused.exit_code == 1, refused.output
         assert refused.output == f"error: {problem}\n"
     for args, said in [
-        (["--session", "nope"], "error: no session nope\n"),
+        (["--session", "nope"], f"error: no session nope{NOT_STORED}\n"),
         (["--session", session_id, "--as", "cust-2"], f"no approvals in session {session_id} for cust-2\n"),
         (
             ["--as", "sup-9", "--role", "staff"],

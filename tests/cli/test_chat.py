@@ -106,7 +106,10 @@ def test_chat_refuses_a_session_it_cannot_name_in_one_line(tmp_path: Path) -> No
     stored_sessions(store, *(Session(id=i, flow="hotel", current_step="Explore") for i in ("ab-1", "ab-2")))
     for given, problem in [
         ("ab", "ab is ambiguous: it starts ab-1, ab-2; give more characters"),
-        ("zz", "no session zz"),
+        (
+            "zz",
+            "no session zz in this store: `picoflow sessions list` shows them (is --store the right one?)",
+        ),
         ("not an id!", "session id must be 1-128 letters, digits, '-' or '_'"),
     ]:
         refused = invoke("chat", "hotel", "--session", given, "--store", store, input="hi\n")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from pathlib import Path
 from typing import Any
 from unittest.mock import AsyncMock
@@ -92,19 +91,35 @@ def test_sessions_show_refuses_a_session_deleted_while_it_is_read(monkeypatch: p
     gone.assert_awaited_once_with("s1", principal=ANY_PRINCIPAL)
 
 
-def test_sessions_list_prints_whole_ids_on_a_narrow_terminal(
+def test_sessions_list_is_readable_in_80_columns_and_whole_on_a_wide_terminal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = f"sqlite:///{tmp_path / 'sessions.sqlite3'}"
-    session_id = str(uuid.uuid4())
+    first, second = "7f3a9c21-0000-4000-8000-000000000001", "7f3a9c21-9999-4000-8000-000000000002"
     stored_sessions(
-        url, Session(id=session_id, flow="hotel", current_step="ExploreTheCatalogue", principal="someone")
+        url,
+        Session(id=first, flow="products", current_step="Catalogue", principal="customer-42", turns=12),
+        Session(
+            id=second, flow="hotel", current_step="Explore", principal="alice", status="awaiting_approval"
+        ),
     )
     monkeypatch.setattr(cli.console, "width", 80)
-    listed = invoke("sessions", "list", "--store", url)
-    assert listed.exit_code == 0, listed.output
-    # Whole, on one line; the other columns are the ones cut.
-    assert session_id in listed.output
+    narrow = invoke("sessions", "list", "--store", url)
+    assert narrow.exit_code == 0, narrow.output
+    lines = narrow.output.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    rows = [line.split() for line in lines[2:]]
+    # Ids by the shortest prefix (8 or more) no other listed id starts with; every value whole.
+    assert sorted(row[:6] for row in rows if len(row) > 6) == [
+        ["7f3a9c21-0", "products", "running", "Catalogue", "12", "customer-42"],
+        ["7f3a9c21-9", "hotel", "awaiting", "Explore", "0", "alice"],
+    ]
+    assert any("approval" in line.split() for line in lines)  # the status wraps, never cut
+    shown = invoke("sessions", "show", "7f3a9c21-9", "--store", url)
+    assert shown.exit_code == 0 and second in shown.output  # a prefix the listing shows is taken
+    monkeypatch.setattr(cli.console, "width", 140)
+    wide = invoke("sessions", "list", "--store", url)
+    assert first in wide.output and second in wide.output and "awaiting approval" in wide.output
 
 
 def test_sessions_list_filters_and_reads_a_long_listing_page_by_page(
@@ -135,7 +150,8 @@ def test_sessions_list_filters_and_reads_a_long_listing_page_by_page(
 
 def listed_ids(output: str) -> list[str]:
     """The id column of a ``sessions list`` table, sorted."""
-    return sorted(line.split("│")[1].strip() for line in output.splitlines() if line.startswith("│ "))
+    rows = output.splitlines()[2:]  # after the header and its rule
+    return sorted(line.split()[0] for line in rows if line.strip())
 
 
 def test_sessions_refuse_bad_ids_options_and_stores_in_one_line(tmp_path: Path) -> None:

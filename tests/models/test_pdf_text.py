@@ -138,6 +138,6 @@ def test_without_pypdf_the_error_says_which_extra_to_install(monkeypatch: pytest
     monkeypatch.delitem(sys.modules, "pypdf.errors", raising=False)
     with pytest.raises(ModelConfigurationError) as caught:
         pdf_text(pdf("Hello"), name="invoice.pdf")
-    assert "pip install 'picoflow[pdf]'" in str(caught.value)
+    assert "pip install 'picoflow-ai[pdf]'" in str(caught.value)
     assert "'invoice.pdf'" in str(caught.value)
     assert caught.value.retryable is False

@@ -31,7 +31,7 @@ async def test_a_protocol_whose_sdk_is_missing_is_not_served_and_says_what_to_in
         Served("AG-UI", missing="ag-ui"),
         Served("A2A", missing="a2a"),
     ]
-    assert served[2].describe() == "AG-UI: not served (pip install 'picoflow[ag-ui]')"
+    assert served[2].describe() == "AG-UI: not served (pip install 'picoflow-ai[ag-ui]')"
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", headers=CUSTOMER) as http:
         body = {"threadId": "t", "runId": "r", "messages": []}

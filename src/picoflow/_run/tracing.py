@@ -264,7 +264,7 @@ def resolve(setting: Any, *, capture_content: bool) -> Tracing | None:
         from opentelemetry import trace
     except ImportError:
         if setting is True:
-            raise RuntimeError("tracing needs the OpenTelemetry API: install picoflow[otel]") from None
+            raise RuntimeError("tracing needs the OpenTelemetry API: install picoflow-ai[otel]") from None
         return None
     provider = trace.get_tracer_provider()
     if setting is None and isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):

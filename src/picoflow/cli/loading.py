@@ -100,7 +100,11 @@ def load_flows(spec: str | None) -> list[type[Flow]]:
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
-            hint = " (the demo flows; pass --flows module:Class to serve your own)" if not spec else ""
+            hint = (
+                " (the demo flows; pass --flows module:Class to serve your own)"
+                if not spec
+                else " (is it importable from here? run from the folder that holds it, or set PYTHONPATH)"
+            )
             raise CliError(f"cannot import {module_name}{hint}: {exc}") from None
         value = getattr(module, attribute, None)
         found = [f for f in (value if isinstance(value, list | tuple) else [value]) if _is_flow(f)]
@@ -183,7 +187,10 @@ async def resolve_session_id(engine: FlowEngine, given: str) -> str:
     takes); ``CliError`` when none or several match, naming a few of those."""
     matches = await engine.find_sessions(given, limit=6)
     if not matches:
-        raise CliError(f"no session {given}")
+        raise CliError(
+            f"no session {given} in this store: `picoflow sessions list` shows them "
+            "(is --store the right one?)"
+        )
     if len(matches) > 1:
         shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
         raise CliError(f"{given} is ambiguous: it starts {shown}; give more characters")

@@ -2,7 +2,7 @@
 streamable HTTP.
 
 Over stdio, stdout carries the protocol and nothing else: what this command says goes to stderr.
-The SDK (``picoflow[mcp]``) is imported only when the command runs."""
+The SDK (``picoflow-ai[mcp]``) is imported only when the command runs."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def serve(
     except USER_ERRORS as exc:
         raise fail(str(exc)) from None
     names = ", ".join(spec.name for spec in engine.flows)
-    say(f"[bold]picoflow[/bold] {picoflow.__version__} serving {escape(names)} as MCP tools")
+    say(f"[bold]picoflow-ai[/bold] {picoflow.__version__} serving {escape(names)} as MCP tools")
     say(f"  transport  {transport.value}")
     say(f"  model      {escape(describe_model(model))}")
     say(f"  store      {escape(repr(engine.store))}")

@@ -1,6 +1,6 @@
 """``picoflow serve``: the flows over HTTP under uvicorn, and how loading the local model goes.
 
-The server's modules need its extra (``picoflow[server]``), so they are imported only when the
+The server's modules need its extra (``picoflow-ai[server]``), so they are imported only when the
 command runs."""
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def serve(
         raise fail(str(exc)) from None
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/"
-    console.print(f"[bold]picoflow[/bold] {picoflow.__version__} serving {escape(', '.join(names))}")
+    console.print(f"[bold]picoflow-ai[/bold] {picoflow.__version__} serving {escape(', '.join(names))}")
     console.print(f"  chat page  [link={url}]{url}[/link]")
     console.print(f"  API docs   {url}docs")
     console.print(f"  model      {escape(describe_model(model))}")
@@ -132,7 +132,7 @@ def _executor(temporal: str | None, task_queue: str) -> Any:
     try:
         from picoflow.temporal import TemporalExecutor
     except ImportError:
-        raise fail("--temporal needs Temporal's SDK: pip install 'picoflow[temporal]'") from None
+        raise fail("--temporal needs Temporal's SDK: pip install 'picoflow-ai[temporal]'") from None
     return TemporalExecutor.at(temporal, task_queue)
 
 

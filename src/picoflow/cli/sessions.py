@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, TypeVar
 
 import typer
+from rich import box
 from rich.markup import escape
 from rich.table import Table
 
@@ -35,8 +36,12 @@ def sessions_list(
     status: Annotated[SessionStatus | None, typer.Option(help="running, completed or aborted.")] = None,
     principal: Annotated[str | None, typer.Option(help="Only sessions of this principal.")] = None,
     limit: Annotated[int, typer.Option(min=1, help="How many, most recent first.")] = 20,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="Whole ids and times to the second, whatever the terminal's width.")
+    ] = False,
 ) -> None:
-    """List stored sessions, most recent first."""
+    """List stored sessions, most recent first. On a terminal narrower than 120 columns, ids are
+    shown by a prefix unique among those listed, which ``sessions show`` takes as well."""
 
     async def work(engine: FlowEngine) -> list[SessionInfo]:
         infos: list[SessionInfo] = []
@@ -58,18 +63,50 @@ def sessions_list(
     if not infos:
         console.print("no sessions")
         return
-    table = Table()
-    # The id is never cut: it is what the other commands take, so a narrow terminal narrows the
-    # other columns instead.
-    table.add_column("id", no_wrap=True, min_width=max(len(info.id) for info in infos))
-    for name in ("flow", "status", "step", "turns", "principal", "updated"):
-        table.add_column(name)
-    for info in infos:
+    console.print(_listing(infos, WIDE if wide else console.width))
+
+
+WIDE = 120
+"""From this many columns, ``sessions list`` shows whole ids and times to the second."""
+SHORT_ID = 8
+"""The shortest id prefix a narrow listing shows (``sessions show`` takes a unique prefix)."""
+
+
+def _listing(infos: list[SessionInfo], width: int) -> Table:
+    """The sessions as a table that fits ``width`` columns without cutting a value: on a narrow
+    terminal ids are shown by a prefix unique among those listed (as short git hashes are), times
+    to the minute, and a long step or status wraps rather than being cut."""
+    wide = width >= WIDE
+    ids = [info.id for info in infos] if wide else _prefixes([info.id for info in infos])
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1), collapse_padding=True)
+    table.add_column("id", no_wrap=True)
+    table.add_column("flow", no_wrap=True)
+    table.add_column("status", overflow="fold")
+    table.add_column("step", overflow="fold")
+    table.add_column("turns", justify="right", no_wrap=True)
+    table.add_column("principal", overflow="fold")
+    table.add_column("updated", no_wrap=True)
+    for shown, info in zip(ids, infos, strict=True):
+        updated = when(info.updated_at) if wide else when(info.updated_at)[5:16]
         table.add_row(
-            info.id, info.flow, info.status, info.current_step, str(info.turns),
-            escape(info.principal or "-"), when(info.updated_at),
+            escape(shown), escape(info.flow), info.status.replace("_", " "), escape(info.current_step),
+            str(info.turns), escape(info.principal or "-"), updated,
         )  # fmt: skip
-    console.print(table)
+    return table
+
+
+def _prefixes(ids: list[str]) -> list[str]:
+    """For each id, its shortest prefix of at least ``SHORT_ID`` characters that no other listed id
+    starts with (the whole id when it is that short, or a prefix of another)."""
+    shown = []
+    for session_id in ids:
+        size = SHORT_ID
+        while size < len(session_id) and any(
+            other != session_id and other.startswith(session_id[:size]) for other in ids
+        ):
+            size += 1
+        shown.append(session_id[:size])
+    return shown
 
 
 @sessions_app.command("show")
@@ -128,7 +165,7 @@ async def _read_session(engine: FlowEngine, session_id: str) -> _Record:
     transcript = await engine.transcript(session_id, principal=ANY_PRINCIPAL)
     failures = await engine.session_errors(session_id, principal=ANY_PRINCIPAL)
     if session is None or transcript is None or failures is None:  # unknown, or deleted meanwhile
-        raise CliError(f"no session {session_id}")
+        raise CliError(f"no session {session_id} in this store: `picoflow sessions list` shows them")
     return session, transcript, failures
 
 

@@ -1,6 +1,6 @@
 """``picoflow worker --temporal HOST:PORT``: run the turns a ``TemporalExecutor`` submits.
 
-Temporal's SDK (``picoflow[temporal]``) is imported only when the command runs."""
+Temporal's SDK (``picoflow-ai[temporal]``) is imported only when the command runs."""
 
 from __future__ import annotations
 
@@ -29,14 +29,17 @@ def worker(
 
         from picoflow.temporal import build_worker
     except ImportError:
-        raise fail("picoflow worker needs Temporal's SDK: pip install 'picoflow[temporal]'") from None
+        raise fail("picoflow worker needs Temporal's SDK: pip install 'picoflow-ai[temporal]'") from None
 
     async def work() -> None:
         engine = build_engine(flows, store, model)
         try:
             client = await Client.connect(temporal, namespace=namespace)
         except RuntimeError as exc:  # the SDK's connection failure
-            raise fail(f"cannot reach Temporal at {temporal}: {exc}") from None
+            raise fail(
+                f"cannot reach Temporal at {temporal}: {exc}. Start one (`temporal server start-dev`) or "
+                "point --temporal at yours"
+            ) from None
         names = ", ".join(spec.name for spec in engine.flows)
         where = f"on task queue {task_queue} at {temporal}"
         console.print(f"picoflow worker: flows {names} {where}", soft_wrap=True)

@@ -191,7 +191,8 @@ class FlowEngine:
         name = flow if isinstance(flow, str) else flow.name
         spec = self._flows.get(name)
         if spec is None:
-            raise FlowNotFound(f"no flow named {name!r} is registered")
+            known = ", ".join(self._flows) or "none"
+            raise FlowNotFound(f"no flow named {name!r} is registered (known: {known})")
         return spec
 
     def model_for(self, flow: FlowSpec, step: StepSpec) -> Model:

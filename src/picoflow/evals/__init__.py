@@ -9,7 +9,7 @@ print(result.pass_rate, result.scenarios[0].turn_pass_rate(1))
 ```
 
 ``picoflow eval`` is the same from the command line, with a table and a JSON report. Reading
-scenario files needs PyYAML (``picoflow[cli]``).
+scenario files needs PyYAML (``picoflow-ai[cli]``).
 """
 
 from picoflow.evals.checks import Check

@@ -33,15 +33,17 @@ def load_scenarios(path: str | Path) -> list[Scenario]:
     elif root.is_file():
         files = [root]
     else:
-        raise ScenarioError(f"{root}: no such file or folder")
+        raise ScenarioError(
+            f"{root}: no such file or folder; give a scenario file (.yaml) or a folder of them"
+        )
     return [scenario for file in files for scenario in _load_file(file)]
 
 
 def _load_file(path: Path) -> list[Scenario]:
     try:
         import yaml
-    except ImportError:  # pragma: no cover - pyyaml ships with picoflow[cli]
-        raise ScenarioError('reading scenarios needs PyYAML: pip install "picoflow[cli]"') from None
+    except ImportError:  # pragma: no cover - pyyaml ships with picoflow-ai[cli]
+        raise ScenarioError('reading scenarios needs PyYAML: pip install "picoflow-ai[cli]"') from None
     try:
         loaded = yaml.load_all(path.read_text(encoding="utf-8"), Loader=_loader())  # a SafeLoader subclass
         documents = [doc for doc in loaded if doc is not None]

@@ -33,7 +33,7 @@ try:
     from mcp.shared._httpx_utils import create_mcp_http_client
     from mcp.shared.exceptions import MCPError
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError("MCP servers need the mcp SDK: pip install 'picoflow[mcp]'") from exc
+    raise ImportError("MCP servers need the mcp SDK: pip install 'picoflow-ai[mcp]'") from exc
 
 logger = logging.getLogger("picoflow")
 

@@ -6,7 +6,7 @@ its tools and checks their schemas as it checks native ones, shares the connecti
 sessions, starts it again after a crash, and stops it in ``engine.aclose()``.
 
 This module is only configuration and imports nothing of the ``mcp`` SDK; the connection lives in
-``picoflow.mcp._connection``, which needs ``pip install 'picoflow[mcp]'``.
+``picoflow.mcp._connection``, which needs ``pip install 'picoflow-ai[mcp]'``.
 """
 
 from __future__ import annotations

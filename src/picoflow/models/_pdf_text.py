@@ -51,7 +51,7 @@ def _extract(data: bytes, name: str) -> str:
     except ImportError as error:
         # Not retryable: the operator must install the extra (the local one brings pypdf too).
         raise ModelConfigurationError(
-            f"attachment {name!r} is a PDF, and reading its text needs pypdf: pip install 'picoflow[pdf]'"
+            f"attachment {name!r} is a PDF, and reading its text needs pypdf: pip install 'picoflow-ai[pdf]'"
         ) from error
 
     where = f"attachment {name!r}"

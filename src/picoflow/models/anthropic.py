@@ -45,7 +45,7 @@ def _sdk() -> Any:
         import anthropic
     except ImportError as error:  # pragma: no cover - depends on the installed extras
         raise ModelError(
-            "the Anthropic adapter needs the anthropic SDK: pip install 'picoflow[anthropic]'"
+            "the Anthropic adapter needs the anthropic SDK: pip install 'picoflow-ai[anthropic]'"
         ) from error
     return anthropic
 

@@ -46,7 +46,7 @@ def _sdk() -> Any:
         from google import genai
     except ImportError as error:  # pragma: no cover - depends on the installed extras
         raise ModelError(
-            "the Google adapter needs the google-genai SDK: pip install 'picoflow[google]'"
+            "the Google adapter needs the google-genai SDK: pip install 'picoflow-ai[google]'"
         ) from error
     return genai
 

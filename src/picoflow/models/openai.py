@@ -66,7 +66,9 @@ def _sdk() -> Any:
     try:
         import openai
     except ImportError as error:  # pragma: no cover - depends on the installed extras
-        raise ModelError("the OpenAI adapter needs the openai SDK: pip install 'picoflow[openai]'") from error
+        raise ModelError(
+            "the OpenAI adapter needs the openai SDK: pip install 'picoflow-ai[openai]'"
+        ) from error
     return openai
 
 

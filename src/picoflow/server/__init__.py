@@ -19,8 +19,8 @@ __all__ = ["Identity", "ServerSettings", "UnsafeBind", "create_app", "load_api_k
 
 
 def __getattr__(name: str) -> Any:
-    # The application needs FastAPI (picoflow[server]); authentication alone does not, so the MCP
-    # server (picoflow[mcp]) can use picoflow.server.auth without it.
+    # The application needs FastAPI (picoflow-ai[server]); authentication alone does not, so the MCP
+    # server (picoflow-ai[mcp]) can use picoflow.server.auth without it.
     if name == "create_app":
         from picoflow.server.app import create_app
 

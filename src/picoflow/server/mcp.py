@@ -16,7 +16,7 @@ tool calls into ``engine.run`` and results into tool results, nothing more. The 
 turn comes from this server's configuration, never from a tool argument; sessions are bound to it,
 so one server's callers share its sessions and nobody else's.
 
-The ``mcp`` SDK is imported only here (``pip install 'picoflow[mcp]'``).
+The ``mcp`` SDK is imported only here (``pip install 'picoflow-ai[mcp]'``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ try:
     from mcp.shared.exceptions import MCPError
     from starlette.requests import HTTPConnection
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError("serving flows over MCP needs the mcp SDK: pip install 'picoflow[mcp]'") from exc
+    raise ImportError("serving flows over MCP needs the mcp SDK: pip install 'picoflow-ai[mcp]'") from exc
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send

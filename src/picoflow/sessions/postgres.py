@@ -105,7 +105,7 @@ def _require_psycopg() -> None:
         import psycopg  # noqa: F401
         import psycopg_pool  # noqa: F401
     except ImportError as exc:
-        raise ImportError("PostgresStore needs psycopg 3: install picoflow[postgres]") from exc
+        raise ImportError("PostgresStore needs psycopg 3: install picoflow-ai[postgres]") from exc
 
 
 def _statements(p: str) -> Statements:

@@ -1,4 +1,4 @@
-"""Durable turns on Temporal (``pip install picoflow[temporal]``).
+"""Durable turns on Temporal (``pip install picoflow-ai[temporal]``).
 
 ``FlowEngine(..., executor=TemporalExecutor(client, task_queue="picoflow"))`` runs each turn as a
 workflow execution; ``picoflow worker --temporal HOST:PORT`` (or ``run_worker``) runs them. Model
@@ -11,7 +11,7 @@ from __future__ import annotations
 try:
     import temporalio  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on the install
-    raise ImportError("picoflow.temporal needs Temporal's SDK: install picoflow[temporal]") from exc
+    raise ImportError("picoflow.temporal needs Temporal's SDK: install picoflow-ai[temporal]") from exc
 
 from picoflow.temporal._executor import TemporalExecutor
 from picoflow.temporal.worker import build_worker, run_worker

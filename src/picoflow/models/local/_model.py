@@ -86,7 +86,7 @@ class LocalEngine:
     def __init__(self, path: Path, *, n_ctx: int, threads: int) -> None:
         if importlib.util.find_spec("xllamacpp") is None:
             raise LocalModelUnavailable(
-                "the local model needs llama.cpp bindings: pip install 'picoflow[local]'"
+                "the local model needs llama.cpp bindings: pip install 'picoflow-ai[local]'"
             )
         folder = cache_folder(path.parent)
         settings = {

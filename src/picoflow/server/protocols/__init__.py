@@ -8,7 +8,7 @@ principals as the native API:
 
 Each reads a turn's events from one ``Feed`` (``picoflow.server.streams``) and writes them in its
 protocol; none decides anything the engine does not. A protocol whose SDK is an extra that is not
-installed (``picoflow[ag-ui]``, ``picoflow[a2a]``) is not served, and ``picoflow serve`` says so.
+installed (``picoflow-ai[ag-ui]``, ``picoflow-ai[a2a]``) is not served, and ``picoflow serve`` says so.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class Served:
 
     def describe(self) -> str:
         if self.missing is not None:
-            return f"{self.protocol}: not served (pip install 'picoflow[{self.missing}]')"
+            return f"{self.protocol}: not served (pip install 'picoflow-ai[{self.missing}]')"
         return f"{self.protocol}: {', '.join(self.routes)}"
 
 
@@ -55,7 +55,7 @@ def install(app: FastAPI) -> list[Served]:
                 importlib.import_module(sdk)
             except ImportError:
                 extra = sdk.replace("_", "-")
-                logger.info("picoflow.server: %s is not served: install picoflow[%s]", protocol, extra)
+                logger.info("picoflow.server: %s is not served: install picoflow-ai[%s]", protocol, extra)
                 served.append(Served(protocol, missing=extra))
                 continue
         module = importlib.import_module(f"picoflow.server.protocols.{module_name}")

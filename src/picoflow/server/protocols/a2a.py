@@ -137,7 +137,7 @@ try:
     from google.protobuf.message import Message as ProtoMessage
     from packaging.version import InvalidVersion, Version
 except ImportError as exc:  # pragma: no cover - the extra is installed wherever this module is served
-    raise ImportError("A2A needs the a2a-sdk: pip install 'picoflow[a2a]'") from exc
+    raise ImportError("A2A needs the a2a-sdk: pip install 'picoflow-ai[a2a]'") from exc
 
 __all__ = ["CARD_PATH", "MAX_TASKS", "REPLY", "RPC_PATH", "SKILL_KEY", "agent_card", "install"]
 

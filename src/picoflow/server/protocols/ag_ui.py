@@ -1,5 +1,5 @@
 """AG-UI: ``POST /ag-ui/{flow}`` runs a turn for CopilotKit and any other AG-UI client, and answers
-with the protocol's events as Server-Sent Events (``ag-ui-protocol`` 1.0: ``picoflow[ag-ui]``).
+with the protocol's events as Server-Sent Events (``ag-ui-protocol`` 1.0: ``picoflow-ai[ag-ui]``).
 
 How picoflow maps onto it:
 
@@ -81,7 +81,7 @@ try:
     )
     from ag_ui.encoder import EventEncoder
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError("serving AG-UI needs the AG-UI SDK: pip install 'picoflow[ag-ui]'") from exc
+    raise ImportError("serving AG-UI needs the AG-UI SDK: pip install 'picoflow-ai[ag-ui]'") from exc
 
 __all__ = ["PATH", "RESPONSE_SCHEMA", "SURFACE", "install"]
 
