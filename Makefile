@@ -65,5 +65,9 @@ constraints:
 wheel-check: install
 	bash scripts/wheel-smoke.sh
 
+## Serve the docs site with live reload on http://127.0.0.1:8001/picoflow/ (mkdocs.yml's dev_addr).
+docs: install
+	$(VENV)/bin/mkdocs serve
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts
