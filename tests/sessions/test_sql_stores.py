@@ -222,7 +222,7 @@ def test_postgres_refuses_unsafe_schema_names(schema: str) -> None:
 
 def test_postgres_without_psycopg_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "psycopg_pool", None)
-    with pytest.raises(ImportError, match=r"install picoflow\[postgres\]"):
+    with pytest.raises(ImportError, match=r"install picoflow-ai\[postgres\]"):
         PostgresStore("postgresql://127.0.0.1/test")
 
 
