@@ -151,13 +151,6 @@ class Feed:
                 except TimeoutError:
                     yield BEAT
 
-    async def result(self) -> TurnFinished | None:
-        """Read to the end, ignoring events: the finished turn, or None when it ended without one."""
-        async for item in self:
-            if isinstance(item, TurnFinished):
-                return item
-        return None
-
     def cancel(self) -> bool:
         """Stop the run if it is still going (a turn cancelled before its commit stores nothing);
         False when it had ended already."""
