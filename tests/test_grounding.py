@@ -13,8 +13,8 @@ from pydantic import BaseModel, Field
 
 from picoflow import Extraction, FlowDefinitionError, Said, SlotStep
 from picoflow._schema import json_schema
-from picoflow.slots import bears_out, says_field, says_option
-from picoflow.slots.grounding import evidence_of, left_out, told
+from picoflow.slots import as_written, bears_out, says_field, says_option
+from picoflow.slots.grounding import WrittenDates, date_parts, evidence_of, left_out, told
 from picoflow.slots.reading import Reading, reading_of
 
 Interest = Annotated[
@@ -338,6 +338,72 @@ def test_a_number_may_be_an_option_said_in_words_and_a_model_is_borne_out_field_
     assert bears_out(Search, "until", {"month": 9, "day": 30}, "until 2026-09-30")
     with pytest.raises(FlowDefinitionError, match="is not an option's name"):
         Said(options={True: ("yes",)})
+
+
+class WrittenDay(BaseModel):
+    month: Annotated[int, MONTH, Said(date="month")]
+    day: Annotated[int, Said(date="day")]
+    year: Annotated[int | None, Said(date="year")] = None
+
+
+class Range(BaseModel):
+    since: WrittenDay | None = None
+    until: WrittenDay | None = None
+    days: list[WrittenDay] = []
+
+
+def test_a_date_written_in_digits_is_read_in_the_order_the_message_writes_its_dates() -> None:
+    uk = "between 01/10/2026 and 15/10/2026"  # 15 is no month: day first
+    us = "between 10/01/2026 and 10/15/2026"  # 15 is no month: month first
+    january_10, october_1 = WrittenDay(month=1, day=10), WrittenDay(month=10, day=1)
+    assert as_written(Range, "since", january_10, uk) == october_1
+    assert as_written(Range, "since", {"month": 1, "day": 10}, uk) == {"month": 10, "day": 1}
+    assert as_written(Range, "since", october_1, us) == october_1  # as written
+    assert as_written(Range, "since", january_10, us) == october_1
+    assert as_written(Range, "days", [january_10, october_1], uk) == [october_1, october_1]
+    # A date every reading of which could be both stays as read; so does one no date of it is.
+    assert as_written(Range, "since", january_10, "since 01/10/2026") == january_10
+    assert as_written(Range, "since", WrittenDay(month=10, day=10), uk) == WrittenDay(month=10, day=10)
+    # Borne out: a written date in the message's order, or a day written outside such dates.
+    assert bears_out(Range, "since", october_1, uk)
+    assert not bears_out(Range, "since", january_10, uk)
+    assert not bears_out(Range, "since", WrittenDay(month=10, day=10), uk)  # 10 only inside the dates
+    assert bears_out(Range, "since", october_1, "October 1 till 15/10/2026")
+    assert bears_out(Range, "since", WrittenDay(month=10, day=21, year=2026), "seit dem 21.10.2026")
+    assert not bears_out(Range, "since", WrittenDay(month=10, day=21, year=2025), "seit dem 21.10.2026")
+    assert bears_out(Range, "since", WrittenDay(month=10, day=21, year=2026), "since 21/10/26")
+    assert bears_out(Range, "until", WrittenDay(month=9, day=30, year=2026), "until 2026-09-30")
+
+
+def test_written_dates_are_dates_only_where_their_numbers_make_one() -> None:
+    dates = WrittenDates.of("seit 21.10.2026, 2026-10-21 or 10/15/26 for $1.50 within 10-15 miles, 3/45")
+    assert [[dict(reading) for reading in readings] for readings in dates.read] == [
+        [{"day": 21, "month": 10, "year": 2026}],
+        [{"year": 2026, "month": 10, "day": 21}],
+        [{"month": 10, "day": 15, "year": 26}],  # each its own order when they disagree
+    ]
+    assert dates.outside == {1.5, 10, 15, 3, 45}  # a decimal, a span and no date are plain numbers
+    assert not WrittenDates.of("a room for 2 at $400")
+    assert [len(readings) for readings in WrittenDates.of("on 03/04").read] == [2]  # either order
+
+
+def test_date_parts_are_declared_once_and_need_a_day_and_a_month() -> None:
+    assert dict(date_parts(WrittenDay)) == {"month": "month", "day": "day", "year": "year"}
+    assert dict(date_parts(Day)) == {}
+
+    class Twice(BaseModel):
+        start: Annotated[int, Said(date="day")]
+        end: Annotated[int, Said(date="day")]
+
+    class Half(BaseModel):
+        day: Annotated[int, Said(date="day")]
+
+    with pytest.raises(FlowDefinitionError, match="both start and end are said to be the day"):
+        date_parts(Twice)
+    with pytest.raises(FlowDefinitionError, match="needs its day and its month"):
+        date_parts(Half)
+    with pytest.raises(FlowDefinitionError, match="one of day, month or year"):
+        Said(date="week")  # type: ignore[arg-type]
 
 
 def test_a_declared_word_of_five_letters_or_more_survives_one_slip_of_the_keys() -> None:

@@ -528,6 +528,15 @@ def test_days_numbers_statuses_and_goodbyes_in_the_customers_words() -> None:
     assert borne_out(start, "orders I placed until September 30") == end
     assert borne_out(end, "orders since September 30") == start
     assert borne_out(start, "orders of September 30") == start
+    # A date written in digits is read in the order the message writes its dates: a small model
+    # read "01/10/2026" month first and "15/10/2026" day first in one answer.
+    both = CustomerRequest(
+        orders=[], status="any", since=Day(month=1, day=10), until=Day(month=10, day=15), action="search"
+    )
+    assert borne_out(both, "Which orders did I place between 01/10/2026 and 15/10/2026?") == both.model_copy(
+        update={"since": Day(month=10, day=1)}
+    )
+    assert borne_out(both, "Which orders did I place between 01/10/2026 and 10/15/2026?") == both
     # No year written: the latest such day up to today; a day the month lacks is None.
     assert last_such_day(Day(month=10, day=1), ORDERS_TODAY) == date(2026, 10, 1)
     assert last_such_day(Day(month=12, day=1), ORDERS_TODAY) == date(2025, 12, 1)

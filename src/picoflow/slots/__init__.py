@@ -7,7 +7,7 @@ kept (``grounding``, with the words an option needs declared beside it with ``Sa
 """
 
 from picoflow.slots.form import Ask, Form, Merge, ask
-from picoflow.slots.grounding import Said, bears_out, says_field, says_option
+from picoflow.slots.grounding import Said, as_written, bears_out, says_field, says_option
 from picoflow.slots.reading import EXTRACT_RULES, FORMAT_HINT, Extraction, Reading, reading_of
 from picoflow.slots.step import FORM_KEY, SlotStep
 
@@ -22,6 +22,7 @@ __all__ = [
     "Reading",
     "Said",
     "SlotStep",
+    "as_written",
     "ask",
     "bears_out",
     "reading_of",

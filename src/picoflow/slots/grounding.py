@@ -12,7 +12,10 @@ interests of an example it was shown), so code keeps an item only when
 * a yes or no (a ``bool`` field) is what the quote's words of affirmation or negation say, and
 * the words that say which field a value belongs to decide it: "under $400" read as a minimum
   is kept as the maximum, "15 miles of the airport" read as the distance to the center as the
-  distance to the airport.
+  distance to the airport, and
+* the numbers of a date written in digits ("01/10/2026") are read together, in the order the
+  message writes its dates: next to "15/10/2026", "01/10" is the first of October, whichever way
+  a model read it.
 
 All these words are declared in the slots model with ``Said``, beside the field or option they are
 about; the framework knows no word of any language. The marker stays out of the JSON schema the
@@ -21,6 +24,7 @@ model sees.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -33,6 +37,10 @@ from picoflow.exceptions import FlowDefinitionError
 
 Phrase = tuple[str, ...]
 """Words in a row, casefolded: ("san", "francisco")."""
+
+DatePart = Literal["day", "month", "year"]
+"""Which number of a date written in digits a field holds (``Said(date=...)``)."""
+_DATE_PARTS: tuple[DatePart, ...] = ("day", "month", "year")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -66,6 +74,12 @@ class Said:
       even when nobody asked ("pdx" or "oregon" for a stay in Portland). However short, they tell
       that the field is due a reading; a short ``yes`` word ("ok", "yes") does not, since it
       answers whatever was asked.
+    * ``date``: the number of a date written in digits this field of a day's model holds
+      (``"day"``, ``"month"`` or ``"year"``). A day read from "01/10/2026" must then be that date in
+      the order the message writes its dates: day first when another date of it is "15/10/2026",
+      month first beside "10/15/2026", either when every date could be both. A day read in the
+      other order is put right (see ``as_written``); one that is no written date, though its
+      numbers are written only in such dates, is not borne out.
 
     Pydantic ignores the marker: it is not in the schema the model sees.
     """
@@ -75,6 +89,7 @@ class Said:
     yes: Sequence[str] = ()
     no: Sequence[str] = ()
     named: Sequence[str] = ()
+    date: DatePart | None = None
     _phrases: Mapping[str, tuple[Phrase, ...]] = field(init=False, repr=False, compare=False)
     _field: tuple[Phrase, ...] = field(init=False, repr=False, compare=False)
     _yes: tuple[Phrase, ...] = field(init=False, repr=False, compare=False)
@@ -95,6 +110,8 @@ class Said:
             object.__setattr__(self, "_yes", (*self._yes, *self._named))
         if bool(self._yes) != bool(self._no):
             raise FlowDefinitionError("Said(yes=..., no=...): give the words of both, or of neither")
+        if self.date is not None and self.date not in _DATE_PARTS:
+            raise FlowDefinitionError(f"Said(date={self.date!r}): a date part is one of day, month or year")
 
     def names(self) -> list[str]:
         """The options the marker speaks for, as declared."""
@@ -211,7 +228,22 @@ def bears_out(model: type[BaseModel], name: str, value: Any, said: str) -> bool:
     neither rule says anything about is borne out."""
     evidence = _evidence(model, name)
     plain = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
-    return _borne(evidence, plain, words(said), written_numbers(said))
+    return _borne(evidence, plain, words(said), written_numbers(said), WrittenDates.of(said))
+
+
+def as_written(model: type[BaseModel], name: str, value: Any, said: str) -> Any:
+    """``value`` of field ``name`` of ``model`` with the numbers of a date written in digits put in
+    the order the message ``said`` writes its dates (``Said(date=...)``): beside "15/10/2026", a
+    day read as January 10 from "01/10/2026" is the first of October. A value that is no such date
+    read the other way round, or a field whose model declares no date parts, comes back as it is
+    (a list item by item)."""
+    evidence = _evidence(model, name)
+    if evidence.parts is None or not date_parts(evidence.parts):
+        return value
+    dates = WrittenDates.of(said)
+    if isinstance(value, list):
+        return [dates.put_right(evidence.parts, item) for item in value]
+    return dates.put_right(evidence.parts, value)
 
 
 def says_option(model: type[BaseModel], name: str, said: str) -> bool:
@@ -331,16 +363,27 @@ def _evidence(model: type[BaseModel], name: str) -> FieldEvidence:
     return evidence
 
 
-def _borne(evidence: FieldEvidence, value: Any, said: Sequence[str], written: set[float]) -> bool:
+def _borne(
+    evidence: FieldEvidence, value: Any, said: Sequence[str], written: set[float], dates: WrittenDates
+) -> bool:
     """Whether every item of ``value`` is borne out: a value made of a model's fields is borne out
-    field by field; a number declared as an option needs its words (the month of "October 1"),
-    another value holding numbers one of them written (order 40006, the 1 of "October 1"); and the
-    markers' words as ``keeps`` asks."""
+    as a date written in digits when it is one (``Said(date=...)``), and field by field; a number
+    declared as an option needs its words (the month of "October 1"), another value holding numbers
+    one of them written (order 40006, the 1 of "October 1"); and the markers' words as ``keeps``
+    asks."""
     if isinstance(value, list):
-        return all(_borne(evidence, item, said, written) for item in value)
+        return all(_borne(evidence, item, said, written, dates) for item in value)
     if evidence.parts is not None and isinstance(value, Mapping):
+        if not dates.bear(evidence.parts, value):
+            return False
+        # The parts of a date written in digits are borne out together (the 2026 of "21/10/26").
+        whole = set(date_parts(evidence.parts).values()) if dates.reads(evidence.parts, value) else set()
         inner = evidence_of(evidence.parts)
-        return all(_borne(inner[key], item, said, written) for key, item in value.items() if key in inner)
+        return all(
+            _borne(inner[key], item, said, written, dates)
+            for key, item in value.items()
+            if key in inner and key not in whole
+        )
     if evidence.has_options(value):
         return bool(evidence.keeps(value, said) == value)
     numbers = numbers_in(value)
@@ -384,11 +427,13 @@ class UserWords:
     """The words in order (for the phrases of options)."""
     parts: tuple[str, ...] = ()
     """The message cut into its parts (see ``left_out``)."""
+    dates: WrittenDates | None = None
+    """The dates the message writes in digits."""
 
     @classmethod
     def of(cls, said: str) -> UserWords:
         sequence = tuple(words(said))
-        return cls(squeezed(said), frozenset(sequence), sequence, tuple(_parts(said)))
+        return cls(squeezed(said), frozenset(sequence), sequence, tuple(_parts(said)), WrittenDates.of(said))
 
     def quotes(self, quote: str) -> bool:
         """Whether ``quote`` is the user's words: as written, or word for word."""
@@ -420,12 +465,186 @@ class UserWords:
         numbers = numbers_in(value)
         if numbers and not numbers & written_numbers(written):
             return None
+        if evidence is not None and evidence.parts is not None and isinstance(value, Mapping) and self.dates:
+            value = self.dates.put_right(evidence.parts, value)
+            if not self.dates.bear(evidence.parts, value):
+                return None
         return value if evidence is None else evidence.keeps(value, quoted)
 
     def _has(self, word: str) -> bool:
         """Whether the user wrote ``word``, or wrote it with one slip of the keys: a small model
         quotes "august 10" for the "agust 10" it read."""
         return word in self.words or any(_same(word, written) for written in self.words)
+
+
+@cache
+def date_parts(model: type[BaseModel]) -> Mapping[DatePart, str]:
+    """The fields of ``model`` that hold the numbers of a date written in digits, by part."""
+    found: dict[DatePart, str] = {}
+    for name, info in model.model_fields.items():
+        markers: list[Said] = [item for item in info.metadata if isinstance(item, Said)]
+        _walk(info.annotation, markers, set(), [])
+        for marker in markers:
+            if marker.date is None:
+                continue
+            if marker.date in found and found[marker.date] != name:
+                raise FlowDefinitionError(
+                    f"{model.__name__}: both {found[marker.date]} and {name} are said to be the {marker.date}"
+                )
+            found[marker.date] = name
+    if found and not {"day", "month"} <= found.keys():
+        raise FlowDefinitionError(
+            f"{model.__name__}: a date written in digits needs its day and its month fields"
+        )
+    return MappingProxyType(found)
+
+
+# A date written in digits, its numbers joined by one sign: "01/10/2026", "15/10", "21.10.2026",
+# "2026-10-21". Only "/" joins two numbers alone ("1.5" is a decimal, "10-15" a span).
+_WRITTEN_DATE = re.compile(r"(?<![\w.,/-])(\d{1,4})([/.-])(\d{1,2})(?:\2(\d{2,4}))?(?![\w/-]|[.,]\d)")
+
+Written = Mapping[DatePart, int]
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenDates:
+    """The dates a message writes in digits, each read in the order the message writes them all."""
+
+    read: tuple[tuple[Written, ...], ...] = ()
+    """For each date, its readings in the message's order (two when every date could be both)."""
+    other: tuple[tuple[Written, ...], ...] = ()
+    """For each date, its readings in the other order, when that reading is a date."""
+    outside: frozenset[float] = frozenset()
+    """The numbers the message writes outside such dates."""
+
+    @classmethod
+    def of(cls, said: str) -> WrittenDates:
+        found: list[
+            tuple[Written | None, Written | None, Written | None]
+        ] = []  # (iso, day first, month first)
+        rest = said
+        for match in _WRITTEN_DATE.finditer(said):
+            first, sign, second, third = match.groups()
+            if third is None and sign != "/":
+                continue
+            if len(first) == 4:
+                iso = _date({"year": int(first), "month": int(second), "day": int(third or 0)})
+                if iso is not None:
+                    found.append((iso, None, None))
+                    rest = _blanked(rest, match)
+                continue
+            year: dict[DatePart, int] = {"year": int(third)} if third else {}
+            day_first = _date({"day": int(first), "month": int(second), **year})
+            month_first = _date({"month": int(first), "day": int(second), **year})
+            if day_first or month_first:
+                found.append((None, day_first, month_first))
+                rest = _blanked(rest, match)
+        if not found:
+            return cls(outside=frozenset(written_numbers(said)))
+        orders = [
+            {index for index, reading in enumerate(date[1:]) if reading} for date in found if not date[0]
+        ]
+        common = set.intersection(*orders) if orders else set()
+        read: list[tuple[Written, ...]] = []
+        other: list[tuple[Written, ...]] = []
+        for iso, *ways in found:
+            if iso is not None:
+                read.append((iso,))
+                other.append(())
+                continue
+            chosen = common or {index for index, reading in enumerate(ways) if reading}
+            read.append(tuple(reading for index, reading in enumerate(ways) if reading and index in chosen))
+            other.append(
+                tuple(reading for index, reading in enumerate(ways) if reading and index not in chosen)
+            )
+        return cls(tuple(read), tuple(other), frozenset(written_numbers(rest)))
+
+    def __bool__(self) -> bool:
+        return bool(self.read)
+
+    def bear(self, model: type[BaseModel], value: Any) -> bool:
+        """Whether ``value`` (a mapping of ``model``'s fields) is borne out as a written date: it is
+        one, in the message's order, or its day is a number written only inside such dates."""
+        day = self._day(model, value)
+        if day is None or not self.read or self._is_read(day):
+            return True
+        return float(day["day"]) in self.outside
+
+    def reads(self, model: type[BaseModel], value: Any) -> bool:
+        """Whether ``value`` (a mapping of ``model``'s fields) is one of the written dates, in the
+        message's order."""
+        day = self._day(model, value)
+        return day is not None and self._is_read(day)
+
+    def _is_read(self, day: Mapping[DatePart, int]) -> bool:
+        """Whether ``day`` is one of the written dates, in the message's order."""
+        return any(_matches(reading, day) for readings in self.read for reading in readings)
+
+    def put_right(self, model: type[BaseModel], value: Any) -> Any:
+        """``value`` as the one written date it is read the other way round, in the message's
+        order; else ``value`` as it is."""
+        day = self._day(model, value)
+        if day is None or self._is_read(day):
+            return value
+        meant = {
+            tuple(sorted(reading.items()))
+            for readings, others in zip(self.read, self.other, strict=True)
+            if any(_matches(reading, day) for reading in others)
+            for reading in readings
+        }
+        if len(meant) != 1:
+            return value
+        fields = date_parts(model)
+        update = {
+            fields[part]: number for part, number in next(iter(meant)) if part in fields and part in day
+        }
+        if isinstance(value, BaseModel):
+            return value.model_copy(update=update)
+        return {**value, **update}
+
+    @staticmethod
+    def _day(model: type[BaseModel], value: Any) -> dict[DatePart, int] | None:
+        """The date parts of ``value``, or None when it has no whole-number day and month."""
+        fields = date_parts(model)
+        if not fields:
+            return None
+        plain = value.model_dump() if isinstance(value, BaseModel) else value
+        if not isinstance(plain, Mapping):
+            return None
+        day: dict[DatePart, int] = {}
+        for part, name in fields.items():
+            number = plain.get(name)
+            if number is None:
+                continue
+            if not isinstance(number, int) or isinstance(number, bool):
+                return None
+            day[part] = number
+        return day if {"day", "month"} <= day.keys() else None
+
+
+def _blanked(text: str, match: re.Match[str]) -> str:
+    """``text`` with the span of ``match`` blanked out (its length kept)."""
+    start, end = match.span()
+    return f"{text[:start]}{' ' * (end - start)}{text[end:]}"
+
+
+def _date(parts: dict[DatePart, int]) -> Written | None:
+    """``parts`` when they make a day of a month (a year of two digits stays as written)."""
+    if not (1 <= parts["month"] <= 12 and 1 <= parts["day"] <= 31):
+        return None
+    return MappingProxyType(parts)
+
+
+def _matches(reading: Written, day: Mapping[DatePart, int]) -> bool:
+    """Whether the day ``day`` is the written date ``reading`` (a year written with two digits is
+    its last two; a year not written matches any)."""
+    for part in ("day", "month"):
+        if reading[part] != day[part]:
+            return False
+    if "year" in reading and "year" in day:
+        written = reading["year"]
+        return day["year"] == written or (written < 100 and day["year"] % 100 == written)
+    return True
 
 
 def numbers_in(value: Any) -> set[float]:

@@ -43,7 +43,7 @@ from picoflow import (
 )
 from picoflow.exceptions import RunError
 from picoflow.messages import Message, ModelResponse
-from picoflow.slots import Said, bears_out, says_field
+from picoflow.slots import Said, as_written, bears_out, says_field
 from picoflow_demos._common import SAYS_GOODBYE, usd_cents
 from picoflow_demos.orders.database import Order, OrdersDatabase, Status, default_database, today
 
@@ -110,8 +110,9 @@ UNTIL = Said(words=("until", "till", "til", "before", "through", "up to", "endin
 class Day(BaseModel):
     """A day as the customer writes it; the year is decided in code."""
 
-    month: Annotated[int, MONTH] = Field(ge=1, le=12)
-    day: int = Field(ge=1, le=31)
+    # Said(date=...): "01/10/2026" is read in the order the message writes its dates.
+    month: Annotated[int, MONTH, Said(date="month")] = Field(ge=1, le=12)
+    day: Annotated[int, Said(date="day")] = Field(ge=1, le=31)
 
 
 class CustomerRequest(BaseModel):
@@ -138,8 +139,9 @@ class CustomerRequest(BaseModel):
 def borne_out(request: CustomerRequest, said: str) -> CustomerRequest:
     """``request`` with what the customer's words do not bear out taken back: an order number they
     did not write, a status or a goodbye they did not say (see ``MONTH``, ``STATUS``, ``SAYS_GOODBYE``),
-    and a lone date put at the end of the range its words say (``SINCE``, ``UNTIL``). A day is kept
-    as read; whether its words bear it out is asked of it where it is used."""
+    and a lone date put at the end of the range its words say (``SINCE``, ``UNTIL``). A day written
+    in digits is read in the order the message writes its dates (``as_written``); whether its words
+    bear it out is asked of it where it is used."""
     orders = [
         number
         for number in dict.fromkeys(request.orders)
@@ -147,7 +149,9 @@ def borne_out(request: CustomerRequest, said: str) -> CustomerRequest:
     ]
     status = request.status if bears_out(CustomerRequest, "status", request.status, said) else "any"
     action = request.action if bears_out(CustomerRequest, "action", request.action, said) else "other"
-    since, until = request.since, request.until
+    since, until = (
+        as_written(CustomerRequest, end, getattr(request, end), said) for end in ("since", "until")
+    )
     if (since is None) != (until is None):  # one date: its words say which end it is
         day = since or until
         starts, ends = (says_field(CustomerRequest, end, said) for end in ("since", "until"))
