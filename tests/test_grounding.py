@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from picoflow import Extraction, FlowDefinitionError, Said, SlotStep
 from picoflow._schema import json_schema
-from picoflow.slots import as_written, bears_out, says_field, says_option
+from picoflow.slots import as_written, bears_out, says_field, says_option, written_days
 from picoflow.slots.grounding import WrittenDates, date_parts, evidence_of, left_out, told
 from picoflow.slots.reading import Reading, reading_of
 
@@ -373,6 +373,17 @@ def test_a_date_written_in_digits_is_read_in_the_order_the_message_writes_its_da
     assert not bears_out(Range, "since", WrittenDay(month=10, day=21, year=2025), "seit dem 21.10.2026")
     assert bears_out(Range, "since", WrittenDay(month=10, day=21, year=2026), "since 21/10/26")
     assert bears_out(Range, "until", WrittenDay(month=9, day=30, year=2026), "until 2026-09-30")
+
+
+def test_written_days_are_the_dates_in_digits_as_values_of_the_field() -> None:
+    uk = "between 01/10/2026 and 15/10/2026"
+    assert written_days(Range, "since", uk) == [
+        {"day": 1, "month": 10, "year": 2026},
+        {"day": 15, "month": 10, "year": 2026},
+    ]
+    assert written_days(Range, "since", "between 01/10 and 03/10") == []  # either order: not told
+    assert written_days(Range, "since", "since October 1") == []
+    assert written_days(Search, "since", uk) == []  # its days declare no date parts
 
 
 def test_written_dates_are_dates_only_where_their_numbers_make_one() -> None:

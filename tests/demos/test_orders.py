@@ -537,6 +537,12 @@ def test_days_numbers_statuses_and_goodbyes_in_the_customers_words() -> None:
         update={"since": Day(month=10, day=1)}
     )
     assert borne_out(both, "Which orders did I place between 01/10/2026 and 10/15/2026?") == both
+    # A day that is no written date, beside two dates in digits: the range is those two.
+    tenth = both.model_copy(update={"since": Day(month=10, day=10)})
+    assert borne_out(tenth, "Which orders did I place between 01/10/2026 and 15/10/2026?") == both.model_copy(
+        update={"since": Day(month=10, day=1)}
+    )
+    assert borne_out(tenth, "orders between 01/10/2026 and 03/10/2026?") == tenth  # either way: not told
     # No year written: the latest such day up to today; a day the month lacks is None.
     assert last_such_day(Day(month=10, day=1), ORDERS_TODAY) == date(2026, 10, 1)
     assert last_such_day(Day(month=12, day=1), ORDERS_TODAY) == date(2025, 12, 1)

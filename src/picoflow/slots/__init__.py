@@ -7,7 +7,7 @@ kept (``grounding``, with the words an option needs declared beside it with ``Sa
 """
 
 from picoflow.slots.form import Ask, Form, Merge, ask
-from picoflow.slots.grounding import Said, as_written, bears_out, says_field, says_option
+from picoflow.slots.grounding import Said, as_written, bears_out, says_field, says_option, written_days
 from picoflow.slots.reading import EXTRACT_RULES, FORMAT_HINT, Extraction, Reading, reading_of
 from picoflow.slots.step import FORM_KEY, SlotStep
 
@@ -28,4 +28,5 @@ __all__ = [
     "reading_of",
     "says_field",
     "says_option",
+    "written_days",
 ]

@@ -231,6 +231,23 @@ def bears_out(model: type[BaseModel], name: str, value: Any, said: str) -> bool:
     return _borne(evidence, plain, words(said), written_numbers(said), WrittenDates.of(said))
 
 
+def written_days(model: type[BaseModel], name: str, said: str) -> list[dict[str, int]]:
+    """The dates ``said`` writes in digits, in the order written, each as a value of field ``name``
+    of ``model`` (the fields its ``Said(date=...)`` markers name): the days a range of two written
+    dates runs between, whatever a model read. Empty when the field's model declares no date
+    parts, or when a date could be read both ways (then the words alone do not tell which day)."""
+    evidence = _evidence(model, name)
+    fields = date_parts(evidence.parts) if evidence.parts is not None else {}
+    if not fields:
+        return []
+    days: list[dict[str, int]] = []
+    for readings in WrittenDates.of(said).read:
+        if len(readings) != 1:
+            return []
+        days.append({fields[part]: number for part, number in readings[0].items() if part in fields})
+    return days
+
+
 def as_written(model: type[BaseModel], name: str, value: Any, said: str) -> Any:
     """``value`` of field ``name`` of ``model`` with the numbers of a date written in digits put in
     the order the message ``said`` writes its dates (``Said(date=...)``): beside "15/10/2026", a

@@ -43,7 +43,7 @@ from picoflow import (
 )
 from picoflow.exceptions import RunError
 from picoflow.messages import Message, ModelResponse
-from picoflow.slots import Said, as_written, bears_out, says_field
+from picoflow.slots import Said, as_written, bears_out, says_field, written_days
 from picoflow_demos._common import SAYS_GOODBYE, usd_cents
 from picoflow_demos.orders.database import Order, OrdersDatabase, Status, default_database, today
 
@@ -152,6 +152,17 @@ def borne_out(request: CustomerRequest, said: str) -> CustomerRequest:
     since, until = (
         as_written(CustomerRequest, end, getattr(request, end), said) for end in ("since", "until")
     )
+    written = written_days(CustomerRequest, "since", said)
+    read = (("since", since), ("until", until))
+    if (
+        since
+        and until
+        and len(written) == 2
+        and not all(bears_out(CustomerRequest, *end, said) for end in read)
+    ):
+        # Both ends read and two dates written in digits: the range runs between those two,
+        # whichever of their numbers a model put where.
+        since, until = (Day.model_validate(day) for day in written)
     if (since is None) != (until is None):  # one date: its words say which end it is
         day = since or until
         starts, ends = (says_field(CustomerRequest, end, said) for end in ("since", "until"))
