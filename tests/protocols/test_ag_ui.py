@@ -940,9 +940,10 @@ async def test_the_route_is_in_the_openapi_document() -> None:
         document = (await client.get("/openapi.json")).json()
     operation = document["paths"]["/ag-ui/{flow}"]["post"]
     assert operation["tags"] == ["AG-UI"]
-    assert operation["requestBody"]["content"]["application/json"]["schema"]["required"] == [
-        "threadId",
-        "runId",
-        "messages",
-    ]
+    # The SDK's own schema of RunAgentInput, among the document's components.
+    schema = operation["requestBody"]["content"]["application/json"]["schema"]
+    assert schema == {"$ref": "#/components/schemas/AgUiRunAgentInput"}
+    run_input = document["components"]["schemas"]["AgUiRunAgentInput"]
+    assert run_input["required"] == ["threadId", "runId", "messages"]
+    assert "AgUiUserMessage" in document["components"]["schemas"]
     assert "text/event-stream" in operation["responses"]["200"]["content"]

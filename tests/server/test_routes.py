@@ -319,7 +319,9 @@ async def test_a_bug_in_the_store_is_a_500_not_an_outage_to_retry() -> None:
             "kind": "internal",
             "message": "Internal server error.",
             "retryable": False,
+            "retry_after": None,
             "fields": [],
+            "session_id": None,
         }
         assert SECRET not in reply.text
 
@@ -335,8 +337,15 @@ async def test_an_unexpected_exception_is_a_bare_500() -> None:
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
         reply = await client.get("/broken")
     assert reply.status_code == 500
-    assert reply.json() == {
-        "error": {"kind": "internal", "message": "Internal server error.", "retryable": False, "fields": []}
+    assert reply.json() == {  # the whole shape of an error, as every other
+        "error": {
+            "kind": "internal",
+            "message": "Internal server error.",
+            "retryable": False,
+            "retry_after": None,
+            "fields": [],
+            "session_id": None,
+        }
     }
     assert SECRET not in reply.text and "Traceback" not in reply.text
 

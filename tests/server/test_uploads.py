@@ -227,7 +227,7 @@ async def test_files_over_the_limits_are_413_before_they_are_read() -> None:
         (
             {"data": {"message": "hi", "stream": "maybe"}, "files": []},
             "body.stream",
-            "Input should be a valid boolean, unable to interpret input",
+            "must be true or false",
         ),
     ],
 )

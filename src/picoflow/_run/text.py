@@ -34,14 +34,16 @@ def check_text(value: str, name: str) -> None:
 
 
 def check_message(message: object, max_chars: int) -> str:
-    """A user's message as a turn sees it (stripped), or the rule it breaks: not text, empty, over
-    ``max_chars`` (``MessageTooLong``), or text no store can keep."""
+    """A user's message as a turn sees it (stripped), or the rule it breaks: not text, over
+    ``max_chars`` as sent (``MessageTooLong``), empty, or text no store can keep."""
     if not isinstance(message, str):
         raise InvalidInput(f"message must be text, not {type(message).__name__}", field="message")
+    # The limit is of the message as sent: what a client checks before sending, and what the
+    # OpenAPI document states (``maxLength``).
+    if len(message) > max_chars:
+        raise MessageTooLong(f"message is longer than {max_chars} characters", field="message")
     text = message.strip()
     if not text:
         raise InvalidInput("message is empty", field="message")
-    if len(text) > max_chars:
-        raise MessageTooLong(f"message is longer than {max_chars} characters", field="message")
     check_text(text, "message")
     return text

@@ -12,13 +12,12 @@ from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
-from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 import picoflow
 from picoflow.engine import FlowEngine
-from picoflow.server import errors, protocols, routes
+from picoflow.server import contract, errors, protocols, routes
 from picoflow.server.auth import Authenticator, check_bind, is_loopback
 from picoflow.server.errors import ApiError
 from picoflow.server.middleware import BodyLimit, Guard
@@ -86,7 +85,7 @@ def create_app(engine: FlowEngine, *, settings: ServerSettings | None = None) ->
     state.protocols = protocols.install(app)
     app.add_exception_handler(ApiError, errors.api_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, errors.validation_error)  # type: ignore[arg-type]
-    app.add_exception_handler(HTTPException, errors.http_error)  # type: ignore[arg-type]
+    contract.install(app, state)  # the exact OpenAPI document, and 405 / OPTIONS with their Allow
     if settings.ui:
         _add_page(app, state, open_mode)
 

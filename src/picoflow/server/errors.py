@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from picoflow.exceptions import InvalidInput, RunError
@@ -28,6 +29,7 @@ __all__ = [
     "DECISION_FIELDS",
     "DEFAULT_RETRY_AFTER",
     "ApiError",
+    "ErrorShape",
     "decision_error",
     "engine_call",
     "not_found",
@@ -42,6 +44,16 @@ DEFAULT_RETRY_AFTER = 5.0
 """Retry hint (seconds) for a 503 when the provider gave none."""
 SESSION_HEADER = "CHAT_SESSION_ID"
 """The header PicoFlow clients carry the session id in, both ways."""
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorShape:
+    """How the errors of the paths under ``prefix`` are written (a protocol's own shape), and
+    their schema in the OpenAPI document (``ServerState.error_shapes``)."""
+
+    prefix: str
+    schema: Mapping[str, Any]
+    write: Callable[[ApiError], Response]
 
 
 class ApiError(Exception):
@@ -169,7 +181,14 @@ async def engine_call(session_id: str | None = None) -> AsyncIterator[None]:
 # --- rendering -------------------------------------------------------------------------------------------
 
 
-def error_response(request: Request, error: ApiError) -> JSONResponse:
+def error_response(request: Request, error: ApiError) -> Response:
+    """``error`` in the shape of the surface of ``request``'s path: a protocol's own where one is
+    registered (``ServerState.error_shapes``), the PicoFlow envelope on ``/ai/``, else picoflow's."""
+    state = getattr(request.app.state, "picoflow", None)
+    for shape in getattr(state, "error_shapes", ()):
+        if request.url.path.startswith(shape.prefix):
+            written: Response = shape.write(error)
+            return written
     headers = error.headers()
     body: dict[str, Any]
     if request.url.path.startswith("/ai/"):
@@ -189,11 +208,11 @@ def error_response(request: Request, error: ApiError) -> JSONResponse:
     return JSONResponse(body, status_code=error.status, headers=headers)
 
 
-async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+async def api_error(request: Request, exc: ApiError) -> Response:
     return error_response(request, exc)
 
 
-async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+async def validation_error(request: Request, exc: RequestValidationError) -> Response:
     problems = []
     for item in exc.errors():
         where = ".".join(str(part) for part in item.get("loc", ())) or "body"
@@ -216,7 +235,7 @@ _KIND_BY_STATUS = {
 }
 
 
-async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+async def http_error(request: Request, exc: HTTPException) -> Response:
     status = exc.status_code
     if status == 400:
         # FastAPI answers 400 when it cannot decode a body at all (invalid UTF-8, nesting too deep

@@ -4,16 +4,20 @@ that turns any unexpected exception into a JSON 500 whose details only go to the
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 
 from starlette.exceptions import HTTPException
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from picoflow.server.errors import ApiError, error_response
 
 __all__ = ["BodyLimit", "Guard"]
 
 logger = logging.getLogger("picoflow.server")
+
+INTERNAL = ApiError(500, "internal", "Internal server error.")
 
 
 class _BodyTooLarge(HTTPException):
@@ -21,21 +25,10 @@ class _BodyTooLarge(HTTPException):
         super().__init__(413, f"request body is larger than {limit} bytes")
 
 
-def _json_message(status: int, kind: str, message: str) -> bytes:
-    return json.dumps(
-        {"error": {"kind": kind, "message": message, "retryable": False, "fields": []}}
-    ).encode()
-
-
-async def _send_json(send: Send, status: int, body: bytes) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+async def _send_error(scope: Scope, receive: Receive, send: Send, error: ApiError) -> None:
+    """``error`` answered before the app saw the request, in the shape of its path's surface."""
+    response = error_response(Request(scope), error)
+    await response(scope, receive, send)
 
 
 class _BodyTimeout(HTTPException):
@@ -74,8 +67,8 @@ class BodyLimit:
             limit = self.upload_bytes
         for name, value in scope["headers"]:
             if name == b"content-length" and value.isdigit() and int(value) > limit:
-                message = f"request body is larger than {limit} bytes"
-                await _send_json(send, 413, _json_message(413, "body_too_large", message))
+                error = ApiError(413, "body_too_large", f"request body is larger than {limit} bytes")
+                await _send_error(scope, receive, send, error)
                 return
         received = 0
         loop = asyncio.get_running_loop()
@@ -134,10 +127,10 @@ class Guard:
                 "picoflow.server: stray CancelledError on %s %s", scope.get("method"), scope.get("path")
             )
             if not started:
-                await _send_json(send, 500, _json_message(500, "internal", "Internal server error."))
+                await _send_error(scope, receive, send, INTERNAL)
         except Exception:
             logger.exception(
                 "picoflow.server: unhandled error on %s %s", scope.get("method"), scope.get("path")
             )
             if not started:
-                await _send_json(send, 500, _json_message(500, "internal", "Internal server error."))
+                await _send_error(scope, receive, send, INTERNAL)

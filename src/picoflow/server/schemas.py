@@ -7,11 +7,13 @@ engine; the identity comes from authentication only.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Base64Bytes, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from picoflow.approvals import Approval
 from picoflow.attachments import Attachment, AttachmentRef
@@ -100,7 +102,8 @@ class ServerSettings:
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    # Strict: a value is of the type the document states (``"stream": 0`` is no boolean).
+    model_config = ConfigDict(extra="ignore", strict=True)
 
 
 class FieldProblem(BaseModel):
@@ -155,6 +158,28 @@ class HealthResponse(BaseModel):
 # --- resource API -----------------------------------------------------------------------------------
 
 
+BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+"""Base64 as ``base64.b64decode(..., validate=True)`` takes it: the standard alphabet, padded."""
+
+
+def _decoded(value: object) -> object:
+    """The bytes of base64 text; text that is not base64 is refused, never read leniently (a
+    lenient decoder drops what is not of its alphabet and reads other bytes than were sent)."""
+    if not isinstance(value, str):
+        return value  # refused by the bytes type, with its own message
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("is not base64 (the standard alphabet, padded with =)") from None
+
+
+Base64Data = Annotated[
+    bytes,
+    BeforeValidator(_decoded),
+    WithJsonSchema({"type": "string", "contentEncoding": "base64", "pattern": BASE64_PATTERN}),
+]
+
+
 class FileIn(BaseModel):
     """A file in a JSON turn body, its bytes in base64."""
 
@@ -162,7 +187,7 @@ class FileIn(BaseModel):
 
     name: str = Field("attachment", min_length=1, max_length=255, description="The file's name (a label).")
     media_type: str = Field(min_length=1, max_length=127, description="image/png, application/pdf, ...")
-    data: Base64Bytes = Field(description="The file's bytes, base64-encoded (standard alphabet).")
+    data: Base64Data = Field(description="The file's bytes, base64-encoded (standard alphabet, padded).")
 
     def attachment(self) -> Attachment:
         return Attachment.from_bytes(self.data, self.media_type, self.name)
@@ -286,6 +311,7 @@ class DecisionRequest(BaseModel):
 
     model_config = ConfigDict(
         extra="forbid",
+        strict=True,
         json_schema_extra={"examples": [{"decision": "deny", "reason": "Refunds over $100 need a receipt."}]},
     )
 

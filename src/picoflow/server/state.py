@@ -15,7 +15,7 @@ from picoflow.context import INJECTED_NAMES, Caller
 from picoflow.engine import FlowEngine
 from picoflow.server.auth import Authenticator, AuthError
 from picoflow.server.errors import SESSION_HEADER as SESSION_HEADER
-from picoflow.server.errors import ApiError
+from picoflow.server.errors import ApiError, ErrorShape
 from picoflow.server.readiness import Readiness
 from picoflow.server.schemas import ErrorBody, ServerSettings
 
@@ -49,6 +49,14 @@ class ServerState:
     """Event streams still running (kept referenced so a disconnect cannot drop their turn)."""
     protocols: list[Served] = field(default_factory=list)
     """The protocols served beside the native API (``picoflow.server.protocols``)."""
+    components: dict[str, Any] = field(default_factory=dict)
+    """Schemas a protocol's routes refer to (``#/components/schemas/NAME``), added to the OpenAPI
+    document (``picoflow.server.contract``)."""
+    document_edits: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
+    """What a protocol corrects in the OpenAPI document its SDK's helpers wrote (run once, in order)."""
+    error_shapes: list[ErrorShape] = field(default_factory=list)
+    """How the errors of a protocol's paths are written (``picoflow.server.contract``); the others
+    in picoflow's shape, or the ``/ai/*`` envelope."""
 
 
 def state_of(request: Request) -> ServerState:

@@ -98,16 +98,24 @@ def turn_parameters(path_parameter: str) -> dict[str, Any]:
             {"name": "render", "in": "query", "required": False, "schema": render, "description": RENDER_DOC},
         ],
         # Merged with the JSON body FastAPI documents: the same turn with files as parts.
-        "requestBody": {"content": {"multipart/form-data": {"schema": _FORM_SCHEMA}}},
+        "requestBody": {
+            "content": {
+                "multipart/form-data": {
+                    "schema": _FORM_SCHEMA,
+                    "encoding": {"config": {"contentType": "application/json"}},
+                }
+            }
+        },
     }
 
 
 _FORM_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["message"],
+    "additionalProperties": False,
     "properties": {
         "message": {"type": "string", "description": "What the user said."},
-        "config": {"type": "string", "description": "A JSON object: RunContext.config (never stored)."},
+        "config": {"type": "object", "description": "A JSON object: RunContext.config (never stored)."},
         "stream": {"type": "boolean", "description": "Answer with Server-Sent Events."},
         "attachments": {
             "type": "array",

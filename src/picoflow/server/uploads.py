@@ -46,7 +46,8 @@ def is_form(request: Request) -> bool:
 
 async def read_form(request: Request, limits: AttachmentLimits) -> tuple[TurnRequest, list[Attachment]]:
     """A multipart turn: fields ``message``, ``config`` (JSON object), ``stream`` and any number of
-    ``attachments`` file parts. 413 for a file over the limits, 422 for a malformed body."""
+    ``attachments`` file parts. 413 for a file over the limits, 422 for a malformed body or a part
+    of another name."""
     try:
         async with request.form(
             max_files=limits.max_files, max_fields=len(_FORM_FIELDS) * 2, max_part_size=_MAX_TEXT_FIELD
@@ -64,6 +65,10 @@ async def read_form(request: Request, limits: AttachmentLimits) -> tuple[TurnReq
                     fields[name] = value
                 elif name == FIELD:
                     raise _malformed(FIELD, "must be a file part (with a filename)")
+                else:
+                    # Refused rather than ignored: a misspelt field would be lost without a word.
+                    known = ", ".join((*_FORM_FIELDS, FIELD))
+                    raise _malformed(name or "(unnamed)", f"is not a part of a turn (the parts are {known})")
             body = _turn_body(fields)
             return body, await _attachments(uploads, limits)
     except HTTPException as exc:
@@ -88,7 +93,11 @@ def _turn_body(fields: dict[str, Any]) -> TurnRequest:
         except ValueError:
             raise _malformed("config", "is not valid JSON") from None
     if "stream" in fields:
-        data["stream"] = fields["stream"]
+        # As the document states it (a boolean part is "true" or "false"), not every word pydantic
+        # would take for one ("0", "yes", "on").
+        if fields["stream"] not in ("true", "false"):
+            raise _malformed("stream", "must be true or false")
+        data["stream"] = fields["stream"] == "true"
     try:
         return TurnRequest.model_validate(data)
     except ValidationError as exc:

@@ -1380,7 +1380,20 @@ def install(app: FastAPI) -> list[str]:
     del app.router.routes[before:]
     app.router.routes[:0] = added
     _close_with(app, agent)
+    state.document_edits.append(_version_header)
     return [f"GET {CARD_PATH}", f"POST {RPC_PATH}"]
+
+
+def _version_header(document: dict[str, Any]) -> None:
+    """The SDK documents ``A2A-Version`` as required; a call without it is a call of version 0.3,
+    answered (as every refusal of the binding) with a JSON-RPC error at HTTP 200."""
+    for parameter in document.get("paths", {}).get(RPC_PATH, {}).get("post", {}).get("parameters", []):
+        if parameter.get("in") == "header" and parameter.get("name") == "A2A-Version":
+            parameter["required"] = False
+            parameter["description"] = (
+                "The protocol version, 1.0. Without it a call is of version 0.3, refused with a "
+                "JSON-RPC error (VERSION_NOT_SUPPORTED)."
+            )
 
 
 def _close_with(app: FastAPI, agent: _Agent) -> None:

@@ -65,7 +65,7 @@ from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnError, TurnFinished, TurnResult
 from picoflow.server.errors import ApiError, turn_error
 from picoflow.server.protocols._threads import check_thread_id, open_thread_turn, thread_session_id
-from picoflow.server.state import ERRORS, SESSION_HEADER, ApiRoute, access_of, with_config
+from picoflow.server.state import ERRORS, SESSION_HEADER, ApiRoute, ServerState, access_of, with_config
 from picoflow.server.streams import SSE_HEADERS, Beat, Feed, open_decision
 
 try:
@@ -636,20 +636,20 @@ def _respond(writer: _Writer, feeds: AsyncIterator[Feed], count: int, session_id
     return StreamingResponse(events(), media_type=MEDIA_TYPE, headers=headers)
 
 
+SCHEMA_PREFIX = "AgUi"
+"""The prefix of the AG-UI SDK's schemas among the OpenAPI document's components."""
+
+
 _OPENAPI: dict[str, Any] = {
     "parameters": [
         {"name": "flow", "in": "path", "required": True, "schema": {"type": "string", "title": "Flow"}}
     ],
     "requestBody": {
         "required": True,
+        "description": "An AG-UI RunAgentInput (https://docs.ag-ui.com/spec/1.0/schema); its last message "
+        "is the user's turn, or the tool results that decide pending approvals.",
         "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "description": "An AG-UI RunAgentInput (https://docs.ag-ui.com/spec/1.0/schema).",
-                    "required": ["threadId", "runId", "messages"],
-                }
-            }
+            "application/json": {"schema": {"$ref": f"#/components/schemas/{SCHEMA_PREFIX}RunAgentInput"}}
         },
     },
     "responses": {
@@ -658,11 +658,25 @@ _OPENAPI: dict[str, Any] = {
 }
 
 
+def input_schemas() -> dict[str, Any]:
+    """The SDK's own JSON schema of ``RunAgentInput`` and the schemas it refers to, named for the
+    OpenAPI document's components."""
+    schema = RunAgentInput.model_json_schema(
+        by_alias=True, ref_template=f"#/components/schemas/{SCHEMA_PREFIX}{{model}}"
+    )
+    defined = schema.pop("$defs", {})
+    for name in ("threadId", "runId"):  # the SDK takes any string; a thread and a run need an id
+        schema["properties"][name] = {**schema["properties"][name], "minLength": 1}
+    return {f"{SCHEMA_PREFIX}{name}": item for name, item in {**defined, "RunAgentInput": schema}.items()}
+
+
 def install(app: FastAPI) -> list[str]:
     """Add ``POST /ag-ui/{flow}`` to ``app``; returns it as ``METHOD path``.
 
     FastAPI tries routes one after another: a turn route is found among the first, right after
     the native turn routes (as they come first), rather than after every other route."""
+    state: ServerState = app.state.picoflow
+    state.components.update(input_schemas())
     routes = app.router.routes
     app.router.add_api_route(
         PATH,

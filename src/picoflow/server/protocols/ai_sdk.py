@@ -133,6 +133,11 @@ class MessageIn(_In):
     parts: list[PartIn] = Field(default_factory=list, max_length=MAX_PARTS)
 
 
+def _served_trigger(schema: dict[str, Any]) -> None:
+    schema.pop("enum", None)
+    schema["const"] = "submit-message"
+
+
 class ChatRequest(_In):
     """What ``DefaultChatTransport`` posts: the chat id, the chat's messages, why it sends them."""
 
@@ -151,7 +156,13 @@ class ChatRequest(_In):
 
     id: str = Field(description="The chat id: the caller's session of this chat.")
     messages: list[MessageIn] = Field(min_length=1, max_length=MAX_MESSAGES)
-    trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
+    # Validated as the SDK sends it, so that a regenerate is refused in words; documented as the
+    # one trigger served.
+    trigger: Literal["submit-message", "regenerate-message"] = Field(
+        "submit-message",
+        json_schema_extra=_served_trigger,
+        description="submit-message; regenerate-message is refused (the conversation is stored).",
+    )
     messageId: str | None = Field(None, max_length=200)
     config: dict[str, Any] = Field(
         default_factory=dict,

@@ -72,9 +72,9 @@ from picoflow.exceptions import (
 from picoflow.flow import FlowSpec
 from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnError, TurnFinished, TurnResult
-from picoflow.server.errors import DEFAULT_RETRY_AFTER, ApiError
+from picoflow.server.errors import DEFAULT_RETRY_AFTER, ApiError, ErrorShape
 from picoflow.server.readiness import TurnWatch
-from picoflow.server.state import Access, access_of, authenticate
+from picoflow.server.state import Access, ServerState, access_of, authenticate
 from picoflow.server.streams import SSE_HEADERS, Beat, Feed, open_decision, open_turn
 from picoflow.session import new_session_id
 from picoflow.usage import Usage
@@ -765,6 +765,13 @@ _REQUEST_SCHEMA: Final[dict[str, Any]] = {
 def install(app: FastAPI) -> list[str]:
     """Add this protocol's routes to ``app``; returns them as ``METHOD path`` strings."""
     add = partial(app.router.add_api_route, route_class_override=ChatRoute, tags=["OpenAI Chat Completions"])
+    # What the app itself answers on these paths (an unknown path or method, a body over the
+    # limit before any route runs) is in OpenAI's shape too.
+    state: ServerState = app.state.picoflow
+    for prefix in ("/v1/chat/", "/v1/models"):
+        state.error_shapes.append(
+            ErrorShape(prefix, _ERROR_SCHEMA, lambda error: ChatError.of(error).response())
+        )
     add("/v1/models", list_models, methods=["GET"], summary="List the flows as models")
     add(
         "/v1/models/{model}",
