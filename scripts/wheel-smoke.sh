@@ -17,6 +17,15 @@ trap cleanup EXIT
 "$PY" -m build --no-isolation --outdir "$WORK/dist" . >"$WORK/build.log" 2>&1 || { cat "$WORK/build.log"; exit 1; }
 "$PY" -m twine check --strict "$WORK"/dist/*
 WHEEL=$(ls "$WORK"/dist/*.whl)
+# The README PyPI shows links to the docs site and the repository, never to files it does not have.
+"$PY" - "$WHEEL" <<'PY'
+import re, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as wheel:
+    metadata = next(wheel.read(name).decode() for name in wheel.namelist() if name.endswith("/METADATA"))
+relative = sorted(set(re.findall(r"\]\((?!https?://|#)([^)]+)\)", metadata)))
+assert not relative, f"relative links in the PyPI README: {relative}"
+assert "](https://picoflow-ai.github.io/picoflow/getting-started/)" in metadata
+PY
 VERSION=$("$PY" -c 'import picoflow; print(picoflow.__version__)')
 case "$(basename "$WHEEL")" in picoflow_ai-"$VERSION"-py3-none-any.whl) ;; *) echo "unexpected wheel $WHEEL" >&2; exit 1;; esac
 

@@ -55,6 +55,9 @@ async def test_the_engines_limits_and_the_served_flows_are_in_the_schema() -> No
     assert flow["schema"]["enum"] == ["desk", "other"]
     chat = paths["/v1/chat/completions"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert chat["properties"]["model"]["enum"] == ["desk", "other"]
+    completion = paths["/v1/chat/completions"]["post"]["responses"]["200"]
+    assert list(completion["headers"]) == ["X-Picoflow-Session"]
+    assert list(paths["/ai/run"]["post"]["responses"]["200"]["headers"]) == ["CHAT_SESSION_ID"]
     end = paths["/ai/end"]["post"]["parameters"]
     assert [(p["name"], p["in"], p["required"]) for p in end] == [("CHAT_SESSION_ID", "header", True)]
     assert schemas["AgUiRunAgentInput"]["properties"]["threadId"]["minLength"] == 1

@@ -800,6 +800,17 @@ def install(app: FastAPI) -> list[str]:
                 }
             ],
         },
-        responses={200: {"content": {"text/event-stream": {}}}, **_ERRORS},
+        responses={
+            200: {
+                "content": {"text/event-stream": {}},
+                "headers": {
+                    SESSION_HEADER: {
+                        "schema": {"type": "string"},
+                        "description": "The session the turn ran in: send it back to continue.",
+                    }
+                },
+            },
+            **_ERRORS,
+        },
     )
     return ["GET /v1/models", "GET /v1/models/{model}", "POST /v1/chat/completions"]
