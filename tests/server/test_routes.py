@@ -311,18 +311,21 @@ async def test_a_failing_store_is_503_without_its_details() -> None:
         assert SECRET not in reply.text
 
 
+INTERNAL = {  # the whole shape of an error, as every other
+    "kind": "internal",
+    "message": "Internal server error.",
+    "retryable": False,
+    "retry_after": None,
+    "fields": [],
+    "session_id": None,
+}
+
+
 async def test_a_bug_in_the_store_is_a_500_not_an_outage_to_retry() -> None:
     async with client_for(desk_engine(store=BrokenStore(bug=True))) as client:
         reply = await client.get("/v1/sessions")
         assert reply.status_code == 500 and "retry-after" not in reply.headers
-        assert reply.json()["error"] == {
-            "kind": "internal",
-            "message": "Internal server error.",
-            "retryable": False,
-            "retry_after": None,
-            "fields": [],
-            "session_id": None,
-        }
+        assert reply.json()["error"] == INTERNAL
         assert SECRET not in reply.text
 
 
@@ -337,16 +340,7 @@ async def test_an_unexpected_exception_is_a_bare_500() -> None:
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
         reply = await client.get("/broken")
     assert reply.status_code == 500
-    assert reply.json() == {  # the whole shape of an error, as every other
-        "error": {
-            "kind": "internal",
-            "message": "Internal server error.",
-            "retryable": False,
-            "retry_after": None,
-            "fields": [],
-            "session_id": None,
-        }
-    }
+    assert reply.json() == {"error": INTERNAL}
     assert SECRET not in reply.text and "Traceback" not in reply.text
 
 
