@@ -122,11 +122,6 @@ def exact(document: dict[str, Any], state: ServerState) -> None:
                 if parameter.get("in") == "path" and parameter.get("name") in ("flow", "model") and flows:
                     parameter["schema"] = {**parameter.get("schema", {}), "enum": flows}
     _limits(document, state, flows)
-    chat = document["paths"].get("/v1/chat/completions", {}).get("post")
-    if chat is not None and flows:
-        body = chat.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema", {})
-        if "model" in body.get("properties", {}):
-            body["properties"]["model"] = {**body["properties"]["model"], "enum": flows}
     _compat_header(document)
     _links(document)
     for edit in state.document_edits:

@@ -228,7 +228,15 @@ def bears_out(model: type[BaseModel], name: str, value: Any, said: str) -> bool:
     neither rule says anything about is borne out."""
     evidence = _evidence(model, name)
     plain = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
-    return _borne(evidence, plain, words(said), written_numbers(said), WrittenDates.of(said))
+    # The dates written in digits are read only for a field whose value is a day of a date.
+    dated = evidence.parts is not None and bool(date_parts(evidence.parts))
+    return _borne(
+        evidence,
+        plain,
+        words(said),
+        written_numbers(said),
+        WrittenDates.of(said) if dated else WrittenDates(),
+    )
 
 
 def written_days(model: type[BaseModel], name: str, said: str) -> list[dict[str, int]]:

@@ -762,6 +762,14 @@ _REQUEST_SCHEMA: Final[dict[str, Any]] = {
 }
 
 
+def _served_models(flows: list[str], document: dict[str, Any]) -> None:
+    """The ``model`` a chat completion may name: one of the served flows."""
+    chat = document.get("paths", {}).get("/v1/chat/completions", {}).get("post", {})
+    body = chat.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema", {})
+    if flows and "model" in body.get("properties", {}):
+        body["properties"]["model"] = {**body["properties"]["model"], "enum": flows}
+
+
 def install(app: FastAPI) -> list[str]:
     """Add this protocol's routes to ``app``; returns them as ``METHOD path`` strings."""
     add = partial(app.router.add_api_route, route_class_override=ChatRoute, tags=["OpenAI Chat Completions"])
@@ -772,6 +780,7 @@ def install(app: FastAPI) -> list[str]:
         state.error_shapes.append(
             ErrorShape(prefix, _ERROR_SCHEMA, lambda error: ChatError.of(error).response())
         )
+    state.document_edits.append(partial(_served_models, [spec.name for spec in state.engine.flows]))
     add("/v1/models", list_models, methods=["GET"], summary="List the flows as models")
     add(
         "/v1/models/{model}",
