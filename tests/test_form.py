@@ -31,7 +31,6 @@ def test_a_new_form_knows_nothing_and_round_trips_through_json() -> None:
         "known": {},
         "declined": [],
         "asking": None,
-        "corrections": 0,
         "introduced": False,
     }
     form = Form(
@@ -42,7 +41,6 @@ def test_a_new_form_knows_nothing_and_round_trips_through_json() -> None:
         "known": {"name": "Ada", "cities": ["Rome"]},
         "declined": ["cities"],
         "asking": "age",
-        "corrections": 0,
         "introduced": True,
     }
     assert Form.model_validate(stored) == form
@@ -57,8 +55,6 @@ def test_a_form_cannot_be_changed_in_place() -> None:
         form.known["age"] = 36  # type: ignore[index]
     with pytest.raises(ValidationError):
         Form.model_validate({"known": {}, "slots": {}})  # no stray keys
-    with pytest.raises(ValidationError):
-        Form(corrections=-1)
 
 
 def test_values_are_the_typed_slots_value() -> None:
@@ -82,20 +78,37 @@ def test_pending_is_the_first_question_not_answered() -> None:
     assert Form(known={**both, "end": "2027-05-12"}).pending(QUESTIONS) is None
 
 
-def test_asking_now_records_the_question_resets_corrections_and_counts_the_intro_as_said() -> None:
-    form = Form(corrections=1)
+def test_asking_now_records_the_question_and_counts_the_intro_as_said() -> None:
+    form = Form(known={"name": "Ada"})
     asking = form.asking_now(AGE)
-    assert (asking.asking, asking.corrections, asking.introduced) == ("age", 0, True)
+    assert (asking.asking, asking.introduced) == ("age", True)
     assert asking.asked(QUESTIONS) == AGE
     done = asking.asking_now(None)
-    assert (done.asking, done.corrections, done.introduced) == (None, 0, True)
+    assert (done.asking, done.introduced) == (None, True)
     # Completing without a question leaves the intro unsaid.
     assert Form().asking_now(None).introduced is False
-    assert form == Form(corrections=1)
+    assert form == Form(known={"name": "Ada"})
 
 
-def test_corrected_counts_corrections() -> None:
-    assert Form().corrected().corrected().corrections == 2
+def test_a_form_stored_with_the_readers_bookkeeping_loads_without_it() -> None:
+    # Sessions stored before the reader kept corrections and second looks to itself.
+    stored = {
+        "known": {"name": "Ada"},
+        "declined": [],
+        "asking": "age",
+        "corrections": 1,
+        "introduced": True,
+        "heard": ["name"],
+        "rereading": "I'm Ada, 36",
+    }
+    form = Form.model_validate(stored)
+    assert form == Form(known={"name": "Ada"}, asking="age", introduced=True)
+    assert form.model_dump(mode="json") == {
+        "known": {"name": "Ada"},
+        "declined": [],
+        "asking": "age",
+        "introduced": True,
+    }
 
 
 def test_forget_makes_fields_unknown_and_their_questions_open_again() -> None:

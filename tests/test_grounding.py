@@ -11,11 +11,13 @@ from typing import Annotated, Literal
 import pytest
 from pydantic import BaseModel, Field
 
-from picoflow import Extraction, FlowDefinitionError, Said, SlotStep
+from picoflow import FlowDefinitionError, Said, SlotStep
 from picoflow._schema import json_schema
 from picoflow.slots import as_written, bears_out, says_field, says_option, written_days
-from picoflow.slots.grounding import WrittenDates, date_parts, evidence_of, left_out, told
-from picoflow.slots.reading import Reading, reading_of
+from picoflow.slots.dates import WrittenDates
+from picoflow.slots.grounding import Grounding, Heard, Item
+from picoflow.slots.reading import reading_of
+from picoflow.slots.said import date_parts, evidence_of, left_out, told
 
 Interest = Annotated[
     Literal["music", "food", "outdoors", "art"],
@@ -44,64 +46,70 @@ class Wishes(BaseModel):
     pets: bool | None = None
 
 
-def kept(said: str, *items: Reading, slots: type[BaseModel] | None = None) -> list[Reading]:
-    return list(Extraction(items).grounded(said, slots).items)
+class Nothing(BaseModel):
+    """A slots model declaring no words: only the quote and the numbers are judged."""
+
+
+def kept(said: str, *items: Item, slots: type[BaseModel] | None = None) -> list[Item]:
+    """What the small-model profile keeps of ``items`` read from ``said``."""
+    found, _ = Grounding.for_small_models().judge(slots or Nothing, items, Heard(said, slips=True))
+    return list(found)
 
 
 # --- the quote and the numbers, for any reading ------------------------------------------------------
 
 
 def test_the_quote_must_be_the_users_words_as_written_ignoring_case_and_spacing() -> None:
-    name = Reading("name", "ada  LOVELACE", "Ada Lovelace")
+    name = Item("name", "ada  LOVELACE", "Ada Lovelace")
     assert kept("I am Ada\nLovelace.", name) == [name]
     assert kept("I am Grace Hopper.", name) == []
-    assert kept("I am Ada Lovelace.", Reading("name", "", "Ada Lovelace")) == []
-    assert kept("I am Ada Lovelace.", Reading("name", "   ", "Ada Lovelace")) == []
+    assert kept("I am Ada Lovelace.", Item("name", "", "Ada Lovelace")) == []
+    assert kept("I am Ada Lovelace.", Item("name", "   ", "Ada Lovelace")) == []
 
 
 def test_the_quote_may_be_the_users_words_in_another_order_but_whole_words() -> None:
-    parking = Reading("amenities", "free parking", ["freeParking"])
-    wifi = Reading("amenities", "Free WiFi", ["freeWiFi"])
-    breakfast = Reading("amenities", "free breakfast", ["freeBreakfast"])
+    parking = Item("amenities", "free parking", ["freeParking"])
+    wifi = Item("amenities", "Free WiFi", ["freeWiFi"])
+    breakfast = Item("amenities", "free breakfast", ["freeBreakfast"])
     assert kept("free wifi, parking", parking, wifi, breakfast) == [parking, wifi]
     # Parts of words are not words: "park" is not in "parking".
-    assert kept("free wifi, parking", Reading("amenities", "free park", ["freeParking"])) == []
+    assert kept("free wifi, parking", Item("amenities", "free park", ["freeParking"])) == []
     # A quote the model spelt right for the user's slip of the keys is still their words.
-    date = Reading("check_in", "august 10", {"month": 8, "day": 10})
+    date = Item("check_in", "august 10", {"month": 8, "day": 10})
     assert kept("chek in agust 10", date) == [date]
     assert kept("chek in july 10", date) == []
 
 
 def test_a_value_holding_numbers_needs_one_of_them_written_in_the_quote() -> None:
     said = "compare 2,5,8 and keep it under $1,250.50, max 700"
-    assert kept(said, Reading("hotels", "2,5,8", 258)) == []
-    assert kept(said, Reading("hotels", "2,5,8", [2, 5, 8])) == [Reading("hotels", "2,5,8", [2, 5, 8])]
-    assert kept(said, Reading("price", "$1,250.50", 1250.5)) == [Reading("price", "$1,250.50", 1250.5)]
-    assert kept(said, Reading("price", "max 700", 700)) == [Reading("price", "max 700", 700)]
-    assert kept(said, Reading("price", "max 700", 7000)) == []
+    assert kept(said, Item("hotels", "2,5,8", 258)) == []
+    assert kept(said, Item("hotels", "2,5,8", [2, 5, 8])) == [Item("hotels", "2,5,8", [2, 5, 8])]
+    assert kept(said, Item("price", "$1,250.50", 1250.5)) == [Item("price", "$1,250.50", 1250.5)]
+    assert kept(said, Item("price", "max 700", 700)) == [Item("price", "max 700", 700)]
+    assert kept(said, Item("price", "max 700", 7000)) == []
     # The number must be in the quote, not anywhere in the message.
-    assert kept(said, Reading("price", "max", 700)) == []
+    assert kept(said, Item("price", "max", 700)) == []
 
 
 def test_numbers_inside_objects_count_and_booleans_are_not_numbers() -> None:
-    day = Reading("check_in", "8/1", {"month": 8, "day": 1, "year": None})
-    invented = Reading("check_in", "next month", {"month": 9, "day": 1, "year": 2027})
-    yes = Reading("in_portland", "yes", True)
-    name = Reading("name", "Ada", "Ada")
+    day = Item("check_in", "8/1", {"month": 8, "day": 1, "year": None})
+    invented = Item("check_in", "next month", {"month": 9, "day": 1, "year": 2027})
+    yes = Item("in_portland", "yes", True)
+    name = Item("name", "Ada", "Ada")
     assert kept("8/1 please, next month, yes, Ada", day, invented, yes, name) == [day, yes, name]
 
 
 def test_dates_and_thousands_written_with_dots_are_their_numbers() -> None:
-    date = Reading("check_in", "20.10.2027", {"month": 10, "day": 20, "year": 2027})
+    date = Item("check_in", "20.10.2027", {"month": 10, "day": 20, "year": 2027})
     assert kept("from 20.10.2027 on", date) == [date]
-    assert kept("up to 1.250.000 euros", Reading("budget", "1.250.000", 1250000)) == [
-        Reading("budget", "1.250.000", 1250000)
+    assert kept("up to 1.250.000 euros", Item("budget", "1.250.000", 1250000)) == [
+        Item("budget", "1.250.000", 1250000)
     ]
 
 
 def test_a_number_written_as_text_is_still_a_number_to_find() -> None:
-    assert kept("2,5,8", Reading("age", "2,5,8", "258")) == []
-    assert kept("I am 58", Reading("age", "58", "58")) == [Reading("age", "58", "58")]
+    assert kept("2,5,8", Item("age", "2,5,8", "258")) == []
+    assert kept("I am 58", Item("age", "58", "58")) == [Item("age", "58", "58")]
 
 
 # --- what the slots model declares ----------------------------------------------------------------------
@@ -109,35 +117,35 @@ def test_a_number_written_as_text_is_still_a_number_to_find() -> None:
 
 def test_an_option_needs_one_of_its_words_or_its_own_name_in_the_quote() -> None:
     said = "I love jazz and good food, and a hike"
-    jazz = Reading("interests", "jazz and good food", ["music", "food"])
+    jazz = Item("interests", "jazz and good food", ["music", "food"])
     assert kept(said, jazz, slots=Wishes) == [jazz]
     # Only the options borne out stay: the model added outdoors and art to "jazz". The marker
     # declares no words for "art", so it does not speak for it: only the quote is checked.
-    wide = Reading("interests", "I love jazz", ["music", "outdoors", "art"])
-    assert kept(said, wide, slots=Wishes) == [Reading("interests", "I love jazz", ["music", "art"])]
+    wide = Item("interests", "I love jazz", ["music", "outdoors", "art"])
+    assert kept(said, wide, slots=Wishes) == [Item("interests", "I love jazz", ["music", "art"])]
     # None left: the item goes.
-    assert kept(said, Reading("interests", "a hike", ["outdoors"]), slots=Wishes) == []
+    assert kept(said, Item("interests", "a hike", ["outdoors"]), slots=Wishes) == []
     # Its own name says an option; case does not matter.
-    assert kept("MUSIC please", Reading("interests", "MUSIC", ["music"]), slots=Wishes) == [
-        Reading("interests", "MUSIC", ["music"])
+    assert kept("MUSIC please", Item("interests", "MUSIC", ["music"]), slots=Wishes) == [
+        Item("interests", "MUSIC", ["music"])
     ]
 
 
 def test_a_phrase_of_several_words_must_be_written_in_that_order() -> None:
-    good = Reading("interests", "good food", ["food"])
+    good = Item("interests", "good food", ["food"])
     assert kept("good food", good, slots=Wishes) == [good]
-    assert kept("food, good", Reading("interests", "food good", ["food"]), slots=Wishes) == [
-        Reading("interests", "food good", ["food"])  # its own name, "food", is in the quote
+    assert kept("food, good", Item("interests", "food good", ["food"]), slots=Wishes) == [
+        Item("interests", "food good", ["food"])  # its own name, "food", is in the quote
     ]
-    assert kept("a good restaurant", Reading("interests", "good", ["food"]), slots=Wishes) == []
+    assert kept("a good restaurant", Item("interests", "good", ["food"]), slots=Wishes) == []
 
 
 def test_the_marker_may_sit_on_the_field_and_without_a_reading_schema_change() -> None:
-    twin = Reading("room", "a twin room", "two beds")
+    twin = Item("room", "a twin room", "two beds")
     assert kept("a twin room", twin, slots=Wishes) == [twin]
-    assert kept("a room", Reading("room", "a room", "two beds"), slots=Wishes) == []
-    assert kept("one bed", Reading("room", "one bed", "one bed"), slots=Wishes) == [
-        Reading("room", "one bed", "one bed")
+    assert kept("a room", Item("room", "a room", "two beds"), slots=Wishes) == []
+    assert kept("one bed", Item("room", "one bed", "one bed"), slots=Wishes) == [
+        Item("room", "one bed", "one bed")
     ]
     # The model sees the field's type and description, never the words.
     schema = json.dumps(json_schema(reading_of(Wishes)))
@@ -150,23 +158,23 @@ def test_the_marker_may_sit_on_the_field_and_without_a_reading_schema_change() -
 
 def test_a_text_value_is_made_of_the_quotes_words_unless_it_is_a_named_option() -> None:
     said = "OK, NOLA then, I'm Ada"
-    assert kept(said, Reading("city", "NOLA", "New Orleans"), slots=Wishes) == [
-        Reading("city", "NOLA", "New Orleans")
+    assert kept(said, Item("city", "NOLA", "New Orleans"), slots=Wishes) == [
+        Item("city", "NOLA", "New Orleans")
     ]
-    assert kept(said, Reading("city", "NOLA", "nola"), slots=Wishes) == [Reading("city", "NOLA", "nola")]
+    assert kept(said, Item("city", "NOLA", "nola"), slots=Wishes) == [Item("city", "NOLA", "nola")]
     # A city the words do not name: a known one without its words, or another one not written.
-    assert kept(said, Reading("city", "NOLA", "San Francisco"), slots=Wishes) == []
-    assert kept(said, Reading("city", "OK", "Paris"), slots=Wishes) == []
-    assert kept("Paris, please", Reading("city", "Paris", "Paris"), slots=Wishes) == [
-        Reading("city", "Paris", "Paris")
+    assert kept(said, Item("city", "NOLA", "San Francisco"), slots=Wishes) == []
+    assert kept(said, Item("city", "OK", "Paris"), slots=Wishes) == []
+    assert kept("Paris, please", Item("city", "Paris", "Paris"), slots=Wishes) == [
+        Item("city", "Paris", "Paris")
     ]
-    assert kept(said, Reading("name", "I'm Ada", "Ada"), slots=Wishes) == [Reading("name", "I'm Ada", "Ada")]
-    assert kept(said, Reading("name", "I'm Ada", "Grace"), slots=Wishes) == []
+    assert kept(said, Item("name", "I'm Ada", "Ada"), slots=Wishes) == [Item("name", "I'm Ada", "Ada")]
+    assert kept(said, Item("name", "I'm Ada", "Grace"), slots=Wishes) == []
 
 
 def test_numbers_and_booleans_are_left_to_the_quote_and_number_checks() -> None:
-    three = Reading("nights", "3 nights", 3)
-    pets = Reading("pets", "a dog", True)
+    three = Item("nights", "3 nights", 3)
+    pets = Item("pets", "a dog", True)
     assert kept("3 nights with a dog", three, pets, slots=Wishes) == [three, pets]
 
 
@@ -218,30 +226,30 @@ class Stay(BaseModel):
 
 def test_the_words_of_a_field_decide_the_field_a_value_is_kept_in() -> None:
     said = "under $400 a night, within 3 miles of the airport"
-    assert kept(said, Reading("min_price", "under $400", 400), slots=Stay) == [
-        Reading("max_price", "under $400", 400)
+    assert kept(said, Item("min_price", "under $400", 400), slots=Stay) == [
+        Item("max_price", "under $400", 400)
     ]
-    assert kept(said, Reading("center_miles", "3 miles of the airport", 3), slots=Stay) == [
-        Reading("airport_miles", "3 miles of the airport", 3)
+    assert kept(said, Item("center_miles", "3 miles of the airport", 3), slots=Stay) == [
+        Item("airport_miles", "3 miles of the airport", 3)
     ]
     # Its own words, or no field's words at all: the field read is kept.
-    assert kept("from $100", Reading("min_price", "from $100", 100), slots=Stay) == [
-        Reading("min_price", "from $100", 100)
+    assert kept("from $100", Item("min_price", "from $100", 100), slots=Stay) == [
+        Item("min_price", "from $100", 100)
     ]
-    assert kept("$400", Reading("min_price", "$400", 400), slots=Stay) == [Reading("min_price", "$400", 400)]
+    assert kept("$400", Item("min_price", "$400", 400), slots=Stay) == [Item("min_price", "$400", 400)]
     # A field without words of its own is never moved, even when its quote says another's.
-    assert kept("5 nights from June", Reading("nights", "5 nights from June", 5), slots=Stay) == [
-        Reading("nights", "5 nights from June", 5)
+    assert kept("5 nights from June", Item("nights", "5 nights from June", 5), slots=Stay) == [
+        Item("nights", "5 nights from June", 5)
     ]
 
 
 def test_a_range_quoted_whole_for_both_bounds_keeps_both() -> None:
     said = "from $100 to $300"
-    low, high = Reading("min_price", said, 100), Reading("max_price", said, 300)
+    low, high = Item("min_price", said, 100), Item("max_price", said, 300)
     assert kept(said, low, high, slots=Stay) == [low, high]
     # The same value read for both fields stays only in the one its words say.
     said = "within 5 miles of downtown"
-    airport, center = Reading("airport_miles", said, 5), Reading("center_miles", said, 5)
+    airport, center = Item("airport_miles", said, 5), Item("center_miles", said, 5)
     assert kept(said, airport, center, slots=Stay) == [center]
     assert kept(said, center, airport, slots=Stay) == [center]
 
@@ -249,52 +257,53 @@ def test_a_range_quoted_whole_for_both_bounds_keeps_both() -> None:
 def test_a_number_quoted_in_the_models_words_is_judged_by_the_part_that_writes_it() -> None:
     said = "Portland, Aug 14 to 17, we can spend up to $350 a night, from $200 is fine"
     # "at most $350" is not the user's words; the part writing 350 is, and it says a maximum ("up to").
-    assert kept(said, Reading("max_price", "at most $350", 350), slots=Stay) == [
-        Reading("max_price", "we can spend up to $350 a night", 350)
+    assert kept(said, Item("max_price", "at most $350", 350), slots=Stay) == [
+        Item("max_price", "we can spend up to $350 a night", 350)
     ]
     # "a minimum" (its own question's words) for the part "from $200 is fine": a minimum, as read...
-    assert kept(said, Reading("min_price", "a minimum", 200), slots=Stay) == [
-        Reading("min_price", "from $200 is fine", 200)
+    assert kept(said, Item("min_price", "a minimum", 200), slots=Stay) == [
+        Item("min_price", "from $200 is fine", 200)
     ]
     # ...and read as a maximum, the part's words move it.
-    assert kept(said, Reading("max_price", "max 200", 200), slots=Stay) == [
-        Reading("min_price", "from $200 is fine", 200)
+    assert kept(said, Item("max_price", "max 200", 200), slots=Stay) == [
+        Item("min_price", "from $200 is fine", 200)
     ]
     # Not anchored: a part that says no field of a field that has words ("400 a night" is no bound),
     # a number no part writes, or written in two parts.
-    assert kept("400 a night", Reading("max_price", "four hundred", 400), slots=Stay) == []
-    assert kept(said, Reading("max_price", "at most $300", 300), slots=Stay) == []
-    assert kept("3 nights, 3 guests", Reading("nights", "three nights", 3), slots=Stay) == []
+    assert kept("400 a night", Item("max_price", "four hundred", 400), slots=Stay) == []
+    assert kept(said, Item("max_price", "at most $300", 300), slots=Stay) == []
+    assert kept("3 nights, 3 guests", Item("nights", "three nights", 3), slots=Stay) == []
     # A field without words of its own needs none there; every number of the value must be written.
-    assert kept("a quiet room, 4 nights", Reading("nights", "four nights", 4), slots=Stay) == [
-        Reading("nights", "4 nights", 4)
+    assert kept("a quiet room, 4 nights", Item("nights", "four nights", 4), slots=Stay) == [
+        Item("nights", "4 nights", 4)
     ]
-    date = Reading("dates", "August 10th", [{"month": 8, "day": 10}])
+    date = Item("dates", "August 10th", [{"month": 8, "day": 10}])
     assert kept("arriving on July 10, for a week", date, slots=Stay) == []
 
 
 def test_a_yes_or_no_is_what_its_quote_says_and_a_denial_wins() -> None:
-    assert kept("yes please", Reading("pets", "yes", True), slots=Stay) == [Reading("pets", "yes", True)]
-    assert kept("we travel without the dog", Reading("pets", "without the dog", True), slots=Stay) == [
-        Reading("pets", "without the dog", False)
+    assert kept("yes please", Item("pets", "yes", True), slots=Stay) == [Item("pets", "yes", True)]
+    assert kept("we travel without the dog", Item("pets", "without the dog", True), slots=Stay) == [
+        Item("pets", "without the dog", False)
     ]
-    assert kept("no", Reading("pets", "no", True), slots=Stay) == [Reading("pets", "no", False)]
+    assert kept("no", Item("pets", "no", True), slots=Stay) == [Item("pets", "no", False)]
     # A quote that neither affirms nor denies keeps nothing: "search" is no yes.
-    assert kept("search", Reading("pets", "search", True), slots=Stay) == []
+    assert kept("search", Item("pets", "search", True), slots=Stay) == []
     with pytest.raises(FlowDefinitionError, match="give the words of both, or of neither"):
         Said(yes=("yes",))
 
 
 def test_an_option_quoted_by_its_name_is_looked_for_in_the_message() -> None:
     # A small model quotes "freeParking" rather than the user's "free parking": the message decides.
-    by_name = Reading("amenities", "freeParking", ["freeParking"])
-    assert kept("a suite with free parking", by_name, slots=Stay) == [by_name]
+    # The item then quotes the words that said it.
+    by_name = Item("amenities", "freeParking", ["freeParking"])
+    assert kept("a suite with free parking", by_name, slots=Stay) == [replace(by_name, quote="parking")]
     assert kept("a suite with a view", by_name, slots=Stay) == []
-    both = Reading("amenities", "freeParking, freeWiFi", ["freeParking", "freeWiFi"])
-    assert kept("parking please", both, slots=Stay) == [replace(both, value=["freeParking"])]
+    both = Item("amenities", "freeParking, freeWiFi", ["freeParking", "freeWiFi"])
+    assert kept("parking please", both, slots=Stay) == [replace(both, quote="parking", value=["freeParking"])]
     # Only options whose words are declared: a number or a bool quoted from elsewhere is dropped.
-    assert kept("400 a night", Reading("max_price", "four hundred", 400), slots=Stay) == []
-    assert kept("we have a dog", Reading("pets", "pets: true", True), slots=Stay) == []
+    assert kept("400 a night", Item("max_price", "four hundred", 400), slots=Stay) == []
+    assert kept("we have a dog", Item("pets", "pets: true", True), slots=Stay) == []
 
 
 def test_bears_out_checks_an_answer_read_without_a_quote() -> None:
@@ -425,6 +434,31 @@ def test_a_declared_word_of_five_letters_or_more_survives_one_slip_of_the_keys()
         assert not search.bears("search", [typed]), typed
     # Short words must be written as they are: "shoe" is not "show", "pool" not "poll".
     assert not Said(options={"show": ("show",)}).bears("show", ["shoe"])
+
+
+@pytest.mark.parametrize(
+    ("declared", "typed", "same"),
+    [
+        # A slip inside the word, in English and in Spanish and German.
+        ("search", "serch", True),
+        ("reservar", "reserbar", True),
+        ("zimmer", "zimmre", True),
+        # Never in the first letter: another word is likelier than a typo.
+        ("suite", "quite", False),
+        ("salle", "falle", False),
+        ("balkon", "falkon", False),
+        # Never a letter added or left out at the end, where languages put their endings.
+        ("nicht", "nichts", False),
+        ("hotel", "hotels", False),
+        ("habitación", "habitacione", False),
+    ],
+)
+def test_a_slip_of_the_keys_is_inside_a_word_never_its_first_letter_or_its_ending(
+    declared: str, typed: str, same: bool
+) -> None:
+    marker = Said(options={"x": (declared,)})
+    assert bool(marker.bears("x", [typed])) is same
+    assert marker.bears("x", [typed], exact=True) is (declared == typed)
 
 
 def test_left_out_finds_the_parts_a_reading_did_not_take() -> None:

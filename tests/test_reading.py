@@ -10,7 +10,8 @@ from pydantic import BaseModel, ValidationError
 
 from picoflow import Extraction
 from picoflow._schema import json_schema, strict_variant
-from picoflow.slots.reading import FORMAT_HINT, Reading, ReadingFormat, parse_reading, reading_of
+from picoflow.slots.grounding import Item
+from picoflow.slots.reading import FORMAT_HINT, ReadingFormat, parse_reading, reading_of
 from trip_slots import Trip
 
 
@@ -73,7 +74,7 @@ def test_parse_reads_items_in_order_and_drops_blank_values() -> None:
             ]
         }
     )
-    assert parse_reading(Trip, text) == Extraction((Reading("age", "36", 36), Reading("name", "", "Ada")))
+    assert parse_reading(Trip, text) == Extraction((Item("age", "36", 36), Item("name", "", "Ada")))
     assert parse_reading(Trip, '{"found": []}') == Extraction()
 
 
@@ -99,10 +100,10 @@ def test_parse_refuses_anything_else_with_the_format_hint(text: str) -> None:
 def test_given_joins_list_values_of_the_same_field_and_keeps_the_last_scalar() -> None:
     extraction = Extraction(
         (
-            Reading("cities", "Rome", ["Rome"]),
-            Reading("name", "Ada", "Ada"),
-            Reading("cities", "Paris and Oslo", ["Paris", "Oslo"]),
-            Reading("name", "Ada Lovelace", "Ada Lovelace"),
+            Item("cities", "Rome", ["Rome"]),
+            Item("name", "Ada", "Ada"),
+            Item("cities", "Paris and Oslo", ["Paris", "Oslo"]),
+            Item("name", "Ada Lovelace", "Ada Lovelace"),
         )
     )
     assert extraction.given == {"cities": ["Rome", "Paris", "Oslo"], "name": "Ada Lovelace"}

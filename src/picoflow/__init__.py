@@ -35,8 +35,8 @@ from picoflow.outcomes import (
 )
 from picoflow.prompts import Prompt
 from picoflow.slots.form import Ask, Form, ask
-from picoflow.slots.grounding import Said
 from picoflow.slots.reading import Extraction
+from picoflow.slots.said import Said
 from picoflow.slots.step import SlotStep
 from picoflow.step import LogicStep, Step, TerminateStep, since_last_user
 from picoflow.tools import ValidCall, declare_tool, tool, tools

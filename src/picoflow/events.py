@@ -77,4 +77,19 @@ class ApprovalDecided:
     """Always None: decisions are the turn's own."""
 
 
-TurnEvent = StepEntered | ToolCalled | ToolReturned | TextChunk | ApprovalRequested | ApprovalDecided
+@dataclass(frozen=True, slots=True)
+class ReadingJudged:
+    """A reading of the user's message was judged item by item (``picoflow.slots``): what was kept,
+    dropped (and by which rule) or repaired, with the words that bore each item out."""
+
+    step: str
+    verdicts: tuple[Mapping[str, Any], ...]
+    """Each verdict as plain JSON (``Verdict.to_json()``): field, value, action, rule, evidence."""
+    parent: str | None = None
+    """In a sub-step run (``run_step``): the id of the tool call it runs under, or the calling
+    step's name when a hook started it. None in the turn itself."""
+
+
+TurnEvent = (
+    StepEntered | ToolCalled | ToolReturned | TextChunk | ApprovalRequested | ApprovalDecided | ReadingJudged
+)

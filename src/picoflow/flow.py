@@ -364,7 +364,7 @@ def _build_step(
         groups=groups,
         definitions=tuple(spec.definition for spec in tools.values()),
         exposed=frozenset(tools),
-        output=_output_schema(step_cls.output),
+        output=output_schema(step_cls.output),
         is_logic=step_cls.is_logic,
         is_terminal=step_cls.is_terminal,
         checks_response=_overrides(step_cls, "check_response", Step),
@@ -428,7 +428,7 @@ def _step_tools(
     return tools, group_map
 
 
-def _output_schema(output: type[BaseModel] | None) -> OutputSchema | None:
+def output_schema(output: type[BaseModel] | None) -> OutputSchema | None:
     """The structured-output schema the model is given, strict when strict mode keeps its meaning."""
     if output is None:
         return None

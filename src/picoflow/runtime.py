@@ -84,6 +84,14 @@ class StepRuntime(Protocol):
 
     def terminate_target(self) -> str | None: ...
 
+    def model_of(self, step_name: str) -> Any:
+        """The model that serves ``step_name`` in this turn."""
+        ...
+
+    def judged(self, step_name: str, verdicts: Sequence[Any]) -> None:
+        """Report the verdicts of a reading (``picoflow.slots.Verdict``) to whatever watches the turn."""
+        ...
+
     @property
     def substep_input(self) -> str | None: ...
 

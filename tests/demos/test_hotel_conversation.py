@@ -240,7 +240,6 @@ async def test_final_state(chat: Chat) -> None:
             },
             "declined": ["max_airport_miles"],
             "asking": None,
-            "corrections": 0,
             "introduced": True,
         }
     }

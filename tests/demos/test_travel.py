@@ -66,7 +66,6 @@ def form(
         "known": known,
         "declined": list(declined),
         "asking": asking,
-        "corrections": 0,
         "introduced": introduced,
     }
 

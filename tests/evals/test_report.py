@@ -243,6 +243,7 @@ def turn(
         "output_tokens": tokens_out,
         "error": None,
         "model_answers": [f"Shop: {answer or reply}"],
+        "verdicts": [],  # the shop flow reads no slots
         "failed": failed or [],
         "unscored": unscored or [],
         "checks": [{"name": name, "status": status} for name, status in checks],

@@ -203,8 +203,8 @@ def test_a_folder_and_several_documents(tmp_path: Path) -> None:
         (
             "turns: [{user: hi, expect: {tool_caled: add}}]\n",
             "FILE: turn 1 ('hi'), expect.tool_caled: unknown field; expected one of: step, completed, "
-            "state, reply_contains, reply_not_contains, tool_called, tool_not_called, model_calls, pending, "
-            "pending_count, refused, judge",
+            "state, reply_contains, reply_not_contains, tool_called, tool_not_called, model_calls, "
+            "field_set, field_dropped, field_not_set, pending, pending_count, refused, judge",
         ),
         (
             "turns: [{user: hi, expect: {completed: maybe}}]\n",

@@ -405,7 +405,6 @@ async def test_http_agent_plays_three_hotel_turns_in_one_thread() -> None:
                 "known": {"in_portland": True, "check_in": "2027-08-01", "check_out": "2027-08-08"},
                 "declined": [],
                 "asking": "max_price",
-                "corrections": 0,
                 "introduced": True,
             }
         }

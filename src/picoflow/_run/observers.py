@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from picoflow.events import (
     ApprovalDecided,
     ApprovalRequested,
+    ReadingJudged,
     StepEntered,
     TextChunk,
     ToolCalled,
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from picoflow.approvals import Approval
     from picoflow.messages import ModelRequest, ModelResponse, ToolCall
     from picoflow.results import TurnResult
+    from picoflow.slots.grounding import Verdict
 
 
 class TurnObserver:
@@ -81,6 +83,9 @@ class TurnObserver:
 
     def approval_decided(self, approval: Approval) -> None:
         """Someone decided ``approval``; it holds who, when, what and why."""
+
+    def reading_judged(self, step: str, verdicts: tuple[Verdict, ...]) -> None:
+        """A reading of the user's message in ``step`` was judged: a verdict per item read."""
 
     def turn_ended(self, error: BaseException | None) -> None:
         """The loop stopped (before the commit): ``error`` is None when it produced a reply."""
@@ -166,6 +171,10 @@ class Observers(TurnObserver):
         for observer in self.observers:
             observer.approval_decided(approval)
 
+    def reading_judged(self, step: str, verdicts: tuple[Verdict, ...]) -> None:
+        for observer in self.observers:
+            observer.reading_judged(step, verdicts)
+
     def turn_ended(self, error: BaseException | None) -> None:
         for observer in self.observers:
             observer.turn_ended(error)
@@ -216,6 +225,9 @@ class EventStream(TurnObserver):
 
     def approval_decided(self, approval: Approval) -> None:
         self.emit(ApprovalDecided(approval))
+
+    def reading_judged(self, step: str, verdicts: tuple[Verdict, ...]) -> None:
+        self.emit(ReadingJudged(step, tuple(verdict.to_json() for verdict in verdicts), self.parent))
 
     def sub_turn(self, step: str, call: ToolCall | None) -> TurnObserver:
         return EventStream(self.emit, parent=call.id if call is not None else step)

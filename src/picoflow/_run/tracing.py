@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from picoflow.approvals import Approval
     from picoflow.messages import ModelRequest, ModelResponse, ToolCall
     from picoflow.results import TurnResult
+    from picoflow.slots.grounding import Verdict
 
 SYSTEM = "picoflow"
 
@@ -193,6 +194,21 @@ class TracingObserver(TurnObserver):
             self._turn.add_event("picoflow.approval.decided", _audit(approval))
             self._turn.set_attribute("picoflow.approval.id", approval.id)
             self._turn.set_attribute("picoflow.approval.decision", approval.status)
+
+    def reading_judged(self, step: str, verdicts: tuple[Verdict, ...]) -> None:
+        """The verdicts of a reading on the step's span: the fields kept, and each field dropped or
+        repaired with its rule (never a value: it may hold private text)."""
+        span = self._step or self._turn
+        if span is None:
+            return
+        for action in ("kept", "dropped", "repaired"):
+            named = [
+                v.field if v.rule is None or action == "kept" else f"{v.field}:{v.rule}"
+                for v in verdicts
+                if v.action == action
+            ]
+            if named:
+                span.set_attribute(f"picoflow.reading.{action}", named)
 
     def sub_turn(self, step: str, call: ToolCall | None) -> TurnObserver:
         """A sub-step run's spans nest under the calling tool's span (or the calling step's)."""

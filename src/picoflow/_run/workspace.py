@@ -200,6 +200,23 @@ class Workspace:
     def terminate_target(self) -> str | None:
         return self.config.spec.terminate
 
+    def model_of(self, step_name: str) -> Model:
+        return self.config.model_for(self.config.spec.steps[step_name])
+
+    def judged(self, step_name: str, verdicts: Sequence[Any]) -> None:
+        """A reading's verdicts: the observers see them all; a drop is a session warning too,
+        naming the field and the rule (never the value: it may hold private text)."""
+        if not verdicts:
+            return
+        self.config.observer.reading_judged(step_name, tuple(verdicts))
+        for verdict in verdicts:
+            if verdict.action == "dropped":
+                self.warn(
+                    "reading_dropped",
+                    f"{verdict.field} was read but not kept: rule {verdict.rule}",
+                    step_name,
+                )
+
     def context_for(self, step: str) -> RunContext[Any]:
         context = self._contexts.get(step)
         if context is None:

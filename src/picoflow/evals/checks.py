@@ -77,6 +77,8 @@ class Observation:
     """What the store's error record says about a failed turn (the reply only has the public text)."""
     earlier: Sequence[Message] = ()
     """The messages before the turn: a decision runs calls an earlier turn proposed."""
+    verdicts: Sequence[Mapping[str, Any]] = ()
+    """The verdicts of the turn's readings (``ReadingJudged`` events), each with its step."""
 
     @property
     def error(self) -> str | None:
@@ -170,6 +172,7 @@ def check_turn(expect: Expectations, seen: Observation) -> list[Check]:
                 count,
             )
         )
+    checks.extend(_reading_checks(expect, seen.verdicts))
     if expect.model_calls is not None:
         count = seen.result.usage.model_calls
         checks.append(
@@ -177,6 +180,24 @@ def check_turn(expect: Expectations, seen: Observation) -> list[Check]:
                 "model_calls", _status(expect.model_calls.holds(count)), expect.model_calls.describe(), count
             )
         )
+    return checks
+
+
+def _reading_checks(expect: Expectations, verdicts: Sequence[Mapping[str, Any]]) -> list[Check]:
+    """The checks on what grounding decided this turn: fields set, dropped by a rule, not set."""
+    checks: list[Check] = []
+    kept = [v for v in verdicts if v["action"] != "dropped"]
+    dropped = [v for v in verdicts if v["action"] == "dropped"]
+    shown = [{key: v[key] for key in ("field", "value", "action", "rule") if key in v} for v in verdicts]
+    for name, expected in expect.field_set.items():
+        ok = any(v["field"] == name and matches(expected, v["value"]) for v in kept)
+        checks.append(Check(f"field_set: {name}", _status(ok), expected, shown))
+    for name, rule in expect.field_dropped.items():
+        ok = any(v["field"] == name and (rule is None or v.get("rule") == rule) for v in dropped)
+        checks.append(Check(f"field_dropped: {name}", _status(ok), rule or "any rule", shown))
+    for name in expect.field_not_set:
+        hits = [v["value"] for v in kept if v["field"] == name]
+        checks.append(Check(f"field_not_set: {name}", _status(not hits), None, hits))
     return checks
 
 

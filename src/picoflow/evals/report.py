@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from rich import box
 from rich.console import Console
@@ -33,6 +35,21 @@ class ProgressPrinter:
         if turn.failures:  # what the model answered, so a failure shows the reading behind it
             for answer in turn.answers:
                 self.console.print(f"    [dim]{escape(answer)}[/dim]", soft_wrap=True)
+        for verdict in turn.verdicts:  # a drop or a repair is never silent
+            if verdict["action"] != "kept":
+                self.console.print(
+                    f"    [yellow]{escape(describe_verdict(verdict))}[/yellow]", soft_wrap=True
+                )
+
+
+def describe_verdict(verdict: Mapping[str, Any]) -> str:
+    """One line for a verdict: "dropped max_price (numbers_written)", "repaired min_price -> max_price"."""
+    action, name, rule = verdict["action"], verdict["field"], verdict.get("rule")
+    if action == "repaired" and "read_as" in verdict:
+        was = verdict["read_as"]
+        moved = f"{was['field']} -> {name}" if was["field"] != name else name
+        return f"repaired {moved}: {was['value']!r} -> {verdict['value']!r} ({rule})"
+    return f"{action} {name}: {verdict['value']!r}" + (f" ({rule})" if rule else "")
 
 
 def print_result(console: Console, result: EvalResult, min_pass: float) -> None:

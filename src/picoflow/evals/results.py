@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,9 @@ class TurnRecord:
     answers: tuple[str, ...] = ()
     """What the model answered this turn, as the transcript keeps it ("Explore: {...}"): where a
     check failed, the reading the flow was given."""
+    verdicts: tuple[Mapping[str, Any], ...] = ()
+    """What grounding decided of each item the turn's readings held (``Verdict.to_json()``, with
+    the step): kept, dropped by a named rule, or repaired."""
 
     @property
     def passed(self) -> bool:
@@ -68,6 +71,7 @@ class TurnRecord:
             "output_tokens": self.usage.output_tokens,
             "error": self.error,
             "model_answers": list(self.answers),
+            "verdicts": [dict(verdict) for verdict in self.verdicts],
             "failed": [_check_json(check) for check in self.failures],
             "unscored": [_check_json(check) for check in self.checks if check.status == "unscored"],
             "checks": [{"name": check.name, "status": check.status} for check in self.checks],

@@ -13,6 +13,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from picoflow.approvals import Approval
@@ -21,6 +22,7 @@ from picoflow.evals.checks import Check, Observation, check_turn
 from picoflow.evals.judge import Judge, render_transcript
 from picoflow.evals.results import EvalResult, RunRecord, ScenarioResult, TurnRecord
 from picoflow.evals.scenario import Scenario, ScenarioError, Turn
+from picoflow.events import ReadingJudged, TurnEvent
 from picoflow.exceptions import ScriptExhausted
 from picoflow.flow import Flow, FlowSpec
 from picoflow.messages import Message, ModelRequest, ModelResponse
@@ -53,6 +55,7 @@ class _Noted(Model):
             inner.output_reserve,
         )
         self.reads_images, self.time_limit = inner.reads_images, inner.time_limit
+        self.grounding = inner.grounding
         self._noted: list[str] = []
 
     async def request(self, request: ModelRequest) -> ModelResponse:
@@ -89,6 +92,8 @@ class _Playback(Model):
     """
 
     name = "scripted:scenario"
+    # The scripted responses stand in for the embedded model, as a ScriptedModel does.
+    grounding = "small"
 
     def __init__(self) -> None:
         self.start_run()
@@ -240,9 +245,13 @@ async def _play(
                 playback.start_turn(turn)
             started = time.perf_counter()
             decide = turn.decide
+            verdicts: list[Mapping[str, Any]] = []
+            heard = _verdicts_into(verdicts)
             if decide is None:
                 files = scenario.attachments(index)
-                result = await engine.run(flow, turn.said, session_id, caller=caller, attachments=files)
+                result = await engine.run(
+                    flow, turn.said, session_id, caller=caller, attachments=files, on_event=heard
+                )
             elif session_id is None or decide.approval > len(pending):
                 missing = Check(
                     "decide", "failed", f"pending approval #{decide.approval}", [a.tool for a in pending]
@@ -256,13 +265,14 @@ async def _play(
                 who = decide.caller.caller() if decide.caller is not None else caller
                 chosen = pending[decide.approval - 1]
                 result = await engine.decide(
-                    session_id, chosen.id, decide.decision, decide.reason, caller=who
+                    session_id, chosen.id, decide.decision, decide.reason, caller=who, on_event=heard
                 )
             seconds = time.perf_counter() - started
             if result.error is None or decide is None:
                 pending = result.pending  # a refused decision leaves the approvals as they were
             session_id = result.session_id or session_id
             seen, messages = await _observe(engine, result, session_id, committed)
+            seen = replace(seen, verdicts=tuple(verdicts))
             if seen.session is not None:
                 committed = seen.session.next_seq
             checks = check_turn(turn.expect, seen)
@@ -282,11 +292,22 @@ async def _play(
                 checks=tuple(checks),
                 error=seen.error,
                 answers=noted.take() if noted is not None else (),
+                verdicts=tuple(verdicts),
             )
             records.append(record)
             if on_turn is not None:
                 on_turn(scenario, number, record)
     return RunRecord(number, session_id, tuple(records))
+
+
+def _verdicts_into(verdicts: list[Mapping[str, Any]]) -> Callable[[TurnEvent], None]:
+    """An ``on_event`` listener keeping the verdicts of the turn's readings, each with its step."""
+
+    def heard(event: TurnEvent) -> None:
+        if isinstance(event, ReadingJudged) and event.parent is None:
+            verdicts.extend({**verdict, "step": event.step} for verdict in event.verdicts)
+
+    return heard
 
 
 async def _observe(

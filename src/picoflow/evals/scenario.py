@@ -156,6 +156,14 @@ class Expectations(_Strict):
     tool_not_called: list[ToolExpectation] = Field(default_factory=list)
     """None may match a call the model made this turn."""
     model_calls: CountRange | None = None
+    field_set: dict[str, Any] = Field(default_factory=dict)
+    """``field: matcher``: a reading this turn kept (or repaired into) the field with a matching
+    value (``{}`` matches any value)."""
+    field_dropped: dict[str, str | None] = Field(default_factory=dict)
+    """``field: rule``: a reading this turn read the field and grounding dropped it, by that rule
+    (``null``: by any rule)."""
+    field_not_set: list[str] = Field(default_factory=list)
+    """Fields no reading this turn kept."""
     pending: list[ToolExpectation] = Field(default_factory=list)
     """Each must match a call the turn ended waiting for approval on (``TurnResult.pending``):
     its tool, and its arguments as a subset."""
@@ -174,6 +182,7 @@ class Expectations(_Strict):
         "tool_not_called",
         "pending",
         "judge",
+        "field_not_set",
         mode="before",
     )(_listed)
 
@@ -186,6 +195,16 @@ class Expectations(_Strict):
             except re.error as exc:
                 raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
         return patterns
+
+    @field_validator("field_set")
+    @classmethod
+    def _field_matchers(cls, wanted: dict[str, Any]) -> dict[str, Any]:
+        for name, expected in wanted.items():
+            try:
+                check_matcher(expected)
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}") from None
+        return wanted
 
     @field_validator("state")
     @classmethod

@@ -57,6 +57,10 @@ class Model(ABC):
     #: Seconds one request may take, every attempt of the adapter's retries counted (not the waits
     #: between them); None when unknown. A durable executor sizes its activity's time from it.
     time_limit: float | None = None
+    #: The grounding profile readings of this model's answers get (``picoflow.slots.Grounding``):
+    #: ``"default"`` (the rules that act on evidence against a reading) or ``"small"`` (every rule
+    #: and the rescues a small model needs: the embedded model asks for it).
+    grounding: str = "default"
 
     @abstractmethod
     async def request(self, request: ModelRequest) -> ModelResponse:

@@ -50,6 +50,8 @@ class FallbackModel(Model):
         # Images go to the list when one of its models can see them; a blind one they fall back to
         # refuses them itself.
         self.reads_images = any(model.reads_images for model in self.models)
+        # Its answers may come from any member: the strictest grounding any of them asks for.
+        self.grounding = "small" if any(model.grounding == "small" for model in self.models) else "default"
 
     def falls_back(self, error: ModelError) -> bool:
         """Whether ``error`` of one member hands the request to the next."""

@@ -24,7 +24,12 @@ def _estimate_tokens(text_length: int) -> int:
 
 
 class _RecordingModel(Model):
-    def __init__(self, name: str, context_window: int | None, output_reserve: int) -> None:
+    def __init__(
+        self, name: str, context_window: int | None, output_reserve: int, grounding: str = "small"
+    ) -> None:
+        if grounding not in ("small", "default"):
+            raise ValueError(f"grounding must be 'small' or 'default', not {grounding!r}")
+        self.grounding = grounding
         if context_window is not None and not 0 <= output_reserve < context_window:
             raise ValueError("output_reserve must be at least 0 and smaller than context_window")
         self.name = name
@@ -76,7 +81,9 @@ class ScriptedModel(_RecordingModel):
     either. A step without an entry, or whose script ran out, raises ``ScriptExhausted``.
 
     ``context_window`` and ``output_reserve`` play a model with that window (default: unlimited), so
-    a test sees its requests fitted as a real model's would be.
+    a test sees its requests fitted as a real model's would be. ``grounding`` is the profile its
+    readings get (``picoflow.slots.Grounding``): ``"small"`` by default, standing in for the
+    embedded model; ``"default"`` stands in for a hosted one.
 
     ``assert_complete()`` fails when responses were left unplayed: a script longer than what the
     flow asked for means the flow took another path than the test believes (a step ended early, a
@@ -90,8 +97,9 @@ class ScriptedModel(_RecordingModel):
         name: str = "scripted:test",
         context_window: int | None = None,
         output_reserve: int = 0,
+        grounding: str = "small",
     ) -> None:
-        super().__init__(name, context_window, output_reserve)
+        super().__init__(name, context_window, output_reserve, grounding)
         self.script: list[Any] | dict[str, list[Any]] = (
             _per_step(script) if isinstance(script, Mapping) else list(script)
         )
@@ -226,7 +234,7 @@ def _per_step(script: Mapping[str, Iterable[Any]]) -> dict[str, list[Any]]:
 class FunctionModel(_RecordingModel):
     """Answers each request with ``fn(request)`` (sync or async), which returns a script item.
 
-    ``context_window`` and ``output_reserve`` as for ``ScriptedModel``.
+    ``context_window``, ``output_reserve`` and ``grounding`` as for ``ScriptedModel``.
     """
 
     def __init__(
@@ -236,8 +244,9 @@ class FunctionModel(_RecordingModel):
         name: str = "function:test",
         context_window: int | None = None,
         output_reserve: int = 0,
+        grounding: str = "small",
     ) -> None:
-        super().__init__(name, context_window, output_reserve)
+        super().__init__(name, context_window, output_reserve, grounding)
         self.fn = fn
 
     async def request(self, request: ModelRequest) -> ModelResponse:

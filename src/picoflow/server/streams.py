@@ -4,7 +4,8 @@ while the turn waits for them.
 Events: ``status`` (the embedded model is still loading: ``{"status": "loading", "phase": ...,
 "message": ...}``, the same body as ``GET /readyz``), ``step``, ``tool_call``, ``tool_result``,
 ``text`` (when the provider streams), ``approval_requested`` and ``approval_decided`` (an
-``ApprovalOut``), then ``result`` (a ``TurnResponse``) or ``error``
+``ApprovalOut``), ``reading`` (a reading's verdicts: ``{"step": ..., "verdicts": [...]}``), then
+``result`` (a ``TurnResponse``) or ``error``
 (``{"status": ..., "error": {...}}``). Every stream ends with a ``result`` or an ``error`` event.
 
 The stream opens once the engine has accepted the turn (its ``before_turn`` gate runs): what the
@@ -28,6 +29,7 @@ from picoflow.context import Caller
 from picoflow.events import (
     ApprovalDecided,
     ApprovalRequested,
+    ReadingJudged,
     StepEntered,
     TextChunk,
     ToolCalled,
@@ -99,6 +101,8 @@ def _event(event: TurnEvent) -> bytes:
         return _sse("approval_requested", {**_approval(event.approval), **nested})
     if isinstance(event, ApprovalDecided):
         return _sse("approval_decided", {**_approval(event.approval), **nested})
+    if isinstance(event, ReadingJudged):
+        return _sse("reading", {"step": event.step, "verdicts": [dict(v) for v in event.verdicts], **nested})
     raise TypeError(f"unknown turn event {type(event).__name__}")
 
 

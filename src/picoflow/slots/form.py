@@ -1,8 +1,9 @@
 """``Form``: where a slot-filling conversation stands, as one immutable value.
 
 What is known (the JSON value of each field given so far), which optional questions the user
-replied to without their fields, which question their next message answers, how many corrections
-went to the model since their latest message, and whether the intro was said. Every operation is
+replied to without their fields, which question their next message answers, and whether the
+intro was said. How one message is being read (corrections, a second look) is the reader's own
+business and never stored here (``picoflow.slots.reader``). Every operation is
 pure and returns a new ``Form``; the slots model and the questions are passed in, so a form is
 plain data that round-trips through JSON (``model_dump(mode="json")`` / ``model_validate``).
 
@@ -21,17 +22,18 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
-    SerializerFunctionWrapHandler,
     ValidationError,
     field_serializer,
     field_validator,
-    model_serializer,
+    model_validator,
 )
 
 from picoflow._schema import redact_error_message
 from picoflow.exceptions import FlowDefinitionError
 
 Slots = TypeVar("Slots", bound=BaseModel)
+
+_TRANSIENT = frozenset({"corrections", "heard", "rereading"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,15 +87,17 @@ class Form(BaseModel):
     """Keys of the optional questions the user replied to without giving their fields."""
     asking: str | None = None
     """Key of the question the user's next message answers; None before the first and once done."""
-    corrections: int = Field(0, ge=0)
-    """Corrections sent to the model since the user's latest message."""
     introduced: bool = False
     """The intro was said (it goes out once, with the first question)."""
-    heard: tuple[str, ...] = ()
-    """Fields taken from the user's latest message before the model took a second look at it."""
-    rereading: str | None = None
-    """The user's latest message while the model takes a second look at parts of it: its memory
-    holds only those parts then, and what it reads in them is checked against the whole message."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _earlier(cls, data: Any) -> Any:
+        # Forms stored before the reader kept its own bookkeeping held how many corrections went to
+        # the model and what a second look had heard: transient, so dropped when loaded.
+        if isinstance(data, Mapping) and _TRANSIENT & data.keys():
+            return {key: value for key, value in data.items() if key not in _TRANSIENT}
+        return data
 
     @field_validator("known", mode="after")
     @classmethod
@@ -103,17 +107,6 @@ class Form(BaseModel):
     @field_serializer("known")
     def _plain(self, known: Mapping[str, JsonValue]) -> dict[str, JsonValue]:
         return dict(known)
-
-    @model_serializer(mode="wrap")
-    def _stored(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # ``heard`` and ``rereading`` live only between a second look and its answer: stored forms
-        # keep their shape.
-        data: dict[str, Any] = handler(self)
-        if not self.heard:
-            data.pop("heard", None)
-        if self.rereading is None:
-            data.pop("rereading", None)
-        return data
 
     def _with(self, **changes: Any) -> Form:
         # Through the constructor, so every new form is validated like a stored one.
@@ -173,24 +166,12 @@ class Form(BaseModel):
         open_ = [q.key for q in questions if q.optional and self.pending([q]) is not None]
         return self._with(declined=tuple(dict.fromkeys((*self.declined, *open_))))
 
-    def corrected(self, heard: Sequence[str] = (), rereading: str | None = None) -> Form:
-        """The form once a correction went to the model, with the fields ``heard`` so far; for a
-        second look, with the message it rereads parts of (``rereading``)."""
-        return self._with(
-            corrections=self.corrections + 1,
-            heard=tuple(dict.fromkeys((*self.heard, *heard))),
-            rereading=rereading if rereading is not None else self.rereading,
-        )
-
     def asking_now(self, question: Ask | None) -> Form:
-        """The form once code asked ``question`` (None: there is nothing left to ask). The user's
-        next message answers it, so the corrections start again; the intro has been said with it."""
+        """The form once code asked ``question`` (None: there is nothing left to ask): the user's
+        next message answers it; the intro has been said with it."""
         return self._with(
             asking=question.key if question is not None else None,
-            corrections=0,
             introduced=self.introduced or question is not None,
-            heard=(),
-            rereading=None,
         )
 
 

@@ -20,16 +20,17 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any, ClassVar, TypeVar, cast
 
 from pydantic import BaseModel
 
 from picoflow.exceptions import FlowDefinitionError
 from picoflow.outcomes import Outcome, direct, go, stay
-from picoflow.slots.form import Ask, Form, Merge
-from picoflow.slots.grounding import evidence_of, left_out, says_option, told
+from picoflow.slots.form import Ask, Form
+from picoflow.slots.grounding import Grounding
+from picoflow.slots.reader import Again, Reader, Reading
 from picoflow.slots.reading import EXTRACT_RULES, Extraction, ReadingFormat, parse_reading, reading_of
+from picoflow.slots.said import Said, evidence_of
 from picoflow.step import Step
 
 T = TypeVar("T")
@@ -89,10 +90,18 @@ class SlotStep(Step):
     #: step whose rules refuse what the user said (a date in the past), not how it was read, sets 0.
     max_corrections: ClassVar[int] = 1
     #: Whether parts of a long message the reading left out (a number no value holds, the words
-    #: of an option not read: ``grounding.left_out``) go back to the model once, with what was read
-    #: kept, while a question is still open. It costs a model call when it happens; a small model
-    #: reading "Portland, August 10 to August 13 2027, one bed, search" often stops after a few items.
+    #: of an option not read: ``said.left_out``) go back to the model once, with what was read
+    #: kept, while a question is still open, when the grounding profile allows it (the small-model
+    #: one does). It costs a model call when it happens; a small model reading "Portland, August
+    #: 10 to August 13 2027, one bed, search" often stops after a few items.
     second_look: ClassVar[bool] = True
+    #: The grounding policy readings pass through (``picoflow.slots.Grounding``); None: the profile
+    #: the step's model asks for (the embedded model asks for ``Grounding.for_small_models()``).
+    grounding: ClassVar[Grounding | None] = None
+    #: The words that accept or decline what the assistant put forward (``Said(yes=..., no=...)``):
+    #: with them, a value offered in the question ("Shall I book the Hotel Monaco?") and accepted
+    #: ("sounds great") is kept, a declined one never; the small-model profile needs them to keep one.
+    accept: ClassVar[Said | None] = None
     instructions = EXTRACT_RULES
     # Ending a session cannot be undone; a reading step does not offer it unless asked to.
     terminate_tool = False
@@ -190,89 +199,60 @@ class SlotStep(Step):
     async def on_response(self, response: Any) -> Outcome:
         if not isinstance(response, Extraction):  # pragma: no cover - parse_output makes one
             raise TypeError("a SlotStep's model answer must be parsed by SlotStep.parse_output")
-        message = self._message()
-        said = response.grounded(message, self.slots)
-        merged = self.form.merge(self.slots, said.given, self.questions)
-        if merged.problems and merged.form.corrections < self.max_corrections:
-            self.form = merged.form.corrected()
-            return stay(_correction(merged.problems))
-        if merged.form.rereading is not None:  # a second look's answer
-            merged = self._told(merged, message)
-        form = merged.form
-        if form.heard:  # a second look: what the first answer gave was heard too
-            merged = replace(merged, accepted=tuple(dict.fromkeys((*form.heard, *merged.accepted))))
-        if self.goodbye is not None and (self.goodbye in form.known or self._farewell(merged, message)):
+        reader = self._reader or self._start_reading()
+        taken = reader.take(response)
+        if isinstance(taken, Again):
+            self.form = reader.form  # what was accepted so far is kept whatever comes next
+            if taken.fresh:
+                self.erase_memory()
+            return stay(taken.text)
+        self._reader = None
+        self._runtime.judged(self.name, taken.verdicts)
+        form = taken.form
+        if self.goodbye is not None and (self.goodbye in form.known or taken.farewell):
             self.erase_memory()
             self.form = form.forget(self.goodbye).asking_now(None)
             target = self._runtime.terminate_target()
             assert target is not None, "Flow checks that a SlotStep with a goodbye has a TerminateStep"
             return go(target)
-        if (
-            self.second_look
-            and form.corrections == 0
-            and not merged.problems
-            and form.pending(self.questions) is not None  # else nothing is left to learn
-        ):
-            kept = [(item.field, item.quote, item.value) for item in said.items]
-            if left := left_out(message, kept, self.slots):
-                # What was read is kept; the model reads the parts it left out, once per message,
-                # as a message of their own: shown its first answer, it gives the same again.
-                self.erase_memory()
-                self.form = form.corrected(merged.accepted, rereading=message)
-                return stay(_second_look(left))
-        # The reading is final: from here on code answers the user, and the next message starts
-        # the corrections again, whatever the step does with it.
+        # The reading is final: from here on code answers the user, and the next message is read
+        # afresh, whatever the step does with it.
         if self.go_ahead is not None and self.go_ahead in form.known:
             form = form.forget(self.go_ahead).waiving(self.questions)
         values = form.values(self.slots)
         self.erase_memory()
         self.form = form.asking_now(form.asked(self.questions))
-        acted = await _settled(self.on_reading(values, merged.accepted))
+        acted = await _settled(self.on_reading(values, taken.accepted))
         if acted is not None:
             return acted
-        return await self._ask_next(form, values, merged)
+        return await self._ask_next(form, values, taken)
 
-    def _message(self) -> str:
-        """The user's message the model's answer reads: their latest in memory, else (a second look,
-        whose memory holds only the parts of it to read again) the one the form keeps."""
-        latest = self.last_user_message
-        if latest is not None:
-            return latest
-        return self.form.rereading or ""
+    _reader: Reader | None = None
 
-    def _told(self, merged: Merge, message: str) -> Merge:
-        """``merged`` with what the declared words alone tell of the fields two readings left out:
-        a yes-or-no field ("a suite in Portland") and the ``go_ahead`` ("could you show me what you
-        have?"). A small model reading a long message skips these more than any other."""
-        form = merged.form
-        yes_no = {
-            name
-            for name, evidence in evidence_of(self.slots).items()
-            if any(marker.decides_yes_no for marker in evidence.said)
-        }
-        given = {
-            name: value
-            for name in (*sorted(yes_no), self.go_ahead)
-            if name is not None
-            and name not in form.known
-            and name not in merged.problems
-            and (value := told(message, self.slots, name)) is not None
-        }
-        if not given:
-            return merged
-        more = form.merge(self.slots, given)  # no question is declined by it: they were asked before
-        return replace(
-            more, accepted=(*merged.accepted, *more.accepted), problems={**merged.problems, **more.problems}
+    def _start_reading(self) -> Reader:
+        """The reader of the user's latest message, held by this step for the turn: corrections and
+        a second look are bookkeeping of one message, never stored."""
+        messages = self.messages
+        latest = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].is_from_user), None)
+        message = messages[latest].content if latest is not None else ""
+        before = messages[:latest] if latest is not None else ()
+        previous = next((m.content for m in reversed(before) if m.role == "assistant" and m.content), None)
+        self._reader = Reader(
+            self.slots,
+            message,
+            form=self.form,
+            questions=self.questions,
+            previous=previous,
+            grounding=self.grounding or Grounding.for_model(self._runtime.model_of(self.name)),
+            max_corrections=self.max_corrections,
+            second_look=self.second_look,
+            accept=self.accept,
+            go_ahead=self.go_ahead,
+            goodbye=self.goodbye,
         )
+        return self._reader
 
-    def _farewell(self, merged: Merge, message: str) -> bool:
-        """Whether a message the reading kept nothing of holds the words of the goodbye."""
-        assert self.goodbye is not None
-        # The first answer to the message: after a second look, the first had something in it.
-        nothing = not merged.accepted and not merged.problems and merged.form.corrections == 0
-        return nothing and says_option(self.slots, self.goodbye, message)
-
-    async def _ask_next(self, form: Form, values: Any, merged: Merge) -> Outcome:
+    async def _ask_next(self, form: Form, values: Any, merged: Reading) -> Outcome:
         """The question of the field just refused, else the first one open; or, none left, on_complete."""
         refused = next(iter(merged.problems), None)
         question = next((q for q in self.questions if refused in q.fields), None) or form.pending(
@@ -288,27 +268,6 @@ class SlotStep(Step):
             words.append(f"Sorry, {merged.problems[refused].rstrip('.')}.")
         words.append(self.phrase(question, values))
         return direct(" ".join(word.strip() for word in words if word.strip()))
-
-
-def _second_look(parts: Sequence[str]) -> str:
-    # Only the parts, as a message of their own: told "your reading left out...", a 1.5B model
-    # answered {"found": []}; a short message it reads as it read the first.
-    return "\n".join(parts)
-
-
-def _correction(problems: Mapping[str, str]) -> str:
-    # Fields refused together (a check-in and check-out that contradict each other) share one line.
-    fields_of: dict[str, list[str]] = {}
-    for name, why in problems.items():
-        fields_of.setdefault(why, []).append(name)
-    rules = "\n".join(
-        f"- {why}" if why.startswith(f"{names[0]}:") else f"- {', '.join(names)}: {why}"
-        for why, names in fields_of.items()
-    )
-    return (
-        f"These fields were not accepted:\n{rules}\nAnswer again with those items corrected, or without "
-        "them where the message does not give them."
-    )
 
 
 async def _settled(result: T | Awaitable[T]) -> T:

@@ -21,6 +21,7 @@ from picoflow.context import Caller
 from picoflow.events import (
     ApprovalDecided,
     ApprovalRequested,
+    ReadingJudged,
     StepEntered,
     TextChunk,
     ToolCalled,
@@ -211,7 +212,9 @@ class DecisionInput(BaseModel):
 class EncodedEvent(BaseModel):
     """A ``TurnEvent``: ``kind`` names its class, the other fields are its own."""
 
-    kind: Literal["step", "tool_call", "tool_result", "text", "approval_requested", "approval_decided"]
+    kind: Literal[
+        "step", "tool_call", "tool_result", "text", "approval_requested", "approval_decided", "reading"
+    ]
     step: str
     parent: str | None = None
     approval: Approval | None = None
@@ -221,6 +224,7 @@ class EncodedEvent(BaseModel):
     args: dict[str, Any] = Field(default_factory=dict)
     content: str = ""
     is_error: bool = False
+    verdicts: list[dict[str, Any]] = Field(default_factory=list)
 
 
 def encode_event(event: TurnEvent) -> EncodedEvent:
@@ -245,6 +249,9 @@ def encode_event(event: TurnEvent) -> EncodedEvent:
         return EncodedEvent(kind="approval_requested", step=event.step, approval=event.approval)
     if isinstance(event, ApprovalDecided):
         return EncodedEvent(kind="approval_decided", step=event.approval.step, approval=event.approval)
+    if isinstance(event, ReadingJudged):
+        verdicts = [to_jsonable_python(dict(verdict), fallback=str) for verdict in event.verdicts]
+        return EncodedEvent(kind="reading", step=event.step, verdicts=verdicts, parent=event.parent)
     return EncodedEvent(kind="text", step=event.step, content=event.text, parent=event.parent)
 
 
@@ -260,6 +267,8 @@ def decode_event(encoded: EncodedEvent) -> TurnEvent:
         return ApprovalRequested(e.step, e.approval)
     if e.kind == "approval_decided" and e.approval is not None:
         return ApprovalDecided(e.approval)
+    if e.kind == "reading":
+        return ReadingJudged(e.step, tuple(e.verdicts), e.parent)
     return TextChunk(e.step, e.content, e.parent)
 
 

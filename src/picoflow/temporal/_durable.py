@@ -161,6 +161,7 @@ class DurableModel(Model):
         self.context_window = real.context_window
         self.output_reserve = real.output_reserve
         self.reads_images = real.reads_images
+        self.grounding = real.grounding
         # The adapter retries the provider itself; the activity is retried only when its worker is
         # lost, so its time allows every attempt of the adapter.
         limit = real.time_limit

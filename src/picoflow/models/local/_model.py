@@ -249,6 +249,7 @@ class LocalModel(Model):
     """The embedded offline model. Instances are cheap; the loaded engine is shared per process."""
 
     reads_images = False  # no vision: PDFs and text files reach it as text, images are refused
+    grounding = "small"  # a 1.5B model: its readings get every grounding rule and the rescues
 
     def __init__(
         self, *, params: Mapping[str, Any] | None = None, model_dir: str | Path | None = None

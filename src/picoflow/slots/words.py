@@ -1,0 +1,156 @@
+"""The words of a message as grounding compares them: words and phrases (with or without one slip
+of the keys), the numbers written in digits, and the parts a message is cut into.
+
+Nothing here knows a word of any language: phrases to look for are always given by the caller
+(declared with ``Said`` beside a slots model).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+Phrase = tuple[str, ...]
+"""Words in a row, casefolded: ("san", "francisco")."""
+
+
+def parts_of(said: str) -> list[str]:
+    """``said`` cut at commas and semicolons followed by a space, sentence ends and line breaks; a
+    part without a letter ("2027" of "September 6, 2027") stays with the one before it."""
+    parts: list[str] = []
+    current = ""
+    for index, char in enumerate(said):
+        following = said[index + 1] if index + 1 < len(said) else " "
+        if char == "\n" or (char in ",;.!?" and following.isspace()):
+            _close(parts, current)
+            current = ""
+        else:
+            current += char
+    _close(parts, current)
+    return parts
+
+
+def _close(parts: list[str], part: str) -> None:
+    part = part.strip()
+    if not part:
+        return
+    if parts and not any(c.isalpha() for c in part):
+        parts[-1] = f"{parts[-1]}, {part}"
+    else:
+        parts.append(part)
+
+
+def numbers_in(value: Any) -> set[float]:
+    """The numbers inside a read value (booleans are not numbers here)."""
+    if isinstance(value, bool) or value is None:
+        return set()
+    if isinstance(value, int | float):
+        return {float(value)}
+    if isinstance(value, str):  # "258" as text is still a number the user must have written
+        if day := _ISO_DAY.match(value.strip()):  # so are the numbers of a date ("2027-12-26")
+            return {float(number) for number in day.groups()}
+        text = value.strip().lstrip("+-")
+        digits = text.replace(".", "", 1)
+        return {float(text)} if digits.isdigit() and digits.isascii() else set()
+    if isinstance(value, Mapping):
+        value = list(value.values())
+    if isinstance(value, list):
+        return set().union(*(numbers_in(item) for item in value)) if value else set()
+    return set()
+
+
+_ISO_DAY = re.compile(r"(\d{4})-(\d{2})-(\d{2})(?:[T ][\d:.]+(?:Z|[+-]\d{2}:?\d{2})?)?$")
+"""A date (or date and time) written as JSON writes it: the value of a ``date`` field read as text."""
+
+
+def written_numbers(text: str) -> set[float]:
+    """Every number written with digits in ``text``: "$1,250.50" is 1250.5, "2,5,8" is 2, 5 and 8,
+    "1.250.000" is 1250000, and a date written "20.10.2027" is 20, 10 and 2027."""
+    found: set[float] = set()
+    for token in "".join(c if c.isdigit() or c in ".," else " " for c in text).split():
+        if token.strip(".").count(".") > 1 and "," not in token:
+            groups = token.strip(".").split(".")
+            thousands = 1 <= len(groups[0]) <= 3 and all(len(group) == 3 for group in groups[1:])
+            pieces = ["".join(groups)] if thousands else groups  # "1.250.000" or a date
+        elif _thousands(token):
+            pieces = [token.replace(",", "")]
+        else:
+            pieces = token.split(",")
+        for piece in pieces:
+            try:
+                found.add(float(piece.strip(".")))
+            except ValueError:
+                continue
+    return found
+
+
+def _thousands(token: str) -> bool:
+    groups = token.split(".")[0].split(",")
+    return len(groups) > 1 and 1 <= len(groups[0]) <= 3 and all(len(group) == 3 for group in groups[1:])
+
+
+def squeezed(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+def words(text: str) -> list[str]:
+    """The words of ``text``, casefolded: letters and digits, whatever separates them."""
+    return "".join(c if c.isalnum() else " " for c in text.casefold()).split()
+
+
+def phrase_of(text: str) -> Phrase:
+    return tuple(words(text))
+
+
+def phrases_of(texts: Sequence[str]) -> tuple[Phrase, ...]:
+    return tuple(dict.fromkeys(phrase for phrase in map(phrase_of, texts) if phrase))
+
+
+def holds_any(quote: Sequence[str], phrases: Sequence[Phrase], *, exact: bool = False) -> bool:
+    return any(holds(quote, phrase, exact) for phrase in phrases)
+
+
+def holds(quote: Sequence[str], phrase: Phrase, exact: bool = False) -> bool:
+    size = len(phrase)
+    same = str.__eq__ if exact else same_word
+    return any(
+        all(same(phrase[at], quote[start + at]) for at in range(size))
+        for start in range(len(quote) - size + 1)
+    )
+
+
+TYPO_LENGTH = 5
+"""Declared words this long or longer also match the user's word with one slip of the keys ("serch"
+is "search", "frist" is "first"); shorter ones only as written ("shoe" is not "show")."""
+
+
+def same_word(declared: str, written: str) -> bool:
+    """Whether ``written`` is ``declared``, or ``declared`` with one slip of the keys inside it.
+
+    A slip is never in the first letter (where a different word is likelier than a typo: "suite"
+    and "quite") nor a letter added or left out at the end (where most languages put their endings:
+    "nicht" and "nichts", "hotel" and "hotels")."""
+    if declared == written:
+        return True
+    if min(len(declared), len(written)) < TYPO_LENGTH or abs(len(declared) - len(written)) > 1:
+        return False
+    if not (declared.isalpha() and written.isalpha()) or declared[0] != written[0]:
+        return False
+    if declared.startswith(written) or written.startswith(declared):
+        return False
+    return _one_slip(declared, written)
+
+
+def _one_slip(a: str, b: str) -> bool:
+    """Whether ``b`` is ``a`` with one letter left out, added, changed, or two neighbours swapped."""
+    if len(a) > len(b):
+        a, b = b, a
+    start = 0
+    while start < len(a) and a[start] == b[start]:
+        start += 1
+    if len(a) < len(b):
+        return a[start:] == b[start + 1 :]
+    if a[start + 1 :] == b[start + 1 :]:
+        return True  # one letter changed
+    return a[start : start + 2] == b[start : start + 2][::-1] and a[start + 2 :] == b[start + 2 :]
