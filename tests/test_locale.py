@@ -39,6 +39,7 @@ def test_a_locale_is_its_canonical_tag_checked_against_cldr() -> None:
     ]
     assert (DE.language, Locale.of("de-CH").language, Locale.of("pt-BR").language) == ("de", "de", "pt")
     assert str(Locale.of("fr-CA")) == "fr-CA"
+    assert Locale.of("iw").language == "he"  # CLDR's alias for a retired code
     assert {Locale.of("es"), Locale.of("ES")} == {ES}
     assert Locale.any() == Locale.of("und") and not Locale.any().declared and DE.declared
 
@@ -101,6 +102,22 @@ def test_full_width_digits_and_marks_are_digits() -> None:
 def test_a_sign_is_not_read() -> None:
     assert EN.numbers("-5 degrees, 10-15 miles") == numbers("5", "10", "15")
     assert DE.numbers("-5 Grad") == numbers("5")
+
+
+ODD_PIECES = [
+    *"0123456789 ,.'’-/:%€$aé東ホ\u00a0\u202f\ue000١，",
+    "three hundred",
+    " million ",
+    "dos",
+    "zwei",
+]
+
+
+@given(st.lists(st.sampled_from(ODD_PIECES), max_size=30).map("".join) | st.text(max_size=40))
+def test_any_text_gives_words_and_non_negative_numbers(text: str) -> None:
+    for locale in (EN, DE, FR, JA, Locale.any()):
+        assert all(number.is_finite() and number >= 0 for number in locale.numbers(text))
+        assert all(word and word == word.casefold() and not word.isspace() for word in locale.words(text))
 
 
 # --- numbers in words and ordinals ----------------------------------------------------------------

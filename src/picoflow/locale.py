@@ -195,13 +195,10 @@ def _canonical(tag: str) -> str:
     # Babel falls back to a likely locale for a region it lacks ("en-ZZ" becomes en_US): a tag is
     # known when the region and variant it asks for survive (a language may be an alias: "iw" is "he").
     _, territory, _, variant, *_ = babel.core.parse_locale(asked, sep="-")
-    if _subtags(territory, variant) != _subtags(parsed.territory, parsed.variant):
-        raise FlowDefinitionError(f"unknown locale {tag!r}: CLDR has no data for it")
+    for wanted, found in ((territory, parsed.territory), (variant, parsed.variant)):
+        if wanted and wanted.casefold() != (found or "").casefold():
+            raise FlowDefinitionError(f"unknown locale {tag!r}: CLDR has no data for it")
     return str(parsed).replace("_", "-")
-
-
-def _subtags(*subtags: str | None) -> tuple[str, ...]:
-    return tuple((subtag or "").casefold() for subtag in subtags)
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,7 +324,9 @@ _ASCII_WORD = re.compile(r"[a-z0-9]+")
 @cache
 def _word_pattern() -> re.Pattern[str]:
     marks = _marks()
-    return re.compile(rf"[{_UNSPACED}][{marks}]*|(?:[^\W_{_UNSPACED}][{marks}]*)+")
+    letters = rf"[^\W_{_UNSPACED}]"  # letters and digits but those of unspaced scripts
+    # Marks are rare in a word: the letters are matched in one go, then marks and letters in turn.
+    return re.compile(rf"[{_UNSPACED}][{marks}]*|{letters}+(?:[{marks}]+{letters}*)*")
 
 
 def _marks() -> str:
@@ -349,7 +348,7 @@ def _marks() -> str:
 # --- numbers ----------------------------------------------------------------------------------------
 
 _APOSTROPHES = frozenset("'\u2019")
-_SCALE_AFTER = re.compile(r"\s+(10{2,})(?![\d.,]\d)")
+_SCALE_AFTER = re.compile(r"\ue000\s+(10{2,})(?![\d.,]\d)")
 _SPELLED = re.compile(r"\d+(?:[.,]\d+)?")
 _PLACE = "\ue000"
 """Stands in for a number written in digits while numbers spelled out are read (a private-use
@@ -362,10 +361,14 @@ class _Convention:
     and the sizes of the groups (the last, and the others: 3 and 2 in en-IN's 12,34,567)."""
 
     group: frozenset[str]
+    ungrouped: Mapping[int, None]
+    """A translation table deleting the group symbols."""
     decimal: str
     spaced: bool
     """The group symbol is a space, which also separates numbers written side by side."""
     number: re.Pattern[str]
+    pieces: re.Pattern[str]
+    """What parts the numbers of a run that makes no number: any symbol but the decimal one."""
 
     @classmethod
     def of(cls, group: str, decimal: str, grouping: tuple[int, int]) -> _Convention:
@@ -377,17 +380,18 @@ class _Convention:
         joint = f"[{re.escape(''.join(sorted(symbols)))}]"
         grouped = rf"\d{{1,{other}}}(?:{joint}\d{{{other}}})*{joint}\d{{{last}}}"
         number = re.compile(rf"(?P<whole>{grouped}|\d+)(?:{re.escape(decimal)}(?P<fraction>\d+))?")
-        return cls(symbols, decimal, spaced, number)
+        pieces = re.compile(rf"[^\d{re.escape(decimal)}]")
+        return cls(symbols, dict.fromkeys(map(ord, symbols)), decimal, spaced, number, pieces)
 
     def read(self, run: str) -> tuple[Decimal, bool] | None:
         """The value of ``run`` written as one number this way, and whether it is grouped."""
         match = self.number.fullmatch(run)
         if match is None:
             return None
-        whole = match["whole"]
-        digits = "".join(c for c in whole if c not in self.group)
-        fraction = match["fraction"]
-        return _plain(Decimal(f"{digits}.{fraction}" if fraction else digits)), len(digits) != len(whole)
+        whole, fraction = match["whole"], (match["fraction"] or "").rstrip("0")
+        grouped = not whole.isdigit()
+        digits = whole.translate(self.ungrouped) if grouped else whole
+        return Decimal(f"{digits}.{fraction}" if fraction else digits), grouped
 
     @property
     def joints(self) -> frozenset[str]:
@@ -405,14 +409,16 @@ def _runs(conventions: Iterable[_Convention]) -> tuple[re.Pattern[str], re.Patte
 def _numbers(data: _Data, text: str) -> frozenset[Decimal]:
     only_ascii = text.isascii()
     if not only_ascii:
-        text = unicodedata.normalize("NFKC", text).replace(_PLACE, " ")
+        text = text.translate(_widths())
     written: list[set[Decimal]] = []
     many = len(data.conventions) > 1
 
     def place(match: re.Match[str]) -> str:
-        written.append(
-            _read_any(data.conventions, match[0]) if many else _read(data.conventions[0], match[0])
-        )
+        run = match[0]
+        if run.isdigit():  # most numbers: no symbol to read
+            written.append({Decimal(run)})
+        else:
+            written.append(_read_any(data.conventions, run) if many else _read(data.conventions[0], run))
         return _PLACE
 
     placed = (data.ascii_runs if only_ascii else data.runs).sub(place, text)
@@ -422,6 +428,24 @@ def _numbers(data: _Data, text: str) -> frozenset[Decimal]:
     return frozenset(found)
 
 
+@cache
+def _widths() -> Mapping[int, str]:
+    """A translation table for the characters numbers are written with: every space as a plain one
+    (CLDR groups French digits with a narrow no-break space; people type a plain one), the
+    full-width and half-width forms as the characters they stand for ("１，２５０" is "1,250"),
+    and the placeholder of ``_spelled_out`` as a space, from the Unicode database."""
+    table: dict[int, str] = {ord(_PLACE): " "}
+    for point in range(0x10000):
+        character = chr(point)
+        if unicodedata.category(character) == "Zs":
+            table[point] = " "
+        elif 0xFF00 <= point <= 0xFFEF:
+            decomposition = unicodedata.decomposition(character).split()
+            if len(decomposition) == 2 and decomposition[0] in ("<wide>", "<narrow>"):
+                table[point] = chr(int(decomposition[1], 16))
+    return MappingProxyType(table)
+
+
 def _read(convention: _Convention, run: str) -> set[Decimal]:
     """A run of digits as one locale writes it: one number, else the numbers between the symbols
     other than its decimal one, else each group of digits."""
@@ -429,7 +453,7 @@ def _read(convention: _Convention, run: str) -> set[Decimal]:
     if read is not None:
         return {read[0]}
     found: set[Decimal] = set()
-    for piece in re.split(rf"[^\d{re.escape(convention.decimal)}]", run):
+    for piece in convention.pieces.split(run):
         value = convention.read(piece)
         found |= {value[0]} if value is not None else _each_group(piece)
     return found
@@ -473,14 +497,11 @@ def _spelled_out(language: str, placed: str, written: Sequence[set[Decimal]]) ->
     replaced by a placeholder (so that text2num's digits are told from the user's), and a number in
     digits followed by a scale word ("2 million") multiplied by it."""
     converted: str = text_to_num.alpha2digit(placed, language, threshold=0)
-    found: set[Decimal] = set()
-    chunks = converted.split(_PLACE)
-    for chunk, values in zip(chunks[1:], written, strict=False):
-        scale = _SCALE_AFTER.match(chunk)
-        if scale:
-            found |= {_plain(value.scaleb(len(scale[1]) - 1)) for value in values}
-    for chunk in chunks:
-        found |= {_plain(Decimal(number.replace(",", "."))) for number in _SPELLED.findall(chunk)}
+    found = {_plain(Decimal(number.replace(",", "."))) for number in _SPELLED.findall(converted)}
+    for scale in _SCALE_AFTER.finditer(converted):
+        at = converted.count(_PLACE, 0, scale.start())  # the index of the number before the scale
+        if at < len(written):
+            found |= {_plain(value.scaleb(len(scale[1]) - 1)) for value in written[at]}
     return found
 
 
