@@ -38,6 +38,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "picoflow._schema",
             "picoflow.diagram",
             "picoflow.flow",
+            "picoflow.locale",
             "picoflow.mcp",
             "picoflow.memory",
             "picoflow.runtime",

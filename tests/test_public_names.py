@@ -10,7 +10,8 @@ import pytest
 PUBLIC = {
     "picoflow": (
         "Flow Step LogicStep TerminateStep tool tools go stay direct direct_to Reject ToolError RunContext "
-        "FlowEngine TurnResult UsageLimits Caller MCPServer SlotStep ask Prompt since_last_user Form Said"
+        "FlowEngine TurnResult UsageLimits Caller MCPServer SlotStep ask Prompt since_last_user Form Said "
+        "Locale Catalog"
     ),
     "picoflow.models": "ScriptedModel FunctionModel ToolCall ModelResponse Model FallbackModel",
     "picoflow.sessions": "MemoryStore SQLiteStore PostgresStore SessionStore open_store",

@@ -17,6 +17,7 @@ from picoflow.exceptions import (
     UsageLimitExceeded,
 )
 from picoflow.flow import Flow
+from picoflow.locale import Catalog, Locale
 from picoflow.mcp import MCPServer
 from picoflow.memory import Compaction
 from picoflow.messages import Message
@@ -47,6 +48,7 @@ __all__ = [
     "Approvers",
     "Ask",
     "Caller",
+    "Catalog",
     "Compaction",
     "Direct",
     "Extraction",
@@ -55,6 +57,7 @@ __all__ = [
     "FlowEngine",
     "Form",
     "Go",
+    "Locale",
     "LogicStep",
     "MCPServer",
     "Message",
