@@ -402,7 +402,9 @@ def test_written_dates_are_dates_only_where_their_numbers_make_one() -> None:
         [{"year": 2026, "month": 10, "day": 21}],
         [{"month": 10, "day": 15, "year": 26}],  # each its own order when they disagree
     ]
-    assert dates.outside == {1.5, 10, 15, 3, 45}  # a decimal, a span and no date are plain numbers
+    # A decimal, a span and no date are plain numbers ("1.50" read every way a reader may mean it,
+    # with no locale declared); the dates' own numbers are not among them.
+    assert dates.outside == {1.5, 1, 50, 10, 15, 3, 45}
     assert not WrittenDates.of("a room for 2 at $400")
     assert [len(readings) for readings in WrittenDates.of("on 03/04").read] == [2]  # either order
 

@@ -378,3 +378,114 @@ def test_a_verdict_is_plain_json() -> None:
         "why": "why",
     }
     assert Form.model_validate(Form().model_dump(mode="json")) == Form()
+
+
+# --- language as a value ----------------------------------------------------------------------------
+
+
+class Walk(BaseModel):
+    """A walk."""
+
+    distance_km: float | None = None
+    budget: Budget | None = None
+    place: (
+        Annotated[
+            Literal["beach", "hotel"],
+            Said(options={"beach": ("beach",), "hotel": ("hotel",)}, locale="en"),
+            Said(options={"beach": ("playa",), "hotel": ("hotel",)}, locale="es"),
+            Said(options={"beach": ("ビーチ",), "hotel": ("ホテル",)}, locale="ja"),
+        ]
+        | None
+    ) = None
+
+
+@pytest.mark.parametrize(
+    ("locales", "message", "quote", "value", "kept"),
+    [
+        (("de",), "höchstens 2,5 km", "2,5 km", 2.5, True),
+        (("de",), "höchstens 1.250 Meter", "1.250", 1250, True),
+        (("en",), "at most 1,250 meters", "1,250", 1250, True),
+        (("en",), "at most 2,5 km", "2,5", 2.5, False),  # not how English writes two and a half
+        ((), "höchstens 2,5 km", "2,5", 2.5, True),  # no locale: every plausible reading
+    ],
+)
+async def test_numbers_are_read_as_the_declared_locale_writes_them(
+    locales: tuple[str, ...], message: str, quote: str, value: float, kept: bool
+) -> None:
+    model = answering(found(("distance_km", quote, value)), found())
+    reading = await read(Walk, [], message, model=model, locales=locales)
+    assert (reading.form.known == {"distance_km": value}) is kept
+
+
+@pytest.mark.parametrize(
+    ("message", "quote", "locales"),
+    [
+        ("three hundred fifty dollars at most", "three hundred fifty dollars at most", ("en",)),
+        ("trescientos cincuenta dólares como máximo", "trescientos cincuenta dólares como máximo", ("es",)),
+        ("höchstens dreihundertfünfzig Euro", "höchstens dreihundertfünfzig Euro", ("de",)),
+    ],
+)
+async def test_a_number_written_in_words_is_borne_out(
+    message: str, quote: str, locales: tuple[str, ...]
+) -> None:
+    grounding = Grounding.for_small_models().without("field_words")  # "höchstens" is declared for no field
+    model = answering(found(("budget", quote, 350)), found())
+    reading = await read(Walk, [], message, model=model, locales=locales, grounding=grounding)
+    assert reading.form.known == {"budget": 350.0}
+
+
+async def test_an_unspaced_sentence_is_read_word_by_character_and_only_declared_locales_count() -> None:
+    message = "東京のビーチの近くのホテルを探しています"
+    reading = await read(
+        Walk, [], message, model=answering(found(("place", "ビーチ", "beach"))), locales=("ja",)
+    )
+    assert reading.form.known == {"place": "beach"}
+    # The words of a locale not declared do not bear an option out: "playa" is Spanish.
+    spanish = answering(found(("place", "playa", "beach")), found())
+    assert (await read(Walk, [], "una playa", model=spanish, locales=("en", "ja"))).form.known == {}
+    assert (
+        await read(
+            Walk, [], "una playa", model=answering(found(("place", "playa", "beach"))), locales=("en", "es")
+        )
+    ).form.known == {"place": "beach"}
+
+
+@pytest.mark.parametrize(
+    ("message", "locale"),
+    [("near the beach please", "en"), ("cerca de la playa por favor", "es"), ("nahe", None)],
+)
+async def test_of_several_locales_the_one_whose_words_the_user_wrote_is_told(
+    message: str, locale: str | None
+) -> None:
+    reading = await read(Walk, [], message, model=answering(found()), locales=("en", "es"))
+    assert reading.locale == locale
+
+
+class Beach(SlotStep):
+    """Find a beach."""
+
+    slots = Walk
+    locales = ("en", "es")
+    questions = [ask("Which place?", "place"), ask("How far?", "distance_km")]
+
+    def phrase(self, question: Any, values: Any) -> str:
+        return {"es": {"distance_km": "¿A qué distancia?"}}.get(self.locale or "", {}).get(
+            question.key, question.question
+        )
+
+    def on_complete(self, values: Walk) -> Outcome:
+        return direct("ok")
+
+
+class BeachFlow(Flow):
+    name = "beach"
+    steps = [Beach]
+
+
+async def test_a_slot_step_keeps_the_language_its_user_wrote_and_answers_in_it() -> None:
+    model = ScriptedModel([found(("place", "la playa", "beach"))])
+    engine = FlowEngine([BeachFlow], model=model)
+    result = await engine.run("beach", "Busco la playa")
+    assert result.message == "¿A qué distancia?"
+    session = await engine.store.load(result.session_id or "")
+    assert session is not None and session.state_of("Beach")["locale"] == "es"

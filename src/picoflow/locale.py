@@ -107,7 +107,7 @@ class Locale:
         them: "Café" and "cafe" fold to "cafe", "Mädchen" to "madchen"."""
         return _without_marks(text.casefold())
 
-    def numbers(self, text: str) -> frozenset[Decimal]:
+    def numbers(self, text: str, *, spelled: bool = True) -> frozenset[Decimal]:
         """Every number ``text`` writes, as its value (a sign is not read: "-" is more often a dash).
 
         * Digits, with this locale's decimal and group symbols: in "de", "2,5 km" is 2.5 and
@@ -124,8 +124,16 @@ class Locale:
         For ``Locale.any()`` each number is read every way a reader may have meant it: "1.250" is
         1.25 and 1250, "2,5" is 2.5 and also 2 and 5, "20.10" is 20.1 and also 20 and 10 (a date),
         "1 250" is 1250 and also 1 and 250; "1,250.50" is only 1250.5, as a mark between groups of
-        three says thousands. Numbers are spelled out in English."""
-        return _numbers(_data(self.tag), text)
+        three says thousands. Numbers are spelled out in English.
+
+        ``spelled=False`` reads the numbers written in digits only."""
+        return _numbers(_data(self.tag), text, spelled)
+
+    def written(self, text: str) -> tuple[frozenset[Decimal], ...]:
+        """The numbers ``text`` writes in digits, one set of readings per number, in order: "1,200"
+        is one number, read as {1200} in "en" and, with no locale, as {1200, 1.2, 1, 200}. What a
+        value holds takes a number when it holds one of its readings."""
+        return _numbers_written(_data(self.tag), text)
 
     def date_order(self) -> DateOrder | None:
         """The order of a date written in digits in this locale, from its short date pattern:
@@ -406,7 +414,24 @@ def _runs(conventions: Iterable[_Convention]) -> tuple[re.Pattern[str], re.Patte
     return re.compile(rf"\d+(?:[{joints}]\d+)*"), re.compile(rf"[0-9]+(?:[{joints}][0-9]+)*")
 
 
-def _numbers(data: _Data, text: str) -> frozenset[Decimal]:
+def _numbers_written(data: _Data, text: str) -> tuple[frozenset[Decimal], ...]:
+    if not text.isascii():
+        text = text.translate(_widths())
+    many = len(data.conventions) > 1
+    runs = data.ascii_runs if text.isascii() else data.runs
+    return tuple(
+        frozenset(
+            {Decimal(run)}
+            if run.isdigit()
+            else _read_any(data.conventions, run)
+            if many
+            else _read(data.conventions[0], run)
+        )
+        for run in (match[0] for match in runs.finditer(text))
+    )
+
+
+def _numbers(data: _Data, text: str, spelled: bool = True) -> frozenset[Decimal]:
     only_ascii = text.isascii()
     if not only_ascii:
         text = text.translate(_widths())
@@ -423,7 +448,7 @@ def _numbers(data: _Data, text: str) -> frozenset[Decimal]:
 
     placed = (data.ascii_runs if only_ascii else data.runs).sub(place, text)
     found: set[Decimal] = set().union(*written)
-    if data.spelled is not None and _has_letter(placed):
+    if spelled and data.spelled is not None and _has_letter(placed):
         found |= _spelled_out(data.spelled, placed, written)
     return frozenset(found)
 

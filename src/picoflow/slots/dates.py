@@ -41,7 +41,9 @@ class WrittenDates:
     """The numbers the message writes outside such dates."""
 
     @classmethod
-    def of(cls, said: str) -> WrittenDates:
+    def of(cls, said: str, order: str | None = None) -> WrittenDates:
+        """The dates ``said`` writes; ``order`` ("dmy" or "mdy", a locale's) settles the dates that
+        could be read both ways when nothing in the message does ("03/04" is April 3 in "de")."""
         found: list[
             tuple[Written | None, Written | None, Written | None]
         ] = []  # (iso, day first, month first)
@@ -68,6 +70,8 @@ class WrittenDates:
             {index for index, reading in enumerate(date[1:]) if reading} for date in found if not date[0]
         ]
         common = set.intersection(*orders) if orders else set()
+        if len(common) == 2 and order in ("dmy", "mdy"):
+            common = {0} if order == "dmy" else {1}
         read: list[tuple[Written, ...]] = []
         other: list[tuple[Written, ...]] = []
         for iso, *ways in found:

@@ -35,6 +35,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel
 
 from picoflow.exceptions import FlowDefinitionError
+from picoflow.locale import Locale
 from picoflow.slots.dates import WrittenDates
 from picoflow.slots.said import FieldEvidence, Said, evidence_of
 from picoflow.slots.words import (
@@ -111,8 +112,18 @@ class Heard:
     before it (what it asked or offered), compared with or without a slip of the keys."""
 
     def __init__(
-        self, message: str, previous: str | None = None, *, slips: bool = False, accept: Said | None = None
+        self,
+        message: str,
+        previous: str | None = None,
+        *,
+        slips: bool = False,
+        accept: Said | None = None,
+        locales: Sequence[str] = (),
     ) -> None:
+        self.locales = tuple(Locale.of(tag).tag for tag in locales)
+        """The locales declared: only their words count (all when none is declared)."""
+        self.locale = Locale.of(self.locales[0]) if len(self.locales) == 1 else Locale.any()
+        """How numbers are read: as the one locale declared writes them, else every plausible way."""
         self.message = message
         self.previous = previous or ""
         self.slips = slips
@@ -120,13 +131,17 @@ class Heard:
         self.sequence = tuple(words(message))
         self.words = frozenset(self.sequence)
         self.parts = tuple(parts_of(message))
-        self.dates = WrittenDates.of(message)
-        self.numbers = written_numbers(message)
+        self.dates = WrittenDates.of(message, self.locale.date_order())
+        self.numbers = self.numbers_of(message)
         self.offered = squeezed(self.previous)
         self.offered_words = frozenset(words(self.previous))
         self.accepted = accept.answer(self.sequence, exact=not slips) if accept is not None else None
         """Whether the message accepts what the assistant put forward, by the words the application
         declared for a yes and a no (a denial wins); None when it says neither or none are declared."""
+
+    def numbers_of(self, text: str) -> set[float]:
+        """The numbers ``text`` writes, in digits or in words, as this conversation's locale reads them."""
+        return written_numbers(text, self.locale)
 
     @property
     def exact(self) -> bool:
@@ -222,7 +237,7 @@ class AnchoredNumber(Rule):
         heard = seen.heard
         if not numbers or heard.quotes(item.quote):
             return item
-        holding = [part for part in heard.parts if numbers <= written_numbers(part)]
+        holding = [part for part in heard.parts if numbers <= heard.numbers_of(part)]
         if len(holding) != 1:
             return item
         part = holding[0]
@@ -334,7 +349,7 @@ class NumbersWritten(Rule):
         own = seen.evidence.get(item.field)
         if own is not None and own.has_options(item.value):
             return item
-        return item if numbers & written_numbers(item.quote) else None
+        return item if numbers & seen.heard.numbers_of(item.quote) else None
 
 
 class WrittenDatesOrder(Rule):
@@ -520,7 +535,7 @@ class Grounding:
         self, slots: type[BaseModel], items: Sequence[Item], heard: Heard
     ) -> tuple[tuple[Item, ...], tuple[Verdict, ...]]:
         """The items ``heard`` bears out (some put right), and a verdict for every item read."""
-        seen = Seen(heard, evidence_of(slots), tuple(items))
+        seen = Seen(heard, evidence_of(slots, heard.locales), tuple(items))
         kept: list[Item] = []
         verdicts: list[Verdict] = []
         for read in items:

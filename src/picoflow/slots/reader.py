@@ -26,7 +26,7 @@ from picoflow.messages import Message, ModelRequest, OutputSchema
 from picoflow.slots.form import Ask, Form, Merge
 from picoflow.slots.grounding import Grounding, Heard, Verdict, given
 from picoflow.slots.reading import EXTRACT_RULES, FORMAT_HINT, Extraction, parse_reading, reading_of
-from picoflow.slots.said import Said, evidence_of, left_out, says_option, told
+from picoflow.slots.said import Said, detect_locale, evidence_of, left_out, says_option, told
 from picoflow.usage import Usage
 
 __all__ = ["Again", "Reader", "Reading", "read"]
@@ -45,6 +45,9 @@ class Reading:
     """Fields refused by the slots model's own rules, each with the rule it broke (never the value)."""
     farewell: bool = False
     """The message kept nothing but holds the words of the goodbye field (small-model profile)."""
+    locale: str | None = None
+    """Of several locales declared, the one whose declared words the message holds most (the
+    language to answer in); None when it does not tell."""
     usage: Usage = field(default_factory=Usage)
     """Tokens ``read`` spent (a ``SlotStep``'s calls are counted by the runner instead)."""
 
@@ -79,8 +82,10 @@ class Reader:
         accept: Said | None = None,
         go_ahead: str | None = None,
         goodbye: str | None = None,
+        locales: Sequence[str] = (),
     ) -> None:
         self.slots = slots
+        self.locales = tuple(locales)
         self.message = message
         self.form = form or Form()
         self.questions = tuple(questions)
@@ -89,7 +94,8 @@ class Reader:
         self.second_look = second_look and self.grounding.second_look
         self.go_ahead = go_ahead
         self.goodbye = goodbye
-        self.heard = Heard(message, previous, slips=self.grounding.slips, accept=accept)
+        self.heard = Heard(message, previous, slips=self.grounding.slips, accept=accept, locales=locales)
+        self.locales = self.heard.locales
         self.looks = 0
         """Answers sent back to the model for this message (corrections and the second look)."""
         self.rereading = False
@@ -118,7 +124,7 @@ class Reader:
             and form.pending(self.questions) is not None  # else nothing is left to learn
         ):
             kept = [(item.field, item.quote, item.value) for item in items]
-            if left := left_out(self.message, kept, self.slots):
+            if left := left_out(self.message, kept, self.slots, self.locales):
                 # What was read is kept; the model reads the parts it left out, once per message,
                 # as a message of their own: shown its first answer, it gives the same again.
                 self._settle(merged)
@@ -137,21 +143,29 @@ class Reader:
             Verdict(name, offered.get(name), "dropped", "validation", why=why)
             for name, why in merged.problems.items()
         )
-        return Reading(merged.form, (*self._verdicts, *refused), merged.accepted, merged.problems, farewell)
+        return Reading(
+            merged.form,
+            (*self._verdicts, *refused),
+            merged.accepted,
+            merged.problems,
+            farewell,
+            locale=detect_locale(self.message, self.slots, self.locales),
+        )
 
     def _told(self, merged: Merge) -> Merge:
         """``merged`` with what the declared words alone tell of the fields two readings left out:
         a yes-or-no field ("a suite in Portland") and the go-ahead ("could you show me what you
         have?"). A small model reading a long message skips these more than any other."""
         form = merged.form
-        yes_no = {name for name, evidence in evidence_of(self.slots).items() if evidence.decides_yes_no}
+        evidence = evidence_of(self.slots, self.locales)
+        yes_no = {name for name, own in evidence.items() if own.decides_yes_no}
         wanted = [*sorted(yes_no), *([self.go_ahead] if self.go_ahead else [])]
         given_now = {
             name: value
             for name in wanted
             if name not in form.known
             and name not in merged.problems
-            and (value := told(self.message, self.slots, name)) is not None
+            and (value := told(self.message, self.slots, name, self.locales)) is not None
         }
         if not given_now:
             return merged
@@ -170,7 +184,7 @@ class Reader:
         if not self.grounding.told:
             return False
         nothing = not merged.accepted and not merged.problems and self.looks == 0
-        return nothing and says_option(self.slots, self.goodbye, self.message)
+        return nothing and says_option(self.slots, self.goodbye, self.message, self.locales)
 
 
 def _correction(problems: Mapping[str, str]) -> str:
@@ -202,6 +216,7 @@ async def read(
     questions: Sequence[Ask] = (),
     grounding: Grounding | None = None,
     accept: Said | None = None,
+    locales: Sequence[str] = (),
     max_corrections: int = 1,
     max_calls: int = 4,
     prompt: str | None = None,
@@ -212,8 +227,10 @@ async def read(
     message is the question the message answers and the offer it may accept. ``asking`` is the
     question open now (an optional question the message ignores is declined), ``questions`` all of
     them (fields asked together are merged together). ``grounding`` defaults to the profile the
-    model asks for (``Grounding.for_model``). At most ``max_calls`` model calls are made; an answer
-    that never fits the format reads nothing.
+    model asks for (``Grounding.for_model``). ``locales`` are the languages the conversation may be
+    in (BCP 47 tags): only their declared words count, and one locale reads numbers as it writes
+    them; with none, every language's words count and numbers are read every plausible way. At
+    most ``max_calls`` model calls are made; an answer that never fits the format reads nothing.
     """
     grounding = grounding or Grounding.for_model(model)
     previous = next((m.content for m in reversed(history) if m.role == "assistant" and m.content), None)
@@ -230,6 +247,7 @@ async def read(
         grounding=grounding,
         max_corrections=max_corrections,
         accept=accept,
+        locales=locales,
     )
     about = slots.__doc__.strip() if slots.__doc__ else slots.__name__
     system = f"{prompt or READ_PROMPT.format(about=about)}\n\n{EXTRACT_RULES}"

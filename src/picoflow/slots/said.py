@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel
 
 from picoflow.exceptions import FlowDefinitionError
+from picoflow.locale import Locale
 from picoflow.slots.dates import DATE_PARTS, DatePart, WrittenDates
 from picoflow.slots.words import (
     TYPO_LENGTH,
@@ -32,6 +33,8 @@ from picoflow.slots.words import (
     words,
     written_numbers,
 )
+
+_ANY = Locale.any()
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -81,6 +84,7 @@ class Said:
     no: Sequence[str] = ()
     named: Sequence[str] = ()
     date: DatePart | None = None
+    locale: str | None = None
     _phrases: Mapping[str, tuple[Phrase, ...]] = field(init=False, repr=False, compare=False)
     _field: tuple[Phrase, ...] = field(init=False, repr=False, compare=False)
     _yes: tuple[Phrase, ...] = field(init=False, repr=False, compare=False)
@@ -101,8 +105,15 @@ class Said:
             object.__setattr__(self, "_yes", (*self._yes, *self._named))
         if bool(self._yes) != bool(self._no):
             raise FlowDefinitionError("Said(yes=..., no=...): give the words of both, or of neither")
+        if self.locale is not None:
+            object.__setattr__(self, "locale", Locale.of(self.locale).tag)
         if self.date is not None and self.date not in DATE_PARTS:
             raise FlowDefinitionError(f"Said(date={self.date!r}): a date part is one of day, month or year")
+
+    def every_phrase(self) -> tuple[Phrase, ...]:
+        """Every phrase the marker declares (options' words besides their names, a field's, yes and no)."""
+        options = (phrase for listed in self.options.values() for phrase in phrases_of(listed))
+        return tuple(dict.fromkeys((*options, *self._field, *self._yes, *self._no)))
 
     def names(self) -> list[str]:
         """The options the marker speaks for, as declared."""
@@ -255,14 +266,18 @@ class FieldEvidence:
 
 
 @cache
-def evidence_of(slots: type[BaseModel]) -> Mapping[str, FieldEvidence]:
-    """The evidence every field of ``slots`` needs, read off its annotations once."""
+def evidence_of(slots: type[BaseModel], locales: tuple[str, ...] = ()) -> Mapping[str, FieldEvidence]:
+    """The evidence every field of ``slots`` needs, read off its annotations once: with ``locales``,
+    only the words of markers declared for one of their languages (or for none)."""
     found: dict[str, FieldEvidence] = {}
+    languages = {Locale.of(tag).language for tag in locales}
     for name, info in slots.model_fields.items():
         markers: list[Said] = [item for item in info.metadata if isinstance(item, Said)]
         options: set[str] = set()
         models: list[type[BaseModel]] = []
         text = _walk(info.annotation, markers, options, models)
+        if languages:
+            markers = [m for m in markers if m.locale is None or Locale.of(m.locale).language in languages]
         for marker in markers:
             unknown = [option for option in marker.names() if options and option not in options]
             if unknown:
@@ -355,12 +370,14 @@ def as_written(model: type[BaseModel], name: str, value: Any, said: str) -> Any:
     return dates.put_right(evidence.date_fields, value)
 
 
-def says_option(model: type[BaseModel], name: str, said: str) -> bool:
+def says_option(model: type[BaseModel], name: str, said: str, locales: tuple[str, ...] = ()) -> bool:
     """Whether ``said`` holds the words of an option declared for field ``name`` of ``model``
     (anywhere in it, with no reading to go by)."""
     quote = words(said)
     return any(
-        marker.bears(option, quote) for marker in _evidence(model, name).said for option in marker.names()
+        marker.bears(option, quote)
+        for marker in _evidence(model, name, locales).said
+        for option in marker.names()
     )
 
 
@@ -370,7 +387,7 @@ def says_field(model: type[BaseModel], name: str, said: str) -> bool:
     return _evidence(model, name).names_field(words(said))
 
 
-def told(said: str, slots: type[BaseModel], name: str) -> Any:
+def told(said: str, slots: type[BaseModel], name: str, locales: tuple[str, ...] = ()) -> Any:
     """What the words declared for field ``name`` of ``slots`` say in ``said`` on their own, with
     no reading, each as written: for a yes-or-no field, yes when a part of the message holds one of
     its telling words and none of its no words ("Looking for a suite in Portland"; a denial is left
@@ -379,7 +396,7 @@ def told(said: str, slots: type[BaseModel], name: str) -> Any:
 
     ``SlotStep`` asks it only of what a second look still left out: words alone are weaker
     evidence than a reading whose quote they bear out."""
-    evidence = _evidence(slots, name)
+    evidence = _evidence(slots, name, locales)
     literal = _literal(slots.model_fields[name].annotation)
     for part in parts_of(said):
         here = words(part)
@@ -407,7 +424,9 @@ def _literal(annotation: Any) -> tuple[str, ...]:
     return ()
 
 
-def left_out(said: str, kept: Sequence[tuple[str, str, Any]], slots: type[BaseModel]) -> list[str]:
+def left_out(
+    said: str, kept: Sequence[tuple[str, str, Any]], slots: type[BaseModel], locales: tuple[str, ...] = ()
+) -> list[str]:
     """The parts of a message (split at commas, sentence ends and line breaks) that say something
     the reading ``kept`` (its field, quote and value items) did not take: a number
     written that no kept value holds, or the words of an option of a field none of whose kept items
@@ -418,17 +437,18 @@ def left_out(said: str, kept: Sequence[tuple[str, str, Any]], slots: type[BaseMo
     # numbers of its quote.
     held: set[float] = set()
     for _, quote, value in kept:
-        held |= numbers_in(value) or written_numbers(quote)
+        held |= numbers_in(value) or written_numbers(quote, spelled=False)
     quoted: dict[str, list[list[str]]] = {}
     for name, quote, _ in kept:
         quoted.setdefault(name, []).append(words(quote))
     left = []
     for part in parts:
-        if written_numbers(part) - held:
+        # A number is taken when a kept value holds one of its readings ("1,200" as 1200).
+        if any(not {float(reading) for reading in readings} & held for readings in _ANY.written(part)):
             left.append(part)
             continue
         here = words(part)
-        for name, evidence in evidence_of(slots).items():
+        for name, evidence in evidence_of(slots, locales).items():
             phrases = [phrase for marker in evidence.said for phrase in marker.telling()]
             # As written, without the slip of the keys a reading may have ("night" is not "right").
             if holds_any(here, phrases, exact=True) and not any(
@@ -439,8 +459,29 @@ def left_out(said: str, kept: Sequence[tuple[str, str, Any]], slots: type[BaseMo
     return left
 
 
-def _evidence(model: type[BaseModel], name: str) -> FieldEvidence:
-    evidence = evidence_of(model).get(name)
+def detect_locale(said: str, slots: type[BaseModel], locales: Sequence[str]) -> str | None:
+    """The one of ``locales`` whose declared words (``Said(locale=...)``) ``said`` holds the most of,
+    as written; None when it holds none, or as many of two locales' words."""
+    if len(locales) < 2:
+        return None
+    here = words(said)
+    scores: dict[str, int] = {}
+    for tag in locales:
+        phrases = {
+            phrase
+            for evidence in evidence_of(slots, (tag,)).values()
+            for marker in evidence.said
+            if marker.locale is not None
+            for phrase in marker.every_phrase()
+        }
+        scores[tag] = sum(holds(here, phrase, exact=True) for phrase in phrases)
+    ranked = sorted(scores.items(), key=lambda item: -item[1])
+    best, score = ranked[0]
+    return best if score and score > ranked[1][1] else None
+
+
+def _evidence(model: type[BaseModel], name: str, locales: tuple[str, ...] = ()) -> FieldEvidence:
+    evidence = evidence_of(model, locales).get(name)
     if evidence is None:
         raise KeyError(f"{model.__name__} has no field {name!r}")
     return evidence

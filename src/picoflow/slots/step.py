@@ -38,6 +38,10 @@ T = TypeVar("T")
 FORM_KEY = "form"
 """The key of the step state a SlotStep keeps its ``Form`` under; every other key is the step's own."""
 
+LOCALE_KEY = "locale"
+"""The key of the step state a SlotStep keeps the locale the user's words told under (of several
+declared ``locales``); absent until they tell one."""
+
 
 _EARLIER_KEYS = ("slots", "declined", "asking", "introduced")
 """Where a SlotStep kept its form before ``Form`` existed, each under a key of its own."""
@@ -102,6 +106,11 @@ class SlotStep(Step):
     #: with them, a value offered in the question ("Shall I book the Hotel Monaco?") and accepted
     #: ("sounds great") is kept, a declined one never; the small-model profile needs them to keep one.
     accept: ClassVar[Said | None] = None
+    #: The locales the conversation may be in (BCP 47 tags, "en", "es", "de-DE"): only the words
+    #: declared for them count (``Said(locale=...)``), one locale reads numbers and dates as it writes
+    #: them, and of several, the one whose words the user wrote is kept as the step's ``locale``
+    #: (the language to answer in). None declared: every declared word counts.
+    locales: ClassVar[tuple[str, ...]] = ()
     instructions = EXTRACT_RULES
     # Ending a session cannot be undone; a reading step does not offer it unless asked to.
     terminate_tool = False
@@ -208,6 +217,8 @@ class SlotStep(Step):
             return stay(taken.text)
         self._reader = None
         self._runtime.judged(self.name, taken.verdicts)
+        if taken.locale is not None:
+            self.state[LOCALE_KEY] = taken.locale
         form = taken.form
         if self.goodbye is not None and (self.goodbye in form.known or taken.farewell):
             self.erase_memory()
@@ -249,8 +260,23 @@ class SlotStep(Step):
             accept=self.accept,
             go_ahead=self.go_ahead,
             goodbye=self.goodbye,
+            locales=self.locales,
         )
         return self._reader
+
+    @property
+    def locale(self) -> str | None:
+        """The locale to answer in: the one the user's words told (of several declared), else the
+        first declared; None when the step declares none."""
+        told = self.state.get(LOCALE_KEY)
+        if isinstance(told, str) and told in self.locales:
+            return told
+        return self.locales[0] if self.locales else None
+
+    def refusal(self, name: str, why: str) -> str:
+        """The words telling the user a field they gave was refused, with the rule it broke
+        (``why``, as the slots model's validator words it). Override to say it in their language."""
+        return f"Sorry, {why.rstrip('.')}."
 
     async def _ask_next(self, form: Form, values: Any, merged: Reading) -> Outcome:
         """The question of the field just refused, else the first one open; or, none left, on_complete."""
@@ -265,7 +291,7 @@ class SlotStep(Step):
         if not form.introduced:
             words.insert(0, self.intro)
         if refused is not None:  # the rule as its validator words it, after the user's answers
-            words.append(f"Sorry, {merged.problems[refused].rstrip('.')}.")
+            words.append(self.refusal(refused, merged.problems[refused]))
         words.append(self.phrase(question, values))
         return direct(" ".join(word.strip() for word in words if word.strip()))
 

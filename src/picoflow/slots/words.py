@@ -11,6 +11,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from picoflow.locale import Locale
+
+_ANY = Locale.any()
+
 Phrase = tuple[str, ...]
 """Words in a row, casefolded: ("san", "francisco")."""
 
@@ -64,30 +68,12 @@ _ISO_DAY = re.compile(r"(\d{4})-(\d{2})-(\d{2})(?:[T ][\d:.]+(?:Z|[+-]\d{2}:?\d{
 """A date (or date and time) written as JSON writes it: the value of a ``date`` field read as text."""
 
 
-def written_numbers(text: str) -> set[float]:
-    """Every number written with digits in ``text``: "$1,250.50" is 1250.5, "2,5,8" is 2, 5 and 8,
-    "1.250.000" is 1250000, and a date written "20.10.2027" is 20, 10 and 2027."""
-    found: set[float] = set()
-    for token in "".join(c if c.isdigit() or c in ".," else " " for c in text).split():
-        if token.strip(".").count(".") > 1 and "," not in token:
-            groups = token.strip(".").split(".")
-            thousands = 1 <= len(groups[0]) <= 3 and all(len(group) == 3 for group in groups[1:])
-            pieces = ["".join(groups)] if thousands else groups  # "1.250.000" or a date
-        elif _thousands(token):
-            pieces = [token.replace(",", "")]
-        else:
-            pieces = token.split(",")
-        for piece in pieces:
-            try:
-                found.add(float(piece.strip(".")))
-            except ValueError:
-                continue
-    return found
-
-
-def _thousands(token: str) -> bool:
-    groups = token.split(".")[0].split(",")
-    return len(groups) > 1 and 1 <= len(groups[0]) <= 3 and all(len(group) == 3 for group in groups[1:])
+def written_numbers(text: str, locale: Locale | None = None, *, spelled: bool = True) -> set[float]:
+    """Every number ``text`` writes, read as ``locale`` writes numbers (``picoflow.locale``): in
+    digits with its separators, and spelled out in its words (``spelled``). With no locale, every
+    plausible reading: "$1,250.50" is 1250.5, "2,5,8" is 2, 5 and 8, "1.250" is 1.25 and 1250, a
+    date written "20.10.2027" is 20, 10 and 2027, "three hundred fifty" is 350."""
+    return {float(number) for number in (locale or _ANY).numbers(text, spelled=spelled)}
 
 
 def squeezed(text: str) -> str:
@@ -95,8 +81,9 @@ def squeezed(text: str) -> str:
 
 
 def words(text: str) -> list[str]:
-    """The words of ``text``, casefolded: letters and digits, whatever separates them."""
-    return "".join(c if c.isalnum() else " " for c in text.casefold()).split()
+    """The words of ``text``, casefolded: letters and digits, whatever separates them; in a script
+    written without spaces (Han, Kana, Thai, ...) each character is a word (``Locale.words``)."""
+    return list(_ANY.words(text))
 
 
 def phrase_of(text: str) -> Phrase:
