@@ -297,8 +297,12 @@ Read = Callable[..., Awaitable[Any]]
 
 def picoflow_read() -> Read:
     """``picoflow.slots.read``, imported only when the picoflow system runs."""
-    from picoflow.slots import read  # type: ignore[attr-defined,unused-ignore]
-
+    try:
+        from picoflow.slots import read  # type: ignore[attr-defined,unused-ignore]
+    except ImportError as error:
+        raise SystemExit(
+            f"the picoflow system needs picoflow.slots.read ({error}); try --system plain"
+        ) from None
     return read  # type: ignore[no-any-return,unused-ignore]
 
 
