@@ -312,8 +312,28 @@ def picoflow_tracker(model: Model, read: Read | None = None) -> Tracker:
     ``read`` stands in for ``picoflow.slots.read`` (tests); the reader is imported only here so the
     rest of the bench runs where it does not exist yet.
     """
-    from picoflow.slots import ask
+    from picoflow.slots import Said, ask
 
+    # The application's words for taking or turning down what the system offered ("Shall I book
+    # it?" "Sure."), in English as the dialogues are: plain yes and no words, declared here, not in
+    # picoflow; none is taken from a dialogue.
+    accept = Said(
+        yes=(
+            "yes",
+            "yeah",
+            "yep",
+            "sure",
+            "ok",
+            "okay",
+            "sounds good",
+            "great",
+            "perfect",
+            "that works",
+            "correct",
+        ),
+        no=("no", "nope", "not", "don't", "rather not"),
+        locale="en",
+    )
     reader = read if read is not None else picoflow_read()
     forms: dict[tuple[str, str], Any] = {}
 
@@ -330,6 +350,7 @@ def picoflow_tracker(model: Model, read: Read | None = None) -> Tracker:
                 asking=asking,
                 model=model,
                 locale="en",
+                accept=accept,
             )
         except RunError as error:  # the form stays where it was, as a slot step's would
             known = form.known if form is not None else {}

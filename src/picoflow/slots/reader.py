@@ -216,6 +216,7 @@ async def read(
     questions: Sequence[Ask] = (),
     grounding: Grounding | None = None,
     accept: Said | None = None,
+    locale: str | None = None,
     locales: Sequence[str] = (),
     max_corrections: int = 1,
     max_calls: int = 4,
@@ -228,11 +229,12 @@ async def read(
     question open now (an optional question the message ignores is declined), ``questions`` all of
     them (fields asked together are merged together). ``grounding`` defaults to the profile the
     model asks for (``Grounding.for_model``). ``locales`` are the languages the conversation may be
-    in (BCP 47 tags): only their declared words count, and one locale reads numbers as it writes
-    them; with none, every language's words count and numbers are read every plausible way. At
+    in (BCP 47 tags; ``locale`` is one more): only their declared words count, and one locale
+    reads numbers as it writes them; with none, every language's words count and numbers are read every plausible way. At
     most ``max_calls`` model calls are made; an answer that never fits the format reads nothing.
     """
     grounding = grounding or Grounding.for_model(model)
+    locales = tuple(dict.fromkeys((*([locale] if locale else []), *locales)))
     previous = next((m.content for m in reversed(history) if m.role == "assistant" and m.content), None)
     asked = tuple(questions) or ((asking,) if asking is not None else ())
     start = form or Form()
