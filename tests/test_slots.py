@@ -286,7 +286,7 @@ async def test_an_invalid_field_gets_one_correction_with_the_rule_and_valid_fiel
         SYSTEM,
         f"assistant [direct]: {INTRO} {NAME}",
         "user: Ada, 347 years young",
-        f"assistant: {first}",
+        f"assistant [output]: {first}",
         f"user [correction]: {correction}",
     ]
     # The correction round is over: the count starts again for the user's next message.
@@ -296,7 +296,7 @@ async def test_an_invalid_field_gets_one_correction_with_the_rule_and_valid_fiel
         "Interview | user: Hi",
         f"Interview | assistant [direct]: {INTRO} {NAME}",
         "Interview | user: Ada, 347 years young",
-        f"Interview | assistant: {first}",
+        f"Interview | assistant [output]: {first}",
         f"Interview | user [correction]: {correction}",
         f"Interview | assistant [direct]: {AGE}",
     ]

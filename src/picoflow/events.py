@@ -49,7 +49,8 @@ class ToolReturned:
 
 @dataclass(frozen=True, slots=True)
 class TextChunk:
-    """Part of the model's answer text, as it is generated (only when the provider streams)."""
+    """Part of the model's answer text, as it is generated (only when the provider streams, and
+    never for a step with an ``output``: its structured answer is a value for code, not words)."""
 
     step: str
     text: str

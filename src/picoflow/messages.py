@@ -17,8 +17,11 @@ from picoflow.usage import Usage
 
 Role = Literal["system", "user", "assistant", "tool"]
 
-MessageKind = Literal["direct", "crossing", "forwarded", "correction", "nudge", "summary"]
-"""Why the runtime, rather than a person or the model, put a message there."""
+MessageKind = Literal["direct", "crossing", "forwarded", "correction", "nudge", "summary", "output"]
+"""Why a message is not a plain exchange between the user and the model: the runtime put it there
+(``direct``, ``crossing``, ``forwarded``, ``correction``, ``nudge``, ``summary``), or the model wrote
+it for code rather than for the user (``output``: an answer parsed as its step's ``output``, which
+code read and acted on; the user was sent what code wrote, never this)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +95,18 @@ class Message:
         """Written by the user (as typed, or forwarded to another step), not put there by the runtime."""
         return self.role == "user" and self.kind in (None, "forwarded")
 
+    @property
+    def is_shown(self) -> bool:
+        """The user saw this message: what they typed, or what they were sent (a reply written in
+        code or by the model, words the model wrote beside a tool call). Never what the runtime and
+        the model said to each other (corrections, crossings, tool results, a structured answer),
+        nor a sub-step run's messages."""
+        if self.within is not None:
+            return False
+        if self.role == "user":
+            return self.kind is None
+        return self.role == "assistant" and bool(self.content) and self.kind in (None, "direct")
+
     @staticmethod
     def user(content: str, *, kind: MessageKind | None = None) -> Message:
         return Message("user", content, kind=kind)
@@ -137,6 +152,42 @@ class Message:
             self.within,
             self.attachments,
         )
+
+
+def with_outputs_marked(transcript: Sequence[Message]) -> list[Message]:
+    """``transcript`` with the structured answers stored before ``kind="output"`` existed marked
+    ``"output"`` too, so every reader tells them from replies the same way.
+
+    Such an answer was stored as a plain assistant message. Two things tell it, and only together:
+    it opens like JSON (an object or an array, maybe in a code fence), and it does not end its turn.
+    Code acted on it, so something always follows it within the turn (a correction, the next step's
+    messages, the reply code wrote), while a reply, JSON or not, is the last message of its turn:
+    what follows it, sub-step runs aside, is the user's next message or nothing. The rule needs
+    neither the flow nor the step, so it holds for steps renamed or removed since, and in any tool
+    that reads a store without the flows. Answers stored with their kind are left as they are.
+    """
+    marked: list[Message] | None = None
+    following: Message | None = None  # the next message outside sub-step runs
+    for index in range(len(transcript) - 1, -1, -1):
+        message = transcript[index]
+        if message.within is not None:
+            continue
+        if following is not None and not following.is_from_user and _stored_answer(message):
+            if marked is None:
+                marked = list(transcript)
+            marked[index] = replace(message, kind="output")
+        following = message
+    return list(transcript) if marked is None else marked
+
+
+def _stored_answer(message: Message) -> bool:
+    """An assistant message without a kind or calls whose text opens like JSON."""
+    if message.role != "assistant" or message.kind is not None or message.tool_calls:
+        return False
+    text = message.content.lstrip()
+    if text.startswith("```"):
+        text = text.split("\n", 1)[1].lstrip() if "\n" in text else ""
+    return text[:1] in ("{", "[")
 
 
 @dataclass(frozen=True, slots=True)

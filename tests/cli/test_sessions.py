@@ -1,4 +1,6 @@
-"""``picoflow sessions list|show`` (through an engine without flows) and ``picoflow db upgrade``."""
+"""``picoflow sessions list|show`` (through an engine without flows) and ``picoflow db upgrade``;
+``show`` labels each message that is not a plain exchange with its kind, the model's structured
+answers (``output``) included, whenever they were stored."""
 
 from __future__ import annotations
 
@@ -9,11 +11,26 @@ from unittest.mock import AsyncMock
 
 import pytest
 
+from booking_readings import (
+    BOOK,
+    FIRST_READING,
+    GOODBYE,
+    NIGHTS,
+    NIGHTS_READING,
+    PRICE_WORDS,
+    QUOTE,
+    TURNS,
+    WELCOME,
+    BookingFlow,
+    script,
+    stored_as_before_output,
+)
 from picoflow import cli
 from picoflow.approvals import Approval, Approvers
 from picoflow.cli import sessions
 from picoflow.cli.loading import CliError
 from picoflow.engine import ANY_PRINCIPAL, FlowEngine
+from picoflow.models import ScriptedModel
 from picoflow.session import LogRecord, Session
 from picoflow.sessions import open_store
 from picoflow.sessions.memory import MemoryStore
@@ -235,3 +252,66 @@ def test_sessions_show_lists_every_decision_as_the_audit_trail(tmp_path: Path) -
     # A session that never asked for an approval shows no decisions section.
     stored_sessions(url, Session(id="s2", flow="desk", current_step="Desk"))
     assert " decisions " not in invoke("sessions", "show", "s2", "--store", url).output
+
+
+def booked(url: str) -> str:
+    """The booking conversation played into the store at ``url``; its session id."""
+
+    async def play() -> str:
+        engine = FlowEngine([BookingFlow], store=open_store(url), model=ScriptedModel(script()))
+        session_id = None
+        try:
+            for text, _ in TURNS:
+                result = await engine.run("booking", text, session_id)
+                assert result.ok, result.error
+                session_id = result.session_id
+        finally:
+            await engine.aclose()
+        assert session_id is not None
+        return session_id
+
+    return asyncio.run(play())
+
+
+def transcript_section(output: str) -> list[str]:
+    lines = [line.rstrip() for line in output.splitlines()]
+    start = next(i for i, line in enumerate(lines) if " transcript " in line) + 1
+    return lines[start:]
+
+
+def test_sessions_show_marks_structured_answers_in_sessions_stored_before_and_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "sessions.sqlite3"
+    url = f"sqlite:///{path}"
+    session_id = booked(url)
+    monkeypatch.setattr(cli.console, "width", 240)
+    shown = invoke("sessions", "show", session_id, "--store", url)
+    assert shown.exit_code == 0, shown.output
+    expected = [
+        "Dates user: Hi",
+        f"Dates assistant (direct): {WELCOME}",
+        "Dates user: I arrive on 2027-05-10 for 40 nights",
+        f"Dates assistant (output): {FIRST_READING}",
+        "Dates user (correction): These fields were not accepted:",
+        "- nights: input should be less than or equal to 30",
+        "Answer again with those items corrected, or without them where the message does not give them.",
+        f"Dates assistant (direct): {NIGHTS}",
+        "Dates user: 3 nights",
+        f"Dates assistant (output): {NIGHTS_READING}",
+        "Quote user (crossing): Continue.",
+        f"Quote assistant: {PRICE_WORDS} → price({{}})",
+        "Quote ✓ price → Accepted.",
+        f"Confirm assistant (direct): {QUOTE}",
+        "Confirm user: Yes, book it",
+        f"Confirm assistant (output): {BOOK}",
+        "Booked user (crossing): I'm done, thank you.",
+        f"Booked assistant: {GOODBYE}",
+    ]
+    assert transcript_section(shown.output) == expected
+
+    # Stored as picoflow stored them before kind "output" existed: shown the same.
+    assert stored_as_before_output(path) == 3
+    before = invoke("sessions", "show", session_id, "--store", url)
+    assert before.exit_code == 0, before.output
+    assert transcript_section(before.output) == expected

@@ -206,7 +206,7 @@ async def test_a_pdf_is_read_checked_shown_then_saved_once_approved(db: Invoices
         "Extract | user: Here is an invoice to file.",
         f"Desk | assistant [direct]: {shown.message}",
         "Review | user: confirm",
-        f"Review | assistant: {CONFIRM}",
+        f"Review | assistant [output]: {CONFIRM}",
         "Save | user [crossing]: Propose saving the invoice.",
         f"Save | assistant: -> save_invoice({args}) #call_1",
         "Save | tool save_invoice #call_1: Accepted.",

@@ -187,7 +187,7 @@ async def test_a_whole_conversation_from_a_lookup_to_one_approved_refund(orders_
         "Support | user: And what did I order between November 1 and October 1?",
         f"Support | assistant [direct]: {replies[2]}",
         "Support | user: Please refund order 40004.",
-        f"Support | assistant: {reading_40004}",
+        f"Support | assistant [output]: {reading_40004}",
         "Refund | user [crossing]: Propose the refund.",
         'Refund | assistant: -> refund({"order_id": 40004}) #call_1',
         "Refund | tool refund #call_1: Accepted.",

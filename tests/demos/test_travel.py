@@ -215,7 +215,7 @@ async def test_a_whole_conversation_from_hello_to_goodbye() -> None:
         "Planner | user: Thanks!",
         f"Planner | assistant [direct]: {ANYTHING_ELSE}",
         "Planner | user: That's all, bye",
-        'Planner | assistant: {"found": [{"field": "goodbye", "quote": "bye", "value": "goodbye"}]}',
+        'Planner | assistant [output]: {"found": [{"field": "goodbye", "quote": "bye", "value": "goodbye"}]}',
         "TravelGoodbye | user [crossing]: I'm done, thank you.",
         "TravelGoodbye | assistant: Have a wonderful time in Seattle!",
     ]
@@ -812,7 +812,8 @@ async def test_what_the_message_does_not_bear_out_is_dropped_and_a_goodbye_ends_
         "Planner | user: Hi! Can you help me plan a trip?",
         f"Planner | assistant [direct]: {GREETING}",
         "Planner | user: Perfect, thanks. Bye!",
-        'Planner | assistant: {"found": [{"field": "goodbye", "quote": "Bye!", "value": "goodbye"}]}',
+        "Planner | assistant [output]: "
+        '{"found": [{"field": "goodbye", "quote": "Bye!", "value": "goodbye"}]}',
         "TravelGoodbye | user [crossing]: I'm done, thank you.",
         "TravelGoodbye | assistant: Goodbye!",
     ]

@@ -205,11 +205,15 @@ def test_a_hotel_conversation_in_the_chat_page(served: Served, page: Page) -> No
     assert int(page.locator("#usage-calls").inner_text()) == len(model_script())
     expect(page.locator("#messages li.user")).to_have_count(len(CONVERSATION))
     page.screenshot(path=str(ARTIFACTS / "chat-hotel-completed.png"), full_page=True)
+    live = conversation(page)
+    # The guest's words and the replies only: no reading of Explore or Present is a bubble.
+    assert [text for _, text in live if text.lstrip().startswith(("{", "["))] == []
 
     # A reload restores the conversation from the server, completed state included.
     page.reload()
     expect(page.locator("body")).to_have_attribute("data-ready", "true")
     expect(page.locator("#messages li.user")).to_have_count(len(CONVERSATION))
+    assert conversation(page) == live
     expect(page.locator("#messages li.assistant table")).to_have_count(3)
     expect(page.locator("#completed")).to_be_visible()
 

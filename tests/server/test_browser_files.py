@@ -29,7 +29,7 @@ from picoflow.sessions import MemoryStore
 from picoflow_demos.invoice import InvoiceFlow, InvoicesDatabase
 
 from .files_support import files_engine, pdf, png
-from .test_browser import ARTIFACTS, last_reply, page, say, serving_in_a_thread
+from .test_browser import ARTIFACTS, last_reply, page, say, send, serving_in_a_thread
 
 pytestmark = pytest.mark.browser
 __all__ = ["page"]  # the fixture, shared with the other browser tests
@@ -258,10 +258,17 @@ def test_an_invoice_pdf_uploaded_in_the_page_comes_back_as_tables(invoice_url: s
     expect(page.locator("body")).to_have_attribute("data-ready", "true")
     expect_invoice_tables()
 
-    say(page, confirm_turn.user)  # asks for the approval of the save, on a card
+    replies = page.locator("#messages li.assistant")
+    before = replies.count()
+    send(page, confirm_turn.user)  # asks for the approval of the save, on a card
     card = page.locator("#messages li.approval").last
     summary = f"Save invoice {read['number']} from {read['vendor']} (USD {read['total']})"
     expect(card.locator(".approval-summary")).to_have_text(summary)
+    expect(page.locator("#busy")).to_be_hidden()
+    # The card says it all: the reading of "confirm" that led to it is no bubble.
+    expect(replies).to_have_count(before)
+    last_two = page.locator("#messages > li").evaluate_all("items => items.slice(-2).map(i => i.className)")
+    assert last_two == ["message user", "message approval"]
     card.locator("button.approve").click()
     expect(last_reply(page)).to_contain_text(f"Saved invoice {read['number']} from {read['vendor']}")
     expect(card.locator(".approval-outcome")).to_contain_text("Approved")

@@ -137,7 +137,8 @@ async def ask(
             refuse_images([ref for message in request.messages for ref in message.attachments], model.name)
         observer.model_started(spec.name, model.name, request)
         try:
-            if observer.wants_text:
+            # A structured answer is a value for code, not words for anyone: its text is not told.
+            if observer.wants_text and spec.output is None:
                 response = await _streamed(model, request, spec.name, observer.text)
             else:
                 response = await model.request(request)

@@ -123,7 +123,11 @@ async def _answer(ws: Workspace, step: Step, spec: StepSpec, response: ModelResp
             ws.held_erases = None
             raise
     if isinstance(value, Outcome) and not isinstance(value, Direct):
-        ws.add_response(spec.name, response)  # the model's words stay in memory beside where they led
+        # The model's words stay in memory beside where they led.
+        if spec.output is not None:
+            ws.add_output(spec.name, response)
+        else:
+            ws.add_response(spec.name, response)
     ws.release_erases()  # what the outcome or reply adds (a correction, the reply) comes after
     if isinstance(value, Outcome):
         return await settle(ws, spec, value)

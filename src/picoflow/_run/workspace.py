@@ -273,6 +273,11 @@ class Workspace:
             )
         return self._append(step, "assistant", response.text, model=response.answered_by)
 
+    def add_output(self, step: str, response: ModelResponse) -> Message:
+        """A structured answer the step's code read and acted on (``output``): kept for the model,
+        marked so that no reader takes it for a reply the user was sent."""
+        return self._append(step, "assistant", response.text, kind="output", model=response.answered_by)
+
     def add_reply(self, step: str, text: str, model: str | None) -> Message:
         """The reply the turn ends with, from the model's answer (``model`` wrote it)."""
         return self._append(step, "assistant", text, model=model)

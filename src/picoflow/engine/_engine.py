@@ -37,7 +37,7 @@ from picoflow.engine.executors import LocalExecutor, TurnExecutor
 from picoflow.events import TurnEvent
 from picoflow.exceptions import FlowDefinitionError, FlowNotFound, InvalidInput, RunError
 from picoflow.flow import Flow, FlowSpec, StepSpec
-from picoflow.messages import Message
+from picoflow.messages import Message, with_outputs_marked
 from picoflow.models.base import Model
 from picoflow.models.catalog import ModelSelection, as_selection, default_selection, validate_selection
 from picoflow.models.fallback import as_model
@@ -506,11 +506,14 @@ class FlowEngine:
         return session
 
     async def transcript(self, session_id: str, *, principal: PrincipalFilter = None) -> list[Message] | None:
-        """Every message of the session in order (None if unknown or another principal's)."""
+        """Every message of the session in order (None if unknown or another principal's), the
+        structured answers stored before ``kind="output"`` existed marked as such
+        (``with_outputs_marked``), so every reader shows what the user saw the same way."""
         if await self.get_session(session_id, principal=principal) is None:
             return None
         async with store_call("reading a transcript"):
-            return await self.store.transcript(session_id)
+            stored = await self.store.transcript(session_id)
+        return with_outputs_marked(stored)
 
     async def session_files(
         self, session_id: str, *, principal: PrincipalFilter = None

@@ -103,8 +103,8 @@ class Judge:
 def render_transcript(messages: Sequence[Message]) -> str:
     """The conversation as the judge reads it: user, assistant, tool calls and results, in order.
 
-    Messages the runtime added for the model (corrections, nudges) are left out: the user never
-    saw them, and they are not facts.
+    Messages the runtime added for the model (corrections, nudges) and the model's structured
+    answers (``output``) are left out: the user never saw them, and they are not facts.
     """
     lines = []
     for message in messages:

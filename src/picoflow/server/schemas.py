@@ -366,7 +366,21 @@ class MessageOut(BaseModel):
     role: str
     content: str
     step: str | None
-    kind: str | None = None
+    kind: str | None = Field(
+        None,
+        description=(
+            "Why the message is not a plain exchange between the user and the model: direct, crossing, "
+            "forwarded, correction, nudge, summary, or output (the model's structured answer, which "
+            "code read; never sent to the user)."
+        ),
+    )
+    shown: bool = Field(
+        False,
+        description=(
+            "The user saw this message: what they typed, or a reply they were sent (a chat shows "
+            "exactly these, in order)."
+        ),
+    )
     tool_calls: list[ToolCallOut] = Field(default_factory=list)
     tool_call_id: str | None = None
     name: str | None = None
@@ -379,13 +393,14 @@ class MessageOut(BaseModel):
 
     @classmethod
     def from_message(cls, message: Message, render: str | None, session_id: str = "") -> MessageOut:
-        shown = render == "html" and message.role == "assistant" and bool(message.content)
+        rendered = render == "html" and message.role == "assistant" and bool(message.content)
         return cls(
             seq=message.seq,
             role=message.role,
             content=message.content,
             step=message.step,
             kind=message.kind,
+            shown=message.is_shown,
             tool_calls=[
                 ToolCallOut(
                     id=call.id,
@@ -400,7 +415,7 @@ class MessageOut(BaseModel):
             at=message.at,
             within=message.within,
             attachments=[AttachmentOut.from_ref(ref, session_id) for ref in message.attachments],
-            html=render_reply(message.content) if shown else None,
+            html=render_reply(message.content) if rendered else None,
         )
 
 

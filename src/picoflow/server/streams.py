@@ -3,9 +3,9 @@ while the turn waits for them.
 
 Events: ``status`` (the embedded model is still loading: ``{"status": "loading", "phase": ...,
 "message": ...}``, the same body as ``GET /readyz``), ``step``, ``tool_call``, ``tool_result``,
-``text`` (when the provider streams), ``approval_requested`` and ``approval_decided`` (an
-``ApprovalOut``), ``reading`` (a reading's verdicts: ``{"step": ..., "verdicts": [...]}``), then
-``result`` (a ``TurnResponse``) or ``error``
+``text`` (when the provider streams; never a structured answer's), ``approval_requested`` and
+``approval_decided`` (an ``ApprovalOut``), ``reading`` (a reading's verdicts: ``{"step": ...,
+"verdicts": [...]}``), then ``result`` (a ``TurnResponse``) or ``error``
 (``{"status": ..., "error": {...}}``). Every stream ends with a ``result`` or an ``error`` event.
 
 The stream opens once the engine has accepted the turn (its ``before_turn`` gate runs): what the

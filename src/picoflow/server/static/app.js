@@ -181,13 +181,11 @@ async function showDiagram() {
   }
 }
 
-// A transcript holds what the runtime added too (tool results, forwarded and crossing
-// messages, the runs of sub-steps); the chat shows only what the user typed and what the
-// assistant said.
+// A transcript holds what the runtime and the model said to each other too (tool results,
+// corrections, forwarded and crossing messages, structured answers, the runs of sub-steps); the
+// chat shows only what the user typed and what they were sent, as the server marks it.
 function visible(message) {
-  if (message.within) return false;
-  if (message.role === "user") return message.kind === null;
-  return message.role === "assistant" && message.content && (message.kind === null || message.kind === "direct");
+  return message.shown === true;
 }
 
 // --- approvals --------------------------------------------------------------------------------
