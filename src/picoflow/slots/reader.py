@@ -230,8 +230,9 @@ async def read(
     them (fields asked together are merged together). ``grounding`` defaults to the profile the
     model asks for (``Grounding.for_model``). ``locales`` are the languages the conversation may be
     in (BCP 47 tags; ``locale`` is one more): only their declared words count, and one locale
-    reads numbers as it writes them; with none, every language's words count and numbers are read every plausible way. At
-    most ``max_calls`` model calls are made; an answer that never fits the format reads nothing.
+    reads numbers as it writes them; with none, every language's words count and numbers are read
+    every plausible way. At most ``max_calls`` model calls are made; an answer that never fits the
+    format reads nothing.
     """
     grounding = grounding or Grounding.for_model(model)
     locales = tuple(dict.fromkeys((*([locale] if locale else []), *locales)))
