@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from picoflow import Catalog, FlowDefinitionError, Locale
-from picoflow.slots.grounding import written_numbers
+from picoflow.slots.words import written_numbers
 
 NARROW_NBSP = "\u202f"  # what CLDR puts between groups of digits in French
 NBSP = "\u00a0"

@@ -489,3 +489,16 @@ async def test_a_slot_step_keeps_the_language_its_user_wrote_and_answers_in_it()
     assert result.message == "¿A qué distancia?"
     session = await engine.store.load(result.session_id or "")
     assert session is not None and session.state_of("Beach")["locale"] == "es"
+
+
+@pytest.mark.parametrize(
+    ("said", "reply"),
+    [
+        ("The Hotel Monaco has no pool. Anything else?", "yes"),
+        ("El Hotel Monaco no tiene piscina. ¿Algo más?", "sí"),
+    ],
+)
+async def test_what_the_assistant_stated_is_no_offer(said: str, reply: str) -> None:
+    model = answering(found(("hotel", "the Hotel Monaco", "Hotel Monaco")), grounding="default")
+    reading = await read(Stay, [Message.assistant(said)], reply, model=model, accept=YES_NO)
+    assert reading.form.known == {} and reading.verdicts[0].rule == "quoted"

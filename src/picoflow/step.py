@@ -66,6 +66,10 @@ class Step:
     max_attempts: ClassVar[int] = 3
     #: Expose ``terminate_session`` when the flow has a ``TerminateStep``.
     terminate_tool: ClassVar[bool] = True
+    #: The locales the user may write in (BCP 47 tags, "en", "es", "de-DE"; ``picoflow.locale``):
+    #: the user's numbers are read as they write them (in digits and in words) when tool arguments
+    #: and readings are checked against their words. None declared: every plausible reading.
+    locales: ClassVar[tuple[str, ...]] = ()
     #: User message added when the conversation enters this step without one.
     crossing_message: ClassVar[str] = "Continue."
     #: MCP servers whose tools this step offers next to its ``@tool``s (see ``picoflow.mcp.MCPServer``).

@@ -44,6 +44,7 @@ class _ToolMark:
     timeout: float | None = None
     idempotent: bool = False
     approval: ApprovalRule | None = None
+    grounded: bool | None = None
 
 
 Policy = Callable[[Any, Any], Any]
@@ -187,6 +188,7 @@ def tool(
     approvers: Iterable[str] = (),
     approval_summary: str | Callable[..., str] | None = None,
     approval_seconds: float | None = None,
+    grounded: bool | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -204,6 +206,7 @@ def tool(
     approvers: Iterable[str] = (),
     approval_summary: str | Callable[..., str] | None = None,
     approval_seconds: float | None = None,
+    grounded: bool | None = None,
 ) -> Any:
     """Expose a step method to the model as a tool.
 
@@ -227,6 +230,12 @@ def tool(
     run at once. ``approval_summary`` says what will happen (``"Refund {amount} on order {order}"``,
     a function of the arguments, or ``fn(ctx, args)`` to read the deps); ``approval_seconds`` is how
     long a decision may take (a day).
+
+    ``grounded=True`` sends a call back to the model when an argument that is an option, a text or
+    a number is not borne out by what the user said in the step (``picoflow.slots.arguments``):
+    the model may not choose for the user. ``grounded=False`` never does (arguments taken from a
+    list code showed, an id). By default (None) the grounding profile of the step's model decides:
+    the embedded model's checks them, a hosted model's does not.
     """
     if callable(fn_or_name):
         setattr(fn_or_name, _TOOL_MARK, _ToolMark(None, description, strict, exclusive, _declaring_scope()))
@@ -243,7 +252,16 @@ def tool(
             fn,
             _TOOL_MARK,
             _ToolMark(
-                fn_or_name, description, strict, exclusive, scope, concurrent, timeout, idempotent, rule
+                fn_or_name,
+                description,
+                strict,
+                exclusive,
+                scope,
+                concurrent,
+                timeout,
+                idempotent,
+                rule,
+                grounded,
             ),
         )
         return fn
@@ -330,6 +348,9 @@ class ToolSpec:
     """Running it again after a lost worker is harmless (a durable executor may retry it)."""
     approval: ApprovalRule | None = None
     """Its calls wait for a decision before they run (see ``@tool(approval=...)``)."""
+    grounded: bool | None = None
+    """Its arguments must be borne out by what the user said (see ``@tool(grounded=...)``); None:
+    as the grounding profile of the step's model says."""
 
     def validate(self, call: ToolCall) -> BaseModel | str:
         """The validated arguments, or the error text for the model."""
@@ -412,6 +433,7 @@ def collect_tools(step_cls: type, *, where: str) -> tuple[dict[str, ToolSpec], l
                 timeout=mark.timeout,
                 idempotent=mark.idempotent,
                 approval=mark.approval,
+                grounded=mark.grounded,
             )
         group = getattr(fn, _GROUP_MARK, None)
         if isinstance(group, frozenset):

@@ -121,6 +121,7 @@ class Workspace:
         "decided",
         "files",
         "held_erases",
+        "ran",
         "session",
         "transitions",
         "usage",
@@ -145,6 +146,8 @@ class Workspace:
         """While the conversation moves on after a response's tool calls: the namespaces whose
         erase waits until every result is written (an erase then could separate a call from its
         result). None: erases happen at once."""
+        self.ran: set[str] = set()
+        """The tool calls that ran this turn, by name and arguments (a call made again is refused)."""
         self._steps: dict[str, Step] = {}
         self._states: dict[str, StepState] = {}
         self._contexts: dict[str, RunContext[Any]] = {}

@@ -8,7 +8,8 @@ number must be borne out by what the user said in the step:
 
 * an option (a ``Literal`` or an ``Enum`` value) by its own name, or by a word that begins with it
   (an ending added: "lattes" says "latte"), or by the words ``Said`` declares for it;
-* a text by its words, every one written by the user;
+* a text by one of its words written by the user (a tool's form of their words: "Paris" for the
+  time zone "Europe/Paris", "Dunes" for the title "Dune");
 * a number (or a date) by one of its numbers written in digits;
 * a yes or no only by declared words (``Said(yes=..., no=...)``), else it is not judged.
 
@@ -18,7 +19,7 @@ goes back to the model naming the field, never the value.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import date, time
 from decimal import Decimal
 from enum import Enum
@@ -26,8 +27,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from picoflow.locale import Locale
 from picoflow.slots.said import FieldEvidence, evidence_of
-from picoflow.slots.words import numbers_in, phrase_of, same_word, words, written_numbers
+from picoflow.slots.words import locale_numbers, numbers_in, phrase_of, same_word, words
 
 __all__ = ["UNBORNE", "unborne"]
 
@@ -44,13 +46,15 @@ _STEM = 4
 class _Said:
     """The user's words, as arguments are compared with them."""
 
-    def __init__(self, said: str, slips: bool) -> None:
-        self.sequence = tuple(words(said))
+    def __init__(self, said: str, slips: bool, locales: Sequence[str]) -> None:
+        # Accents aside: a model writes "Paris" for the "París" the user typed, and the other way round.
+        self.sequence = tuple(Locale.fold(word) for word in words(said))
         self.words = frozenset(self.sequence)
-        self.numbers = written_numbers(said)
+        self.numbers = locale_numbers(said, locales)
         self.slips = slips
 
     def has(self, word: str) -> bool:
+        word = Locale.fold(word)
         if word in self.words:
             return True
         return self.slips and any(same_word(word, written) for written in self.words)
@@ -58,7 +62,7 @@ class _Said:
     def names(self, option: str) -> bool:
         """Whether the words say ``option`` by its own name: its words in a row, the last one
         perhaps with an ending ("two lattes" says "latte")."""
-        phrase = phrase_of(option)
+        phrase = tuple(Locale.fold(word) for word in phrase_of(option))
         size = len(phrase)
         if not size:
             return False
@@ -70,6 +74,11 @@ class _Said:
                 return True
         return False
 
+    def inflects(self, word: str) -> bool:
+        """Whether the user wrote ``word`` with an ending ("Dunes" for the title "Dune")."""
+        word = Locale.fold(word)
+        return any(_inflected(word, written) for written in self.words)
+
     def _same(self, declared: str, written: str) -> bool:
         return declared == written or (self.slips and same_word(declared, written))
 
@@ -78,10 +87,12 @@ def _inflected(name: str, written: str) -> bool:
     return len(name) >= _STEM and written.startswith(name) and len(written) - len(name) <= 2
 
 
-def unborne(arguments: BaseModel, said: str, *, slips: bool = False) -> list[str]:
+def unborne(
+    arguments: BaseModel, said: str, *, slips: bool = False, locales: Sequence[str] = ()
+) -> list[str]:
     """The fields of ``arguments`` (dotted for nested models) whose values the user's words ``said``
-    do not bear out, in the order of the model's fields."""
-    return _unborne(arguments, _Said(said, slips), "")
+    do not bear out, in the order of the model's fields; numbers read as ``locales`` write them."""
+    return _unborne(arguments, _Said(said, slips, locales), "")
 
 
 def _unborne(arguments: BaseModel, said: _Said, prefix: str) -> list[str]:
@@ -124,7 +135,10 @@ def _borne(evidence: FieldEvidence, value: Any, said: _Said) -> bool:
     if numbers:
         return bool(numbers & said.numbers)
     if isinstance(value, str):
-        return all(said.has(word) for word in words(value))
+        # A text argument is often the user's words put in the tool's form ("Paris" as the time
+        # zone "Europe/Paris", "Dunes" as the title "Dune"): one of its words said bears it out.
+        written = words(value)
+        return not written or any(said.has(word) or said.inflects(word) for word in written)
     return True
 
 

@@ -28,8 +28,10 @@ the framework holds no word of any language.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cache
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel
@@ -39,12 +41,12 @@ from picoflow.locale import Locale
 from picoflow.slots.dates import WrittenDates
 from picoflow.slots.said import FieldEvidence, Said, evidence_of
 from picoflow.slots.words import (
+    locale_numbers,
     numbers_in,
     parts_of,
     same_word,
     squeezed,
     words,
-    written_numbers,
 )
 
 Action = Literal["kept", "dropped", "repaired"]
@@ -123,7 +125,8 @@ class Heard:
         self.locales = tuple(Locale.of(tag).tag for tag in locales)
         """The locales declared: only their words count (all when none is declared)."""
         self.locale = Locale.of(self.locales[0]) if len(self.locales) == 1 else Locale.any()
-        """How numbers are read: as the one locale declared writes them, else every plausible way."""
+        """How dates are read: in the order the one locale declared writes them, else as the message
+        writes them."""
         self.message = message
         self.previous = previous or ""
         self.slips = slips
@@ -133,15 +136,16 @@ class Heard:
         self.parts = tuple(parts_of(message))
         self.dates = WrittenDates.of(message, self.locale.date_order())
         self.numbers = self.numbers_of(message)
-        self.offered = squeezed(self.previous)
-        self.offered_words = frozenset(words(self.previous))
+        self.asked = tuple(_questions(self.previous))
+        """The questions of the assistant's previous message: what it put forward to accept."""
         self.accepted = accept.answer(self.sequence, exact=not slips) if accept is not None else None
         """Whether the message accepts what the assistant put forward, by the words the application
         declared for a yes and a no (a denial wins); None when it says neither or none are declared."""
 
     def numbers_of(self, text: str) -> set[float]:
-        """The numbers ``text`` writes, in digits or in words, as this conversation's locale reads them."""
-        return written_numbers(text, self.locale)
+        """The numbers ``text`` writes, in digits or in words, as one of the declared locales writes
+        them (every plausible way when none is declared)."""
+        return locale_numbers(text, self.locales)
 
     @property
     def exact(self) -> bool:
@@ -161,11 +165,16 @@ class Heard:
         return self.slips and any(same_word(word, written) for written in self.words)
 
     def offers(self, quote: str) -> bool:
-        """Whether ``quote`` is words of the assistant's previous message (as written, or word for word)."""
+        """Whether ``quote`` is words of a question of the assistant's previous message ("Shall I
+        book the Hotel Monaco?"), as written or word for word: what it put forward for the user to
+        take. What it stated ("It has no pool.") is no offer."""
         written = squeezed(quote)
-        if not written or not self.offered:
+        if not written:
             return False
-        return written in self.offered or all(word in self.offered_words for word in words(quote))
+        quoted = words(quote)
+        return any(
+            written in squeezed(question) or set(quoted) <= set(words(question)) for question in self.asked
+        )
 
     def span(self, quote: str, source: Source) -> Evidence | None:
         """Where ``quote`` stands in the message it came from, as written there."""
@@ -175,6 +184,23 @@ class Heard:
             return None
         start, end = found
         return Evidence(source, start, end, text[start:end])
+
+
+@cache
+def _question_marks() -> frozenset[str]:
+    """Every script's question mark ("?", "¿", "؟", "？", the Greek one), from the Unicode database."""
+    return frozenset(
+        mark for mark in map(chr, range(0x10000)) if "QUESTION MARK" in unicodedata.name(mark, "")
+    )
+
+
+def _questions(text: str) -> list[str]:
+    """The sentences of ``text`` that ask something: those holding a question mark."""
+    if not text:
+        return []
+    marks = _question_marks()
+    sentences = re.split(r"(?<=[.!\n\u3002\uff01])\s+|(?<=[?\uff1f\u037e\u061f])\s*", text)
+    return [sentence for sentence in sentences if marks & set(sentence)]
 
 
 def _locate(text: str, quote: str) -> tuple[int, int] | None:
@@ -299,8 +325,9 @@ class FieldWords(Rule):
 class Confirmed(Rule):
     """A value the assistant put forward in its previous message ("Shall I book the Hotel
     Monaco?") and the user accepted ("That sounds great") is borne out by that message, though the
-    user never wrote it: the quote is the assistant's words, or the value's own words are. A
-    question naming several options of the field offers none of them; a declared no declines it.
+    user never wrote it: the quote is the words of a question of that message, or the value's own
+    words are. What it stated is no offer; a question naming several options of the field offers
+    none of them; a declared no declines it.
     With ``needs_yes`` (small models), the user's message must hold a declared yes word."""
 
     name = "confirmed"
@@ -310,7 +337,7 @@ class Confirmed(Rule):
 
     def judge(self, item: Item, seen: Seen) -> Judged:
         heard = seen.heard
-        if heard.quotes(item.quote) or not heard.offered or heard.accepted is False:
+        if heard.quotes(item.quote) or not heard.asked or heard.accepted is False:
             return item
         if self.needs_yes and heard.accepted is not True:
             return item
@@ -451,6 +478,9 @@ SMALL_MODEL_RULES: tuple[Rule, ...] = (
 reading, and the rescues of a 1.5B model's quotes."""
 
 
+_RESCUES = ("slips", "second_look", "told", "arguments")
+
+
 @dataclass(frozen=True, slots=True)
 class Grounding:
     """An ordered list of named rules every item of a reading passes through, and the rescues a
@@ -468,6 +498,9 @@ class Grounding:
     """What two readings still left out of a yes-or-no field or the go-ahead, the declared words
     tell on their own; a message the reading kept nothing of ends the session when it holds the
     goodbye's words."""
+    arguments: bool = False
+    """A tool call's arguments (options, texts, numbers) must be borne out by what the user said
+    in the step, unless the tool says otherwise (``@tool(grounded=...)``)."""
     _names: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -486,7 +519,7 @@ class Grounding:
     def for_small_models(cls) -> Grounding:
         """What the embedded model turns on: every rule, slips of the keys, the second look and
         the words that tell on their own."""
-        return cls(SMALL_MODEL_RULES, "small", slips=True, second_look=True, told=True)
+        return cls(SMALL_MODEL_RULES, "small", slips=True, second_look=True, told=True, arguments=True)
 
     @classmethod
     def for_model(cls, model: object) -> Grounding:
@@ -497,7 +530,8 @@ class Grounding:
         return tuple(rule.name for rule in self.rules)
 
     def without(self, *names: str) -> Grounding:
-        """This policy without the rules ``names`` (or the rescues ``slips``, ``second_look``, ``told``)."""
+        """This policy without the rules ``names`` (or the rescues ``slips``, ``second_look``, ``told``,
+        ``arguments``)."""
         self._known(names)
         return Grounding(
             tuple(r for r in self.rules if r.name not in names),
@@ -505,6 +539,7 @@ class Grounding:
             slips=self.slips and "slips" not in names,
             second_look=self.second_look and "second_look" not in names,
             told=self.told and "told" not in names,
+            arguments=self.arguments and "arguments" not in names,
         )
 
     def with_rule(self, rule: Rule, *, before: str | None = None, after: str | None = None) -> Grounding:
@@ -525,7 +560,7 @@ class Grounding:
         return replace(self, rules=tuple(rule if r.name == name else r for r in self.rules))
 
     def _known(self, names: Iterable[str]) -> None:
-        unknown = [n for n in names if n not in self._names and n not in ("slips", "second_look", "told")]
+        unknown = [n for n in names if n not in self._names and n not in _RESCUES]
         if unknown:
             raise FlowDefinitionError(
                 f"Grounding: no rule {', '.join(unknown)} (its rules: {', '.join(self.names())})"

@@ -106,11 +106,10 @@ class SlotStep(Step):
     #: with them, a value offered in the question ("Shall I book the Hotel Monaco?") and accepted
     #: ("sounds great") is kept, a declined one never; the small-model profile needs them to keep one.
     accept: ClassVar[Said | None] = None
-    #: The locales the conversation may be in (BCP 47 tags, "en", "es", "de-DE"): only the words
-    #: declared for them count (``Said(locale=...)``), one locale reads numbers and dates as it writes
-    #: them, and of several, the one whose words the user wrote is kept as the step's ``locale``
-    #: (the language to answer in). None declared: every declared word counts.
-    locales: ClassVar[tuple[str, ...]] = ()
+    # ``locales`` (``Step.locales``): only the words declared for them count (``Said(locale=...)``),
+    # one locale reads numbers and dates as it writes them, and of several, the one whose words the
+    # user wrote is kept as the step's ``locale`` (the language to answer in). None declared: every
+    # declared word counts.
     instructions = EXTRACT_RULES
     # Ending a session cannot be undone; a reading step does not offer it unless asked to.
     terminate_tool = False

@@ -76,6 +76,16 @@ def written_numbers(text: str, locale: Locale | None = None, *, spelled: bool = 
     return {float(number) for number in (locale or _ANY).numbers(text, spelled=spelled)}
 
 
+def locale_numbers(text: str, locales: Sequence[str] = ()) -> set[float]:
+    """The numbers ``text`` writes as any of ``locales`` writes them (every plausible way when none)."""
+    if not locales:
+        return written_numbers(text)
+    found: set[float] = set()
+    for tag in locales:
+        found |= written_numbers(text, Locale.of(tag))
+    return found
+
+
 def squeezed(text: str) -> str:
     return " ".join(text.casefold().split())
 

@@ -232,7 +232,9 @@ class Save(Step):
         arguments = json.dumps(save_arguments(self.draft()), ensure_ascii=False)
         return Reject(f"Call save_invoice with {arguments}, and nothing else.")
 
-    @tool(approval=True, approval_summary=save_summary)
+    # The values come from the attached document, not from words typed: code checks them against
+    # it and a person approves the saving, so they are not matched against the user's words.
+    @tool(approval=True, approval_summary=save_summary, grounded=False)
     async def save_invoice(
         self, vendor: str, number: str, currency: str | None, total: Decimal, ctx: RunContext[Any]
     ) -> Outcome:

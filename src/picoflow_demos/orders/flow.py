@@ -371,7 +371,9 @@ class Refund(Step):
                 return None
         return Reject(f'Call refund with {{"order_id": {order_id}}}, and nothing else.')
 
-    @tool(approval=refund_approvers, approval_summary=refund_summary)
+    # The order is the one code looked up (checked against the step's state below) and a person
+    # approves the refund: the policy, not the user's words of this step, gates it.
+    @tool(approval=refund_approvers, approval_summary=refund_summary, grounded=False)
     async def refund(self, order_id: int, ctx: RunContext[Any]) -> Outcome:
         """Refund the order in full to the original payment method, once it is approved."""
         expected = int(self.state["order_id"])
