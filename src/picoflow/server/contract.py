@@ -30,7 +30,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 from starlette.routing import Match, Route
 
-from picoflow.engine._engine import SESSION_ID
+from picoflow.engine import SESSION_ID
 from picoflow.server import errors
 from picoflow.server.errors import SESSION_HEADER, ApiError
 from picoflow.server.state import ServerState
