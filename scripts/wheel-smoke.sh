@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build the sdist and the wheel, check them as PyPI would (twine check --strict), install the wheel
-# into a fresh venv with no source tree on the path, and use it as a new user would: the version,
-# the flows, the README's first example, and `picoflow serve` answering /readyz.
+# into fresh venvs with no source tree on the path, and use it as a new user would. Bare (no extra,
+# as `pip install picoflow-ai` gives it): the version, the flows, the README's first example, and
+# one line naming the extra from each command that needs one. With the server: `picoflow serve`
+# answering /readyz.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -29,29 +31,66 @@ PY
 VERSION=$("$PY" -c 'import picoflow; print(picoflow.__version__)')
 case "$(basename "$WHEEL")" in picoflow_ai-"$VERSION"-py3-none-any.whl) ;; *) echo "unexpected wheel $WHEEL" >&2; exit 1;; esac
 
-python3 -m venv "$WORK/venv"
-"$WORK/venv/bin/pip" install --quiet --upgrade pip
-"$WORK/venv/bin/pip" install --quiet -c "$ROOT/constraints.txt" "$WHEEL[server,cli]"
+fresh_venv() {  # NAME REQUIREMENT: a new venv with only REQUIREMENT (and what it needs) installed
+  python3 -m venv "$WORK/$1"
+  "$WORK/$1/bin/pip" install --quiet --upgrade pip
+  "$WORK/$1/bin/pip" install --quiet -c "$ROOT/constraints.txt" "$2"
+}
+
+# Without its extra, a command ends with one line naming it (no traceback) and a failing exit.
+says_needs() {  # EXTRA COMMAND...
+  local extra=$1 said
+  shift
+  if said=$("$@" 2>&1 </dev/null); then
+    echo "\`$*\` ran without picoflow-ai[$extra]" >&2; exit 1
+  fi
+  if [ "$(printf '%s\n' "$said" | wc -l)" -ne 1 ] || [[ "$said" != *"picoflow-ai[$extra]"* ]]; then
+    printf '`%s` without picoflow-ai[%s] must say so in one line; it said:\n%s\n' "$*" "$extra" "$said" >&2
+    exit 1
+  fi
+}
+
+fresh_venv bare "$WHEEL"
+fresh_venv venv "$WHEEL[server,cli]"  # cli: empty now, kept so that old install lines still work
 
 cd "$WORK"  # no source tree here, nor on the path
 export PYTHONPATH= PICOFLOW_STORE=memory://
-test "$(venv/bin/picoflow --version)" = "picoflow $VERSION"
-venv/bin/python - <<'PY'
-import importlib.metadata, pathlib, picoflow, picoflow_demos
-for module in (picoflow, picoflow_demos):
-    assert pathlib.Path(module.__file__).is_relative_to(pathlib.Path("venv").resolve()), module.__file__
-assert importlib.metadata.version("picoflow-ai") == picoflow.__version__
-PY
-venv/bin/picoflow flows | grep -q "hotel"
 
-# The README's first complete program, as a new user would paste it.
-venv/bin/python - "$ROOT/README.md" > first_example.py <<'PY'
+# `pip install picoflow-ai`, nothing more.
+test "$(bare/bin/picoflow --version)" = "picoflow $VERSION"
+bare/bin/python - <<'PY'
+import importlib.metadata, pathlib, sys, picoflow, picoflow_demos
+for module in (picoflow, picoflow_demos):
+    assert pathlib.Path(module.__file__).is_relative_to(pathlib.Path("bare").resolve()), module.__file__
+assert importlib.metadata.version("picoflow-ai") == picoflow.__version__
+extras = {"fastapi", "uvicorn", "openai", "anthropic", "mcp", "temporalio", "psycopg", "xllamacpp"}
+assert not extras & {name.partition(".")[0] for name in sys.modules}, "import picoflow loaded an extra"
+for extra in extras:
+    try:
+        importlib.metadata.distribution(extra)
+    except importlib.metadata.PackageNotFoundError:
+        continue
+    raise AssertionError(f"the bare install holds {extra}")
+PY
+bare/bin/picoflow flows > flows.out 2>&1 || { cat flows.out; exit 1; }
+if ! grep -q "hotel" flows.out || grep -q Traceback flows.out; then cat flows.out; exit 1; fi
+says_needs server bare/bin/picoflow serve
+says_needs mcp bare/bin/picoflow mcp serve
+says_needs temporal bare/bin/picoflow worker --temporal 127.0.0.1:7233
+says_needs postgres bare/bin/picoflow sessions list --store postgresql://picoflow@127.0.0.1:1/none
+
+# The README's first complete program, as a new user would paste it after `pip install picoflow-ai`.
+bare/bin/python - "$ROOT/README.md" > first_example.py <<'PY'
 import re, sys
 blocks = re.findall(r"```python\n(.*?)```", open(sys.argv[1], encoding="utf-8").read(), re.DOTALL)
 print(next(block for block in blocks if "asyncio.run(main())" in block))
 PY
-venv/bin/python -W error first_example.py > first_example.out
+bare/bin/python -W error first_example.py > first_example.out
 test -s first_example.out
+
+# With the server.
+test "$(venv/bin/picoflow --version)" = "picoflow $VERSION"
+venv/bin/picoflow flows | grep -q "hotel"
 
 # `picoflow serve` on a scripted model, until /readyz answers 200.
 echo '["Hello from the wheel."]' > replies.json
@@ -64,4 +103,4 @@ for _ in $(seq 1 200); do
   sleep 0.1
 done
 [ "${READY:-}" = 1 ] || { echo "picoflow serve never answered /readyz" >&2; cat serve.log; exit 1; }
-echo "wheel smoke test passed: $(basename "$WHEEL") (and its sdist) checked, installed and served"
+echo "wheel smoke test passed: $(basename "$WHEEL") (and its sdist) checked, installed bare and with the server, and served"

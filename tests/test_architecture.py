@@ -1,5 +1,6 @@
 """The shape of the source tree, checked on every run: each module belongs to a layer and imports
-only its own layer and those below it, and the import graph has no cycle (typing-only imports
+only its own layer and those below it, a private module (its name starts with ``_``) is imported
+only from inside the package that holds it, and the import graph has no cycle (typing-only imports
 included, so the layers stay honest). Sizes are printed, longest first, as a list to look at:
 something long is split by concept when it holds two, never to meet a line count."""
 
@@ -120,6 +121,27 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
     return found
 
 
+def owner_of_private(module: str) -> str | None:
+    """The package a private module belongs to (the name before its last ``_`` part), or None for a
+    public module. ``picoflow._run.loop`` is private to ``picoflow``; ``picoflow.mcp._schema`` to
+    ``picoflow.mcp``."""
+    parts = module.split(".")
+    private = [index for index, part in enumerate(parts) if part.startswith("_")]
+    return ".".join(parts[: private[-1]]) if private else None
+
+
+def private_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a private module from outside the package that holds it, as
+    ``importer -> imported``: what another folder needs goes through the owner's public module."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            owner = owner_of_private(target)
+            if owner is not None and module != owner and not module.startswith(owner + "."):
+                found.append(f"{module} -> {target}")
+    return found
+
+
 def cycles_in(graph: dict[str, set[str]]) -> list[list[str]]:
     # A package's __init__ re-exports its modules: it is left out of the cycle search, or every
     # module importing a sibling through its package would close a loop.
@@ -160,6 +182,26 @@ def test_an_import_from_a_higher_layer_is_found() -> None:
     assert upward_imports(graph) == ["picoflow.messages (values) -> picoflow._run.loop (runner)"]
     with pytest.raises(LookupError, match="belongs to no layer"):
         layer_of("elsewhere.module")
+
+
+def test_no_private_module_is_imported_from_another_folder() -> None:
+    assert private_imports(import_graph()) == []
+
+
+def test_a_private_import_from_another_folder_is_found() -> None:
+    graph = {
+        "picoflow.server.contract": {"picoflow.engine._engine", "picoflow.engine"},
+        "picoflow.engine": {"picoflow.engine._engine", "picoflow._run.loop"},
+        "picoflow.engine.executors": {"picoflow.engine._engine"},
+        "picoflow.server.protocols.a2a": {"picoflow.server.protocols._threads"},
+        "picoflow.mcp.tools": {"picoflow.mcp._schema"},
+        "picoflow.cli.app": {"picoflow.mcp._schema", "picoflow.models.local._weights"},
+    }
+    assert private_imports(graph) == [
+        "picoflow.cli.app -> picoflow.mcp._schema",
+        "picoflow.cli.app -> picoflow.models.local._weights",
+        "picoflow.server.contract -> picoflow.engine._engine",
+    ]
 
 
 def test_the_import_graph_has_no_cycle() -> None:

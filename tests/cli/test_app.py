@@ -5,6 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
+from picoflow.cli.loading import needs_extra
+
 from .support import invoke
 
 
@@ -33,3 +37,37 @@ def test_an_unknown_command_is_one_usage_error() -> None:
     result = invoke("sesions")
     assert result.exit_code == 2 and "No such command 'sesions'" in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "missing", "said"),
+    [
+        (("serve",), ("uvicorn",), "picoflow serve needs the HTTP server: pip install 'picoflow-ai[server]'"),
+        (
+            ("worker", "--temporal", "127.0.0.1:7233"),
+            ("temporalio", "temporalio.client"),
+            "picoflow worker needs Temporal's SDK: pip install 'picoflow-ai[temporal]'",
+        ),
+        (
+            ("serve", "--temporal", "127.0.0.1:7233"),
+            ("temporalio", "temporalio.client"),
+            "--temporal needs Temporal's SDK: pip install 'picoflow-ai[temporal]'",
+        ),
+    ],
+)
+def test_a_command_without_its_extra_names_it_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...], missing: tuple[str, ...], said: str
+) -> None:
+    # None in sys.modules makes an import fail as a package that is not installed does; picoflow's
+    # Temporal package is imported anew, as it would be without the SDK.
+    for name in missing:
+        monkeypatch.setitem(sys.modules, name, None)
+    for name in [name for name in sys.modules if name.startswith("picoflow.temporal")]:
+        monkeypatch.delitem(sys.modules, name)
+    result = invoke(*args)
+    assert (result.exit_code, result.output) == (1, f"error: {said}\n")
+
+
+def test_a_missing_module_of_picoflow_itself_is_not_called_a_missing_extra() -> None:
+    with pytest.raises(ModuleNotFoundError, match=r"picoflow\.nowhere"), needs_extra("server", "serving"):
+        import picoflow.nowhere  # type: ignore[import-not-found]  # noqa: F401

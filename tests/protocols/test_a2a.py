@@ -420,6 +420,7 @@ async def test_a_streamed_turn_tells_its_steps_and_tool_calls_and_a_failure_is_a
                         {
                             "data": {
                                 "event": "error",
+                                "status": 503,
                                 "kind": "model_unavailable",
                                 "retryable": True,
                                 "retry_after": 7.0,

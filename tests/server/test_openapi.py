@@ -6,11 +6,28 @@ from __future__ import annotations
 
 from typing import Any
 
+from picoflow.exceptions import ApprovalRefused, RunError
 from picoflow.server import ServerSettings
 from server.support import client_for, desk_engine
 
 NATIVE = {"$ref": "#/components/schemas/ErrorBody"}
 COMPAT = {"$ref": "#/components/schemas/CompatError"}
+OPENAI = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type", "param", "code"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"enum": ["invalid_request_error", "server_error"]},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+        }
+    },
+}
 
 
 async def document() -> dict[str, Any]:
@@ -163,3 +180,52 @@ async def test_values_are_of_the_type_the_document_states() -> None:
             "problem": "is not a part of a turn (the parts are message, config, stream, attachments)",
         }
     ]
+
+
+def _error_classes(root: type[RunError]) -> list[type[RunError]]:
+    found = [root]
+    for sub in root.__subclasses__():
+        found += _error_classes(sub)
+    return found
+
+
+async def test_every_status_a_turn_can_end_in_is_documented_on_every_route_that_runs_one() -> None:
+    # From the error tree itself, not from the contract's table: a new failure with a new status
+    # fails here until the document states it. A decision's refusals are its route's own.
+    statuses = {
+        str(error.status) for error in _error_classes(RunError) if not issubclass(error, ApprovalRefused)
+    }
+    assert {"404", "409", "413", "415", "422", "500", "502", "503"} <= statuses
+    paths = (await document())["paths"]
+    # Routes that answer every failure with its status, in their surface's shape.
+    for path, shape, files in [
+        ("/v1/flows/{flow}/sessions", NATIVE, True),
+        ("/v1/sessions/{session_id}/turns", NATIVE, True),
+        ("/v1/sessions/{session_id}/approvals/{approval_id}", NATIVE, False),
+        ("/ai/run", COMPAT, False),
+        ("/v1/chat/completions", OPENAI, False),
+    ]:
+        responses = paths[path]["post"]["responses"]
+        for status in statuses - (set() if files else {"415"}):
+            assert responses[status]["content"] == {"application/json": {"schema": shape}}, (path, status)
+        assert responses["503"]["headers"]["Retry-After"]["required"] is True, path
+        assert "model gave no acceptable answer" in responses["502"]["description"], path
+    # Streams: a refusal is an HTTP status; a failure once the stream is open is told in it, with
+    # its status, and a model's failure (502) only ever comes then.
+    for path, told in [
+        ("/ag-ui/{flow}", "`RUN_ERROR`"),
+        ("/ai-sdk/{flow}", "`message-metadata`"),
+        ("/a2a", "`TASK_STATE_FAILED`"),
+        ("/v1/sessions/{session_id}/turns", "an `error` event"),
+        ("/v1/chat/completions", '`data: {"error": ...}`'),
+    ]:
+        responses = paths[path]["post"]["responses"]
+        stream = responses["200"]["description"]
+        assert told in stream, path
+        for status in ("409", "413", "422", "500", "502", "503"):
+            assert f"; {status} " in stream or f": {status} " in stream, (path, status)
+    for path in ("/ag-ui/{flow}", "/ai-sdk/{flow}"):
+        responses = paths[path]["post"]["responses"]
+        assert {"404", "409", "413", "422", "500", "503"} <= responses.keys() and "502" not in responses
+    assert "415" in paths["/ai-sdk/{flow}"]["post"]["responses"]  # files as data: URLs
+    assert not {"404", "409", "500", "502", "503"} & paths["/a2a"]["post"]["responses"].keys()

@@ -52,8 +52,10 @@ class CliError(Exception):
     """A problem the user can fix; printed without a traceback."""
 
 
-USER_ERRORS = (CliError, PicoflowError, ValueError)
-"""What a user's options, ids and files can cause: each ends the command with one line."""
+USER_ERRORS = (CliError, PicoflowError, ValueError, ImportError)
+"""What a user's options, ids and files can cause: each ends the command with one line. An
+``ImportError`` is an option whose extra is not installed (a PostgreSQL store, a provider's SDK):
+the adapter's message names the extra to install."""
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
@@ -61,6 +63,18 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     # soft_wrap: one line whatever its length, for the terminal to fold and for logs and grep to keep whole.
     errors.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
     return typer.Exit(code)
+
+
+@contextlib.contextmanager
+def needs_extra(extra: str, what: str) -> Iterator[None]:
+    """Around the imports of a command that needs the extra ``extra``: without it, the command ends
+    with one line naming the extra to install (``what`` says what it is for), not a traceback."""
+    try:
+        yield
+    except ImportError as exc:
+        if isinstance(exc, ModuleNotFoundError) and (exc.name or "").partition(".")[0] == "picoflow":
+            raise  # a module of picoflow itself is missing: a broken install, not a missing extra
+        raise fail(f"{what}: pip install 'picoflow-ai[{extra}]'") from None
 
 
 def run(work: Callable[[], Awaitable[T]]) -> T:

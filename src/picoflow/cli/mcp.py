@@ -23,6 +23,7 @@ from picoflow.cli.loading import (
     describe_model,
     errors,
     fail,
+    needs_extra,
 )
 
 mcp_app = typer.Typer(
@@ -77,8 +78,9 @@ def serve(
     """Serve each flow as an MCP tool FLOW(message, session_id?) answering the reply, the session id and
     whether the conversation completed (and the calls waiting for approval, which decide_approval
     decides as the same caller); sessions are kept in the store."""
-    from picoflow.server import mcp as mcp_serve
-    from picoflow.server.auth import is_loopback, load_api_keys
+    with needs_extra("mcp", "picoflow mcp serve needs the MCP SDK"):
+        from picoflow.server import mcp as mcp_serve
+        from picoflow.server.auth import is_loopback, load_api_keys
 
     if not principal.strip():
         raise fail("--principal must not be empty", code=2)

@@ -23,6 +23,7 @@ from picoflow.cli.loading import (
     describe_model,
     fail,
     load_flows,
+    needs_extra,
 )
 from picoflow.engine import FlowEngine
 from picoflow.models.readiness import Phase
@@ -82,10 +83,11 @@ def serve(
 ) -> None:
     """Serve the flows: chat page at /, HTTP API under /ai and /v1, OpenAPI docs at /docs, and the
     protocols other clients speak (AG-UI, the AI SDK stream, A2A, OpenAI Chat Completions)."""
-    import uvicorn
+    with needs_extra("server", "picoflow serve needs the HTTP server"):
+        import uvicorn
 
-    from picoflow.server import ServerSettings, UnsafeBind, create_app, load_api_keys
-    from picoflow.server.protocol import uvicorn_options
+        from picoflow.server import ServerSettings, UnsafeBind, create_app, load_api_keys
+        from picoflow.server.protocol import uvicorn_options
 
     try:
         keys = load_api_keys()
@@ -129,10 +131,8 @@ def _executor(temporal: str | None, task_queue: str) -> Any:
     """The engine's executor: None (turns run in this process), or Temporal's."""
     if temporal is None:
         return None
-    try:
+    with needs_extra("temporal", "--temporal needs Temporal's SDK"):
         from picoflow.temporal import TemporalExecutor
-    except ImportError:
-        raise fail("--temporal needs Temporal's SDK: pip install 'picoflow-ai[temporal]'") from None
     return TemporalExecutor.at(temporal, task_queue)
 
 

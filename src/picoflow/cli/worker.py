@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from picoflow.cli.loading import FlowsOpt, ModelOpt, StoreOpt, build_engine, console, fail, run
+from picoflow.cli.loading import FlowsOpt, ModelOpt, StoreOpt, build_engine, console, fail, needs_extra, run
 
 
 def worker(
@@ -24,12 +24,10 @@ def worker(
     model: ModelOpt = None,
 ) -> None:
     """Run turns on Temporal: model calls, tools and the store run here, as activities."""
-    try:
+    with needs_extra("temporal", "picoflow worker needs Temporal's SDK"):
         from temporalio.client import Client
 
         from picoflow.temporal import build_worker
-    except ImportError:
-        raise fail("picoflow worker needs Temporal's SDK: pip install 'picoflow-ai[temporal]'") from None
 
     async def work() -> None:
         engine = build_engine(flows, store, model)

@@ -10,7 +10,7 @@ from picoflow._run.dispatch import LOCAL_TOOLS, LocalTools
 from picoflow._run.session_turn import SessionTurns, TurnRequest
 from picoflow._run.workspace import ToolJob, ToolRunner
 from picoflow.context import ANY_PRINCIPAL
-from picoflow.engine._engine import MAX_OFFSET, FlowEngine, check_session_id, check_text
+from picoflow.engine._engine import MAX_OFFSET, SESSION_ID, FlowEngine, check_session_id, check_text
 from picoflow.engine.executors import LocalExecutor, TurnExecutor
 from picoflow.results import TurnError, TurnFinished, TurnResult
 
@@ -18,6 +18,7 @@ __all__ = [
     "ANY_PRINCIPAL",
     "LOCAL_TOOLS",
     "MAX_OFFSET",
+    "SESSION_ID",
     "FlowEngine",
     "LocalExecutor",
     "LocalTools",

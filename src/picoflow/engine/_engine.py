@@ -32,11 +32,11 @@ from picoflow._run.tracing import TracingSetting
 from picoflow.approvals import Approval, Decision, visible_to
 from picoflow.attachments import Attachment, AttachmentLimits, AttachmentRef, check_attachments
 from picoflow.context import ANY_PRINCIPAL, Caller, PrincipalFilter
-from picoflow.engine._mcp import MCPTools
 from picoflow.engine.executors import LocalExecutor, TurnExecutor
 from picoflow.events import TurnEvent
 from picoflow.exceptions import FlowDefinitionError, FlowNotFound, InvalidInput, RunError
 from picoflow.flow import Flow, FlowSpec, StepSpec
+from picoflow.mcp.tools import MCPTools
 from picoflow.messages import Message, with_outputs_marked
 from picoflow.models.base import Model
 from picoflow.models.catalog import ModelSelection, as_selection, default_selection, validate_selection
@@ -48,11 +48,12 @@ from picoflow.sessions.health import StoreHealth, store_check
 from picoflow.sessions.memory import MemoryStore
 from picoflow.usage import UsageLimits
 
-__all__ = ["ANY_PRINCIPAL", "MAX_OFFSET", "FlowEngine", "check_session_id", "check_text"]
+__all__ = ["ANY_PRINCIPAL", "MAX_OFFSET", "SESSION_ID", "FlowEngine", "check_session_id", "check_text"]
 
 logger = logging.getLogger("picoflow")
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+"""What a session id may be: 1-128 letters, digits, '-' or '_' (``check_session_id``)."""
 MAX_OFFSET = 1_000_000_000
 """Largest listing offset accepted: far beyond any real listing, well inside a 64-bit integer."""
 

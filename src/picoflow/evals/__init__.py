@@ -8,8 +8,7 @@ result = await run_eval(scenarios, [OrdersFlow], model="local", runs=5)
 print(result.pass_rate, result.scenarios[0].turn_pass_rate(1))
 ```
 
-``picoflow eval`` is the same from the command line, with a table and a JSON report. Reading
-scenario files needs PyYAML (``picoflow-ai[cli]``).
+``picoflow eval`` is the same from the command line, with a table and a JSON report.
 """
 
 from picoflow.evals.checks import Check

@@ -13,6 +13,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any, get_args
 
+import yaml
 from pydantic import BaseModel, ValidationError
 
 from picoflow.evals.scenario import Scenario, ScenarioError, short
@@ -40,10 +41,6 @@ def load_scenarios(path: str | Path) -> list[Scenario]:
 
 
 def _load_file(path: Path) -> list[Scenario]:
-    try:
-        import yaml
-    except ImportError:  # pragma: no cover - pyyaml ships with picoflow-ai[cli]
-        raise ScenarioError('reading scenarios needs PyYAML: pip install "picoflow-ai[cli]"') from None
     try:
         loaded = yaml.load_all(path.read_text(encoding="utf-8"), Loader=_loader())  # a SafeLoader subclass
         documents = [doc for doc in loaded if doc is not None]
@@ -81,7 +78,6 @@ def _loader() -> type[Any]:
     YAML 1.1 also reads yes, no, on and off as booleans, so ``user: yes`` would not be what the user
     typed and a state key ``on`` would become ``true``.
     """
-    import yaml
 
     class Loader(yaml.SafeLoader):
         def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:

@@ -9,6 +9,10 @@ when the document is first asked for:
   ``/v1/models``), whatever content type the route's success has (a diagram's 404 is JSON too);
 * a route that reads a body can also answer 413 (too large) and 408 (too slow to arrive), and a
   route that takes files 415 (bytes that are not their declared type);
+* a route that runs a turn states every status the turn can end in (``TURN_FAILURES``: each error
+  class knows its status), as its surface answers it: an HTTP status in the surface's error shape,
+  or, once a stream is open or for a protocol that answers in its own terms, where the answer
+  tells it (``TurnErrors``);
 * the limits the engine enforces are in the schema: a message's length, the number of files, the
   flows a path or a ``model`` may name;
 * the success content of the routes answering bytes (SVG, Mermaid, a stored file), the session
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -30,12 +35,32 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 from starlette.routing import Match, Route
 
-from picoflow.engine._engine import SESSION_ID
+from picoflow.engine import SESSION_ID
+from picoflow.exceptions import (
+    ApprovalPending,
+    AttachmentRefused,
+    AttachmentTooLarge,
+    AttemptsExhausted,
+    ContextWindowExceeded,
+    FlowMismatch,
+    FlowNotFound,
+    InvalidInput,
+    MessageTooLong,
+    ModelError,
+    ModelMisbehaved,
+    RunError,
+    SessionCompleted,
+    SessionConflict,
+    SessionNotFound,
+    StoreError,
+    ToolSourceUnavailable,
+    UsageLimitExceeded,
+)
 from picoflow.server import errors
-from picoflow.server.errors import SESSION_HEADER, ApiError
-from picoflow.server.state import ServerState
+from picoflow.server.errors import SESSION_HEADER, ApiError, TurnErrors
+from picoflow.server.state import ERRORS, ServerState
 
-__all__ = ["allow", "exact", "install"]
+__all__ = ["TURN_FAILURES", "TurnFailure", "allow", "exact", "install", "turn_statuses"]
 
 
 COMPAT_ERROR: dict[str, Any] = {
@@ -84,6 +109,84 @@ SESSION_LINKS: dict[str, tuple[str, str]] = {
 """The routes a created session's id leads to (OpenAPI links of ``POST /v1/flows/{flow}/sessions``)."""
 
 
+@dataclass(frozen=True, slots=True)
+class TurnFailure:
+    """A way a turn can end: the error class (which knows the HTTP status), what it means, and when
+    it comes: ``before`` the turn started (a refusal: nothing ran, no stream is open yet) and/or
+    ``after`` (the turn was running)."""
+
+    error: type[RunError]
+    meaning: str
+    before: bool
+    after: bool
+
+
+TURN_FAILURES: tuple[TurnFailure, ...] = (
+    TurnFailure(FlowNotFound, "no such flow", before=True, after=False),
+    TurnFailure(SessionNotFound, "no such session (or one of another principal)", before=True, after=False),
+    TurnFailure(SessionConflict, "another turn on the session came first", before=True, after=True),
+    TurnFailure(SessionCompleted, "the session has ended", before=True, after=False),
+    TurnFailure(FlowMismatch, "the session belongs to another flow", before=True, after=False),
+    TurnFailure(ApprovalPending, "an approved action is being carried out", before=True, after=False),
+    TurnFailure(MessageTooLong, "the message is too long", before=True, after=False),
+    TurnFailure(AttachmentTooLarge, "the files are too large or too many", before=True, after=False),
+    TurnFailure(
+        ContextWindowExceeded,
+        "the conversation no longer fits the model's context window",
+        before=False,
+        after=True,
+    ),
+    TurnFailure(
+        AttachmentRefused,
+        "a file of a type the flow does not take, or whose bytes are not its declared type",
+        before=True,
+        after=False,
+    ),
+    TurnFailure(InvalidInput, "the input was refused (it names the field)", before=True, after=False),
+    TurnFailure(
+        UsageLimitExceeded,
+        "the turn needed more model calls, tool calls or tokens than its budget",
+        before=False,
+        after=True,
+    ),
+    TurnFailure(RunError, "the turn failed on a bug (a tool or a step hook raised)", before=True, after=True),
+    TurnFailure(
+        AttemptsExhausted,
+        "the model gave no acceptable answer in the step's attempts",
+        before=False,
+        after=True,
+    ),
+    TurnFailure(ModelMisbehaved, "the model's answer could not be used", before=False, after=True),
+    TurnFailure(ModelError, "the model provider is unavailable", before=False, after=True),
+    TurnFailure(StoreError, "the session store is unavailable", before=True, after=True),
+    TurnFailure(
+        ToolSourceUnavailable, "a tool source (an MCP server) is unavailable", before=True, after=False
+    ),
+)
+"""Every way a turn can end in failure, whatever route runs it (the approval refusals of a decision
+are its route's own). A turn's HTTP status is its error class's ``status``."""
+
+RETRY_AFTER: dict[str, Any] = {
+    "Retry-After": {
+        "required": True,
+        "schema": {"type": "string", "pattern": "^[0-9]+$"},
+        "description": "Seconds to wait before trying again.",
+    }
+}
+STREAMED = (
+    "Streamed (`stream: true`, or `Accept: text/event-stream`), a turn that fails once the stream is "
+    "open ends with an `error` event `{status, error}`"
+)
+NATIVE_TURNS: tuple[TurnErrors, ...] = (
+    TurnErrors("/v1/flows/{flow}/sessions", told=STREAMED, files=True),
+    TurnErrors("/v1/sessions/{session_id}/turns", told=STREAMED, files=True),
+    TurnErrors("/v1/sessions/{session_id}/approvals/{approval_id}", told=STREAMED),
+    TurnErrors("/ai/run"),
+)
+"""The routes of the native and PicoFlow APIs that run a turn (a decision resumes one); the
+protocols add theirs to ``ServerState.turn_routes``."""
+
+
 def install(app: FastAPI, state: ServerState) -> None:
     """Make ``app``'s OpenAPI document exact (see the module), and its 405 and OPTIONS answers."""
     written = app.openapi
@@ -121,6 +224,10 @@ def exact(document: dict[str, Any], state: ServerState) -> None:
             for parameter in operation.get("parameters", []):
                 if parameter.get("in") == "path" and parameter.get("name") in ("flow", "model") and flows:
                     parameter["schema"] = {**parameter.get("schema", {}), "enum": flows}
+    for route in (*NATIVE_TURNS, *state.turn_routes):
+        operation = document.get("paths", {}).get(route.path, {}).get("post")
+        if operation is not None:
+            _turn_statuses(route, operation, state)
     _limits(document, state, flows)
     _compat_header(document)
     _links(document)
@@ -157,6 +264,57 @@ def _add_statuses(
         responses.setdefault(
             status, {"description": text, "content": {"application/json": {"schema": dict(schema)}}}
         )
+
+
+def turn_statuses(route: TurnErrors, *, before: bool = True, after: bool = True) -> dict[str, str]:
+    """Each status a turn run by ``route`` can end in (those that come ``before`` it started and/or
+    ``after``), with what it means on that route, in a phrase (not capitalised)."""
+    meanings: dict[int, list[str]] = {}
+    for failure in TURN_FAILURES:
+        if failure.error in (AttachmentRefused, AttachmentTooLarge) and not route.files:
+            continue
+        if not ((before and failure.before) or (after and failure.after)):
+            continue
+        status = failure.error.status
+        if failure.error is InvalidInput and route.input_status is not None:
+            status = route.input_status
+        meanings.setdefault(status, []).append(failure.meaning)
+    return {
+        str(status): _either(said) + (" (see Retry-After)" if status == 503 else "")
+        for status, said in sorted(meanings.items())
+    }
+
+
+def _either(phrases: list[str]) -> str:
+    """``a``, ``a, or b``, ``a, b, or c``."""
+    return phrases[0] if len(phrases) == 1 else f"{', '.join(phrases[:-1])}, or {phrases[-1]}"
+
+
+_GENERIC = {str(status): response["description"] for status, response in ERRORS.items()}
+"""The descriptions every authenticated route gives its error statuses: a turn route says more."""
+
+
+def _turn_statuses(route: TurnErrors, operation: dict[str, Any], state: ServerState) -> None:
+    """The statuses a turn of ``route`` can end in, as its surface answers them."""
+    responses = operation.setdefault("responses", {})
+    schema = _shape(route.path, state)
+    answered = {} if route.statuses == "none" else turn_statuses(route, after=route.statuses == "every")
+    for status, meaning in answered.items():
+        response = responses.get(status)
+        if response is None or response.get("description") == _GENERIC.get(status):
+            response = responses[status] = {
+                **(response or {}),
+                "description": meaning[0].upper() + meaning[1:],
+                "content": {"application/json": {"schema": dict(schema)}},
+            }
+        if status == "503":
+            response["headers"] = {**response.get("headers", {}), **RETRY_AFTER}
+    if route.told:
+        told = "; ".join(
+            f"{status} {meaning}" for status, meaning in turn_statuses(route, before=False).items()
+        )
+        success = responses.setdefault("200", {"description": "OK"})
+        success["description"] = f"{success.get('description', 'OK').rstrip('.')}. {route.told}: {told}."
 
 
 def _limits(document: dict[str, Any], state: ServerState, flows: list[str]) -> None:

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
@@ -30,6 +30,7 @@ __all__ = [
     "DEFAULT_RETRY_AFTER",
     "ApiError",
     "ErrorShape",
+    "TurnErrors",
     "decision_error",
     "engine_call",
     "not_found",
@@ -44,6 +45,23 @@ DEFAULT_RETRY_AFTER = 5.0
 """Retry hint (seconds) for a 503 when the provider gave none."""
 SESSION_HEADER = "CHAT_SESSION_ID"
 """The header PicoFlow clients carry the session id in, both ways."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnErrors:
+    """How a route that runs a turn answers the turn's failures, for the OpenAPI document
+    (``ServerState.turn_routes``; ``picoflow.server.contract`` writes each status a turn can end in)."""
+
+    path: str
+    statuses: Literal["every", "refusals", "none"] = "every"
+    """Which failures the route answers with their HTTP status: every one; only a refusal before the
+    turn started (a stream is not open yet); or none (the protocol's answer tells each)."""
+    told: str = ""
+    """Where a failure without its own HTTP status is told: a stream's error event, a failed task."""
+    files: bool = False
+    """Whether the route takes files, and so refuses some (415)."""
+    input_status: int | None = None
+    """The status of refused input on this surface when it is not its error class's (OpenAI's 400)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from picoflow.engine import FlowEngine
 from picoflow.exceptions import PicoflowError
 from picoflow.flow import FlowSpec
 from picoflow.models.base import Model
-from picoflow.models.local._weights import LocalModelUnavailable
+from picoflow.models.local import LocalModelUnavailable
 from picoflow.models.readiness import LoadStatus, Phase, Preparable, Warm, overall, preparable_models
 
 __all__ = ["READY", "Readiness", "ReadinessGate", "ReadyResponse", "TurnWatch", "flow_models"]

@@ -165,10 +165,11 @@ TURN_RESPONSES: dict[int | str, dict[str, Any]] = {
 DECISION_RESPONSES: dict[int | str, dict[str, Any]] = {
     **TURN_RESPONSES,
     403: {"model": ErrorBody, "description": "The caller may see the approval but not decide it"},
+    404: {"model": ErrorBody, "description": "No such approval or session (or one of another principal)"},
     409: {
         "model": ErrorBody,
         "description": "The approval was decided already, expired, or is stale (its call changed), "
-        "or another decision came first",
+        "or another decision or turn came first",
     },
 }
 READY_RESPONSES: dict[int | str, dict[str, Any]] = {

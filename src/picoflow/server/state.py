@@ -15,7 +15,7 @@ from picoflow.context import INJECTED_NAMES, Caller
 from picoflow.engine import FlowEngine
 from picoflow.server.auth import Authenticator, AuthError
 from picoflow.server.errors import SESSION_HEADER as SESSION_HEADER
-from picoflow.server.errors import ApiError, ErrorShape
+from picoflow.server.errors import ApiError, ErrorShape, TurnErrors
 from picoflow.server.readiness import Readiness
 from picoflow.server.schemas import ErrorBody, ServerSettings
 
@@ -57,6 +57,9 @@ class ServerState:
     error_shapes: list[ErrorShape] = field(default_factory=list)
     """How the errors of a protocol's paths are written (``picoflow.server.contract``); the others
     in picoflow's shape, or the ``/ai/*`` envelope."""
+    turn_routes: list[TurnErrors] = field(default_factory=list)
+    """A protocol's routes that run turns, and how each answers a turn's failures
+    (``picoflow.server.contract`` documents them with the native ones)."""
 
 
 def state_of(request: Request) -> ServerState:

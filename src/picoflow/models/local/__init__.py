@@ -18,12 +18,14 @@ from picoflow.models.local._model import (
     load_engine,
     tracker_for,
 )
+from picoflow.models.local._weights import LocalModelUnavailable
 
 __all__ = [
     "DEFAULT_CONTEXT",
     "DEFAULT_MAX_TOKENS",
     "LocalEngine",
     "LocalModel",
+    "LocalModelUnavailable",
     "batch_threads",
     "choose_threads",
     "fetch_model",

@@ -63,7 +63,7 @@ from picoflow.exceptions import FlowNotFound
 from picoflow.flow import StepSpec
 from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnError, TurnFinished, TurnResult
-from picoflow.server.errors import ApiError, turn_error
+from picoflow.server.errors import ApiError, TurnErrors, turn_error
 from picoflow.server.protocols._threads import check_thread_id, open_thread_turn, thread_session_id
 from picoflow.server.state import ERRORS, SESSION_HEADER, ApiRoute, ServerState, access_of, with_config
 from picoflow.server.streams import SSE_HEADERS, Beat, Feed, open_decision
@@ -677,6 +677,14 @@ def install(app: FastAPI) -> list[str]:
     the native turn routes (as they come first), rather than after every other route."""
     state: ServerState = app.state.picoflow
     state.components.update(input_schemas())
+    state.turn_routes.append(
+        TurnErrors(
+            PATH,
+            statuses="refusals",
+            told="A turn that fails once the run started ends it with `RUN_ERROR`, its `code` the "
+            "failure's kind and `metadata.status` its status",
+        )
+    )
     routes = app.router.routes
     app.router.add_api_route(
         PATH,

@@ -66,10 +66,10 @@ from picoflow.exceptions import RunError
 from picoflow.flow import FlowSpec
 from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnError, TurnFinished, TurnResult
-from picoflow.server.errors import ApiError, turn_error
+from picoflow.server.errors import ApiError, TurnErrors, turn_error
 from picoflow.server.protocols._threads import check_thread_id, open_thread_turn, thread_session_id
 from picoflow.server.schemas import ErrorBody
-from picoflow.server.state import ERRORS, Access, ApiRoute, access_of, with_config
+from picoflow.server.state import ERRORS, Access, ApiRoute, ServerState, access_of, with_config
 from picoflow.server.streams import SSE_HEADERS, STARTED, Beat, Feed, open_decision
 
 __all__ = [
@@ -675,6 +675,17 @@ async def chat(body: ChatRequest, request: Request) -> Response:
 
 def install(app: FastAPI) -> list[str]:
     """Add ``POST /ai-sdk/{flow}``; returns it."""
+    state: ServerState = app.state.picoflow
+    state.turn_routes.append(
+        TurnErrors(
+            "/ai-sdk/{flow}",
+            statuses="refusals",
+            files=True,
+            told="A turn that fails once the stream is open ends it with `message-metadata` whose "
+            "`error` holds the failure's `kind` and `status`, then an `error` chunk (the words for "
+            "users) and `finish`",
+        )
+    )
     app.router.add_api_route(
         "/ai-sdk/{flow}",
         chat,

@@ -72,7 +72,7 @@ from picoflow.exceptions import (
 from picoflow.flow import FlowSpec
 from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnError, TurnFinished, TurnResult
-from picoflow.server.errors import DEFAULT_RETRY_AFTER, ApiError, ErrorShape
+from picoflow.server.errors import DEFAULT_RETRY_AFTER, ApiError, ErrorShape, TurnErrors
 from picoflow.server.readiness import TurnWatch
 from picoflow.server.state import Access, ServerState, access_of, authenticate
 from picoflow.server.streams import SSE_HEADERS, Beat, Feed, open_decision, open_turn
@@ -716,8 +716,8 @@ _ERRORS: Final[dict[int | str, dict[str, Any]]] = {
         400: "Invalid request (invalid_request_error; param names the parameter)",
         401: "Missing or invalid API key (invalid_api_key)",
         404: "Unknown model (flow), session or approval",
-        409: "The session has ended, is busy, or the approval was decided",
-        413: "Message or body too large",
+        409: "The session has ended, is busy or belongs to another flow, or the approval was decided",
+        413: "Message or body too large, or the conversation no longer fits the model's context window",
         503: "Model provider unavailable (see Retry-After)",
     }.items()
 }
@@ -781,6 +781,14 @@ def install(app: FastAPI) -> list[str]:
             ErrorShape(prefix, _ERROR_SCHEMA, lambda error: ChatError.of(error).response())
         )
     state.document_edits.append(partial(_served_models, [spec.name for spec in state.engine.flows]))
+    state.turn_routes.append(
+        TurnErrors(
+            "/v1/chat/completions",
+            input_status=400,
+            told='Streamed, a failure once the stream is open is a `data: {"error": ...}` event '
+            "(`code`: the failure's kind)",
+        )
+    )
     add("/v1/models", list_models, methods=["GET"], summary="List the flows as models")
     add(
         "/v1/models/{model}",

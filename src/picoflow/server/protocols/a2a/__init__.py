@@ -65,6 +65,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.routing import Route
 
 import picoflow
+from picoflow.server.errors import TurnErrors
 from picoflow.server.state import ServerState
 
 try:
@@ -177,6 +178,15 @@ def install(app: FastAPI) -> list[str]:
     app.router.routes[:0] = added
     _close_with(app, agent)
     state.document_edits.append(_version_header)
+    state.turn_routes.append(
+        TurnErrors(
+            RPC_PATH,
+            statuses="none",
+            told="A turn refused before it started is a JSON-RPC error (its `data.kind` the refusal's); "
+            "one that fails once started leaves its task `TASK_STATE_FAILED`, the status message holding "
+            'the words for users and a data part `{"event": "error", "status", "kind", "retryable"}`',
+        )
+    )
     return [f"GET {CARD_PATH}", f"POST {RPC_PATH}"]
 
 

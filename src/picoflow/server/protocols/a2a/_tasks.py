@@ -184,7 +184,12 @@ def _conclude(task: _Task, result: TurnResult | None) -> list[Wire]:
         return [_status(task, FAILED, [_text(_LOST)])]
     error = result.error
     if error is not None:
-        details: Wire = {"event": "error", "kind": error.kind, "retryable": error.retryable}
+        details: Wire = {
+            "event": "error",
+            "status": error.status,
+            "kind": error.kind,
+            "retryable": error.retryable,
+        }
         if error.retry_after is not None:
             details["retry_after"] = error.retry_after
         return [_status(task, FAILED, [_text(error.message), _data(details)])]

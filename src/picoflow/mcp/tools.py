@@ -1,10 +1,13 @@
-"""The engine's MCP servers: one connection per server, and flows completed with the servers' tools.
+"""An engine's MCP servers: one connection per server, and flows completed with the servers' tools.
 
 A flow that lists MCP servers is built without their tools (they are only known once the servers
 answer). ``MCPTools.resolve`` asks each server for its tools once, checks them as native tools are
 checked when a flow is built, and returns the flow with every step's MCP tools added as ordinary
 ``ToolSpec``s, whose handler calls the server. From then on the runner treats them like ``@tool``s:
 validation before the call, the time limit, one tool message per call.
+
+The engine holds one ``MCPTools``: the connection (the one module importing the ``mcp`` SDK) and
+the schema checks stay private to this package.
 """
 
 from __future__ import annotations
