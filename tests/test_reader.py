@@ -185,8 +185,8 @@ async def test_the_default_profile_still_drops_a_quote_nobody_wrote_and_a_contra
 
 
 def test_profiles_are_chosen_by_the_model() -> None:
-    assert Grounding.for_model(ScriptedModel([])) == Grounding.for_small_models()
-    assert Grounding.for_model(ScriptedModel([], grounding="default")) == Grounding.default()
+    assert Grounding.for_model(ScriptedModel([], grounding="small")) == Grounding.for_small_models()
+    assert Grounding.for_model(ScriptedModel([])) == Grounding.default()
     small, default = Grounding.for_small_models(), Grounding.default()
     assert (small.slips, small.second_look, small.told) == (True, True, True)
     assert (default.slips, default.second_look, default.told) == (False, False, False)
@@ -287,7 +287,9 @@ class StayFlow(Flow):
 
 
 async def test_a_dropped_reading_is_an_event_and_a_session_warning_naming_its_rule() -> None:
-    model = ScriptedModel([found(("room", "a suite", "suite"), ("max_price", "cheap", 100))])
+    model = ScriptedModel(
+        [found(("room", "a suite", "suite"), ("max_price", "cheap", 100))], grounding="small"
+    )
     engine = FlowEngine([StayFlow], model=model)
     events: list[TurnEvent] = []
     result = await engine.run("stay", "a suite, something cheap", on_event=events.append)
@@ -483,7 +485,7 @@ class BeachFlow(Flow):
 
 
 async def test_a_slot_step_keeps_the_language_its_user_wrote_and_answers_in_it() -> None:
-    model = ScriptedModel([found(("place", "la playa", "beach"))])
+    model = ScriptedModel([found(("place", "la playa", "beach"))], grounding="small")
     engine = FlowEngine([BeachFlow], model=model)
     result = await engine.run("beach", "Busco la playa")
     assert result.message == "¿A qué distancia?"

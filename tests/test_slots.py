@@ -98,7 +98,7 @@ class Chat:
 
     def __init__(self, flow: type[Flow] = TripFlow) -> None:
         self.flow = flow
-        self.model = ScriptedModel([])
+        self.model = ScriptedModel([], grounding="small")  # stands in for the embedded model
         self.engine = FlowEngine([flow], model=self.model)
         self.session_id: str | None = None
 

@@ -62,7 +62,8 @@ async def test_values_the_customer_never_gave_never_reach_the_tool(
     hello: str, question: str, answer: str, size: str, toppings: list[str]
 ) -> None:
     model = ScriptedModel(
-        [INVENTED, question, ToolCall("choose_pizza", {"size": size, "toppings": toppings})]
+        [INVENTED, question, ToolCall("choose_pizza", {"size": size, "toppings": toppings})],
+        grounding="small",
     )
     engine = FlowEngine([PizzaFlow], model=model)
     first = await engine.run("pizza", hello)
@@ -92,7 +93,7 @@ async def test_values_the_customer_never_gave_never_reach_the_tool(
 
 
 async def test_a_hosted_model_is_not_second_guessed_unless_the_tool_asks() -> None:
-    model = ScriptedModel([INVENTED], grounding="default")
+    model = ScriptedModel([INVENTED])
     engine = FlowEngine([PizzaFlow], model=model)
     result = await engine.run("pizza", "Hi, I'd like to order a pizza")
     assert result.message == "A medium pizza with cheese, pepperoni, mushrooms." and result.completed
@@ -109,13 +110,13 @@ async def test_a_hosted_model_is_not_second_guessed_unless_the_tool_asks() -> No
         name = "strict"
         steps = [Strict, Done]
 
-    model = ScriptedModel([INVENTED, "What size?"], grounding="default")
+    model = ScriptedModel([INVENTED, "What size?"])
     engine = FlowEngine([StrictFlow], model=model)
     assert (await engine.run("strict", "Hi, a pizza please")).message == "What size?"
 
 
 async def test_a_tool_marked_ungrounded_takes_values_code_showed() -> None:
-    model = ScriptedModel([ToolCall("choose_special", {"number": 3}), "Special 3 it is."])
+    model = ScriptedModel([ToolCall("choose_special", {"number": 3}), "Special 3 it is."], grounding="small")
     engine = FlowEngine([PizzaFlow], model=model)
     result = await engine.run("pizza", "the special of the day please")
     assert result.message == "Special 3 it is." and result.usage.tool_calls == 1
@@ -124,7 +125,7 @@ async def test_a_tool_marked_ungrounded_takes_values_code_showed() -> None:
 
 async def test_the_same_call_made_again_in_a_turn_gets_a_correction_not_a_second_run() -> None:
     again = ToolCall("choose_special", {"number": 3})
-    model = ScriptedModel([again, again, "Special 3 it is."])
+    model = ScriptedModel([again, again, "Special 3 it is."], grounding="small")
     engine = FlowEngine([PizzaFlow], model=model)
     result = await engine.run("pizza", "the special please")
     assert result.message == "Special 3 it is." and result.usage.model_calls == 3

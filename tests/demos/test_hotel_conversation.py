@@ -140,7 +140,7 @@ TWO_BEDS_SEARCH = "**Aug 1 to Aug 8, 7 nights; up to $700 a night; two beds; Fre
 @pytest.fixture
 async def chat(monkeypatch: pytest.MonkeyPatch) -> Chat:
     monkeypatch.setattr(hotel_flow, "new_confirmation_number", lambda: "HF-TEST2345")
-    model = ScriptedModel(model_script())
+    model = ScriptedModel(model_script(), grounding="small")
     conversation = Chat(FlowEngine([HotelFlow], model=model), model, "hotel")
     await conversation.say_all([turn.user for turn in CONVERSATION])
     return conversation

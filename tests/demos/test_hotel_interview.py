@@ -28,7 +28,7 @@ ALL_AT_ONCE = "A suite from August 1 to August 8, up to 300 a night, with free w
 
 
 def chat_with(*script: str) -> Chat:
-    model = ScriptedModel(list(script))
+    model = ScriptedModel(list(script), grounding="small")
     return Chat(FlowEngine([HotelFlow], model=model), model, "hotel")
 
 

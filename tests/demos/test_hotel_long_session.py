@@ -45,7 +45,9 @@ async def chat(tmp_path: Path) -> AsyncIterator[Chat]:
     limits = context_limits_of(ModelSelection.parse("local"))
     script = [item for turn in SEARCH for item in turn.model]
     script += [wants("compare", hotels, features) for _, hotels, features, _ in COMPARISONS]
-    model = ScriptedModel(script, context_window=limits.window, output_reserve=limits.output_reserve)
+    model = ScriptedModel(
+        script, context_window=limits.window, output_reserve=limits.output_reserve, grounding="small"
+    )
     engine = FlowEngine([HotelFlow], model=model, store=SQLiteStore(tmp_path / "hotel.sqlite3"))
     conversation = Chat(engine, model, "hotel")
     await conversation.say_all([turn.user for turn in SEARCH])

@@ -107,7 +107,7 @@ class Desk:
     engine: FlowEngine = field(init=False)
 
     def __post_init__(self) -> None:
-        self.model = ScriptedModel(self.script)
+        self.model = ScriptedModel(self.script, grounding="small")
         self.engine = FlowEngine([InvoiceFlow], model=self.model)
 
     async def say(self, text: str, *files: Attachment) -> TurnResult:

@@ -84,7 +84,7 @@ def refund_call(order_id: int) -> ToolCall:
 
 
 def chat_with(script: list[Any], db: OrdersDatabase | None, customer: str | None = ME) -> Chat:
-    model = ScriptedModel(script)
+    model = ScriptedModel(script, grounding="small")
     return Chat(FlowEngine([OrdersFlow], model=model), model, "orders", Caller(principal=customer, deps=db))
 
 
@@ -445,7 +445,9 @@ class FlakyStore(MemoryStore):
 
 async def test_a_failed_save_after_the_refund_never_pays_twice(orders_db: OrdersDatabase) -> None:
     store = FlakyStore()
-    model = ScriptedModel([reading([40004], "refund"), refund_call(40004), refund_call(40004)])
+    model = ScriptedModel(
+        [reading([40004], "refund"), refund_call(40004), refund_call(40004)], grounding="small"
+    )
     chat = Chat(
         FlowEngine([OrdersFlow], store=store, model=model),
         model,

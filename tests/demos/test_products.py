@@ -36,7 +36,7 @@ def reading(codes: list[str], words: Sequence[str] = (), action: str = "product"
 
 
 def chat_with(readings: list[str], visibilities: frozenset[str] = frozenset({"partner"})) -> Chat:
-    model = ScriptedModel(readings)
+    model = ScriptedModel(readings, grounding="small")
     return Chat(
         FlowEngine([ProductFlow], model=model),
         model,

@@ -79,7 +79,7 @@ SEATTLE_LINES = (
 
 
 def chat_with(scripts: Mapping[str, Sequence[Any]]) -> Chat:
-    model = ScriptedModel(scripts)
+    model = ScriptedModel(scripts, grounding="small")
     return Chat(FlowEngine([TravelFlow], model=model), model, "travel", Caller(principal="traveller-1"))
 
 

@@ -16,7 +16,7 @@ from .shop import ShopFlow
 SCENARIO = """\
 flow: shop
 turns:
-  - user: two apples please
+  - user: two apples please, or a unicorn
     scripted: [{tool: add, args: {item: unicorn}}, {tool: add, args: {item: apple, quantity: 2}}]
     expect:
       judge: [The reply confirms two apples., The reply mentions pears.]
@@ -25,7 +25,7 @@ CONFIRMS = "judge: The reply confirms two apples."
 PEARS = "judge: The reply mentions pears."
 QUESTION = (
     "Conversation so far:\n"
-    "User: two apples please\n"
+    "User: two apples please, or a unicorn\n"
     'Assistant calls add({"item": "unicorn"})\n'
     "Tool add refused: We do not sell unicorns.\n"
     'Assistant calls add({"item": "apple", "quantity": 2})\n'

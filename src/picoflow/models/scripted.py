@@ -25,7 +25,7 @@ def _estimate_tokens(text_length: int) -> int:
 
 class _RecordingModel(Model):
     def __init__(
-        self, name: str, context_window: int | None, output_reserve: int, grounding: str = "small"
+        self, name: str, context_window: int | None, output_reserve: int, grounding: str = "default"
     ) -> None:
         if grounding not in ("small", "default"):
             raise ValueError(f"grounding must be 'small' or 'default', not {grounding!r}")
@@ -82,8 +82,8 @@ class ScriptedModel(_RecordingModel):
 
     ``context_window`` and ``output_reserve`` play a model with that window (default: unlimited), so
     a test sees its requests fitted as a real model's would be. ``grounding`` is the profile its
-    readings get (``picoflow.slots.Grounding``): ``"small"`` by default, standing in for the
-    embedded model; ``"default"`` stands in for a hosted one.
+    readings and tool calls get (``picoflow.slots.Grounding``): ``"default"``, as a hosted model's,
+    unless the test stands in for the embedded model with ``"small"``.
 
     ``assert_complete()`` fails when responses were left unplayed: a script longer than what the
     flow asked for means the flow took another path than the test believes (a step ended early, a
@@ -97,7 +97,7 @@ class ScriptedModel(_RecordingModel):
         name: str = "scripted:test",
         context_window: int | None = None,
         output_reserve: int = 0,
-        grounding: str = "small",
+        grounding: str = "default",
     ) -> None:
         super().__init__(name, context_window, output_reserve, grounding)
         self.script: list[Any] | dict[str, list[Any]] = (
@@ -244,7 +244,7 @@ class FunctionModel(_RecordingModel):
         name: str = "function:test",
         context_window: int | None = None,
         output_reserve: int = 0,
-        grounding: str = "small",
+        grounding: str = "default",
     ) -> None:
         super().__init__(name, context_window, output_reserve, grounding)
         self.fn = fn
