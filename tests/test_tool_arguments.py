@@ -67,17 +67,22 @@ async def test_values_the_customer_never_gave_never_reach_the_tool(
     )
     engine = FlowEngine([PizzaFlow], model=model)
     first = await engine.run("pizza", hello)
-    assert first.message == question and first.usage.model_calls == 2 and first.usage.tool_calls == 0
+    assert first.message == question and first.usage.model_calls == 2 and first.usage.tool_calls == 1
     # The model was told which fields the customer never gave, never the values it chose.
     told = model.requests[1].messages[-1]
     assert told.role == "tool" and told.is_error and told.content == CORRECTION
     assert "medium" not in told.content and "pepperoni" not in told.content
+    # Nor is it offered the tool again this turn: it answers the customer instead of guessing again.
+    offered = ["choose_pizza", "choose_special", "terminate_session"]
+    assert [tool.name for tool in model.requests[0].tools] == offered
+    assert [tool.name for tool in model.requests[1].tools] == offered[1:]
     session = await engine.store.load(first.session_id or "")
     assert session is not None and "pizza" not in session.state_of("Order")
     assert [(w.code, w.message) for w in session.warnings] == [
         ("arguments_unborne", "choose_pizza: size, toppings not said by the user")
     ]
     last = await engine.run("pizza", answer, first.session_id)
+    assert [tool.name for tool in model.requests[2].tools] == offered  # a new turn offers it again
     assert last.message == f"A {size} pizza with {', '.join(toppings)}." and last.completed
     chosen = f'{{"size": "{size}", "toppings": ["{toppings[0]}"]}}'
     assert await transcript_lines(engine, first.session_id or "") == [

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from pydantic import BaseModel
 
-from picoflow._run.arguments import unborne_refusal
+from picoflow._run.arguments import unborne_fields
 from picoflow._run.ask import tools_for
 from picoflow._run.dispatch import CallResult, refused
 from picoflow._run.effects import Paused, transition
@@ -64,7 +64,7 @@ async def propose(ws: Workspace, step: Step, spec: StepSpec, response: ModelResp
         if tool is None or tool.handler is None or (len(calls) > 1 and tool.exclusive):
             return None  # dispatch refuses the response's calls, the gated ones included
         args = tool.validate(_without_injected(call))
-        if isinstance(args, str) or unborne_refusal(ws, step, tool, args) is not None:
+        if isinstance(args, str) or unborne_fields(ws, step, tool, args):
             return None  # dispatch sends the correction; nobody is asked to approve a guess
         validated[call.id] = args
     now = ws.config.clock()

@@ -3,7 +3,8 @@
 A small model fills in the arguments it would like ("I'd like a pizza" as a medium pizza with three
 toppings) and, told a result, makes the same call again until the turn's budget runs out. Both go
 back to the model as a correction instead: the first names the fields (never the values), the
-second says the result is already there.
+second says the result is already there; and the tool is not offered again in the turn, so the
+model answers the user (asks for what is missing) rather than trying once more.
 """
 
 from __future__ import annotations
@@ -25,22 +26,30 @@ AGAIN = (
 )
 
 
-def unborne_refusal(ws: Workspace, step: Step, tool: ToolSpec, args: BaseModel) -> str | None:
-    """The correction for a call whose arguments the user never gave, or None when they did (or
-    when neither the tool nor the step's model's grounding profile asks for the check)."""
+def unborne_fields(ws: Workspace, step: Step, tool: ToolSpec, args: BaseModel) -> list[str]:
+    """The fields of a call's arguments the user never gave (none when neither the tool nor the
+    grounding profile of the step's model asks for the check). Changes nothing."""
     check = tool.grounded
+    profile = Grounding.for_model(ws.model_of(step.name))
     if check is None:
-        check = Grounding.for_model(ws.model_of(step.name)).arguments
+        check = profile.arguments
     if not check:
-        return None
+        return []
     said = [message.content for message in step.messages if message.is_from_user]
     if step.input is not None:
         said.append(step.input)
-    slips = Grounding.for_model(ws.model_of(step.name)).slips
-    fields = unborne(args, "\n".join(said), slips=slips, locales=step.locales)
+    return unborne(args, "\n".join(said), slips=profile.slips, locales=step.locales)
+
+
+def unborne_refusal(ws: Workspace, step: Step, tool: ToolSpec, args: BaseModel) -> str | None:
+    """The correction for a call whose arguments the user never gave, or None when they did. The
+    refusal counts against the tool budget, and the tool is not offered again this turn."""
+    fields = unborne_fields(ws, step, tool, args)
     if not fields:
         return None
+    _charge(ws)
     ws.warn("arguments_unborne", f"{tool.name}: {', '.join(fields)} not said by the user", step.name)
+    ws.withheld.add(tool.name)
     them = "it" if len(fields) == 1 else "them"
     return UNBORNE.format(fields=", ".join(fields), them=them)
 
@@ -51,7 +60,16 @@ def repeated(ws: Workspace, call: ToolCall) -> str | None:
     args = call.args if isinstance(call.args, str) else json.dumps(call.args, sort_keys=True, default=str)
     key = f"{call.name}:{args}"
     if key in ws.ran:
+        _charge(ws)
         ws.warn("tool_called_again", f"{call.name} called again with the same arguments", None)
+        ws.withheld.add(call.name)
         return AGAIN.format(tool=call.name)
     ws.ran.add(key)
     return None
+
+
+def _charge(ws: Workspace) -> None:
+    """A call refused here still counts against the turn's tool budget: a model that keeps making
+    it meets the limit instead of looping (a turn may run without a model-call limit)."""
+    ws.config.limits.check_before_tool_call(ws.usage)
+    ws.usage.tool_calls += 1

@@ -71,10 +71,13 @@ async def build_request(ws: Workspace, step: Step, spec: StepSpec, extra: list[M
     messages: Sequence[Message] = shown(namespace.messages)
     if "history" in spec.overrides:
         messages = await ws.hook(step, "history", step.history, messages)
+    tools = tools_for(step, spec) if spec.dynamic_tools else spec.definitions
+    if ws.withheld:  # refused this turn for what the user never gave: the model asks instead
+        tools = tuple(definition for definition in tools if definition.name not in ws.withheld)
     return ModelRequest(
         system,
         [*messages, *extra] if extra else list(messages),
-        tools_for(step, spec) if spec.dynamic_tools else spec.definitions,
+        tools,
         spec.output,
         _NO_SETTINGS,
         spec.name,

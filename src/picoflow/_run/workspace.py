@@ -126,6 +126,7 @@ class Workspace:
         "transitions",
         "usage",
         "warnings",
+        "withheld",
     )
 
     def __init__(self, config: TurnConfig, session: Session) -> None:
@@ -148,6 +149,9 @@ class Workspace:
         result). None: erases happen at once."""
         self.ran: set[str] = set()
         """The tool calls that ran this turn, by name and arguments (a call made again is refused)."""
+        self.withheld: set[str] = set()
+        """Tools no longer offered this turn: a call of theirs held values the user never gave, or
+        was made again; the model then answers the user instead of trying once more."""
         self._steps: dict[str, Step] = {}
         self._states: dict[str, StepState] = {}
         self._contexts: dict[str, RunContext[Any]] = {}

@@ -34,8 +34,8 @@ from picoflow.slots.words import locale_numbers, numbers_in, phrase_of, same_wor
 __all__ = ["UNBORNE", "unborne"]
 
 UNBORNE = (
-    "{fields}: the user has not said {them} in this conversation. Do not choose for them: ask the "
-    "user, or call the tool with only what they said."
+    "{fields}: the user has not said {them} yet. Nothing was done. Reply to the user and ask for {them}; "
+    "do not choose for them and do not end the conversation."
 )
 """The correction the model gets; it names the fields, never a value."""
 
