@@ -89,8 +89,9 @@ ROOM_WORDS = (
     ),
     Said(
         options={
-            "one bed": as_typed("una cama", "1 cama", "cama doble", "cama de matrimonio", "matrimonio",
-                                "cama grande", "individual", "sencilla", "king", "queen"),
+            "one bed": as_typed("una cama", "1 cama", "una sola cama", "sola cama", "cama doble",
+                                "cama de matrimonio", "matrimonio", "cama grande", "individual", "sencilla",
+                                "king", "queen"),
             "two beds": as_typed("dos camas", "2 camas", "camas separadas", "dos camas individuales",
                                  "twin"),
             "suite": ("suite", "suites"),
@@ -110,8 +111,9 @@ ROOM_WORDS = (
     ),
     Said(
         options={
-            "one bed": as_typed("un lit", "1 lit", "lit double", "grand lit", "lit simple", "chambre double",
-                                "chambre simple", "chambre individuelle", "king", "queen"),
+            "one bed": as_typed("un lit", "1 lit", "un seul lit", "seul lit", "lit double", "grand lit",
+                                "lit simple", "chambre double", "chambre simple", "chambre individuelle",
+                                "king", "queen"),
             "two beds": as_typed("deux lits", "2 lits", "lits jumeaux", "lits séparés", "twin",
                                  "chambre twin", "deux lits doubles"),
             "suite": ("suite", "suites"),
@@ -353,7 +355,9 @@ SEARCH = (
         locale="de",
     ),
     Said(
-        options={"search": as_typed("rechercher", "cherchez", "lance la recherche", "lancer la recherche",
+        options={"search": as_typed("rechercher", "cherchez", "lance la recherche", "lancez la recherche",
+                                    "lancer la recherche", "relancer la recherche", "relancez la recherche",
+                                    "nouvelle recherche",
                                     "montre", "montrez", "montrer", "liste", "résultats", "options", "voir",
                                     "allez y", "vas y", "le moins cher", "la moins chère")},
         locale="fr",
