@@ -23,7 +23,7 @@ from picoflow_demos.hotel.pricing import (
     quote_hotels,
     stay_nights,
 )
-from picoflow_demos.hotel.replies import ENGLISH, either, full_day, nights, say, short_day, whole
+from picoflow_demos.hotel.replies import ENGLISH, either, full_day, listed, nights, say, short_day, whole
 
 TODAY_VARIABLE = "HOTEL_FLOW_CURRENT_DATE"
 MAX_NIGHTS = 30
@@ -498,7 +498,7 @@ class Criteria(BaseModel):
         if self.min_price is not None or self.max_price is not None:
             parts.append(budget(self.min_price, self.max_price, locale))
         rest = ("room_types", "amenities", "max_airport_miles", "max_city_center_miles")
-        return "; ".join([*parts, *self.phrases(rest, locale)])
+        return listed([*parts, *self.phrases(rest, locale)], locale)
 
 
 def budget(low: float | None, high: float | None, locale: str = ENGLISH) -> str:

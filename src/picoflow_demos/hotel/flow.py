@@ -39,7 +39,7 @@ from picoflow.slots import bears_out, says_field
 from picoflow_demos._common import as_typed
 from picoflow_demos.hotel.criteria import GOODBYE_WORDS, Criteria, refusal, today
 from picoflow_demos.hotel.pricing import HotelQuote, hotels, stay_nights
-from picoflow_demos.hotel.replies import ENGLISH, LOCALES, full_day, joined, night_day, nights, say
+from picoflow_demos.hotel.replies import ENGLISH, LOCALES, full_day, joined, listed, night_day, nights, say
 from picoflow_demos.hotel.tables import Feature, comparison, hotel_list
 
 EXPLORE = Prompt.file("explore.md")
@@ -160,7 +160,7 @@ class Explore(SlotStep):
             said.append(say("stay", language, check_in=check_in, check_out=check_out, nights=stay))
         noted = values.phrases(accepted, language)
         if noted:
-            said.append(say("noted", language, criteria="; ".join(noted)))
+            said.append(say("noted", language, criteria=listed(noted, language)))
         return " ".join(said)
 
     def phrase(self, question: Ask, values: Criteria) -> str:

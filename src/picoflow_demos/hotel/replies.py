@@ -43,6 +43,7 @@ _ENGLISH: Mapping[str, str] = {
     "dates": "{start} to {end}, {nights}",
     "or": " or ",
     "and": " and ",
+    "then": "; ",
     "no_match": (
         "No hotel matches {criteria}. Would you like to relax one of them: the budget, the room type, "
         "the amenities or the distance?"
@@ -129,6 +130,7 @@ _SPANISH: Mapping[str, str] = {
     "dates": "del {start} al {end}, {nights}",
     "or": " o ",
     "and": " y ",
+    "then": "; ",
     "no_match": (
         "Ningún hotel cumple: {criteria}. ¿Quiere flexibilizar alguno de estos criterios: el presupuesto, "
         "el tipo de habitación, los servicios o la distancia?"
@@ -237,6 +239,7 @@ _GERMAN: Mapping[str, str] = {
     "dates": "{start} bis {end}, {nights}",
     "or": " oder ",
     "and": " und ",
+    "then": "; ",
     "no_match": (
         "Kein Hotel passt zu: {criteria}. Möchten Sie eines davon lockern: das Budget, den Zimmertyp, "
         "die Ausstattung oder die Entfernung?"
@@ -347,6 +350,7 @@ _FRENCH: Mapping[str, str] = {
     "dates": "du {start} au {end}, {nights}",
     "or": " ou ",
     "and": " et ",
+    "then": " ; ",
     "no_match": (
         "Aucun hôtel ne correspond à : {criteria}. Voulez-vous assouplir l'un de ces critères : le budget, "
         "le type de chambre, les équipements ou la distance ?"
@@ -448,6 +452,11 @@ def nights(count: int, locale: str) -> str:
 def either(items: Sequence[str], locale: str) -> str:
     """ "suite or two beds": the options a guest would take any of."""
     return say("or", locale).join(items)
+
+
+def listed(items: Sequence[str], locale: str) -> str:
+    """ "up to $400 a night; two beds": criteria one after the other."""
+    return say("then", locale).join(items)
 
 
 def joined(items: Sequence[str], locale: str) -> str:
