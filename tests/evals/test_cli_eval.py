@@ -66,7 +66,7 @@ def test_the_shipped_scenarios_pass_with_their_scripted_responses(tmp_path: Path
     # The travel plan's sub-steps run side by side: their responses are scripted per step.
     assert shipped["travel-plan"] == ("travel", 2, [1.0] * 4)
     assert shipped["travel-dates"] == ("travel", 2, [1.0] * 2)
-    # The hotel guests who write Spanish, German and French: ten conversations each, replies in their language.
+    # The hotel guests who write Spanish, German and French: ten each, answered in their language.
     for language in ("es", "de", "fr"):
         guests = {name: result for name, result in shipped.items() if name.startswith(f"hotel-{language}-")}
         assert len(guests) == 10 and all(result[:2] == ("hotel", 2) for result in guests.values())

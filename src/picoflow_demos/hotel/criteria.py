@@ -478,9 +478,9 @@ class Criteria(BaseModel):
             "amenities": self.amenities
             and ", ".join(say(f"amenity:{name}", locale) for name in self.amenities),
             "max_airport_miles": self.max_airport_miles is not None
-            and say("near_airport", locale, miles=self.max_airport_miles),
+            and within("near_airport", self.max_airport_miles, locale),
             "max_city_center_miles": self.max_city_center_miles is not None
-            and say("near_center", locale, miles=self.max_city_center_miles),
+            and within("near_center", self.max_city_center_miles, locale),
         }
         return [text for name, text in said.items() if name in fields and isinstance(text, str)]
 
@@ -499,6 +499,11 @@ class Criteria(BaseModel):
             parts.append(budget(self.min_price, self.max_price, locale))
         rest = ("room_types", "amenities", "max_airport_miles", "max_city_center_miles")
         return listed([*parts, *self.phrases(rest, locale)], locale)
+
+
+def within(key: str, miles: float, locale: str) -> str:
+    """A distance bound: "within 5 mi of the airport", "a menos de 1 milla del centro"."""
+    return say(f"{key}_one" if miles == 1 else key, locale, miles=miles)
 
 
 def budget(low: float | None, high: float | None, locale: str = ENGLISH) -> str:

@@ -40,6 +40,8 @@ _ENGLISH: Mapping[str, str] = {
     "budget_min": "from ${low:number} a night",
     "near_airport": "within {miles:number} mi of the airport",
     "near_center": "within {miles:number} mi of the city center",
+    "near_airport_one": "within {miles:number} mi of the airport",
+    "near_center_one": "within {miles:number} mi of the city center",
     "dates": "{start} to {end}, {nights}",
     "or": " or ",
     "and": " and ",
@@ -127,6 +129,8 @@ _SPANISH: Mapping[str, str] = {
     "budget_min": "desde {low:number} US$ por noche",
     "near_airport": "a menos de {miles:number} millas del aeropuerto",
     "near_center": "a menos de {miles:number} millas del centro",
+    "near_airport_one": "a menos de {miles:number} milla del aeropuerto",
+    "near_center_one": "a menos de {miles:number} milla del centro",
     "dates": "del {start} al {end}, {nights}",
     "or": " o ",
     "and": " y ",
@@ -236,6 +240,8 @@ _GERMAN: Mapping[str, str] = {
     "budget_min": "ab {low:number} $ pro Nacht",
     "near_airport": "höchstens {miles:number} Meilen vom Flughafen",
     "near_center": "höchstens {miles:number} Meilen vom Stadtzentrum",
+    "near_airport_one": "höchstens {miles:number} Meile vom Flughafen",
+    "near_center_one": "höchstens {miles:number} Meile vom Stadtzentrum",
     "dates": "{start} bis {end}, {nights}",
     "or": " oder ",
     "and": " und ",
@@ -347,6 +353,8 @@ _FRENCH: Mapping[str, str] = {
     "budget_min": "à partir de {low:number} $ par nuit",
     "near_airport": "à moins de {miles:number} miles de l'aéroport",
     "near_center": "à moins de {miles:number} miles du centre-ville",
+    "near_airport_one": "à moins de {miles:number} mile de l'aéroport",
+    "near_center_one": "à moins de {miles:number} mile du centre-ville",
     "dates": "du {start} au {end}, {nights}",
     "or": " ou ",
     "and": " et ",
@@ -434,9 +442,12 @@ _FRENCH: Mapping[str, str] = {
     "amenity:newHotel": "Hôtel récent",
 }
 
-REPLIES = Catalog({"en": _ENGLISH, "es": _SPANISH, "de": _GERMAN, "fr": _FRENCH}, default=ENGLISH)
-"""Every reply the demo writes in code, in each of ``LOCALES`` (checked when built: each key in
-every language, with the same placeholders)."""
+TEXTS: Mapping[str, Mapping[str, str]] = {"en": _ENGLISH, "es": _SPANISH, "de": _GERMAN, "fr": _FRENCH}
+"""The replies' texts by language. A text a language lacks would be said in English: the tests
+check that each language has them all."""
+REPLIES = Catalog(TEXTS, default=ENGLISH)
+"""Every reply the demo writes in code, in each of ``LOCALES`` (checked when built: the same
+placeholders in every language)."""
 
 
 def say(key: str, locale: str, /, **values: object) -> str:
