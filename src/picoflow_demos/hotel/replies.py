@@ -442,7 +442,12 @@ _FRENCH: Mapping[str, str] = {
     "amenity:newHotel": "Hôtel récent",
 }
 
-TEXTS: Mapping[str, Mapping[str, str]] = {"en": _ENGLISH, "es": _SPANISH, "de": _GERMAN, "fr": _FRENCH}
+TEXTS: Mapping[str | Locale, Mapping[str, str]] = {
+    "en": _ENGLISH,
+    "es": _SPANISH,
+    "de": _GERMAN,
+    "fr": _FRENCH,
+}
 """The replies' texts by language. A text a language lacks would be said in English: the tests
 check that each language has them all."""
 REPLIES = Catalog(TEXTS, default=ENGLISH)
