@@ -38,7 +38,7 @@ def fixed_confirmation(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def chat_with(*script: object) -> Chat:
-    model = ScriptedModel(list(script))
+    model = ScriptedModel(list(script), grounding="small")  # stands in for the embedded model
     return Chat(FlowEngine([HotelFlow], model=model), model, "hotel")
 
 
