@@ -409,6 +409,45 @@ def test_written_dates_are_dates_only_where_their_numbers_make_one() -> None:
     assert [len(readings) for readings in WrittenDates.of("on 03/04").read] == [2]  # either order
 
 
+class Choice(BaseModel):
+    """An answer read without quotes, with words in English and in German."""
+
+    pick: Annotated[
+        Literal["cheapest", "none"],
+        Said(options={"cheapest": ("lowest price",)}, words=("book", "take"), locale="en"),
+        Said(options={"cheapest": ("günstigste",)}, words=("buche", "nehme"), locale="de"),
+    ] = "none"
+    distance: float | None = None
+    day: WrittenDay | None = None
+
+
+@pytest.mark.parametrize(
+    ("locales", "english", "german"),
+    [(("en",), True, False), (("de",), False, True), (("en", "de"), True, True), ((), True, True)],
+)
+def test_bears_out_and_says_field_count_the_words_of_the_locales_given(
+    locales: tuple[str, ...], english: bool, german: bool
+) -> None:
+    assert bears_out(Choice, "pick", "cheapest", "the one with the lowest price", locales) is english
+    assert bears_out(Choice, "pick", "cheapest", "ich buche das günstigste", locales) is german
+    assert says_field(Choice, "pick", "I'll take number 2", locales) is english
+    assert says_field(Choice, "pick", "ich nehme Nummer 2", locales) is german
+
+
+def test_bears_out_reads_numbers_and_dates_as_the_one_locale_given_writes_them() -> None:
+    assert bears_out(Choice, "distance", 2.5, "höchstens 2,5 km vom Zentrum", ("de",))
+    assert not bears_out(Choice, "distance", 2.5, "at most 2,5 miles from downtown", ("en",))
+    assert bears_out(Choice, "distance", 1250, "at most 1,250 meters", ("en",))
+    assert not bears_out(Choice, "distance", 1250, "höchstens 1,250 Meter", ("de",))
+    # Several locales: every plausible reading, as with none.
+    assert bears_out(Choice, "distance", 2.5, "at most 2,5 miles", ("en", "de"))
+    # "03/04/2027" alone is April 3 in German and March 4 in American English.
+    april_3 = {"month": 4, "day": 3, "year": 2027}
+    assert bears_out(Choice, "day", april_3, "am 03/04/2027", ("de",))
+    assert not bears_out(Choice, "day", april_3, "on 03/04/2027", ("en-US",))
+    assert bears_out(Choice, "day", april_3, "am 03/04/2027", ("en-US", "de"))
+
+
 def test_date_parts_are_declared_once_and_need_a_day_and_a_month() -> None:
     assert dict(date_parts(WrittenDay)) == {"month": "month", "day": "day", "year": "year"}
     assert dict(date_parts(Day)) == {}

@@ -3,27 +3,61 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import date
 from decimal import ROUND_HALF_UP, Decimal
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
+from picoflow import Locale
 from picoflow.slots import Said
 
 CENT = Decimal("0.01")
 
-#: Words that end a conversation in every demo (a demo adds its own: "cancel" ends a hotel search
-#: but only drops an invoice). Ending cannot be undone, so a goodbye needs one of them: a bare
-#: "Thanks!" is none, and neither is "forget it" said about a refund.
-FAREWELL_WORDS = ("bye", "goodbye", "good bye", "farewell", "that's all", "that is all", "that will be all",
-                  "that's it", "see you", "nothing else", "no more questions", "i'm done", "i am done",
-                  "all done", "quit", "exit", "ciao", "tschüss", "auf wiedersehen", "au revoir", "adieu",
-                  "adios", "adiós")  # fmt: skip
+
+def as_typed(*phrases: str) -> tuple[str, ...]:
+    """Each phrase as written and as people often type it: without its accents ("habitación" as
+    "habitacion", "déjeuner" as "dejeuner") and with a German umlaut as its letter and an "e"
+    ("frühstück" as "fruehstueck"). Declared words are compared as written where no slip of the
+    keys is allowed (telling the language, words that tell a field on their own)."""
+    typed: list[str] = []
+    for phrase in phrases:
+        spelled_out = phrase
+        for umlaut, letters in (("ä", "ae"), ("ö", "oe"), ("ü", "ue")):
+            spelled_out = spelled_out.replace(umlaut, letters)
+        typed.extend((phrase, Locale.fold(phrase), Locale.fold(spelled_out)))
+    return tuple(dict.fromkeys(typed))
+
+
+#: Words that end a conversation in every demo, per language (a demo adds its own: "cancel" ends a
+#: hotel search but only drops an invoice). Ending cannot be undone, so a goodbye needs one of
+#: them: a bare "Thanks!" is none, and neither is "forget it" said about a refund. "ciao" is said
+#: in all four.
+FAREWELLS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "en": ("bye", "goodbye", "good bye", "farewell", "that's all", "that is all", "that will be all",
+               "that's it", "see you", "nothing else", "no more questions", "i'm done", "i am done",
+               "all done", "quit", "exit", "ciao"),
+        "es": as_typed("adiós", "hasta luego", "hasta pronto", "nos vemos", "chao", "chau", "ciao",
+                       "eso es todo",
+                       "nada más", "he terminado", "hemos terminado", "salir"),
+        "de": as_typed("tschüss", "tschüs", "tschau", "ciao", "auf wiedersehen", "wiedersehen", "bis bald",
+                       "bis dann", "das ist alles", "das war's", "das wars", "das wäre alles",
+                       "nichts weiter",
+                       "ich bin fertig", "wir sind fertig", "beenden"),
+        "fr": as_typed("au revoir", "adieu", "à bientôt", "à plus tard", "bonne journée", "bonne soirée",
+                       "ciao",
+                       "c'est tout", "ce sera tout", "rien d'autre", "j'ai fini", "nous avons fini",
+                       "quitter"),
+    }
+)  # fmt: skip
+#: Every language's words, for the demos that declare no locale (every word then counts).
+FAREWELL_WORDS = tuple(dict.fromkeys(word for words in FAREWELLS.values() for word in words))
 #: The marker of a "goodbye" option that needs those words (``bears_out`` checks it).
 SAYS_GOODBYE = Said(options={"goodbye": FAREWELL_WORDS})
 

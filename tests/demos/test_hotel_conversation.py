@@ -227,7 +227,8 @@ async def test_final_state(chat: Chat) -> None:
     assert session.sequence == [
         "Explore", "Present", "Explore", "Present", "Explore", "Present", "Compare", "Present", "Goodbye"
     ]  # fmt: skip
-    # The Explore step's state is its form and nothing else: every key beside it is the step's own.
+    # The Explore step's state is its form and the language the guest's words told (English: the
+    # replies are in it), nothing else: every key beside them is the step's own.
     assert session.states["Explore"] == {
         "form": {
             "known": {
@@ -241,7 +242,8 @@ async def test_final_state(chat: Chat) -> None:
             "declined": ["max_airport_miles"],
             "asking": None,
             "introduced": True,
-        }
+        },
+        "locale": "en",
     }
     present = session.states["Present"]
     assert set(present) == {"hotels", "check_in", "check_out", "searched", "compared", "feature"}

@@ -66,6 +66,13 @@ def test_the_shipped_scenarios_pass_with_their_scripted_responses(tmp_path: Path
     # The travel plan's sub-steps run side by side: their responses are scripted per step.
     assert shipped["travel-plan"] == ("travel", 2, [1.0] * 4)
     assert shipped["travel-dates"] == ("travel", 2, [1.0] * 2)
+    # The hotel guests who write Spanish, German and French: ten each, answered in their language.
+    for language in ("es", "de", "fr"):
+        guests = {name: result for name, result in shipped.items() if name.startswith(f"hotel-{language}-")}
+        assert len(guests) == 10 and all(result[:2] == ("hotel", 2) for result in guests.values())
+    assert shipped["hotel-es-all-in-one"] == ("hotel", 2, [1.0] * 3)
+    assert shipped["hotel-de-out-of-order-double-bed-parking"] == ("hotel", 2, [1.0] * 6)
+    assert shipped["hotel-fr-goodbye-while-asked"] == ("hotel", 2, [1.0] * 2)
     assert written["runs_passed"] == written["runs"] == 2 * len(shipped)
     lines = result.output.splitlines()
     progress = [line.split("  ")[0] for line in lines if line.startswith(("✓", "✗"))]

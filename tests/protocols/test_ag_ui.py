@@ -406,7 +406,8 @@ async def test_http_agent_plays_three_hotel_turns_in_one_thread() -> None:
                 "declined": [],
                 "asking": "max_price",
                 "introduced": True,
-            }
+            },
+            "locale": "en",  # the language the guest wrote in, which the demo answers in
         }
     }
 

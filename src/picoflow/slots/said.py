@@ -318,23 +318,30 @@ def date_parts(model: type[BaseModel]) -> Mapping[DatePart, str]:
     return MappingProxyType(found)
 
 
-def bears_out(model: type[BaseModel], name: str, value: Any, said: str) -> bool:
+def bears_out(model: type[BaseModel], name: str, value: Any, said: str, locales: Sequence[str] = ()) -> bool:
     """Whether the user's words ``said`` hold what the ``Said`` markers of field ``name`` of
     ``model`` ask of ``value`` (the words of its option, its yes or no), and whether a value holding
     numbers has one of them written in ``said`` (each item of a list). For an answer read as a
     whole, with no quote (a step's ``output``): "book the cheapest" may pick the cheapest hotel,
     "book it" may not; "order 40006" may show order 40006, "my last order" may not. A value
-    neither rule says anything about is borne out."""
-    evidence = _evidence(model, name)
+    neither rule says anything about is borne out.
+
+    ``locales`` as a reading has them (``SlotStep.locales``): only the words of markers declared
+    for their languages (or for none) count, and one locale reads numbers and dates in digits as it
+    writes them; with none or several, every declared word counts and numbers are read every
+    plausible way."""
+    tags = _tags(locales)
+    evidence = _evidence(model, name, tags)
     plain = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+    one = Locale.of(tags[0]) if len(tags) == 1 else None
     # The dates written in digits are read only for a field whose value is a day of a date.
     dated = evidence.parts is not None and bool(date_parts(evidence.parts))
     return _borne(
         evidence,
         plain,
         words(said),
-        written_numbers(said),
-        WrittenDates.of(said) if dated else WrittenDates(),
+        written_numbers(said, one),
+        WrittenDates.of(said, one.date_order() if one else None) if dated else WrittenDates(),
     )
 
 
@@ -381,10 +388,11 @@ def says_option(model: type[BaseModel], name: str, said: str, locales: tuple[str
     )
 
 
-def says_field(model: type[BaseModel], name: str, said: str) -> bool:
+def says_field(model: type[BaseModel], name: str, said: str, locales: Sequence[str] = ()) -> bool:
     """Whether ``said`` holds the words that say field ``name`` of ``model`` (``Said(words=...)``):
-    for an answer read without quotes, "until September 30" says the end of a range, not its start."""
-    return _evidence(model, name).names_field(words(said))
+    for an answer read without quotes, "until September 30" says the end of a range, not its start.
+    With ``locales``, only the words declared for their languages (or for none) count."""
+    return _evidence(model, name, _tags(locales)).names_field(words(said))
 
 
 def told(said: str, slots: type[BaseModel], name: str, locales: tuple[str, ...] = ()) -> Any:
@@ -478,6 +486,11 @@ def detect_locale(said: str, slots: type[BaseModel], locales: Sequence[str]) -> 
     ranked = sorted(scores.items(), key=lambda item: -item[1])
     best, score = ranked[0]
     return best if score and score > ranked[1][1] else None
+
+
+def _tags(locales: Sequence[str]) -> tuple[str, ...]:
+    """``locales`` in their canonical spelling, once each (``evidence_of`` is cached on them)."""
+    return tuple(dict.fromkeys(Locale.of(tag).tag for tag in locales))
 
 
 def _evidence(model: type[BaseModel], name: str, locales: tuple[str, ...] = ()) -> FieldEvidence:

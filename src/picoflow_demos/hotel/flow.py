@@ -9,9 +9,10 @@ and books; every price, table and confirmation is written by code and reaches th
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import date
 from decimal import Decimal
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
@@ -35,26 +36,14 @@ from picoflow import (
 )
 from picoflow.messages import Message
 from picoflow.slots import bears_out, says_field
-from picoflow_demos._common import usd
-from picoflow_demos.hotel.criteria import GOODBYE_WORDS, Criteria, long_date, today
+from picoflow_demos._common import as_typed
+from picoflow_demos.hotel.criteria import GOODBYE_WORDS, Criteria, refusal, today
 from picoflow_demos.hotel.pricing import HotelQuote, hotels, stay_nights
-from picoflow_demos.hotel.tables import Feature, comparison, hotel_list, night_label
+from picoflow_demos.hotel.replies import ENGLISH, LOCALES, full_day, joined, listed, night_day, nights, say
+from picoflow_demos.hotel.tables import Feature, comparison, hotel_list
 
 EXPLORE = Prompt.file("explore.md")
 CHOOSE_PROMPT = Prompt.file("present.md")
-
-GREETING = "Hello! I can help you find a hotel in the Portland, Oregon area."
-CHOOSE = (
-    "Which hotel would you like to book? Give its number or name. "
-    "You can also compare hotels or change the search."
-)
-FOLLOW_UP = "Another comparison or ready to book?"
-HELP = (
-    "I can book one of these hotels, compare them on price, room type, amenities or distance, "
-    "or change the search."
-)
-THANKS = "Thank you for booking with us. Enjoy your stay in Portland!"
-FAREWELL = "Thank you for visiting. Goodbye, and you are welcome back any time!"
 
 # No 0/O or 1/I: the guest may read the number out over the phone.
 _CONFIRMATION_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
@@ -65,27 +54,32 @@ def new_confirmation_number() -> str:
     return "HF-" + "".join(secrets.choice(_CONFIRMATION_ALPHABET) for _ in range(8))
 
 
-def choice_reply(quotes: Sequence[HotelQuote], nights: int) -> str:
+def answering_in(step: Step) -> str:
+    """The language to answer the guest in: the one their words told the search step (its state's
+    ``"locale"``, which ``SlotStep`` keeps), else English. The list, the tables and the booking
+    follow the search step, so a guest is answered in one language from the greeting to the end."""
+    told = step.state_of(Explore).get("locale")
+    return told if isinstance(told, str) and told in LOCALES else ENGLISH
+
+
+def choice_reply(quotes: Sequence[HotelQuote], nights: int, locale: str = ENGLISH) -> str:
     """The numbered list and the question the guest answers by choosing, all written in code."""
-    return f"{hotel_list(quotes, nights)}\n\n{CHOOSE}"
+    return f"{hotel_list(quotes, nights, locale)}\n\n{say('choose', locale)}"
 
 
 # What memory keeps of a list or tables the guest was shown: what they were, and the question they
 # ended with, which the guest's next words answer. Present's prompt holds the list itself.
 
 
-def listed_note(quotes: Sequence[HotelQuote]) -> str:
-    return f"Showed the list of {len(quotes)} hotel{'s' if len(quotes) != 1 else ''}.\n\n{CHOOSE}"
+def listed_note(quotes: Sequence[HotelQuote], locale: str = ENGLISH) -> str:
+    shown = say("listed_note_one" if len(quotes) == 1 else "listed_note_other", locale, count=len(quotes))
+    return f"{shown}\n\n{say('choose', locale)}"
 
 
-def compared_note(numbers: Sequence[int], features: Sequence[Feature]) -> str:
-    names = {"roomType": "room type"}
-    hotels = _joined([str(number) for number in numbers])
-    return f"Compared hotels {hotels} on {_joined([names.get(f, f) for f in features])}.\n\n{FOLLOW_UP}"
-
-
-def _joined(words: Sequence[str]) -> str:
-    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+def compared_note(numbers: Sequence[int], features: Sequence[Feature], locale: str = ENGLISH) -> str:
+    hotels = joined([str(number) for number in numbers], locale)
+    compared = joined([say(f"feature:{feature}", locale) for feature in features], locale)
+    return f"{say('compared_note', locale, hotels=hotels, features=compared)}\n\n{say('follow_up', locale)}"
 
 
 class Booking(BaseModel):
@@ -98,19 +92,30 @@ class Booking(BaseModel):
     total: Decimal
     confirmation: str
 
-    def summary(self) -> str:
-        nights = len(stay_nights(self.check_in, self.check_out))
+    def summary(self, locale: str = ENGLISH) -> str:
+        stay = nights(len(stay_nights(self.check_in, self.check_out)), locale)
+        start, end = night_day(self.check_in, locale), night_day(self.check_out, locale)
         return "\n".join(
             [
-                "**Your booking is confirmed.**",
-                f"- Hotel: {self.hotel}",
-                f"- Room: {self.room_type}",
-                f"- Stay: {night_label(self.check_in)} to {night_label(self.check_out)} "
-                f"({nights} night{'s' if nights != 1 else ''})",
-                f"- Total: {usd(self.total)}",
-                f"- Confirmation number: **{self.confirmation}**",
+                say("confirmed", locale),
+                say("booked_hotel", locale, hotel=self.hotel),
+                say("booked_room", locale, room=say(f"room:{self.room_type}", locale)),
+                say("booked_stay", locale, start=start, end=end, nights=stay),
+                say("booked_total", locale, total=self.total),
+                say("booked_code", locale, code=self.confirmation),
             ]
         )
+
+
+# The catalog's text of each question, by the question's key (its first field).
+_QUESTIONS = {
+    "in_portland": "ask_portland",
+    "check_in": "ask_dates",
+    "max_price": "ask_budget",
+    "room_types": "ask_rooms",
+    "amenities": "ask_amenities",
+    "max_airport_miles": "ask_distance",
+}
 
 
 class Explore(SlotStep):
@@ -121,29 +126,25 @@ class Explore(SlotStep):
     slots = Criteria
     go_ahead = "request"
     goodbye = "goodbye"
-    intro = GREETING
+    locales = LOCALES
     questions = [
-        ask("Is your stay in the Portland area?", "in_portland", optional=True),
-        ask("What are your check-in and check-out dates?", "check_in", "check_out"),
-        ask(
-            "What nightly budget do you have in mind: a minimum, a maximum or both?",
-            "max_price",
-            "min_price",
-            optional=True,
-        ),
-        ask("Which room type would you like: one bed, two beds or suite?", "room_types", optional=True),
-        ask(
-            "Which amenities do you need? For example free WiFi, free parking or free breakfast.",
-            "amenities",
-            optional=True,
-        ),
-        ask(
-            "Any maximum distance to the airport or the city center, in miles?",
-            "max_airport_miles",
-            "max_city_center_miles",
-            optional=True,
-        ),
+        ask(say("ask_portland", ENGLISH), "in_portland", optional=True),
+        ask(say("ask_dates", ENGLISH), "check_in", "check_out"),
+        ask(say("ask_budget", ENGLISH), "max_price", "min_price", optional=True),
+        ask(say("ask_rooms", ENGLISH), "room_types", optional=True),
+        ask(say("ask_amenities", ENGLISH), "amenities", optional=True),
+        ask(say("ask_distance", ENGLISH), "max_airport_miles", "max_city_center_miles", optional=True),
     ]
+
+    # SlotStep declares the intro as a fixed text; this one is said in the guest's language.
+    @property
+    def intro(self) -> str:  # type: ignore[override]
+        return say("greeting", self.language)
+
+    @property
+    def language(self) -> str:
+        """The language to answer in (``SlotStep.locale``: the one the guest's words told)."""
+        return self.locale or ENGLISH
 
     def prompt(self) -> str:
         # The reading rules are SlotStep's standing instructions: they follow this prompt on their own.
@@ -151,33 +152,34 @@ class Explore(SlotStep):
 
     def acknowledge(self, values: Criteria, accepted: Sequence[str]) -> str:
         """What code understood, said back, so the guest can correct a misreading at once."""
-        said = ["Great."] if "in_portland" in accepted else []
+        language = self.language
+        said = [say("great", language)] if "in_portland" in accepted else []
         if values.check_in and values.check_out and {"check_in", "check_out"} & set(accepted):
-            nights = len(values.nights)
-            said.append(
-                f"Check-in {long_date(values.check_in)}, check-out {long_date(values.check_out)}: "
-                f"{nights} night{'s' if nights != 1 else ''}."
-            )
-        noted = values.phrases(accepted)
+            check_in, check_out = full_day(values.check_in, language), full_day(values.check_out, language)
+            stay = nights(len(values.nights), language)
+            said.append(say("stay", language, check_in=check_in, check_out=check_out, nights=stay))
+        noted = values.phrases(accepted, language)
         if noted:
-            said.append(f"Noted: {'; '.join(noted)}.")
+            said.append(say("noted", language, criteria=listed(noted, language)))
         return " ".join(said)
 
     def phrase(self, question: Ask, values: Criteria) -> str:
+        language = self.language
         if question.key == "check_in" and values.check_in and not values.check_out:
-            return f"Check-in {long_date(values.check_in)}. What is your check-out date?"
-        return question.question
+            return say("ask_check_out", language, check_in=full_day(values.check_in, language))
+        return say(_QUESTIONS[question.key], language)
+
+    def refusal(self, name: str, why: str) -> str:
+        return refusal(why, self.language)
 
     def on_complete(self, values: Criteria) -> Outcome:
+        language = self.language
         quotes = values.search()
         if not quotes:
-            return direct(
-                f"No hotel matches {values.summary()}. Would you like to relax one of them: the budget, "
-                "the room type, the amenities or the distance?"
-            )
-        searched = values.summary()
-        found = f"**{searched}**\n\n{choice_reply(quotes, len(values.nights))}"
-        listing = direct_to(Present, found).remember_as(listed_note(quotes))
+            return direct(say("no_match", language, criteria=values.summary(language)))
+        searched = values.summary(language)
+        found = f"**{searched}**\n\n{choice_reply(quotes, len(values.nights), language)}"
+        listing = direct_to(Present, found).remember_as(listed_note(quotes, language))
         return listing.with_state(
             hotels=quotes,
             check_in=values.check_in,
@@ -190,29 +192,86 @@ class Explore(SlotStep):
 
 Pick = Literal["cheapest", "priciest", "closest_to_airport", "closest_to_center", "none"]
 # A hotel named by what it is rather than its number, each resolved in code over the list shown;
-# the words say which, so "book it" is never read as "the cheapest".
-PICK_WORDS = Said(
-    options={
-        "cheapest": ("cheaper", "lowest", "least expensive", "budget", "cheap", "lowest price"),
-        "priciest": ("most expensive", "fanciest", "luxury", "luxurious", "best", "nicest"),
-        "closest_to_airport": ("airport", "pdx"),
-        "closest_to_center": ("center", "centre", "downtown", "city"),
-    },
-    # The words of choosing: "let's go with the one closest to the airport" books it, whatever
-    # action was read; "show me hotels closer to the airport" is a new search.
-    words=("go with", "take", "book", "reserve", "choose", "pick", "i'll have", "we'll have", "let's do"),
-)
+# the words say which, so "book it" is never read as "the cheapest". The words of choosing ("let's
+# go with the one closest to the airport") book it, whatever action was read; "show me hotels closer
+# to the airport" is a new search.
+PICK_WORDS = (
+    Said(
+        options={
+            "cheapest": ("cheaper", "lowest", "least expensive", "budget", "cheap", "lowest price"),
+            "priciest": ("most expensive", "fanciest", "luxury", "luxurious", "best", "nicest"),
+            "closest_to_airport": ("airport", "pdx"),
+            "closest_to_center": ("center", "centre", "downtown", "city"),
+        },
+        words=("go with", "take", "book", "reserve", "choose", "pick", "i'll have", "we'll have", "let's do"),
+        locale="en",
+    ),
+    Said(
+        options={
+            "cheapest": as_typed("más barato", "más barata", "barato", "barata", "más económico",
+                                 "más económica", "económico", "económica", "precio más bajo",
+                                 "menor precio"),
+            "priciest": as_typed("más caro", "más cara", "lujo", "lujoso", "de lujo", "el mejor", "la mejor"),
+            "closest_to_airport": ("aeropuerto", "pdx"),
+            "closest_to_center": ("centro", "ciudad", "downtown"),
+        },
+        words=as_typed("reservar", "reserva", "resérvame", "reservo", "reservamos", "me quedo con",
+                       "nos quedamos con", "elijo", "escojo", "tomo", "vamos con", "me lo quedo"),
+        locale="es",
+    ),
+    Said(
+        options={
+            "cheapest": as_typed("günstigste", "günstigsten", "günstigstes", "billigste", "billigsten",
+                                 "billigstes", "preiswerteste", "preiswertesten", "am günstigsten", "günstig",
+                                 "billig", "günstiger", "billiger"),
+            "priciest": as_typed("teuerste", "teuersten", "teuerstes", "luxus", "luxuriös", "beste", "besten",
+                                 "bestes", "schönste", "schönsten"),
+            "closest_to_airport": as_typed("flughafen", "pdx", "airport"),
+            "closest_to_center": ("zentrum", "innenstadt", "stadtmitte", "stadtzentrum", "city", "downtown"),
+        },
+        words=as_typed("buchen", "buche", "reservieren", "reserviere", "nehme", "nehmen", "wähle",
+                       "entscheide mich für", "entscheiden uns für"),
+        locale="de",
+    ),
+    Said(
+        options={
+            "cheapest": as_typed("moins cher", "moins chère", "pas cher", "pas chère", "bon marché",
+                                 "économique", "prix le plus bas"),
+            "priciest": as_typed("plus cher", "plus chère", "luxe", "luxueux", "meilleur", "meilleure",
+                                 "plus beau", "plus belle"),
+            "closest_to_airport": as_typed("aéroport", "pdx"),
+            "closest_to_center": ("centre", "centre ville", "ville", "downtown"),
+        },
+        words=as_typed("réserver", "réserve", "réservez", "je prends", "on prend", "nous prenons", "prendre",
+                       "je choisis", "on choisit", "nous choisissons", "va pour", "je vais prendre"),
+        locale="fr",
+    ),
+)  # fmt: skip
 
 
 # What the list's actions need said: a comparison names one, or what it is on; a goodbye its words.
-ACTION_WORDS = Said(
-    options={
-        "goodbye": GOODBYE_WORDS,
-        "compare": ("compare", "comparison", "side by side", "versus", "vs", "difference", "differ",
-                    "against", "price", "prices", "cost", "costs", "amenities", "amenity", "distance",
-                    "distances", "far", "room", "rooms", "bed", "beds", "type", "types"),
+COMPARE_WORDS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "en": ("compare", "comparison", "side by side", "versus", "vs", "difference", "differ", "against",
+               "price", "prices", "cost", "costs", "amenities", "amenity", "distance", "distances", "far",
+               "room", "rooms", "bed", "beds", "type", "types"),
+        "es": as_typed("comparar", "compara", "compárame", "compare", "comparación", "comparativa",
+                       "frente a", "versus", "vs", "diferencia", "diferencias", "precio", "precios", "coste",
+                       "costo", "servicios", "comodidades", "distancia", "distancias", "lejos", "habitación",
+                       "habitaciones", "cama", "camas", "tipo", "tipos"),
+        "de": as_typed("vergleichen", "vergleiche", "vergleich", "gegenüberstellen", "nebeneinander",
+                       "versus", "vs", "unterschied", "unterschiede", "preis", "preise", "kosten",
+                       "ausstattung", "entfernung", "entfernungen", "weit", "zimmer", "zimmertyp", "bett",
+                       "betten", "typ"),
+        "fr": as_typed("comparer", "compare", "comparez", "comparaison", "versus", "vs", "différence",
+                       "différences", "prix", "coût", "équipements", "services", "distance", "distances",
+                       "loin", "chambre", "chambres", "lit", "lits", "type", "types"),
     }
 )  # fmt: skip
+ACTION_WORDS = tuple(
+    Said(options={"goodbye": GOODBYE_WORDS[locale], "compare": COMPARE_WORDS[locale]}, locale=locale)
+    for locale in LOCALES
+)
 
 
 class GuestRequest(BaseModel):
@@ -226,13 +285,13 @@ class GuestRequest(BaseModel):
         description="What to compare: price (cost), roomType (rooms, beds), amenities, distance",
     )
     action: Annotated[
-        Literal["book", "compare", "change_search", "show_list", "goodbye", "other"], ACTION_WORDS
+        Literal["book", "compare", "change_search", "show_list", "goodbye", "other"], *ACTION_WORDS
     ] = Field(
         description="book: the guest picks one hotel (a message that is only a number picks that hotel); "
         "compare: hotels side by side; change_search: new or changed criteria; show_list: the list again "
         "or resume booking; goodbye: the guest ends the conversation; other: anything else"
     )
-    pick: Annotated[Pick, PICK_WORDS] = Field(
+    pick: Annotated[Pick, *PICK_WORDS] = Field(
         description="A hotel named by a quality: cheapest, priciest, closest_to_airport, closest_to_center; "
         "none when the guest names none that way"
     )
@@ -265,15 +324,19 @@ class Present(Step):
         # book?"); lists and tables are remembered as short notes, and the list is in the prompt.
         return since_last_user(memory, before=1)
 
+    @property
+    def language(self) -> str:
+        return answering_in(self)
+
     def on_response(self, request: GuestRequest) -> Outcome:
-        said = self.last_user_message
+        said = self.last_user_message or ""
         self.erase_memory()
         listed = self._listed()
         numbers = list(dict.fromkeys(request.hotels))
-        pick = request.pick if bears_out(GuestRequest, "pick", request.pick, said or "") else "none"
-        if not bears_out(GuestRequest, "action", request.action, said or ""):
+        pick = request.pick if bears_out(GuestRequest, "pick", request.pick, said, LOCALES) else "none"
+        if not bears_out(GuestRequest, "action", request.action, said, LOCALES):
             # A goodbye or a comparison without a word of one: "8" alone still books hotel 8.
-            lone = len(numbers) == 1 and bears_out(GuestRequest, "hotels", numbers, said or "")
+            lone = len(numbers) == 1 and bears_out(GuestRequest, "hotels", numbers, said, LOCALES)
             if lone and 1 <= numbers[0] <= len(listed):
                 return self.book(listed[numbers[0] - 1])
             return self.show_list(with_help=True)
@@ -281,7 +344,7 @@ class Present(Step):
         if pick != "none" and listed:  # "the cheapest" is found in code, whatever number was read
             numbers = [picked(listed, pick)]
             if action in ("change_search", "show_list", "other") and says_field(
-                GuestRequest, "pick", said or ""
+                GuestRequest, "pick", said, LOCALES
             ):
                 action = "book"
         request = request.model_copy(update={"action": action})
@@ -289,11 +352,10 @@ class Present(Step):
             "book",
             "compare",
         ):
-            return direct(f"The list has hotels 1 to {len(listed)}. {CHOOSE}")
+            language = self.language
+            return direct(f"{say('list_range', language, count=len(listed))} {say('choose', language)}")
         if request.action == "book" and len(numbers) != 1:
-            return direct(
-                f"Which hotel would you like to book? Give one number from the list, 1 to {len(listed)}."
-            )
+            return direct(say("book_which", self.language, count=len(listed)))
         if request.action == "book":
             return self.book(listed[numbers[0] - 1])
         if request.action == "compare":
@@ -304,18 +366,18 @@ class Present(Step):
             return self.goodbye()
         return self.show_list(with_help=request.action != "show_list")
 
-    def change_search(self, said: str | None) -> Go:
+    def change_search(self, said: str) -> Go:
         return go(Explore).with_message(said) if said else go(Explore)
 
     def goodbye(self) -> Direct:
-        return direct_to(Goodbye, FAREWELL)
+        return direct_to(Goodbye, say("farewell", self.language))
 
     def show_list(self, *, with_help: bool = False) -> Direct:
-        listing = (
-            f"**{self.state_of(Present)['searched']}**\n\n{choice_reply(self._listed(), len(self._nights()))}"
-        )
-        reply = direct_to(Present, f"{HELP}\n\n{listing}" if with_help else listing)
-        return reply.remember_as(listed_note(self._listed()))
+        language = self.language
+        listed = choice_reply(self._listed(), len(self._nights()), language)
+        listing = f"**{self.state_of(Present)['searched']}**\n\n{listed}"
+        reply = direct_to(Present, f"{say('help', language)}\n\n{listing}" if with_help else listing)
+        return reply.remember_as(listed_note(self._listed(), language))
 
     def _listed(self) -> list[HotelQuote]:
         return self.state_of(Present).get_as("hotels", list[HotelQuote]) or []
@@ -337,21 +399,22 @@ class Present(Step):
             total=quote.total,
             confirmation=new_confirmation_number(),
         )
-        return direct_to(Goodbye, f"{booking.summary()}\n\n{THANKS}").with_state(booking=booking)
+        language = self.language
+        confirmed = f"{booking.summary(language)}\n\n{say('thanks', language)}"
+        return direct_to(Goodbye, confirmed).with_state(booking=booking)
 
     def compare(self, numbers: Sequence[int], features: Sequence[Feature]) -> Direct:
+        language = self.language
         if not numbers:
-            return direct(
-                f"Which hotels shall I compare? Give their numbers from the list, 1 to {len(self._listed())}."
-            )
+            return direct(say("compare_which", language, count=len(self._listed())))
         state = self.state_of(Present)
         wanted: list[Any] = list(dict.fromkeys(features)) or [state.get("feature") or "price"]
         listed = self._listed()
         chosen = [(number, listed[number - 1]) for number in numbers]
-        tables = [comparison(feature, chosen, self._nights()) for feature in wanted]
+        tables = [comparison(feature, chosen, self._nights(), language) for feature in wanted]
         state.merge({"compared": list(numbers), "feature": wanted[-1]})
-        reply = direct_to(Compare, "\n\n".join([*tables, FOLLOW_UP]))
-        return reply.remember_as(compared_note(numbers, wanted))
+        reply = direct_to(Compare, "\n\n".join([*tables, say("follow_up", language)]))
+        return reply.remember_as(compared_note(numbers, wanted, language))
 
 
 class Compare(Present):
@@ -367,7 +430,9 @@ class Goodbye(TerminateStep):
     memory = "hotel-goodbye"
 
     def prompt(self) -> str:
-        return "The guest has ended the conversation. Thank them briefly and say goodbye."
+        # The closing words after a goodbye read by the search step are the model's: asked in the
+        # guest's language, they come in it.
+        return say("goodbye_prompt", answering_in(self))
 
 
 class HotelFlow(Flow):

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from datetime import date
 from typing import Literal
 
-from picoflow_demos._common import usd
-from picoflow_demos.hotel.pricing import AMENITIES, AMENITY_LABELS, ROOM_TYPES, HotelQuote, hotel_named
+from picoflow_demos.hotel.pricing import AMENITIES, ROOM_TYPES, HotelQuote, hotel_named
+from picoflow_demos.hotel.replies import ENGLISH, night_day, nights, say
 
 Feature = Literal["price", "roomType", "amenities", "distance"]
 
@@ -22,15 +22,19 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def night_label(night: date) -> str:
-    return f"{night:%a} {night.month}/{night.day}/{night.year}"
-
-
-def hotel_list(quotes: Sequence[HotelQuote], nights: int) -> str:
-    """The numbered list the guest picks from, with each stay's total."""
-    stay = f"{nights} night{'s' if nights != 1 else ''}"
+def hotel_list(quotes: Sequence[HotelQuote], count: int, locale: str = ENGLISH) -> str:
+    """The numbered list the guest picks from, with each stay's total for ``count`` nights."""
+    stay = nights(count, locale)
     return "\n".join(
-        f"{number}. **{quote.name}** ({quote.room_type}): {usd(quote.total)} total for {stay}"
+        say(
+            "listed",
+            locale,
+            number=number,
+            hotel=quote.name,
+            room=say(f"room:{quote.room_type}", locale),
+            total=quote.total,
+            nights=stay,
+        )
         for number, quote in enumerate(quotes, start=1)
     )
 
@@ -49,8 +53,11 @@ def _flags(label: str, present: Sequence[bool]) -> list[str]:
     return [label, *(YES if flag else NO for flag in present)]
 
 
-def comparison(feature: Feature, chosen: Sequence[tuple[int, HotelQuote]], nights: Sequence[date]) -> str:
-    """A Markdown table comparing the chosen hotels (``(list number, quote)`` pairs) on one feature."""
+def comparison(
+    feature: Feature, chosen: Sequence[tuple[int, HotelQuote]], nights: Sequence[date], locale: str = ENGLISH
+) -> str:
+    """A Markdown table comparing the chosen hotels (``(list number, quote)`` pairs) on one feature,
+    in ``locale``."""
     headers = [f"#{number} {quote.name}" for number, quote in chosen]
     quotes = [quote for _, quote in chosen]
     records = []
@@ -60,23 +67,40 @@ def comparison(feature: Feature, chosen: Sequence[tuple[int, HotelQuote]], night
             raise LookupError(f"{quote.name} is not in the catalog")
         records.append(record)
     if feature == "price":
-        rows = [["Room", *(quote.room_type for quote in quotes)]]
+        rows = [[say("room", locale), *(say(f"room:{quote.room_type}", locale) for quote in quotes)]]
         rows.extend(
-            [night_label(night), *(usd(quote.nightly[index]) for quote in quotes)]
+            [
+                night_day(night, locale),
+                *(say("money", locale, amount=quote.nightly[index]) for quote in quotes),
+            ]
             for index, night in enumerate(nights)
         )
-        rows.append(["**Total**", *(f"**{usd(quote.total)}**" for quote in quotes)])
-        return _table("Night", headers, rows, numeric=True)
+        rows.append(
+            [say("total", locale), *(f"**{say('money', locale, amount=quote.total)}**" for quote in quotes)]
+        )
+        return _table(say("night", locale), headers, rows, numeric=True)
     if feature == "distance":
         rows = [
-            ["Airport", *(f"{record.airport_miles:g} mi" for record in records)],
-            ["City center", *(f"{record.city_center_miles:g} mi" for record in records)],
+            [
+                say("airport", locale),
+                *(say("miles", locale, miles=record.airport_miles) for record in records),
+            ],
+            [
+                say("city_center", locale),
+                *(say("miles", locale, miles=record.city_center_miles) for record in records),
+            ],
         ]
-        return _table("Distance", headers, rows, numeric=True)
+        return _table(say("distance", locale), headers, rows, numeric=True)
     if feature == "roomType":
         offered = [kind for kind in ROOM_TYPES if any(kind in record.room_types for record in records)]
-        rows = [_flags(kind, [kind in record.room_types for record in records]) for kind in offered]
-        return _table("Room type", headers, rows, numeric=False)
+        rows = [
+            _flags(say(f"room:{kind}", locale), [kind in record.room_types for record in records])
+            for kind in offered
+        ]
+        return _table(say("room_type", locale), headers, rows, numeric=False)
     union = [name for name in AMENITIES if any(name in record.amenities for record in records)]
-    rows = [_flags(AMENITY_LABELS[name], [name in record.amenities for record in records]) for name in union]
-    return _table("Amenity", headers, rows, numeric=False)
+    rows = [
+        _flags(say(f"amenity:{name}", locale), [name in record.amenities for record in records])
+        for name in union
+    ]
+    return _table(say("amenity", locale), headers, rows, numeric=False)
