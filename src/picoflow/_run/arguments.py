@@ -54,9 +54,12 @@ def unborne_refusal(ws: Workspace, step: Step, tool: ToolSpec, args: BaseModel) 
     return UNBORNE.format(fields=", ".join(fields), them=them)
 
 
-def repeated(ws: Workspace, call: ToolCall) -> str | None:
-    """The correction for a call made with the same arguments as one that already ran this turn;
-    None for a new one (which is then noted)."""
+def repeated(ws: Workspace, step: Step, call: ToolCall) -> str | None:
+    """The correction for a call made with the same arguments as one that already ran this turn,
+    under a grounding profile that checks tool calls (a small model's loop; a strong model calling
+    a tool again means it: a clock, a status); None for a new one (which is then noted)."""
+    if not Grounding.for_model(ws.model_of(step.name)).arguments:
+        return None
     args = call.args if isinstance(call.args, str) else json.dumps(call.args, sort_keys=True, default=str)
     key = f"{call.name}:{args}"
     if key in ws.ran:

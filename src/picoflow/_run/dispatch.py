@@ -140,7 +140,7 @@ async def _run_call(
     validated = tool.validate(call)
     if isinstance(validated, str):
         return refused(call, validated)
-    if (why := unborne_refusal(ws, step, tool, validated) or repeated(ws, call)) is not None:
+    if (why := unborne_refusal(ws, step, tool, validated) or repeated(ws, step, call)) is not None:
         return refused(call, why)
     key = None
     if tool.approval is not None:  # runs only as decided: approved, or cleared by its policy
