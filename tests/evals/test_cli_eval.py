@@ -189,14 +189,14 @@ def test_the_report_gives_a_pass_rate_per_category(tmp_path: Path) -> None:
     rows = [" ".join(line.split()) for line in played.output.splitlines() if line.strip("─ ")]
     start = rows.index("pass rate per category")
     assert rows[start + 1 : start + 4] == [
-        "category scenarios runs passed rate",
-        "terse 2 4/4 100%",
-        "chatty 1 0/2 0%",
+        "category scenarios passed runs passed rate",
+        "terse 2/2 4/4 100%",
+        "chatty 0/1 0/2 0%",
     ]
-    assert "terse terse 2/2" in rows and "chatty chatty 0/2" in rows
+    assert "terse terse 2/2 - passed (stable)" in rows and "chatty chatty 0/2 - failed (failing)" in rows
     assert json.loads(report.read_text(encoding="utf-8"))["categories"] == {
-        "terse": {"scenarios": 2, "runs": 4, "runs_passed": 4},
-        "chatty": {"scenarios": 1, "runs": 2, "runs_passed": 0},
+        "terse": {"scenarios": 2, "scenarios_passed": 2, "runs": 4, "runs_passed": 4},
+        "chatty": {"scenarios": 1, "scenarios_passed": 0, "runs": 2, "runs_passed": 0},
     }
     only = invoke(basket(tmp_path, CATEGORIZED), *args, "--category", "chatty")
     assert only.exit_code == 0 and "terse" not in only.output and "chatty run 2/2 turn 1/1" in only.output

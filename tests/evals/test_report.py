@@ -87,7 +87,8 @@ async def test_the_json_report_holds_every_run_and_turn(result: EvalResult, tmp_
     ids = [run.pop("session_id") for run in scenario["runs"]]
     assert len(set(ids)) == 2 and all(isinstance(one, str) for one in ids)
     assert scenario.pop("source") == str(tmp_path / "apples.yaml")
-    hello = turn(1, "hello", "Hello!", 8, 2, [("reply_contains: ^Hello", "passed")])
+    entered = {"kind": "entered", "step": "Shop", "from": None}
+    hello = turn(1, "hello", "Hello!", 8, 2, [("reply_contains: ^Hello", "passed")], events=[entered])
     polite = {
         "name": "judge: The reply is polite.",
         "expected": "The reply is polite.",
@@ -101,7 +102,7 @@ async def test_the_json_report_holds_every_run_and_turn(result: EvalResult, tmp_
         "runs": 2,
         "runs_passed": 1,
         "run_pass_rate": 0.5,
-        "categories": {"-": {"scenarios": 1, "runs": 2, "runs_passed": 1}},
+        "categories": {"-": {"scenarios": 1, "scenarios_passed": 0, "runs": 2, "runs_passed": 1}},
         "unscored_checks": 2,
         "judge_usage": None,
         "scenarios": [
@@ -111,6 +112,10 @@ async def test_the_json_report_holds_every_run_and_turn(result: EvalResult, tmp_
                 "flow": "shop",
                 "runs_passed": 1,
                 "run_pass_rate": 0.5,
+                "pass": None,
+                "runs_needed": 2,
+                "passed": False,
+                "stability": "flaky",
                 "turns": [
                     {
                         "turn": 1,
@@ -162,6 +167,16 @@ async def test_the_json_report_holds_every_run_and_turn(result: EvalResult, tmp_
                                 seconds=1.0,
                                 tool_calls=1,
                                 answer='add({"item": "apple"})',  # the reply is code's
+                                events=[
+                                    {
+                                        "kind": "tool",
+                                        "step": "Shop",
+                                        "name": "add",
+                                        "args": {"item": "apple"},
+                                        "ok": True,
+                                        "result": "Accepted.",
+                                    }
+                                ],
                             ),
                             turn(
                                 3,
@@ -227,6 +242,7 @@ def turn(
     failed: list[dict[str, Any]] | None = None,
     unscored: list[dict[str, Any]] | None = None,
     answer: str | None = None,
+    events: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """One turn of a run as the report writes it (the shop flow neither fails nor completes here)."""
     return {
@@ -244,6 +260,8 @@ def turn(
         "error": None,
         "model_answers": [f"Shop: {answer or reply}"],
         "verdicts": [],  # the shop flow reads no slots
+        "began_in": "Shop",
+        "events": [*(events or []), {"kind": "said", "text": reply}],
         "failed": failed or [],
         "unscored": unscored or [],
         "checks": [{"name": name, "status": status} for name, status in checks],

@@ -181,7 +181,7 @@ def test_a_folder_and_several_documents(tmp_path: Path) -> None:
         (
             "flows: shop\nturns: [{user: hi}]\n",
             "FILE: flows: unknown field; expected one of: name, flow, description, category, env, caller, "
-            "turns",
+            "turns, runs, pass",
         ),
         (
             "turns: [{user: hi}]\nenv: {A: [1]}\n",
@@ -204,7 +204,8 @@ def test_a_folder_and_several_documents(tmp_path: Path) -> None:
             "turns: [{user: hi, expect: {tool_caled: add}}]\n",
             "FILE: turn 1 ('hi'), expect.tool_caled: unknown field; expected one of: step, completed, "
             "state, reply_contains, reply_not_contains, tool_called, tool_not_called, model_calls, "
-            "field_set, field_dropped, field_not_set, pending, pending_count, refused, judge",
+            "field_set, field_dropped, field_not_set, pending, pending_count, refused, judge, events, "
+            "events_any_order, no_events",
         ),
         (
             "turns: [{user: hi, expect: {completed: maybe}}]\n",

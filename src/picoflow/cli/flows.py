@@ -67,7 +67,12 @@ def eval_scenarios(
     model: ModelOpt = None,
     runs: Annotated[int, typer.Option(min=1, help="Plays of each scenario, each in a fresh session.")] = 1,
     min_pass: Annotated[
-        float, typer.Option(min=0.0, max=1.0, help="Share of runs that must pass; exit status 1 below it.")
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Share of runs that must pass (of scenarios without a pass: policy); exit 1 below it.",
+        ),
     ] = 1.0,
     report: Annotated[Path | None, typer.Option(help="Write the whole result to this JSON file.")] = None,
     judge: Annotated[
@@ -128,5 +133,5 @@ def eval_scenarios(
         except OSError as exc:
             raise fail(f"cannot write the report {report}: {exc}", code=2) from None
         console.print(f"[dim]report written to {escape(str(report))}[/dim]")
-    if result.pass_rate < min_pass:
+    if not result.verdict(min_pass):
         raise typer.Exit(1)

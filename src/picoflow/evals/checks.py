@@ -18,11 +18,21 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from picoflow.engine import TurnResult
-from picoflow.evals.scenario import Expectations, ToolExpectation
+from picoflow.evals.events import describe_event, window
+from picoflow.evals.scenario import EventAssertion, Expectations, ToolExpectation
 from picoflow.messages import Message
 from picoflow.session import Session
 
-__all__ = ["Check", "CheckStatus", "Observation", "SeenCall", "check_turn", "lookup", "matches"]
+__all__ = [
+    "Check",
+    "CheckStatus",
+    "Observation",
+    "SeenCall",
+    "check_turn",
+    "event_checks",
+    "lookup",
+    "matches",
+]
 
 CheckStatus = Literal["passed", "failed", "unscored"]
 
@@ -79,6 +89,8 @@ class Observation:
     """The messages before the turn: a decision runs calls an earlier turn proposed."""
     verdicts: Sequence[Mapping[str, Any]] = ()
     """The verdicts of the turn's readings (``ReadingJudged`` events), each with its step."""
+    events: Sequence[Mapping[str, Any]] = ()
+    """The turn's events as records (``evals.events.EventLog``), its reply last."""
 
     @property
     def error(self) -> str | None:
@@ -173,6 +185,7 @@ def check_turn(expect: Expectations, seen: Observation) -> list[Check]:
             )
         )
     checks.extend(_reading_checks(expect, seen.verdicts))
+    checks.extend(event_checks(expect, seen.events))
     if expect.model_calls is not None:
         count = seen.result.usage.model_calls
         checks.append(
@@ -199,6 +212,51 @@ def _reading_checks(expect: Expectations, verdicts: Sequence[Mapping[str, Any]])
         hits = [v["value"] for v in kept if v["field"] == name]
         checks.append(Check(f"field_not_set: {name}", _status(not hits), None, hits))
     return checks
+
+
+def event_checks(expect: Expectations, records: Sequence[Mapping[str, Any]]) -> list[Check]:
+    """The checks of ``events`` (in order), ``events_any_order`` and ``no_events``. A failed one
+    holds the events around the place it looked (``actual``), as lines."""
+    checks: list[Check] = []
+    cursor = 0  # in order: each assertion is looked for after the event the one before it matched
+    for wanted in expect.events:
+        name = f"events: {wanted.describe()}"
+        found = _first(wanted, records, cursor)
+        if found is not None:
+            checks.append(Check(name, "passed", wanted.match, describe_event(records[found])))
+            cursor = found + 1
+            continue
+        earlier = _first(wanted, records[:cursor], 0)
+        note = (
+            f"it happened (event {earlier + 1}), but before the event an earlier assertion matched"
+            if earlier is not None
+            else "no such event" + (f" after event {cursor}" if cursor else " in the turn")
+        )
+        checks.append(Check(name, "failed", wanted.match, window(records, cursor), note))
+    for wanted in expect.events_any_order:
+        found = _first(wanted, records, 0)
+        name = f"events_any_order: {wanted.describe()}"
+        if found is None:
+            checks.append(Check(name, "failed", wanted.match, window(records, 0, 0, 7), "no such event"))
+        else:
+            checks.append(Check(name, "passed", wanted.match, describe_event(records[found])))
+    for unwanted in expect.no_events:
+        found = _first(unwanted, records, 0)
+        name = f"no_events: {unwanted.describe()}"
+        if found is None:
+            checks.append(Check(name, "passed", unwanted.match, None))
+        else:
+            note = f"it happened (event {found + 1})"
+            checks.append(Check(name, "failed", unwanted.match, window(records, found), note))
+    return checks
+
+
+def _first(wanted: EventAssertion, records: Sequence[Mapping[str, Any]], start: int) -> int | None:
+    for index in range(start, len(records)):
+        record = records[index]
+        if record.get("kind") == wanted.kind and matches(wanted.match, record):
+            return index
+    return None
 
 
 def lookup(states: Mapping[str, Any], path: str) -> Any:

@@ -163,7 +163,7 @@ def _allowed_fields(loc: Sequence[int | str]) -> list[str]:
         if found is None:
             return []
         model = found
-    return list(model.model_fields)
+    return [field.alias or name for name, field in model.model_fields.items()]
 
 
 def _model_in(annotation: Any) -> type[BaseModel] | None:

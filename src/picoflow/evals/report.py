@@ -17,6 +17,8 @@ from picoflow.evals.scenario import Scenario
 
 __all__ = ["ProgressPrinter", "print_result", "write_report"]
 
+EVENT_CHECKS = frozenset({"events", "events_any_order", "no_events"})
+
 
 class ProgressPrinter:
     """Prints each turn as soon as it is checked: a local model may take minutes per run."""
@@ -35,6 +37,11 @@ class ProgressPrinter:
         if turn.failures:  # what the model answered, so a failure shows the reading behind it
             for answer in turn.answers:
                 self.console.print(f"    [dim]{escape(answer)}[/dim]", soft_wrap=True)
+        for check in turn.failures:  # an event assertion shows the events where it looked
+            if check.kind in EVENT_CHECKS and isinstance(check.actual, list):
+                self.console.print(f"    [red]{escape(check.name)}[/red]: {escape(check.note)}")
+                for line in check.actual:
+                    self.console.print(f"      [dim]{escape(str(line))}[/dim]", soft_wrap=True)
         for verdict in turn.verdicts:  # a drop or a repair is never silent
             if verdict["action"] != "kept":
                 self.console.print(
@@ -73,11 +80,18 @@ def print_result(console: Console, result: EvalResult, min_pass: float) -> None:
     if len(result.scenarios) > 1:
         _print_overview(console, result, categories)
     console.print(f"checks passed: {checks_line(result.check_counts())}")
-    verdict = "[green]PASS[/green]" if result.pass_rate >= min_pass else "[red]FAIL[/red]"
-    console.print(
-        f"{verdict} {result.runs_passed}/{result.runs} runs passed ({_percent(result.pass_rate)}); "
-        f"minimum {_percent(min_pass)}"
-    )
+    verdict = "[green]PASS[/green]" if result.verdict(min_pass) else "[red]FAIL[/red]"
+    ruled = [scenario for scenario in result.scenarios if scenario.policy is not None]
+    line = f"{verdict} {result.runs_passed}/{result.runs} runs passed ({_percent(result.pass_rate)})"
+    if len(ruled) < len(result.scenarios):
+        line += f"; minimum {_percent(min_pass)}"
+        if ruled:
+            share = _percent(result.unruled_pass_rate() or 0.0)
+            line += f" of the runs of scenarios without a pass policy ({share})"
+    if ruled:
+        met = sum(scenario.passed for scenario in ruled)
+        line += f"; {met}/{len(ruled)} scenario(s) met their pass policy"
+    console.print(line)
 
 
 def _print_overview(
@@ -88,23 +102,40 @@ def _print_overview(
     table.add_column("scenario", overflow="fold", ratio=3)
     table.add_column("category", overflow="fold", ratio=1)
     table.add_column("runs passed", justify="right", no_wrap=True)
+    table.add_column("pass", justify="right", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
     for scenario in result.scenarios:
         rate = f"{scenario.runs_passed}/{len(scenario.runs)}"
+        verdict = f"{'passed' if scenario.passed else 'failed'} ({scenario.stability})"
         table.add_row(
             escape(scenario.scenario.name),
             escape(scenario.scenario.category or "-"),
             rate if scenario.runs_passed == len(scenario.runs) else f"[red]{rate}[/red]",
+            _policy(scenario),
+            verdict if scenario.passed else f"[red]{verdict}[/red]",
         )
     console.print(table)
     if set(categories) == {""}:
         return
+    passed_per_category = result.categories_passed()
     table = Table(title="pass rate per category", box=box.SIMPLE_HEAD)
-    for heading in ("category", "scenarios", "runs passed", "rate"):
+    for heading in ("category", "scenarios passed", "runs passed", "rate"):
         table.add_column(heading, justify="left" if heading == "category" else "right", no_wrap=True)
     for category, (count, passed, runs) in categories.items():
         rate = _percent(passed / runs if runs else 0.0)
-        table.add_row(escape(category or "-"), str(count), f"{passed}/{runs}", rate)
+        table.add_row(
+            escape(category or "-"), f"{passed_per_category[category]}/{count}", f"{passed}/{runs}", rate
+        )
     console.print(table)
+
+
+def _policy(scenario: ScenarioResult) -> str:
+    """``all``, ``majority`` or ``≥N``, with the runs that needs (``majority 2/3``)."""
+    policy = scenario.policy
+    if policy is None:
+        return "-"
+    named = f"≥{policy}" if isinstance(policy, int) else policy
+    return f"{named} ({scenario.needed}/{len(scenario.runs)})"
 
 
 def _print_scenario(console: Console, result: EvalResult, scenario: ScenarioResult) -> None:
@@ -137,6 +168,9 @@ def _print_scenario(console: Console, result: EvalResult, scenario: ScenarioResu
         )
     console.print(table)
     runs = f"{scenario.runs_passed}/{len(scenario.runs)} ({_percent(scenario.pass_rate)})"
+    if scenario.policy is not None:
+        outcome = "met" if scenario.passed else "[red]not met[/red]"
+        runs += f"; pass: {_policy(scenario)} {outcome}, {scenario.stability}"
     console.print(f"  runs passed     {runs}")
     console.print(f"  checks passed   {checks_line(scenario.check_counts())}")
     timing, later = scenario.timing(), scenario.timing(skip_first=True)

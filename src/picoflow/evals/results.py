@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from picoflow.evals.checks import Check
-from picoflow.evals.scenario import Scenario
+from picoflow.evals.scenario import PassPolicy, Scenario, runs_needed
 from picoflow.usage import Usage
 
 __all__ = ["EvalResult", "RunRecord", "ScenarioResult", "Timing", "TurnRecord"]
@@ -41,6 +41,10 @@ class TurnRecord:
     verdicts: tuple[Mapping[str, Any], ...] = ()
     """What grounding decided of each item the turn's readings held (``Verdict.to_json()``, with
     the step): kept, dropped by a named rule, or repaired."""
+    events: tuple[Mapping[str, Any], ...] = ()
+    """What happened in the turn, as records (``picoflow.evals.events``), its reply last."""
+    began_in: str | None = None
+    """The step the turn began in (the flow's start step for the first)."""
 
     @property
     def passed(self) -> bool:
@@ -72,6 +76,8 @@ class TurnRecord:
             "error": self.error,
             "model_answers": list(self.answers),
             "verdicts": [dict(verdict) for verdict in self.verdicts],
+            "began_in": self.began_in,
+            "events": [dict(record) for record in self.events],
             "failed": [_check_json(check) for check in self.failures],
             "unscored": [_check_json(check) for check in self.checks if check.status == "unscored"],
             "checks": [{"name": check.name, "status": check.status} for check in self.checks],
@@ -137,6 +143,28 @@ class ScenarioResult:
     def pass_rate(self) -> float:
         return self.runs_passed / len(self.runs) if self.runs else 0.0
 
+    @property
+    def policy(self) -> PassPolicy | None:
+        """The scenario's ``pass:`` (None: its runs count toward the eval's minimum share)."""
+        return self.scenario.pass_policy
+
+    @property
+    def needed(self) -> int:
+        """Runs that must pass: by the policy, or all of them."""
+        return runs_needed(self.policy or "all", len(self.runs))
+
+    @property
+    def passed(self) -> bool:
+        """Whether enough runs passed: its policy's number, or every run without one."""
+        return bool(self.runs) and self.runs_passed >= self.needed
+
+    @property
+    def stability(self) -> str:
+        """``stable`` (every run passed), ``failing`` (none did) or ``flaky`` (some did)."""
+        if self.runs_passed == len(self.runs):
+            return "stable"
+        return "failing" if self.runs_passed == 0 else "flaky"
+
     def turns_at(self, index: int) -> list[TurnRecord]:
         """Turn ``index`` (1-based) of every run."""
         return [run.turns[index - 1] for run in self.runs if len(run.turns) >= index]
@@ -174,6 +202,10 @@ class ScenarioResult:
             "flow": self.flow,
             "runs_passed": self.runs_passed,
             "run_pass_rate": _r(self.pass_rate),
+            "pass": self.policy,
+            "runs_needed": self.needed,
+            "passed": self.passed,
+            "stability": self.stability,
             "turns": [
                 {
                     "turn": index,
@@ -214,6 +246,19 @@ class EvalResult:
         """Passed runs over all runs of all scenarios."""
         return self.runs_passed / self.runs if self.runs else 0.0
 
+    def unruled_pass_rate(self) -> float | None:
+        """Passed runs over the runs of the scenarios without a ``pass:`` policy (None: there are none)."""
+        unruled = [result for result in self.scenarios if result.policy is None]
+        runs = sum(len(result.runs) for result in unruled)
+        return sum(result.runs_passed for result in unruled) / runs if runs else None
+
+    def verdict(self, min_pass: float) -> bool:
+        """Whether the eval passes: every scenario with a ``pass:`` policy meets it, and the runs of
+        the others pass in at least the share ``min_pass``."""
+        rate = self.unruled_pass_rate()
+        ruled = all(result.passed for result in self.scenarios if result.policy is not None)
+        return ruled and (rate is None or rate >= min_pass)
+
     @property
     def unscored(self) -> int:
         """Checks left unscored (judge criteria without a judge, or without a verdict)."""
@@ -238,6 +283,14 @@ class EvalResult:
             )
         return found
 
+    def categories_passed(self) -> dict[str, int]:
+        """Per category: the scenarios that passed (by their policy, or every run)."""
+        found: dict[str, int] = {}
+        for result in self.scenarios:
+            category = result.scenario.category
+            found[category] = found.get(category, 0) + result.passed
+        return found
+
     def check_counts(self) -> tuple[int, int]:
         """Checks passed and checks scored over every scenario."""
         return _summed(result.check_counts() for result in self.scenarios)
@@ -251,7 +304,12 @@ class EvalResult:
             "runs_passed": self.runs_passed,
             "run_pass_rate": _r(self.pass_rate),
             "categories": {
-                category or "-": {"scenarios": count, "runs": runs, "runs_passed": passed}
+                category or "-": {
+                    "scenarios": count,
+                    "scenarios_passed": self.categories_passed()[category],
+                    "runs": runs,
+                    "runs_passed": passed,
+                }
                 for category, (count, passed, runs) in self.categories().items()
             },
             "unscored_checks": self.unscored,

@@ -19,9 +19,10 @@ from typing import Any
 from picoflow.approvals import Approval
 from picoflow.engine import ANY_PRINCIPAL, FlowEngine, TurnResult
 from picoflow.evals.checks import Check, Observation, check_turn
+from picoflow.evals.events import EventLog
 from picoflow.evals.judge import Judge, render_transcript
 from picoflow.evals.results import EvalResult, RunRecord, ScenarioResult, TurnRecord
-from picoflow.evals.scenario import Scenario, ScenarioError, Turn
+from picoflow.evals.scenario import Scenario, ScenarioError, Turn, runs_needed
 from picoflow.events import ReadingJudged, TurnEvent
 from picoflow.exceptions import ScriptExhausted
 from picoflow.flow import Flow, FlowSpec
@@ -177,7 +178,7 @@ async def run_eval(
         flows: The flow classes the scenarios talk to.
         model: The model of every step (``"local"``, ``"openai:gpt-4.1-mini"``, a ``Model``...);
             ``SCRIPTED`` plays the scenarios' ``scripted:`` responses; None keeps each flow's own.
-        runs: Plays of each scenario, each in a fresh session.
+        runs: Plays of each scenario, each in a fresh session (a scenario's own ``runs:`` wins).
         judge: Scores ``judge:`` criteria; without one they are reported as not scored.
         default_flow: The flow of scenarios that do not name one.
         store: Where the sessions go (an in-memory store, closed at the end, by default).
@@ -198,6 +199,9 @@ async def run_eval(
     planned = [(scenario, _flow_of(engine, scenario, default_flow)) for scenario in scenarios]
     for scenario, spec in planned:
         _check_names(scenario, spec)
+        policy, planned_runs = scenario.pass_policy, scenario.runs_or(runs)
+        if policy is not None and runs_needed(policy, planned_runs) > planned_runs:
+            raise ScenarioError(f"{scenario.source}: pass: {policy} cannot be met in {planned_runs} run(s)")
         if playback is not None and not scenario.scripted:
             raise ScenarioError(
                 f"{scenario.source}: no turn has scripted responses to play with the scripted model"
@@ -209,10 +213,8 @@ async def run_eval(
     try:
         for scenario, spec in planned:
             records = []
-            for number in range(1, runs + 1):
-                records.append(
-                    await _play(engine, scenario, spec.name, number, playback, noted, referee, on_turn)
-                )
+            for number in range(1, scenario.runs_or(runs) + 1):
+                records.append(await _play(engine, scenario, spec, number, playback, noted, referee, on_turn))
             result.scenarios.append(ScenarioResult(scenario, spec.name, tuple(records)))
     finally:
         if store is None:
@@ -225,7 +227,7 @@ async def run_eval(
 async def _play(
     engine: FlowEngine,
     scenario: Scenario,
-    flow: str,
+    spec: FlowSpec,
     number: int,
     playback: _Playback | None,
     noted: _Noted | None,
@@ -233,6 +235,8 @@ async def _play(
     on_turn: TurnReporter | None,
 ) -> RunRecord:
     caller = scenario.caller.caller()
+    flow = spec.name
+    began_in: str | None = spec.start  # the step each turn begins in (for coverage)
     session_id: str | None = None
     committed = 0  # seq of the first message a turn may append: earlier ones belong to earlier turns
     records: list[TurnRecord] = []
@@ -246,7 +250,8 @@ async def _play(
             started = time.perf_counter()
             decide = turn.decide
             verdicts: list[Mapping[str, Any]] = []
-            heard = _verdicts_into(verdicts)
+            log = EventLog()
+            heard = _heard(verdicts, log)
             if decide is None:
                 files = scenario.attachments(index)
                 result = await engine.run(
@@ -256,7 +261,9 @@ async def _play(
                 missing = Check(
                     "decide", "failed", f"pending approval #{decide.approval}", [a.tool for a in pending]
                 )
-                record = TurnRecord(index, turn.said, "", None, False, 0.0, Usage(), (missing,))
+                record = TurnRecord(
+                    index, turn.said, "", None, False, 0.0, Usage(), (missing,), began_in=began_in
+                )
                 records.append(record)
                 if on_turn is not None:
                     on_turn(scenario, number, record)
@@ -272,7 +279,8 @@ async def _play(
                 pending = result.pending  # a refused decision leaves the approvals as they were
             session_id = result.session_id or session_id
             seen, messages = await _observe(engine, result, session_id, committed)
-            seen = replace(seen, verdicts=tuple(verdicts))
+            events = tuple(log.close(result.message))
+            seen = replace(seen, verdicts=tuple(verdicts), events=events)
             if seen.session is not None:
                 committed = seen.session.next_seq
             checks = check_turn(turn.expect, seen)
@@ -293,17 +301,22 @@ async def _play(
                 error=seen.error,
                 answers=noted.take() if noted is not None else (),
                 verdicts=tuple(verdicts),
+                events=events,
+                began_in=began_in,
             )
             records.append(record)
+            began_in = seen.step or began_in
             if on_turn is not None:
                 on_turn(scenario, number, record)
     return RunRecord(number, session_id, tuple(records))
 
 
-def _verdicts_into(verdicts: list[Mapping[str, Any]]) -> Callable[[TurnEvent], None]:
-    """An ``on_event`` listener keeping the verdicts of the turn's readings, each with its step."""
+def _heard(verdicts: list[Mapping[str, Any]], log: EventLog) -> Callable[[TurnEvent], None]:
+    """An ``on_event`` listener keeping every event as a record, and the verdicts of the turn's
+    own readings, each with its step."""
 
     def heard(event: TurnEvent) -> None:
+        log(event)
         if isinstance(event, ReadingJudged) and event.parent is None:
             verdicts.extend({**verdict, "step": event.step} for verdict in event.verdicts)
 
@@ -381,20 +394,38 @@ def _check_names(scenario: Scenario, spec: FlowSpec) -> None:
         if isinstance(turn.scripted, dict):
             named += [(f"scripted.{step}", step) for step in turn.scripted]
         named += [(f"expect.state.{path}", path.split(".", 1)[0]) for path in expect.state]
+        asserted = [
+            (f"expect.{group}", item)
+            for group in ("events", "events_any_order", "no_events")
+            for item in getattr(expect, group)
+        ]
+        named += [
+            (f"{where} {item.kind}", step)
+            for where, item in asserted
+            for key in ("step", "from", "to")
+            if (step := item.subject(key)) is not None
+        ]
         for field, step in named:
             if step not in spec.steps:
                 raise ScenarioError(
                     f"{scenario.where(index)}, {field}: no step {step!r} in flow {spec.name}; steps: {steps}"
                 )
-        for field, calls in (
-            ("tool_called", expect.tool_called),
-            ("tool_not_called", expect.tool_not_called),
-            ("pending", expect.pending),
+        event_tools = [
+            (f"{where} {item.kind}", tool)
+            for where, item in asserted
+            if (tool := item.subject("name" if item.kind == "tool" else "tool")) is not None
+            and item.kind in ("tool", "approval_requested", "approval_decided")
+        ]
+        for field, names in (
+            ("expect.tool_called", [call.name for call in expect.tool_called]),
+            ("expect.tool_not_called", [call.name for call in expect.tool_not_called]),
+            ("expect.pending", [call.name for call in expect.pending]),
+            *(((where, [tool]) for where, tool in event_tools)),
         ):
-            for call in calls:
-                if call.name not in tools:
+            for name in names:
+                if name not in tools:
                     raise ScenarioError(
-                        f"{scenario.where(index)}, expect.{field}: no tool {call.name!r} in flow "
+                        f"{scenario.where(index)}, {field}: no tool {name!r} in flow "
                         f"{spec.name}; tools: {', '.join(sorted(tools))}"
                     )
 

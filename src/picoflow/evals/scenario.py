@@ -22,15 +22,17 @@ tool ``args``) are described in ``picoflow.evals.checks``.
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from picoflow.attachments import Attachment, AttachmentLimits, check_attachments
 from picoflow.context import Caller
+from picoflow.evals.events import normalize_assertion
 from picoflow.exceptions import AttachmentRefused, AttachmentTooLarge
 from picoflow.messages import ToolCall
 
@@ -99,6 +101,42 @@ class ToolExpectation(_Strict):
         if args is not None:
             check_matcher(args)
         return args
+
+
+class EventAssertion(_Strict):
+    """Something that must (or must not) happen in a turn: a kind of event and a matcher on its
+    record (see ``picoflow.evals.events``). Written ``{entered: Results}``, ``{tool: {name: x}}``…"""
+
+    kind: str
+    match: dict[str, Any]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_form(cls, value: Any) -> Any:
+        return normalize_assertion(value)
+
+    @field_validator("match")
+    @classmethod
+    def _valid_matcher(cls, match: dict[str, Any]) -> dict[str, Any]:
+        check_matcher(match)
+        return match
+
+    def describe(self) -> str:
+        """``entered Results``, ``tool {"name": "refund", "ok": true}``: the kind and its matcher."""
+        values = [
+            value["$regex"] if isinstance(value, dict) and list(value) == ["$regex"] else value
+            for value in self.match.values()
+        ]
+        if len(values) == 1 and isinstance(values[0], str):
+            shown = values[0]
+        else:
+            shown = json.dumps(self.match, ensure_ascii=False, default=str)
+        return f"{self.kind} {shown if len(shown) <= 60 else shown[:59] + '…'}"
+
+    def subject(self, key: str) -> str | None:
+        """The text the assertion names under ``key`` (a step, a tool), when it names one plainly."""
+        value = self.match.get(key)
+        return value if isinstance(value, str) else None
 
 
 class CountRange(_Strict):
@@ -174,6 +212,13 @@ class Expectations(_Strict):
     without it, any error fails the turn."""
     judge: list[str] = Field(default_factory=list)
     """Criteria a judge model scores the reply against (``--judge``); not scored without one."""
+    events: list[EventAssertion] = Field(default_factory=list)
+    """What must happen this turn, in this order (other events may come between); see
+    ``picoflow.evals.events`` for the kinds."""
+    events_any_order: list[EventAssertion] = Field(default_factory=list)
+    """What must happen this turn, in any order."""
+    no_events: list[EventAssertion] = Field(default_factory=list)
+    """What must not happen this turn."""
 
     _as_lists = field_validator(
         "reply_contains",
@@ -183,6 +228,9 @@ class Expectations(_Strict):
         "pending",
         "judge",
         "field_not_set",
+        "events",
+        "events_any_order",
+        "no_events",
         mode="before",
     )(_listed)
 
@@ -354,6 +402,19 @@ def _is_call(value: Any) -> bool:
     )
 
 
+PassPolicy = Literal["all", "majority"] | Annotated[int, Field(ge=1)]
+"""``all`` runs must pass, a ``majority`` (more than half), or at least N runs."""
+
+
+def runs_needed(policy: PassPolicy, runs: int) -> int:
+    """How many of ``runs`` must pass under ``policy``."""
+    if policy == "all":
+        return runs
+    if policy == "majority":
+        return runs // 2 + 1
+    return policy
+
+
 class Scenario(_Strict):
     """A conversation to play against a flow, run after run, each in a fresh session."""
 
@@ -369,6 +430,11 @@ class Scenario(_Strict):
     becomes a fresh empty folder of that run, e.g. for a database file the flow creates."""
     caller: CallerSpec = Field(default_factory=CallerSpec)
     turns: list[Turn] = Field(min_length=1)
+    runs: int | None = Field(None, ge=1)
+    """Plays of this scenario; ``--runs`` (``run_eval(runs=)``) when left out."""
+    pass_policy: PassPolicy | None = Field(None, alias="pass")
+    """When the scenario passes, over its runs: ``all`` of them, a ``majority``, or at least N.
+    Left out, its runs count toward ``--min-pass`` (the share of runs of such scenarios)."""
 
     _source: str = PrivateAttr(default="<scenario>")
     _folder: Path = PrivateAttr(default_factory=Path)
@@ -385,6 +451,17 @@ class Scenario(_Strict):
                 raise ValueError(f"{key}: an environment value is text, a number or a date")
             converted[key] = value.isoformat() if isinstance(value, date | datetime) else str(value)
         return converted
+
+    @model_validator(mode="after")
+    def _reachable_policy(self) -> Scenario:
+        policy = self.pass_policy
+        if isinstance(policy, int) and self.runs is not None and policy > self.runs:
+            raise ValueError(f"pass: {policy} cannot be met in {self.runs} run(s)")
+        return self
+
+    def runs_or(self, default: int) -> int:
+        """Plays of this scenario: its own ``runs``, else ``default``."""
+        return self.runs or default
 
     @property
     def source(self) -> str:
