@@ -23,6 +23,7 @@ from picoflow.cli.loading import (
 )
 from picoflow.diagram import flow_mermaid
 from picoflow.evals import SCRIPTED, EvalResult, ScenarioError, load_scenarios, run_eval
+from picoflow.evals.coverage import Coverage, print_coverage
 from picoflow.evals.report import ProgressPrinter, print_result, write_report
 from picoflow.exceptions import PicoflowError
 from picoflow.flow import FlowSpec
@@ -87,6 +88,14 @@ def eval_scenarios(
         list[str] | None,
         typer.Option(help="Play only the scenarios of this category (repeat it for several)."),
     ] = None,
+    coverage: Annotated[
+        bool,
+        typer.Option(
+            "--coverage",
+            help="Print which steps, transitions, tools and repair patterns the suites exercised "
+            "(and put it in --report).",
+        ),
+    ] = False,
 ) -> None:
     """Play scenario files against a model, run after run, and measure how often the flow behaves.
 
@@ -127,9 +136,12 @@ def eval_scenarios(
     except (ScenarioError, PicoflowError, ValueError) as exc:
         raise fail(str(exc), code=2) from None
     print_result(console, result, min_pass)
+    covered = Coverage.of(result, (cls.spec() for cls in flow_classes)) if coverage else None
+    if covered is not None:
+        print_coverage(console, covered)
     if report is not None:
         try:
-            write_report(result, report)
+            write_report(result, report, coverage=covered)
         except OSError as exc:
             raise fail(f"cannot write the report {report}: {exc}", code=2) from None
         console.print(f"[dim]report written to {escape(str(report))}[/dim]")

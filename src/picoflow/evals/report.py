@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from picoflow.evals.coverage import Coverage
 from picoflow.evals.results import EvalResult, ScenarioResult, Timing, TurnRecord
 from picoflow.evals.scenario import Scenario
 
@@ -185,12 +186,14 @@ def _print_scenario(console: Console, result: EvalResult, scenario: ScenarioResu
     )
 
 
-def write_report(result: EvalResult, path: Path) -> None:
-    """The whole result as JSON: per run, per turn, every failed check with expected and actual."""
+def write_report(result: EvalResult, path: Path, *, coverage: Coverage | None = None) -> None:
+    """The whole result as JSON: per run, per turn, every failed check with expected and actual (and
+    what the suites covered of each flow, when measured)."""
+    document = result.as_json()
+    if coverage is not None:
+        document["coverage"] = coverage.as_json()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        json.dumps(result.as_json(), indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8"
-    )
+    path.write_text(json.dumps(document, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
 
 
 def checks_line(counts: tuple[int, int]) -> str:

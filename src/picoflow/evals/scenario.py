@@ -438,6 +438,7 @@ class Scenario(_Strict):
 
     _source: str = PrivateAttr(default="<scenario>")
     _folder: Path = PrivateAttr(default_factory=Path)
+    _file: str = PrivateAttr(default="<scenario>")
 
     @field_validator("env", mode="before")
     @classmethod
@@ -468,6 +469,11 @@ class Scenario(_Strict):
         """The file (and document) the scenario was read from."""
         return self._source
 
+    @property
+    def suite(self) -> str:
+        """The name of the file the scenario was read from: the suite it belongs to."""
+        return Path(self._file).name
+
     def with_source(self, source: str) -> Scenario:
         """This scenario, read from ``source`` (named in error messages and reports); its turns'
         ``attach`` paths are relative to that file's folder, and must name files a turn may carry.
@@ -477,7 +483,8 @@ class Scenario(_Strict):
         copy = self.model_copy()
         copy._source = source
         # The loader names the nth document of a file "FILE (document n)"; the folder is FILE's.
-        copy._folder = Path(re.sub(r" \(document \d+\)$", "", source)).parent
+        copy._file = re.sub(r" \(document \d+\)$", "", source)
+        copy._folder = Path(copy._file).parent
         for index in range(1, len(copy.turns) + 1):
             copy.attachments(index)
         return copy
