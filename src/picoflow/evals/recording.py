@@ -199,9 +199,10 @@ def _digest(value: Any, *, full: bool = False) -> str:
 
 
 def _response_json(response: ModelResponse) -> dict[str, Any]:
-    usage = response.usage.as_dict()
+    """The answer as JSON, fields left at their defaults left out (the file stays readable)."""
+    usage = {name: count for name, count in response.usage.as_dict().items() if count}
     usage.pop("total_tokens", None)
-    return {
+    data: dict[str, Any] = {
         "text": response.text,
         "tool_calls": [{"id": c.id, "name": c.name, "args": c.args} for c in response.tool_calls],
         "usage": usage,
@@ -211,6 +212,7 @@ def _response_json(response: ModelResponse) -> dict[str, Any]:
         "reasoning": response.reasoning,
         "warnings": [{"code": w.code, "message": w.message} for w in response.warnings],
     }
+    return {key: value for key, value in data.items() if key == "text" or value}
 
 
 def _response_of(data: Mapping[str, Any]) -> ModelResponse:

@@ -87,7 +87,7 @@ class RunRecord:
     turns: tuple[TurnRecord, ...]
     transcript: tuple[Mapping[str, Any], ...] = ()
     """A simulated user's run (``goal:``): who said what, in order (``role``, ``text``, ``turn``;
-    the assistant's ``step``; ``sent: false`` for the user's last words when they finished)."""
+    the assistant's ``step``; ``last: true`` on the message the user said was their last)."""
 
     @property
     def passed(self) -> bool:

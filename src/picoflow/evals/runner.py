@@ -399,13 +399,14 @@ async def _play_goal(
     transcript: list[dict[str, Any]] = []
     messages: list[Message] = []
     text: str | None = goal.opening
+    last = False  # the user said this message is their last
     with _environment(scenario.env):
         for index in range(1, goal.max_turns + 1):
             if recording is not None:
                 recording.at(scenario.name, number, index)
             ending: Ending | None = None
             if text is None:
-                ending, text = await _simulated(user, said, transcript, index, recording)
+                ending, text, last = await _simulated(user, said, transcript, index, recording)
             if ending is not None or text is None:  # the user finished or left before this turn
                 if records:
                     await _end_goal(records, ending, scenario, number, judge, messages, recording, on_turn)
@@ -440,7 +441,7 @@ async def _play_goal(
             records.append(record)
             said += [("user", text), ("assistant", result.message)]
             transcript += [
-                {"role": "user", "turn": index, "text": text},
+                {"role": "user", "turn": index, "text": text, **({"last": True} if last else {})},
                 {"role": "assistant", "turn": index, "step": seen.step, "text": result.message},
             ]
             states = seen.session.states if seen.session is not None else {}
@@ -451,12 +452,14 @@ async def _play_goal(
                 ending = Ending(index, f"done held after turn {index}", False)
             elif seen.completed:
                 ending = _incomplete(goal.done, index, missing, "the flow ended the conversation")
+            elif last:
+                ending = _incomplete(goal.done, index, missing, "the simulated user finished")
             elif index == goal.max_turns:
                 ending = Ending(index, f"the turn limit ({index}) was reached before done held", True)
             else:
                 if recording is not None:
                     recording.at(scenario.name, number, index + 1)
-                ending, text = await _simulated(user, said, transcript, index + 1, recording)
+                ending, text, last = await _simulated(user, said, transcript, index + 1, recording)
                 if ending is not None:
                     ending = replace(ending, turns=index)
                     if not ending.failed:
@@ -475,17 +478,17 @@ async def _simulated(
     transcript: list[dict[str, Any]],
     turn: int,
     recording: Recording | None,
-) -> tuple[Ending | None, str | None]:
-    """The user's message of ``turn``, or how the conversation ended before it."""
+) -> tuple[Ending | None, str | None, bool]:
+    """The user's message of ``turn`` and whether it is their last, or how the conversation ended
+    before it (the user finished with nothing more to say, or left its role)."""
     try:
         answer = await user.next(said)
     except UserLeft as left:
         why = "the replay diverged" if recording is not None and recording.divergence else left.reason
-        return Ending(turn - 1, why, True), None
-    if answer.finished:
-        transcript.append({"role": "user", "turn": turn, "text": answer.message, "sent": False})
-        return Ending(turn - 1, "the simulated user finished", False), None
-    return None, answer.message
+        return Ending(turn - 1, why, True), None, False
+    if answer.finished and not answer.message:
+        return Ending(turn - 1, "the simulated user finished", False), None, False
+    return None, answer.message, answer.finished
 
 
 def _incomplete(done: GoalDone, turn: int, missing: list[str], why: str) -> Ending:

@@ -58,8 +58,8 @@ The messages you are answering are the assistant's. Write the next message the u
 and never make facts up;
 - never write as the assistant: do not offer help, list options, confirm anything or repeat the \
 assistant's words;
-- "finished" is true when you have what you wanted, or when the assistant cannot help you any \
-further; then the conversation ends and "message" may be empty.
+- "finished" is true when this message is your last: you have what you wanted, or the assistant \
+cannot help you any further. "message" may then be empty, when you have nothing more to say.
 
 Answer with one JSON object: {{"message": "<what you type next>", "finished": true or false}}."""
 
@@ -274,8 +274,8 @@ def transcript_markdown(result: ScenarioResult, run: RunRecord) -> str:
     for entry in run.transcript:
         text = str(entry.get("text", ""))
         if entry.get("role") == "user":
-            label = "**User**" if entry.get("sent", True) else "**User** (not sent: the user finished)"
-            lines += [f"{label} (turn {entry.get('turn')}):", "", _quoted(text or "(nothing)"), ""]
+            last = ", their last message" if entry.get("last") else ""
+            lines += [f"**User** (turn {entry.get('turn')}{last}):", "", _quoted(text or "(nothing)"), ""]
         else:
             step = f", {entry['step']}" if entry.get("step") else ""
             label = f"**Assistant** (turn {entry.get('turn')}{step})"
