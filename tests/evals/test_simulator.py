@@ -324,3 +324,35 @@ def shopper_model() -> FunctionModel:
         Shopper({START: [answer("Two apples please")], "Added": [answer("Now I pay")]}),
         name="function:shopper",
     )
+
+
+async def test_one_model_plays_both_sides_and_an_empty_message_is_asked_again(tmp_path: Path) -> None:
+    """Without ``user_model`` the eval's model plays the user too (its requests ask for ``UserTurn``)."""
+    user = Shopper(
+        {
+            START: [answer("")],
+            "[Your message was empty": [answer("Two apples please")],
+            "Added": [answer("Now I pay")],
+        }
+    )
+
+    def both(request: ModelRequest) -> Any:
+        if request.output is not None and request.output.name == "UserTurn":
+            return user(request)
+        return shop_assistant(request)
+
+    model = FunctionModel(both, name="function:both")
+    result = await run_eval(scenarios(tmp_path, GOAL), [ShopFlow], model=model)
+    [run] = result.scenarios[0].runs
+    assert run.passed and result.user_model == "function:both"
+    assert [t.user for t in run.turns] == ["Two apples please", "Now I pay"]
+    reminded = model.requests[1]
+    assert [(m.role, m.content) for m in reminded.messages] == [
+        ("user", START),
+        ("assistant", answer("")),
+        (
+            "user",
+            "[Your message was empty. You are the customer, not the assistant: write what you, the customer, "
+            "type next to the assistant, in your own words.]",
+        ),
+    ]

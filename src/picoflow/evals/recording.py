@@ -248,9 +248,9 @@ class Recording:
     divergence: Divergence | None = None
     """The first request of the run being replayed that the recording did not hold."""
     source: str = "<recording>"
-    _where: _Where = field(default_factory=_Where)
-    _seen: dict[tuple[str, int, str], int] = field(default_factory=dict)
-    _index: dict[tuple[str, int, str], list[_Entry]] | None = None
+    _where: _Where = field(default_factory=_Where, init=False, repr=False)
+    _seen: dict[tuple[str, int, str], int] = field(default_factory=dict, init=False, repr=False)
+    _index: dict[tuple[str, int, str], list[_Entry]] | None = field(default=None, init=False, repr=False)
 
     @staticmethod
     def load(path: str | Path) -> Recording:

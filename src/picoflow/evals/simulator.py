@@ -151,14 +151,14 @@ class SimulatedUser:
                     continue
                 raise UserLeft(f"the simulated user gave no usable answer ({problem})") from None
             said = turn.message.strip()
-            if turn.finished:
-                return UserTurn(message=said, finished=True)
+            if turn.finished and not said:
+                return UserTurn(message="", finished=True)  # nothing more to say: the conversation ends
             if not said:
                 problem = "Your message was empty"
             elif last_reply and similarity(said, last_reply.strip()) >= ECHO_RATIO:
                 problem = "Your message repeated the assistant's reply"
             else:
-                return UserTurn(message=said, finished=False)
+                return UserTurn(message=said, finished=turn.finished)
             if attempt == 0:
                 messages += [Message.assistant(response.text), Message.user(REMINDER.format(problem=problem))]
         raise UserLeft(f"the simulated user left its role ({problem.removeprefix('Your ').lower()})")
