@@ -204,7 +204,7 @@ async def run_eval(
     recording, user, judge, model = _recording_models(model, user_model, judge, record, replay)
     playback = _Playback() if model == SCRIPTED else None
     chosen = playback or (as_model(model) if model is not None else None)
-    if user is None and playback is None and chosen is not None:
+    if user is None and playback is None and chosen is not None and replay is None:
         user = chosen  # one model plays both sides (an embedded model is loaded once)
     if recording is not None and replay is None:
         if chosen is None or isinstance(chosen, FallbackModel):
@@ -220,10 +220,12 @@ async def run_eval(
     for scenario, spec in planned:
         _check_names(scenario, spec)
         check_goal_names(scenario, spec)
-        if scenario.goal is not None and user is None:
+        if scenario.goal is not None and (user is None or playback is not None):
             raise ScenarioError(
                 f"{scenario.source}: a goal's user is played by a model: give one (--model, --user-model) "
                 "or play a recording (--replay FILE); the scripted model has no words for it"
+                if replay is None
+                else f"{scenario.source}: the recording {replay} holds no simulated user's answers"
             )
         if playback is not None and not scenario.scripted:
             raise ScenarioError(
