@@ -176,12 +176,12 @@ def test_a_folder_and_several_documents(tmp_path: Path) -> None:
             "FILE: not valid YAML (line 1, column 45): 'A.x' is written twice in one mapping",
         ),
         ("# nothing\n", "FILE: the file holds no scenario"),
-        ("name: x\n", "FILE: turns: missing (required)"),
+        ("name: x\n", "FILE: scenario: give turns: (the conversation) or goal: (a simulated user)"),
         ("turns: []\n", "FILE: turns: List should have at least 1 item after validation, not 0"),
         (
             "flows: shop\nturns: [{user: hi}]\n",
             "FILE: flows: unknown field; expected one of: name, flow, description, category, env, caller, "
-            "turns, runs, pass",
+            "turns, goal, runs, pass",
         ),
         (
             "turns: [{user: hi}]\nenv: {A: [1]}\n",

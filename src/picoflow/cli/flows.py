@@ -4,6 +4,7 @@ the code), ``eval`` measures how often they behave on scenario files."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -25,6 +26,7 @@ from picoflow.diagram import flow_mermaid
 from picoflow.evals import SCRIPTED, EvalResult, ScenarioError, load_scenarios, run_eval
 from picoflow.evals.coverage import Coverage, print_coverage
 from picoflow.evals.report import ProgressPrinter, print_result, write_report
+from picoflow.evals.simulator import write_transcripts
 from picoflow.exceptions import PicoflowError
 from picoflow.flow import FlowSpec
 from picoflow.models.catalog import as_selection, create_model
@@ -96,10 +98,29 @@ def eval_scenarios(
             "(and put it in --report).",
         ),
     ] = False,
+    user_model: Annotated[
+        str | None,
+        typer.Option(help="Model that plays the users of goal: scenarios (default: the --model)."),
+    ] = None,
+    transcripts: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder for a Markdown transcript of each simulated run "
+            "(default: .picoflow/transcripts/<UTC time>/)."
+        ),
+    ] = None,
+    record: Annotated[
+        Path | None, typer.Option(help="Record every model answer to this JSON file, keyed by its request.")
+    ] = None,
+    replay: Annotated[
+        Path | None,
+        typer.Option(help="Answer every request from this recording (--record), with no model at all."),
+    ] = None,
 ) -> None:
     """Play scenario files against a model, run after run, and measure how often the flow behaves.
 
-    --model scripted plays each turn's scripted: responses from the scenario files.
+    --model scripted plays each turn's scripted: responses from the scenario files; goal: scenarios
+    (a simulated user) are set aside then, unless --replay plays them from a recording.
     """
     try:
         loaded = load_scenarios(scenarios)
@@ -117,6 +138,24 @@ def eval_scenarios(
         referee = build_model(judge)
         if isinstance(referee, str):
             referee = create_model(as_selection(referee))
+        player = build_model(user_model)
+        if replay is not None:
+            if model or judge or user_model:
+                console.print(
+                    "[dim]--replay: the recorded models answer; --model, --judge and --user-model "
+                    "are not used[/dim]",
+                    soft_wrap=True,
+                )
+            chosen, referee, player = None, None, None
+        elif chosen == SCRIPTED and user_model is None:
+            goals = [scenario for scenario in loaded if scenario.goal is not None]
+            if goals and len(goals) < len(loaded):
+                loaded = [scenario for scenario in loaded if scenario.goal is None]
+                console.print(
+                    f"[dim]{len(goals)} goal scenario(s) set aside: the scripted model has no words for a "
+                    "simulated user (--model MODEL, or --replay FILE)[/dim]",
+                    soft_wrap=True,
+                )
         opened = open_store(store) if store else None
     except (ScenarioError, *USER_ERRORS) as exc:
         raise fail(str(exc), code=2) from None
@@ -125,7 +164,8 @@ def eval_scenarios(
         try:
             return await run_eval(
                 loaded, flow_classes, model=chosen, runs=runs, judge=referee, default_flow=flow,
-                store=opened, on_turn=ProgressPrinter(console, runs),
+                store=opened, on_turn=ProgressPrinter(console, runs), user_model=player, record=record,
+                replay=replay,
             )  # fmt: skip
         finally:
             if opened is not None:
@@ -139,6 +179,15 @@ def eval_scenarios(
     covered = Coverage.of(result, (cls.spec() for cls in flow_classes)) if coverage else None
     if covered is not None:
         print_coverage(console, covered)
+    if any(scenario.scenario.goal is not None for scenario in result.scenarios):
+        folder = transcripts or Path(".picoflow", "transcripts", datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"))
+        try:
+            write_transcripts(result, folder)
+        except OSError as exc:
+            raise fail(f"cannot write the transcripts to {folder}: {exc}", code=2) from None
+        console.print(f"[dim]transcripts written to {escape(str(folder))}[/dim]")
+    if record is not None:
+        console.print(f"[dim]recording written to {escape(str(record))}[/dim]")
     if report is not None:
         try:
             write_report(result, report, coverage=covered)

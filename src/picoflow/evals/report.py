@@ -16,7 +16,7 @@ from picoflow.evals.coverage import Coverage
 from picoflow.evals.results import EvalResult, ScenarioResult, Timing, TurnRecord
 from picoflow.evals.scenario import Scenario
 
-__all__ = ["ProgressPrinter", "print_result", "write_report"]
+__all__ = ["ProgressPrinter", "goal_table", "print_result", "write_report"]
 
 EVENT_CHECKS = frozenset({"events", "events_any_order", "no_events"})
 
@@ -30,11 +30,15 @@ class ProgressPrinter:
 
     def __call__(self, scenario: Scenario, run: int, turn: TurnRecord) -> None:
         mark = "[green]✓[/green]" if turn.passed else "[red]✗[/red]"
-        where = f"{escape(scenario.name)} run {run}/{self.runs} turn {turn.index}/{len(scenario.turns)}"
+        of = len(scenario.turns) if scenario.goal is None else f"≤{scenario.goal.max_turns}"
+        where = f"{escape(scenario.name)} run {run}/{self.runs} turn {turn.index}/{of}"
         line = f"{mark} [dim]{where}[/dim] {turn.seconds:5.1f}s {escape(turn.step or '-')}"
         if turn.failures:
             line += " [red]" + escape(", ".join(check.name for check in turn.failures)) + "[/red]"
         self.console.print(line)
+        for check in turn.checks:  # how a simulated user's conversation ended, or where a replay diverged
+            if check.name in ("goal", "replay") and check.note:
+                self.console.print(f"    [dim]{check.name}: {escape(check.note)}[/dim]", soft_wrap=True)
         if turn.failures:  # what the model answered, so a failure shows the reading behind it
             for answer in turn.answers:
                 self.console.print(f"    [dim]{escape(answer)}[/dim]", soft_wrap=True)
@@ -73,6 +77,10 @@ def print_result(console: Console, result: EvalResult, min_pass: float) -> None:
                 else " (the judge gave no verdict)"
             )
         )
+    if result.user_model is not None:
+        usage = result.user_usage
+        spent = f"{usage.model_calls} calls, {usage.total_tokens:,} tokens"
+        console.print(f"[dim]simulated users {escape(result.user_model)}: {spent}[/dim]")
     if result.judge is not None:
         usage = result.judge_usage
         spent = f"{usage.model_calls} calls, {usage.total_tokens:,} tokens"
@@ -167,6 +175,8 @@ def _print_scenario(console: Console, result: EvalResult, scenario: ScenarioResu
             f"{calls:.1f}",
             escape(f"{worst[0]} ({worst[1]}×)") if worst else "",
         )
+    if scenario.scenario.goal is not None:
+        table = goal_table(title, scenario)
     console.print(table)
     runs = f"{scenario.runs_passed}/{len(scenario.runs)} ({_percent(scenario.pass_rate)})"
     if scenario.policy is not None:
@@ -184,6 +194,31 @@ def _print_scenario(console: Console, result: EvalResult, scenario: ScenarioResu
         f"  usage           {usage.model_calls} model call(s), {usage.tool_calls} tool call(s), "
         f"{usage.total_tokens:,} tokens ({usage.input_tokens:,} in + {usage.output_tokens:,} out)"
     )
+
+
+def goal_table(title: str, scenario: ScenarioResult) -> Table:
+    """A simulated user's runs: a row per run with its turn count and how the conversation ended."""
+    table = Table(title=f"{title} · goal", box=box.SIMPLE_HEAD)
+    table.add_column("run", justify="right", no_wrap=True)
+    table.add_column("passed", no_wrap=True)
+    table.add_column("turns", justify="right", no_wrap=True)
+    table.add_column("calls", justify="right", no_wrap=True)
+    table.add_column("ended", overflow="fold", min_width=20, ratio=3)
+    for run in scenario.runs:
+        ended = next((c for t in run.turns for c in t.checks if c.name == "goal"), None)
+        failed = [c.name for t in run.turns for c in t.failures if c.name != "goal"]
+        note = (ended.note if ended is not None else "") + (
+            f" (failed: {', '.join(failed)})" if failed else ""
+        )
+        calls = sum(turn.usage.model_calls for turn in run.turns)
+        table.add_row(
+            str(run.index),
+            "yes" if run.passed else "[red]no[/red]",
+            str(len(run.turns)),
+            str(calls),
+            escape(note),
+        )
+    return table
 
 
 def write_report(result: EvalResult, path: Path, *, coverage: Coverage | None = None) -> None:

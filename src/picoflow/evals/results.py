@@ -91,18 +91,24 @@ class RunRecord:
     index: int
     session_id: str | None
     turns: tuple[TurnRecord, ...]
+    transcript: tuple[Mapping[str, Any], ...] = ()
+    """A simulated user's run (``goal:``): who said what, in order (``role``, ``text``, ``turn``;
+    the assistant's ``step``; ``last: true`` on the message the user said was their last)."""
 
     @property
     def passed(self) -> bool:
         return all(turn.passed for turn in self.turns)
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "run": self.index,
             "passed": self.passed,
             "session_id": self.session_id,
             "turns": [turn.as_json() for turn in self.turns],
         }
+        if self.transcript:
+            data["transcript"] = [dict(entry) for entry in self.transcript]
+        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +225,7 @@ class ScenarioResult:
             "timing": _timing_json(timing),
             "timing_after_first_turn": _timing_json(later),
             "usage": self.usage().as_dict(),
+            **({"goal": self.scenario.goal.model_dump(mode="json")} if self.scenario.goal else {}),
             "runs": [run.as_json() for run in self.runs],
         }
 
@@ -232,6 +239,9 @@ class EvalResult:
     runs_per_scenario: int
     scenarios: list[ScenarioResult] = field(default_factory=list)
     judge_usage: Usage = field(default_factory=Usage)
+    user_model: str | None = None
+    """The model that played the simulated users (``goal:`` scenarios), if any did."""
+    user_usage: Usage = field(default_factory=Usage)
 
     @property
     def runs(self) -> int:
@@ -314,6 +324,11 @@ class EvalResult:
             },
             "unscored_checks": self.unscored,
             "judge_usage": self.judge_usage.as_dict() if self.judge is not None else None,
+            **(
+                {"user_model": self.user_model, "user_usage": self.user_usage.as_dict()}
+                if self.user_model is not None
+                else {}
+            ),
             "scenarios": [result.as_json() for result in self.scenarios],
         }
 

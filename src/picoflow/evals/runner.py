@@ -14,6 +14,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from picoflow.approvals import Approval
@@ -21,8 +22,10 @@ from picoflow.engine import ANY_PRINCIPAL, FlowEngine, TurnResult
 from picoflow.evals.checks import Check, Observation, check_turn
 from picoflow.evals.events import EventLog
 from picoflow.evals.judge import Judge, render_transcript
+from picoflow.evals.recording import Recording
 from picoflow.evals.results import EvalResult, RunRecord, ScenarioResult, TurnRecord
-from picoflow.evals.scenario import Scenario, ScenarioError, Turn, runs_needed
+from picoflow.evals.scenario import Expectations, GoalDone, Scenario, ScenarioError, Turn, runs_needed
+from picoflow.evals.simulator import Ending, SimulatedUser, UserLeft, check_goal_names, goal_check, unmet
 from picoflow.events import ReadingJudged, TurnEvent
 from picoflow.exceptions import ScriptExhausted
 from picoflow.flow import Flow, FlowSpec
@@ -170,6 +173,9 @@ async def run_eval(
     deps: Any = None,
     limits: UsageLimits | None = None,
     on_turn: TurnReporter | None = None,
+    user_model: Model | str | ModelSelection | None = None,
+    record: Path | None = None,
+    replay: Path | None = None,
 ) -> EvalResult:
     """Play every scenario ``runs`` times and check each turn's expectations.
 
@@ -185,13 +191,28 @@ async def run_eval(
         deps: Application dependencies for the tools, as in ``FlowEngine``.
         limits: Per-turn budgets overriding the flows' own.
         on_turn: Told about every turn as soon as it is checked (progress output).
+        user_model: The model that plays the users of ``goal:`` scenarios; ``model`` by default.
+        record: Write every model answer (the flow's, the simulated user's, the judge's) to this
+            file, keyed by its request (``picoflow.evals.recording``).
+        replay: Answer every request from this recording instead, with no model at all (leave out
+            ``model``, ``user_model`` and ``judge``): a request it does not hold ends the run with a
+            failed ``replay`` check.
 
     Raises ``ScenarioError`` before anything runs when a scenario names an unknown flow, step or tool.
     """
     if runs < 1:
         raise ValueError("runs must be at least 1")
+    recording, user, judge, model = _recording_models(model, user_model, judge, record, replay)
     playback = _Playback() if model == SCRIPTED else None
     chosen = playback or (as_model(model) if model is not None else None)
+    if user is None and playback is None and chosen is not None and replay is None:
+        user = chosen  # one model plays both sides (an embedded model is loaded once)
+    if recording is not None and replay is None:
+        if chosen is None or isinstance(chosen, FallbackModel):
+            raise ValueError("record needs one model (model=...), not the flows' own or a list")
+        chosen = recording.recorder(chosen, "flow")
+        user = recording.recorder(user, "user") if user is not None else None
+        judge = recording.recorder(judge, "judge") if judge is not None else None
     # A fallback list keeps its own recovery (the engine asks its next member), so it goes unwrapped
     # and its answers unnoted; a flow's own models (model=None) are not noted either.
     noted = _Noted(chosen) if chosen is not None and not isinstance(chosen, FallbackModel) else None
@@ -202,26 +223,75 @@ async def run_eval(
         policy, planned_runs = scenario.pass_policy, scenario.runs_or(runs)
         if policy is not None and runs_needed(policy, planned_runs) > planned_runs:
             raise ScenarioError(f"{scenario.source}: pass: {policy} cannot be met in {planned_runs} run(s)")
+        check_goal_names(scenario, spec)
+        if scenario.goal is not None and (user is None or playback is not None):
+            raise ScenarioError(
+                f"{scenario.source}: a goal's user is played by a model: give one (--model, --user-model) "
+                "or play a recording (--replay FILE); the scripted model has no words for it"
+                if replay is None
+                else f"{scenario.source}: the recording {replay} holds no simulated user's answers"
+            )
         if playback is not None and not scenario.scripted:
             raise ScenarioError(
                 f"{scenario.source}: no turn has scripted responses to play with the scripted model"
             )
     referee = Judge(judge) if judge is not None else None
     result = EvalResult(
-        model=_describe(model), judge=judge.name if judge is not None else None, runs_per_scenario=runs
+        model=_describe(chosen if replay is not None else model),
+        judge=judge.name if judge is not None else None,
+        runs_per_scenario=runs,
     )
+    goals = [scenario for scenario, _ in planned if scenario.goal is not None]
+    if goals and user is not None:
+        result.user_model = user.name
     try:
         for scenario, spec in planned:
             records = []
             for number in range(1, scenario.runs_or(runs) + 1):
-                records.append(await _play(engine, scenario, spec, number, playback, noted, referee, on_turn))
+                if scenario.goal is not None and user is not None:
+                    simulated = SimulatedUser(scenario.goal, user)
+                    records.append(
+                        await _play_goal(
+                            engine, scenario, spec, number, simulated, noted, referee, on_turn, recording
+                        )
+                    )
+                    result.user_usage.add(simulated.usage)
+                    continue
+                records.append(
+                    await _play(engine, scenario, spec, number, playback, noted, referee, on_turn, recording)
+                )
             result.scenarios.append(ScenarioResult(scenario, spec.name, tuple(records)))
     finally:
         if store is None:
             await engine.store.close()
+        if record is not None and recording is not None:
+            recording.save(record)
     if referee is not None:
         result.judge_usage = referee.usage
     return result
+
+
+def _recording_models(
+    model: Model | str | ModelSelection | None,
+    user_model: Model | str | ModelSelection | None,
+    judge: Model | None,
+    record: Path | None,
+    replay: Path | None,
+) -> tuple[Recording | None, Model | None, Model | None, Model | str | ModelSelection | None]:
+    """The recording to make or play, and the user model, judge and model of the eval: with a replay,
+    the recording's stand-ins for each."""
+    if record is not None and replay is not None:
+        raise ValueError("record or replay, not both")
+    if replay is None:
+        same = user_model is None or (isinstance(user_model, str) and user_model == model)
+        user = None if same else as_model(user_model)  # type: ignore[arg-type]
+        return (Recording() if record is not None else None), user, judge, model
+    if model is not None or user_model is not None or judge is not None:
+        raise ValueError("a replay is answered by the recorded models: leave out model, user_model and judge")
+    recording = Recording.load(replay)
+    user = recording.replayer("user") if recording.has("user") else None
+    referee = recording.replayer("judge") if recording.has("judge") else None
+    return recording, user, referee, recording.replayer("flow")
 
 
 async def _play(
@@ -233,6 +303,7 @@ async def _play(
     noted: _Noted | None,
     judge: Judge | None,
     on_turn: TurnReporter | None,
+    recording: Recording | None = None,
 ) -> RunRecord:
     caller = scenario.caller.caller()
     flow = spec.name
@@ -245,6 +316,8 @@ async def _play(
         playback.start_run()
     with _environment(scenario.env):
         for index, turn in enumerate(scenario.turns, 1):
+            if recording is not None:
+                recording.at(scenario.name, number, index)
             if playback is not None:
                 playback.start_turn(turn)
             started = time.perf_counter()
@@ -289,6 +362,9 @@ async def _play(
             transcript = render_transcript(messages)
             for criterion in turn.expect.judge:
                 checks.append(await _judged(judge, criterion, transcript, result.message))
+            diverged = recording.divergence_check() if recording is not None else None
+            if diverged is not None:
+                checks.append(diverged)
             record = TurnRecord(
                 index=index,
                 user=turn.said,
@@ -308,7 +384,168 @@ async def _play(
             began_in = seen.step or began_in
             if on_turn is not None:
                 on_turn(scenario, number, record)
+            if diverged is not None:
+                break  # the recording holds nothing further along this run
     return RunRecord(number, session_id, tuple(records))
+
+
+async def _play_goal(
+    engine: FlowEngine,
+    scenario: Scenario,
+    spec: FlowSpec,
+    number: int,
+    user: SimulatedUser,
+    noted: _Noted | None,
+    judge: Judge | None,
+    on_turn: TurnReporter | None,
+    recording: Recording | None,
+) -> RunRecord:
+    """One run of a ``goal:`` scenario: the simulated user talks until done holds, it finishes, or
+    the turn limit; the last turn's record carries the ``goal`` check (``picoflow.evals.simulator``)."""
+    goal = scenario.goal
+    assert goal is not None
+    caller = scenario.caller.caller()
+    flow = spec.name
+    began_in: str | None = spec.start
+    session_id: str | None = None
+    committed = 0
+    records: list[TurnRecord] = []
+    said: list[tuple[str, str]] = []
+    transcript: list[dict[str, Any]] = []
+    messages: list[Message] = []
+    text: str | None = goal.opening
+    last = False  # the user said this message is their last
+    with _environment(scenario.env):
+        for index in range(1, goal.max_turns + 1):
+            if recording is not None:
+                recording.at(scenario.name, number, index)
+            ending: Ending | None = None
+            if text is None:
+                ending, text, last = await _simulated(user, said, transcript, index, recording)
+            if ending is not None or text is None:  # the user finished or left before this turn
+                if records:
+                    await _end_goal(records, ending, scenario, number, judge, messages, recording, on_turn)
+                else:
+                    record = TurnRecord(index, "", "", None, False, 0.0, Usage(), ())
+                    records.append(record)
+                    await _end_goal(records, ending, scenario, number, judge, messages, recording, on_turn)
+                break
+            started = time.perf_counter()
+            verdicts: list[Mapping[str, Any]] = []
+            log = EventLog()
+            result = await engine.run(flow, text, session_id, caller=caller, on_event=_heard(verdicts, log))
+            seconds = time.perf_counter() - started
+            session_id = result.session_id or session_id
+            seen, messages = await _observe(engine, result, session_id, committed)
+            events = tuple(log.close(result.message))
+            seen = replace(seen, verdicts=tuple(verdicts), events=events)
+            if seen.session is not None:
+                committed = seen.session.next_seq
+            record = TurnRecord(
+                index=index,
+                user=text,
+                reply=result.message,
+                step=seen.step,
+                completed=seen.completed,
+                seconds=seconds,
+                usage=result.usage,
+                checks=tuple(check_turn(Expectations(), seen)),
+                error=seen.error,
+                answers=noted.take() if noted is not None else (),
+                verdicts=tuple(verdicts),
+                events=events,
+                began_in=began_in,
+            )
+            records.append(record)
+            began_in = seen.step or began_in
+            said += [("user", text), ("assistant", result.message)]
+            transcript += [
+                {"role": "user", "turn": index, "text": text, **({"last": True} if last else {})},
+                {"role": "assistant", "turn": index, "step": seen.step, "text": result.message},
+            ]
+            states = seen.session.states if seen.session is not None else {}
+            missing = unmet(goal.done, states, seen.step, seen.completed)
+            if recording is not None and recording.divergence is not None:
+                ending = Ending(index, "the replay diverged", True)
+            elif goal.done.checked_each_turn and not missing:
+                ending = Ending(index, f"done held after turn {index}", False)
+            elif seen.completed:
+                ending = _incomplete(goal.done, index, missing, "the flow ended the conversation")
+            elif last:
+                ending = _incomplete(goal.done, index, missing, "the simulated user finished")
+            elif index == goal.max_turns:
+                ending = Ending(index, f"the turn limit ({index}) was reached before done held", True)
+            else:
+                if recording is not None:
+                    recording.at(scenario.name, number, index + 1)
+                ending, text, last = await _simulated(user, said, transcript, index + 1, recording)
+                if ending is not None:
+                    ending = replace(ending, turns=index)
+                    if not ending.failed:
+                        ending = _incomplete(goal.done, index, missing, "the simulated user finished")
+            if ending is not None:
+                await _end_goal(records, ending, scenario, number, judge, messages, recording, on_turn)
+                break
+            if on_turn is not None:
+                on_turn(scenario, number, record)
+    return RunRecord(number, session_id, tuple(records), tuple(transcript))
+
+
+async def _simulated(
+    user: SimulatedUser,
+    said: list[tuple[str, str]],
+    transcript: list[dict[str, Any]],
+    turn: int,
+    recording: Recording | None,
+) -> tuple[Ending | None, str | None, bool]:
+    """The user's message of ``turn`` and whether it is their last, or how the conversation ended
+    before it (the user finished with nothing more to say, or left its role)."""
+    try:
+        answer = await user.next(said)
+    except UserLeft as left:
+        why = "the replay diverged" if recording is not None and recording.divergence else left.reason
+        return Ending(turn - 1, why, True), None, False
+    if answer.finished and not answer.message:
+        return Ending(turn - 1, "the simulated user finished", False), None, False
+    return None, answer.message, answer.finished
+
+
+def _incomplete(done: GoalDone, turn: int, missing: list[str], why: str) -> Ending:
+    """The conversation ended on ``why`` at ``turn``: failed when done's turn checks do not hold."""
+    if done.checked_each_turn and missing:
+        return Ending(turn, f"{why} after turn {turn}, but done did not hold: {'; '.join(missing)}", True)
+    return Ending(turn, f"{why} after turn {turn}", False)
+
+
+async def _end_goal(
+    records: list[TurnRecord],
+    ending: Ending | None,
+    scenario: Scenario,
+    number: int,
+    judge: Judge | None,
+    messages: Sequence[Message],
+    recording: Recording | None,
+    on_turn: TurnReporter | None,
+) -> None:
+    """Put the ``goal`` check (and a ``replay`` check, when it diverged) on the last turn, asking the
+    judge's question first when done has one."""
+    assert scenario.goal is not None and ending is not None
+    done = scenario.goal.done
+    answer: tuple[bool | None, str] | None = None
+    if done.judge is not None and judge is not None and not ending.failed:
+        if recording is not None:
+            recording.at(scenario.name, number, records[-1].index)
+        criterion = f"The answer to this question about the whole conversation is yes: {done.judge}"
+        verdict = await judge.score(criterion, render_transcript(messages), records[-1].reply)
+        answer = (verdict.passed, verdict.reason)
+    checks = [goal_check(done, ending, answer, judge_missing=judge is None)]
+    diverged = recording.divergence_check() if recording is not None else None
+    if diverged is not None:
+        checks.append(diverged)
+    last = records[-1]
+    records[-1] = replace(last, checks=(*last.checks, *checks))
+    if on_turn is not None:
+        on_turn(scenario, number, records[-1])
 
 
 def _heard(verdicts: list[Mapping[str, Any]], log: EventLog) -> Callable[[TurnEvent], None]:

@@ -41,6 +41,8 @@ __all__ = [
     "CountRange",
     "Decision",
     "Expectations",
+    "Goal",
+    "GoalDone",
     "Scenario",
     "ScenarioError",
     "ScriptedCall",
@@ -415,6 +417,68 @@ def runs_needed(policy: PassPolicy, runs: int) -> int:
     return policy
 
 
+class GoalDone(_Strict):
+    """What counts as done for a simulated user: the session's step, whether the flow completed, its
+    state (matchers as in ``Expectations.state``), checked after every turn; and/or a yes or no
+    question the ``--judge`` model answers over the whole conversation once it is over."""
+
+    step: str | None = None
+    completed: bool | None = None
+    state: dict[str, Any] = Field(default_factory=dict)
+    """``"<Step>.<key>[.<key>|.<index>...]": matcher`` on the steps' durable state."""
+    judge: str | None = None
+    """A yes or no question about the conversation ("Did the assistant book a room under $150?");
+    not scored without a judge model."""
+
+    @field_validator("state")
+    @classmethod
+    def _paths(cls, state: dict[str, Any]) -> dict[str, Any]:
+        for path, expected in state.items():
+            if not all(path.split(".")):
+                raise ValueError(f"{path!r}: a state path is <Step>.<key>[.<key>|.<index>...]")
+            try:
+                check_matcher(expected)
+            except ValueError as exc:
+                raise ValueError(f"{path}: {exc}") from None
+        return state
+
+    @field_validator("judge")
+    @classmethod
+    def _question(cls, question: str | None) -> str | None:
+        if question is not None and not question.strip():
+            raise ValueError("the judge's question cannot be empty")
+        return question
+
+    @model_validator(mode="after")
+    def _something(self) -> GoalDone:
+        if self.step is None and self.completed is None and not self.state and self.judge is None:
+            raise ValueError("say what counts as done: step, completed, state and/or judge")
+        return self
+
+    @property
+    def checked_each_turn(self) -> bool:
+        """Whether part of it is checked after every turn (step, completed or state)."""
+        return self.step is not None or self.completed is not None or bool(self.state)
+
+
+class Goal(_Strict):
+    """A user a model plays (``goal:`` in place of ``turns:``): who they are, what they know and
+    want, and when they have it. The conversation goes on until ``done`` holds, the user says it is
+    over, or ``max_turns`` is reached (the run fails, saying so)."""
+
+    persona: str = Field(min_length=1)
+    """Who the user is and how they talk ("a retired teacher, polite, writes short messages")."""
+    knows: str | dict[str, Any] = ""
+    """What the user knows, as text or as facts (``{order: 40004, total: "$89.00"}``)."""
+    wants: str = Field(min_length=1)
+    done: GoalDone
+    max_turns: int = Field(12, ge=1, le=100)
+    opening: str | None = Field(None, min_length=1)
+    """The user's first message; the model writes it when left out."""
+    language: str | None = Field(None, min_length=1)
+    """The language the user writes in ("German"); the model's choice when left out."""
+
+
 class Scenario(_Strict):
     """A conversation to play against a flow, run after run, each in a fresh session."""
 
@@ -429,7 +493,9 @@ class Scenario(_Strict):
     """Environment variables set only while a run plays (restored after); ``{run_dir}`` in a value
     becomes a fresh empty folder of that run, e.g. for a database file the flow creates."""
     caller: CallerSpec = Field(default_factory=CallerSpec)
-    turns: list[Turn] = Field(min_length=1)
+    turns: list[Turn] = Field(default_factory=list, min_length=1)
+    goal: Goal | None = None
+    """A user a model plays, in place of ``turns`` (``--user-model``)."""
     runs: int | None = Field(None, ge=1)
     """Plays of this scenario; ``--runs`` (``run_eval(runs=)``) when left out."""
     pass_policy: PassPolicy | None = Field(None, alias="pass")
@@ -463,6 +529,14 @@ class Scenario(_Strict):
     def runs_or(self, default: int) -> int:
         """Plays of this scenario: its own ``runs``, else ``default``."""
         return self.runs or default
+
+    @model_validator(mode="after")
+    def _turns_or_goal(self) -> Scenario:
+        if self.goal is not None and self.turns:
+            raise ValueError("give turns: (the conversation) or goal: (a simulated user), not both")
+        if self.goal is None and not self.turns:
+            raise ValueError("give turns: (the conversation) or goal: (a simulated user)")
+        return self
 
     @property
     def source(self) -> str:
