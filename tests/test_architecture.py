@@ -42,6 +42,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "picoflow.locale",
             "picoflow.mcp",
             "picoflow.memory",
+            "picoflow.repairs",
             "picoflow.runtime",
             "picoflow.slots",
             "picoflow.step",

@@ -26,15 +26,18 @@ from picoflow.outcomes import (
     Go,
     Outcome,
     Reject,
+    Repair,
     RetryWith,
     Stay,
     direct,
     direct_to,
     go,
+    repair,
     retry_with,
     stay,
 )
 from picoflow.prompts import Prompt
+from picoflow.repairs import Repairs, RepairTexts
 from picoflow.slots.form import Ask, Form, ask
 from picoflow.slots.reading import Extraction
 from picoflow.slots.said import Said
@@ -65,6 +68,9 @@ __all__ = [
     "PicoflowError",
     "Prompt",
     "Reject",
+    "Repair",
+    "RepairTexts",
+    "Repairs",
     "RetryWith",
     "RunContext",
     "RunError",
@@ -89,6 +95,7 @@ __all__ = [
     "direct",
     "direct_to",
     "go",
+    "repair",
     "retry_with",
     "since_last_user",
     "stay",

@@ -91,6 +91,25 @@ class ReadingJudged:
     step's name when a hook started it. None in the turn itself."""
 
 
+@dataclass(frozen=True, slots=True)
+class PatternFired:
+    """The user left the path and a repair pattern (``picoflow.repairs``) took over: ``pattern``
+    names which (cancel, repeat, out_of_scope...), ``detail`` what it was about."""
+
+    step: str
+    pattern: str
+    detail: str | None = None
+    parent: str | None = None
+    """Always None: repairs are the turn's own."""
+
+
 TurnEvent = (
-    StepEntered | ToolCalled | ToolReturned | TextChunk | ApprovalRequested | ApprovalDecided | ReadingJudged
+    StepEntered
+    | ToolCalled
+    | ToolReturned
+    | TextChunk
+    | ApprovalRequested
+    | ApprovalDecided
+    | ReadingJudged
+    | PatternFired
 )

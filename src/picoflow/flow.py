@@ -24,6 +24,7 @@ from picoflow.context import INJECTED_NAMES
 from picoflow.exceptions import FlowDefinitionError
 from picoflow.mcp.servers import MCPServer
 from picoflow.messages import OutputSchema, ToolDefinition
+from picoflow.repairs import Repairs
 from picoflow.runtime import FlowRuntime, StepState
 from picoflow.step import Step, validate_namespace
 from picoflow.tools import ToolGroup, ToolSpec, add_declared, check_timeout, collect_tools
@@ -121,6 +122,9 @@ class Flow:
     tool_timeout: ClassVar[float | None] = None
     #: MCP servers whose tools every conversational step of the flow offers (see ``MCPServer``).
     mcp_servers: ClassVar[Sequence[MCPServer]] = ()
+    #: What the flow does when the user leaves the path (``picoflow.repairs``); a step's own
+    #: ``repairs`` wins for that step.
+    repairs: ClassVar[Repairs] = Repairs()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -202,6 +206,7 @@ def _build(cls: type[Flow]) -> FlowSpec:
     start_name = start if isinstance(start, str) else start.name
     if start_name not in step_classes:
         raise FlowDefinitionError(f"{where}: start step {start_name!r} is not one of its steps")
+    _check_repairs(cls, where, step_classes)
 
     specs: dict[str, StepSpec] = {}
     transitions: list[Transition] = []
@@ -261,6 +266,24 @@ def _build(cls: type[Flow]) -> FlowSpec:
         sub_steps=tuple(dict.fromkeys(sub_steps)),
         mcp_servers=tuple(dict.fromkeys(server for spec in specs.values() for server in spec.mcp_servers)),
     )
+
+
+def _check_repairs(cls: type[Flow], where: str, steps: Iterable[str]) -> None:
+    """A repair policy names steps of the flow: a cancel's target, the handoff step."""
+    known = set(steps)
+    policies = [(where, cls.repairs)] + [
+        (f"{where}, step {step.name}", step.repairs) for step in cls.steps if step.repairs is not None
+    ]
+    for place, policy in policies:
+        if not isinstance(policy, Repairs):
+            raise FlowDefinitionError(f"{place}: repairs must be a picoflow.Repairs(...)")
+        for role in ("cancel_to", "handoff"):
+            named = getattr(policy, role)
+            if named is None:
+                continue
+            name = named if isinstance(named, str) else getattr(named, "name", getattr(named, "__name__", ""))
+            if name not in known:
+                raise FlowDefinitionError(f"{place}: Repairs.{role} names {name!r}, not one of its steps")
 
 
 def tool_sha256(tool: ToolSpec) -> str:

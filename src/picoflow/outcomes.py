@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Self
+from typing import Any, Literal, Self, get_args
 
 from pydantic_core import to_json
 
@@ -145,6 +145,46 @@ def direct_to(target: type | str, content: Any) -> Direct:
         raise ValueError("direct_to() needs a step, not an empty name")
     outcome = direct(content)
     return replace(outcome, target=target.strip() if isinstance(target, str) else target)
+
+
+PatternName = Literal[
+    "correction",
+    "cancel",
+    "digression",
+    "clarify",
+    "skip",
+    "repeat",
+    "out_of_scope",
+    "no_progress",
+    "handoff",
+]
+"""The repair patterns: what a conversation does when the user leaves the path."""
+
+PATTERNS: tuple[PatternName, ...] = get_args(PatternName)
+
+
+@quick_init
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Repair(Outcome):
+    """The user left the path: ``pattern`` names how (a cancel, a request to repeat, a question the
+    flow cannot serve...). The step's ``on_repair`` turns it into where the conversation goes, by
+    the flow's ``Repairs`` policy, and the turn reports it (a ``PatternFired`` event)."""
+
+    pattern: PatternName
+    detail: str | None = None
+    """What the pattern is about, for the event and the words said: the question a clarification
+    asks, the field a skip declines, why a handoff is wanted."""
+    options: tuple[str, ...] = ()
+    """The choices a clarification offers, written by code."""
+
+
+def repair(pattern: PatternName, *, detail: str | None = None, options: tuple[str, ...] = ()) -> Repair:
+    """The user left the path by ``pattern``; the step's ``on_repair`` decides what follows."""
+    if pattern not in PATTERNS:
+        raise ValueError(f"{pattern!r} is not a repair pattern; patterns: {', '.join(PATTERNS)}")
+    if pattern == "clarify" and len(options) < 2:
+        raise ValueError("a clarification offers at least two options")
+    return Repair(pattern=pattern, detail=detail, options=tuple(options))
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,6 +96,32 @@ class StepRuntime(Protocol):
     def substep_input(self) -> str | None: ...
 
     @property
+    def turn(self) -> int:
+        """The number of this turn in the session (1 for the first)."""
+        ...
+
+    def flow_repairs(self) -> Any:
+        """The flow's repair policy (``Flow.repairs``)."""
+        ...
+
+    def last_shown(self) -> str | None:
+        """The last message the user was sent (a reply, written in code or by a model)."""
+        ...
+
+    def handoff_target(self, named: Any) -> str | None:
+        """The step a handoff goes to: ``named``, else the flow's first step that awaits a human."""
+        ...
+
+    def cancel_to(self, named: Any) -> str:
+        """The step a cancel goes back to: ``named``, else the flow's start step."""
+        ...
+
+    def reset_activity(self, target: str) -> str:
+        """Forget the state of the steps the conversation went through since ``target`` (and of
+        ``target`` itself), so it starts over there; what ``target`` says first."""
+        ...
+
+    @property
     def composer(self) -> SubSteps | None:
         """What runs sub-steps (None outside a turn of a ``FlowEngine``)."""
         ...

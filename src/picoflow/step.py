@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, overload
 from pydantic import BaseModel, TypeAdapter
 
 from picoflow.messages import Message, ModelResponse
-from picoflow.outcomes import Go, Outcome, Reject, RetryWith, go
+from picoflow.outcomes import Go, Outcome, Reject, Repair, RetryWith, direct, direct_to, go, repair
+from picoflow.repairs import Repairs, counts, keep
 from picoflow.runtime import FlowView, StepRuntime, StepState
 from picoflow.tools import ToolSpec, tool
 
@@ -85,6 +86,11 @@ class Step:
     #: Memory of a run as a sub-step (``run_step``): "fresh" starts empty every run; "kept" goes on
     #: from this step's namespace, so each run sees the ones before.
     substep_memory: ClassVar[Literal["fresh", "kept"]] = "fresh"
+    #: This step's repair policy (``picoflow.repairs.Repairs``); None: the flow's (``Flow.repairs``).
+    repairs: ClassVar[Repairs | None] = None
+    #: A step where a person takes the conversation over (``Handoff``): a handoff goes to the first
+    #: such step of the flow unless the policy names one.
+    awaits_human: ClassVar[bool] = False
 
     is_logic: ClassVar[bool] = False
     is_terminal: ClassVar[bool] = False
@@ -294,6 +300,82 @@ class Step:
         ``response`` is the text, or the parsed ``output`` model when the step declares one.
         """
         return response
+
+    # --- repair patterns -----------------------------------------------------------------------
+
+    @property
+    def repair_policy(self) -> Repairs:
+        """The policy this step's repairs follow: its own ``repairs``, else the flow's."""
+        return self.repairs or self._runtime.flow_repairs()
+
+    @property
+    def answer_locale(self) -> str | None:
+        """The locale this step answers in (the first declared; a ``SlotStep`` keeps the user's)."""
+        return self.locales[0] if self.locales else None
+
+    def question(self) -> str:
+        """What this step is waiting for, to ask again after a repair: by default the last message
+        the user was sent (a ``SlotStep`` asks its pending question)."""
+        return self._runtime.last_shown() or ""
+
+    def opening(self) -> str:
+        """What this step says first when a cancel brings the conversation back to it (nothing by
+        default; a ``SlotStep`` asks its first question)."""
+        return ""
+
+    def given(self) -> Sequence[str]:
+        """What the user gave this step that a cancel would throw away (names of fields); a cancel
+        asks first when there is any (``Repairs.confirm_cancel``)."""
+        return ()
+
+    def on_repair(self, fired: Repair) -> Outcome | Any:
+        """The user left the path by ``fired.pattern``: return where the conversation goes. The
+        default follows ``repair_policy``; override it for a pattern of your own, and call
+        ``super().on_repair(fired)`` for the rest. It may be ``async``."""
+        policy = self.repair_policy
+        texts = policy.words(self.answer_locale)
+        pattern = fired.pattern
+        if pattern == "repeat":
+            return direct(self._runtime.last_shown() or self.question())
+        if pattern == "handoff":
+            target = self._runtime.handoff_target(policy.handoff)
+            if target is None:
+                return direct(texts.handoff_unavailable.format(question=self.question()).strip())
+            return go(target).with_state(reason=fired.detail or "asked for a person")
+        if pattern == "cancel":
+            return self._cancel(policy, texts.cancelled, texts.confirm_cancel)
+        if pattern == "out_of_scope":
+            if self._in_a_row("out_of_scope") > policy.max_out_of_scope > 0:
+                return repair("handoff", detail="out of scope, again")
+            return direct(texts.out_of_scope.format(question=self.question()).strip())
+        if pattern == "clarify":
+            if self._in_a_row("clarify") > policy.max_clarifications > 0:
+                return repair("handoff", detail="a choice not made clear")
+            options = " ".join(f"{number}. {option}" for number, option in enumerate(fired.options, 1))
+            return direct(texts.clarify.format(options=options, question=fired.detail or "").strip())
+        # skip, no_progress and the others: the question again, unchanged
+        return direct(self.question())
+
+    def _in_a_row(self, pattern: str) -> int:
+        """How many turns in a row, this one included, ``pattern`` fired in this step."""
+        kept = counts(self.state)
+        turn = self._runtime.turn
+        last = kept.get(f"{pattern}_turn")
+        times = int(kept.get(pattern, 0)) + 1 if last == turn - 1 or last == turn else 1
+        kept.update({pattern: times, f"{pattern}_turn": turn})
+        keep(self.state, kept)
+        return times
+
+    def _cancel(self, policy: Repairs, cancelled: str, confirm: str) -> Outcome:
+        kept = counts(self.state)
+        lost = list(self.given())
+        if policy.confirm_cancel and lost and kept.get("confirming") != "cancel":
+            kept["confirming"] = "cancel"
+            keep(self.state, kept)
+            return direct(confirm.format(lost=", ".join(lost), question=self.question()).strip())
+        target = self._runtime.cancel_to(policy.cancel_to)
+        opening = self._runtime.reset_activity(target)
+        return direct_to(target, cancelled.format(question=opening).strip())
 
     # --- built-in tool -------------------------------------------------------------------------
 

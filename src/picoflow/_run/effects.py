@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from picoflow._run.dispatch import CallResult
 from picoflow._run.workspace import Workspace
 from picoflow.approvals import Approval
+from picoflow.exceptions import HookFailure
 from picoflow.flow import StepSpec
-from picoflow.outcomes import Direct, Go, Outcome, Stay
+from picoflow.outcomes import Direct, Go, Outcome, Repair, Stay
 
 NOT_APPLIED = (
     "Not applied: an earlier call of this response already decided where the conversation goes next, "
@@ -65,6 +66,31 @@ STAYED = Stayed()
 Next = Reply | Moved | Stayed | Paused
 
 
+MAX_REPAIRS = 3
+"""Patterns one outcome may lead through (an out-of-scope request that becomes a handoff)."""
+
+
+async def resolved(ws: Workspace, spec: StepSpec, outcome: Outcome) -> Outcome:
+    """``outcome``, or where a ``Repair`` leads: the step's ``on_repair`` decides, each pattern
+    reported as it fires. A pattern the policy switched off is no repair: the step stays."""
+    for _ in range(MAX_REPAIRS):
+        if not isinstance(outcome, Repair):
+            return outcome
+        step = ws.step(spec.name)
+        if not step.repair_policy.allows(outcome.pattern):
+            return Stay()
+        ws.config.observer.pattern_fired(spec.name, outcome.pattern, outcome.detail)
+        led = await ws.hook(step, "on_repair", step.on_repair, outcome)
+        if not isinstance(led, Outcome):
+            raise HookFailure(
+                f"on_repair() of step {spec.name} must return an outcome, not {led!r:.60}", step=spec.name
+            )
+        outcome = led
+    raise HookFailure(
+        f"on_repair() of step {spec.name} led from one repair to another {MAX_REPAIRS} times", step=spec.name
+    )
+
+
 async def apply_results(ws: Workspace, spec: StepSpec, results: list[CallResult]) -> Next:
     """Apply the outcomes of one response's tool calls."""
     source = spec.name
@@ -75,6 +101,8 @@ async def apply_results(ws: Workspace, spec: StepSpec, results: list[CallResult]
         outcome = result.outcome
         if outcome is None:
             continue
+        if isinstance(outcome, Repair):
+            outcome = result.outcome = await resolved(ws, spec, outcome)
         if isinstance(outcome, Go | Direct):
             leads_to = ws.destination(outcome, source)
             if isinstance(outcome, Direct) or leads_to != source:
@@ -112,6 +140,7 @@ async def settle(ws: Workspace, spec: StepSpec, outcome: Outcome, user: str | No
     """Apply an outcome that answers no tool call (from ``run_logic``, ``on_response`` or
     ``on_model_error``). ``user``: the turn's message, when no step's memory holds it yet."""
     source = spec.name
+    outcome = await resolved(ws, spec, outcome)
     if isinstance(outcome, Stay):
         apply_effects(ws, outcome, source)
         if outcome.feedback:

@@ -210,6 +210,15 @@ class TracingObserver(TurnObserver):
             if named:
                 span.set_attribute(f"picoflow.reading.{action}", named)
 
+    def pattern_fired(self, step: str, pattern: str, detail: str | None) -> None:
+        """A repair pattern on the step's span: ``picoflow.pattern`` (the last one, as a value to
+        filter on) and an event per pattern, in order."""
+        span = self._step or self._turn
+        if span is None:
+            return
+        span.set_attribute("picoflow.pattern", pattern)
+        span.add_event("picoflow.pattern", {"picoflow.pattern": pattern, "picoflow.step": step})
+
     def sub_turn(self, step: str, call: ToolCall | None) -> TurnObserver:
         """A sub-step run's spans nest under the calling tool's span (or the calling step's)."""
         child = TracingObserver(self.tracing)

@@ -29,6 +29,7 @@ from picoflow.flow import Flow, FlowSpec, StepSpec
 from picoflow.memory import compact
 from picoflow.messages import Message, MessageKind, ModelResponse, Role, ToolCall
 from picoflow.outcomes import Direct, Go
+from picoflow.repairs import Repairs
 from picoflow.runtime import StepState, SubSteps
 from picoflow.session import LogRecord, Session
 from picoflow.step import Step
@@ -206,6 +207,51 @@ class Workspace:
 
     def terminate_target(self) -> str | None:
         return self.config.spec.terminate
+
+    # --- what the repair patterns reach (picoflow.repairs) ------------------------------------------
+
+    @property
+    def turn(self) -> int:
+        return self.session.turns + 1
+
+    def flow_repairs(self) -> Repairs:
+        return self.config.spec.cls.repairs
+
+    def last_shown(self) -> str | None:
+        """The newest message the user was sent, whichever step's memory holds it."""
+        shown = [
+            message
+            for namespace in self.session.memory.values()
+            for message in namespace.messages
+            if message.role == "assistant" and message.is_shown and message.content
+        ]
+        return max(shown, key=lambda message: message.seq).content if shown else None
+
+    def handoff_target(self, named: str | type | None) -> str | None:
+        steps = self.config.spec.steps
+        if named is not None:
+            return self._known_step(named, "Repairs.handoff")
+        return next((name for name, spec in steps.items() if spec.cls.awaits_human), None)
+
+    def cancel_to(self, named: str | type | None) -> str:
+        if named is None:
+            return self.config.spec.start
+        return self._known_step(named, "Repairs.cancel_to")
+
+    def reset_activity(self, target: str) -> str:
+        sequence = self.session.sequence
+        since = max((i for i, name in enumerate(sequence) if name == target), default=len(sequence))
+        for name in {target, self.session.current_step, *sequence[since:]}:
+            self.state_for(name).clear()
+        return self.step(target).opening()
+
+    def _known_step(self, named: str | type, where: str) -> str:
+        name = named if isinstance(named, str) else getattr(named, "name", named.__name__)
+        if name not in self.config.spec.steps:
+            raise HookFailure(
+                f"{where} names {name!r}, not a step of flow {self.config.spec.name}", step=None
+            )
+        return name
 
     def model_of(self, step_name: str) -> Model:
         return self.config.model_for(self.config.spec.steps[step_name])

@@ -11,6 +11,7 @@ with a ``kind``:
   refused or failed; a call refused before it ran has no ``args``);
 * ``approval_requested`` (``step``, ``tool``, ``args``) and ``approval_decided`` (``tool``,
   ``args``, ``decision``: approved, denied, expired, withdrawn; ``by``);
+* ``pattern`` (``step``, ``name``, ``detail``): a repair pattern took over (``picoflow.repairs``);
 * ``said`` (``text``): the turn's reply, last.
 
 Events of a sub-step run carry ``parent`` (the call or step that ran it).
@@ -44,6 +45,7 @@ from typing import Any
 from picoflow.events import (
     ApprovalDecided,
     ApprovalRequested,
+    PatternFired,
     ReadingJudged,
     StepEntered,
     TextChunk,
@@ -112,6 +114,7 @@ EVENT_KINDS: dict[str, _Shorten] = {
     "approval_requested": _named("tool"),
     "approval_decided": _named("tool"),
     "said": _said,
+    "pattern": _named("name"),
 }
 
 
@@ -202,6 +205,8 @@ class EventLog:
                 "decision": approval.status,
                 "by": approval.decided_by,
             }
+        elif isinstance(event, PatternFired):
+            yield {"kind": "pattern", "step": event.step, "name": event.pattern, "detail": event.detail}
         elif isinstance(event, TextChunk):
             return  # the reply is one ``said`` record at the end
 

@@ -29,6 +29,7 @@ from picoflow.context import Caller
 from picoflow.events import (
     ApprovalDecided,
     ApprovalRequested,
+    PatternFired,
     ReadingJudged,
     StepEntered,
     TextChunk,
@@ -103,6 +104,8 @@ def _event(event: TurnEvent) -> bytes:
         return _sse("approval_decided", {**_approval(event.approval), **nested})
     if isinstance(event, ReadingJudged):
         return _sse("reading", {"step": event.step, "verdicts": [dict(v) for v in event.verdicts], **nested})
+    if isinstance(event, PatternFired):
+        return _sse("pattern", {"step": event.step, "pattern": event.pattern, "detail": event.detail})
     raise TypeError(f"unknown turn event {type(event).__name__}")
 
 

@@ -45,13 +45,16 @@ class Ask:
     optional: bool = False
     """Asked once: whatever the reply, it is answered ("none", "no preference", or the user speaking
     of something else all leave its fields unknown, and it is not asked again)."""
+    example: str | None = None
+    """An answer that would do ("August 3 to August 6"): offered when the question made no
+    progress (the ``no_progress`` repair pattern)."""
 
     @property
     def key(self) -> str:
         return self.fields[0]
 
 
-def ask(question: str, *fields: str, optional: bool = False) -> Ask:
+def ask(question: str, *fields: str, optional: bool = False, example: str | None = None) -> Ask:
     """The question that fills ``fields`` of the slots model, asked in code, word for word.
 
     A required question is answered when all its fields are known, and asked until they are. An
@@ -61,7 +64,7 @@ def ask(question: str, *fields: str, optional: bool = False) -> Ask:
         raise FlowDefinitionError("ask() needs the question's text")
     if not fields:
         raise FlowDefinitionError(f"ask({question!r}) names no field of the slots model")
-    return Ask(question.strip(), fields, optional)
+    return Ask(question.strip(), fields, optional, example.strip() if example and example.strip() else None)
 
 
 @dataclass(frozen=True, slots=True)

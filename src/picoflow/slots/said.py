@@ -388,6 +388,19 @@ def says_option(model: type[BaseModel], name: str, said: str, locales: tuple[str
     )
 
 
+def options_said(model: type[BaseModel], name: str, said: str, locales: Sequence[str] = ()) -> list[Any]:
+    """The options of field ``name`` of ``model`` whose declared words ``said`` holds (anywhere in
+    it, with no reading to go by), in the order they are declared. With ``locales``, only the
+    words declared for their languages (or for none) count."""
+    quote = words(said)
+    found: list[Any] = []
+    for marker in _evidence(model, name, _tags(locales)).said:
+        for option in marker.names():
+            if option not in found and marker.bears(option, quote):
+                found.append(option)
+    return found
+
+
 def says_field(model: type[BaseModel], name: str, said: str, locales: Sequence[str] = ()) -> bool:
     """Whether ``said`` holds the words that say field ``name`` of ``model`` (``Said(words=...)``):
     for an answer read without quotes, "until September 30" says the end of a range, not its start.

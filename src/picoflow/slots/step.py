@@ -20,17 +20,19 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Mapping, Sequence
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar, Literal, TypeVar, cast, get_args, get_origin
 
 from pydantic import BaseModel
 
 from picoflow.exceptions import FlowDefinitionError
-from picoflow.outcomes import Outcome, direct, go, stay
+from picoflow.outcomes import PATTERNS, Outcome, Repair, direct, go, repair, stay
+from picoflow.repairs import counts, keep
 from picoflow.slots.form import Ask, Form
 from picoflow.slots.grounding import Grounding
 from picoflow.slots.reader import Again, Reader, Reading
 from picoflow.slots.reading import EXTRACT_RULES, Extraction, ReadingFormat, parse_reading, reading_of
-from picoflow.slots.said import Said, evidence_of
+from picoflow.slots.said import Said, evidence_of, options_said
+from picoflow.slots.words import words
 from picoflow.step import Step
 
 T = TypeVar("T")
@@ -90,6 +92,11 @@ class SlotStep(Step):
     #: Those words also end it when the reading keeps nothing of the message: a small model often
     #: reads nothing at all in "thanks, that's all".
     goodbye: ClassVar[str | None] = None
+    #: A field of ``slots`` whose options name repair patterns (``picoflow.repairs``): ``"cancel"``,
+    #: ``"repeat"``, ``"skip"``, ``"out_of_scope"``, ``"handoff"``. Give each option the words that
+    #: say it, per locale, with ``Said``. A message that gives an answer is an answer: the pattern
+    #: fires only when the message gives nothing else.
+    repairs_from: ClassVar[str | None] = None
     #: Times per turn the model may correct a refused field before the user is asked instead. A
     #: step whose rules refuse what the user said (a date in the past), not how it was read, sets 0.
     max_corrections: ClassVar[int] = 1
@@ -145,7 +152,16 @@ class SlotStep(Step):
                     f"{where}: ask({question.question!r}) names {', '.join(unknown)}, not a field of "
                     f"{slots.__name__}"
                 )
-        for role in ("go_ahead", "goodbye"):
+        if cls.repairs_from is not None:
+            field = slots.model_fields.get(cls.repairs_from)
+            unknown = [str(option) for option in _literal_options(field) if option not in PATTERNS]
+            if field is None or unknown or not _literal_options(field):
+                raise FlowDefinitionError(
+                    f"{where}: repairs_from names {cls.repairs_from!r}, which must be a field of "
+                    f"{slots.__name__} whose options are repair patterns ({', '.join(PATTERNS)})"
+                    + (f"; {', '.join(unknown)} is not one" if unknown else "")
+                )
+        for role in ("go_ahead", "goodbye", "repairs_from"):
             name = getattr(cls, role)
             if name is not None and name not in slots.model_fields:
                 raise FlowDefinitionError(f"{where}: {role} names {name!r}, not a field of {slots.__name__}")
@@ -218,7 +234,11 @@ class SlotStep(Step):
         self._runtime.judged(self.name, taken.verdicts)
         if taken.locale is not None:
             self.state[LOCALE_KEY] = taken.locale
-        form = taken.form
+        fired = self._repair_in(taken, reader.message)
+        if fired is not None:
+            self.erase_memory()
+            return fired
+        form = self.form
         if self.goodbye is not None and (self.goodbye in form.known or taken.farewell):
             self.erase_memory()
             self.form = form.forget(self.goodbye).asking_now(None)
@@ -239,6 +259,113 @@ class SlotStep(Step):
 
     _reader: Reader | None = None
 
+    # --- repair patterns (picoflow.repairs) ---------------------------------------------------------
+
+    def _repair_in(self, taken: Reading, message: str) -> Outcome | None:
+        """The repair pattern the message asks for, if any: a cancel being confirmed (or not), or
+        the option of ``repairs_from`` read (or, to a small model's profile, said in bare words)
+        in a message that gives nothing else. The form keeps the reading without that field."""
+        kept = counts(self.state)
+        confirming = kept.pop("confirming", None)
+        keep(self.state, kept)
+        form, pattern = taken.form, None
+        name = self.repairs_from
+        if name is not None:
+            pattern = form.known.get(name)
+            form = form.forget(name)
+            answered = [field for field in taken.accepted if field != name]
+            if pattern is None and not answered and not taken.problems and self._grounding().told:
+                said = options_said(self.slots, name, message, self.locales)
+                pattern = said[0] if len(said) == 1 else None
+        else:
+            answered = list(taken.accepted)
+        self.form = form
+        if confirming == "cancel":
+            yes = self.accept.answer(words(message)) if self.accept is not None else None
+            if yes or pattern == "cancel":
+                kept["confirming"] = "cancel"  # confirmed: the cancel goes ahead
+                keep(self.state, kept)
+                return repair("cancel", detail="confirmed")
+            if yes is False and not answered:
+                texts = self.repair_policy.words(self.locale)
+                return direct(texts.kept_going.format(question=self.question()).strip())
+        named = next((known for known in PATTERNS if known == pattern), None)
+        if named is None or answered or taken.problems:
+            return None
+        asked = form.asked(self.questions)
+        return repair(named, detail=asked.key if asked is not None and named == "skip" else None)
+
+    async def on_repair(self, fired: Repair) -> Outcome | Any:
+        policy = self.repair_policy
+        texts = policy.words(self.locale)
+        asked = self.form.asked(self.questions)
+        if fired.pattern == "skip" and asked is not None:
+            if asked.optional:  # declined already by the reading: on to the next question
+                return await self._ask_next(self.form, self._values(), Reading(self.form))
+            if self._in_a_row(f"skip_{asked.key}") < 2 or policy.on_required_skip == "ask_again":
+                return direct(texts.skip_required.format(question=self.phrase(asked, self._values())).strip())
+            return repair("handoff" if policy.on_required_skip == "handoff" else "cancel", detail=asked.key)
+        if fired.pattern == "no_progress" and asked is not None:
+            if policy.on_no_progress == "handoff":
+                return repair("handoff", detail=f"no answer to {asked.key}")
+            example = texts.example.format(example=asked.example) if asked.example else ""
+            said = texts.no_progress.format(
+                why=fired.detail or "", question=self.phrase(asked, self._values()), example=example
+            )
+            return direct(" ".join(said.split()))
+        return super().on_repair(fired)
+
+    def question(self) -> str:
+        asked = self.form.asked(self.questions) or self.form.pending(self.questions)
+        return self.phrase(asked, self._values()) if asked is not None else super().question()
+
+    def opening(self) -> str:
+        form = self.form
+        first = form.pending(self.questions)
+        self.form = form.asking_now(first)
+        words_ = [
+            self.intro if not form.introduced else "",
+            self.phrase(first, self._values()) if first else "",
+        ]
+        return " ".join(word.strip() for word in words_ if word.strip())
+
+    def given(self) -> Sequence[str]:
+        name = self.repairs_from
+        return [field for field in self.form.known if field not in (name, self.goodbye, self.go_ahead)]
+
+    @property
+    def answer_locale(self) -> str | None:
+        return self.locale
+
+    def _stalled(self, form: Form, question: Ask | None, merged: Reading) -> Repair | None:
+        """The ``no_progress`` pattern, when ``question`` is about to be asked again after
+        ``no_progress_after`` replies that moved nothing forward; else None (and the count of a
+        question answered or changed starts over)."""
+        kept = counts(self.state)
+        unanswered = {k: v for k, v in kept.items() if k.startswith("unanswered_")}
+        for key in unanswered:
+            kept.pop(key)
+        policy = self.repair_policy
+        answered = any(name in merged.accepted for name in question.fields) if question else False
+        if question is None or question.key != form.asking or answered:
+            keep(self.state, kept)
+            return None
+        times = int(unanswered.get(_no_progress_key(question), 0)) + 1
+        if times < policy.no_progress_after or not policy.allows("no_progress"):
+            kept[_no_progress_key(question)] = times
+            keep(self.state, kept)
+            return None
+        keep(self.state, kept)  # counted afresh after the change of course
+        refused = next((name for name in question.fields if name in merged.problems), None)
+        why = self.refusal(refused, merged.problems[refused]) if refused is not None else ""
+        return repair("no_progress", detail=why or None)
+
+    def _values(self) -> Any:
+        return self.form.values(self.slots)
+
+    def _grounding(self) -> Grounding:
+        return self.grounding or Grounding.for_model(self._runtime.model_of(self.name))
+
     def _start_reading(self) -> Reader:
         """The reader of the user's latest message, held by this step for the turn: corrections and
         a second look are bookkeeping of one message, never stored."""
@@ -253,7 +380,7 @@ class SlotStep(Step):
             form=self.form,
             questions=self.questions,
             previous=previous,
-            grounding=self.grounding or Grounding.for_model(self._runtime.model_of(self.name)),
+            grounding=self._grounding(),
             max_corrections=self.max_corrections,
             second_look=self.second_look,
             accept=self.accept,
@@ -283,7 +410,10 @@ class SlotStep(Step):
         question = next((q for q in self.questions if refused in q.fields), None) or form.pending(
             self.questions
         )
+        stalled = self._stalled(form, question, merged)
         self.form = form.asking_now(question)
+        if stalled is not None:
+            return stalled
         if question is None:
             return await _settled(self.on_complete(values))
         words = [self.acknowledge(values, merged.accepted)]
@@ -293,6 +423,25 @@ class SlotStep(Step):
             words.append(self.refusal(refused, merged.problems[refused]))
         words.append(self.phrase(question, values))
         return direct(" ".join(word.strip() for word in words if word.strip()))
+
+
+def _literal_options(field: Any) -> tuple[Any, ...]:
+    """The options of a ``Literal[...] | None`` field (none for any other)."""
+    if field is None:
+        return ()
+    found: list[Any] = []
+    stack = [field.annotation]
+    while stack:
+        annotation = stack.pop()
+        if get_origin(annotation) is Literal:
+            found.extend(get_args(annotation))
+        else:
+            stack.extend(get_args(annotation))
+    return tuple(found)
+
+
+def _no_progress_key(question: Ask) -> str:
+    return f"unanswered_{question.key}"
 
 
 async def _settled(result: T | Awaitable[T]) -> T:

@@ -21,6 +21,7 @@ from picoflow.context import Caller
 from picoflow.events import (
     ApprovalDecided,
     ApprovalRequested,
+    PatternFired,
     ReadingJudged,
     StepEntered,
     TextChunk,
@@ -30,7 +31,7 @@ from picoflow.events import (
 )
 from picoflow.exceptions import RunError, SubStepFailed, ToolFailure
 from picoflow.messages import Message, ModelRequest, ModelResponse
-from picoflow.outcomes import Direct, Go, Outcome, Stay
+from picoflow.outcomes import PATTERNS, Direct, Go, Outcome, Repair, Stay
 from picoflow.results import TurnError, TurnResult
 from picoflow.session import LogRecord
 from picoflow.usage import Usage
@@ -213,7 +214,14 @@ class EncodedEvent(BaseModel):
     """A ``TurnEvent``: ``kind`` names its class, the other fields are its own."""
 
     kind: Literal[
-        "step", "tool_call", "tool_result", "text", "approval_requested", "approval_decided", "reading"
+        "step",
+        "tool_call",
+        "tool_result",
+        "text",
+        "approval_requested",
+        "approval_decided",
+        "reading",
+        "pattern",
     ]
     step: str
     parent: str | None = None
@@ -252,6 +260,8 @@ def encode_event(event: TurnEvent) -> EncodedEvent:
     if isinstance(event, ReadingJudged):
         verdicts = [to_jsonable_python(dict(verdict), fallback=str) for verdict in event.verdicts]
         return EncodedEvent(kind="reading", step=event.step, verdicts=verdicts, parent=event.parent)
+    if isinstance(event, PatternFired):
+        return EncodedEvent(kind="pattern", step=event.step, name=event.pattern, content=event.detail or "")
     return EncodedEvent(kind="text", step=event.step, content=event.text, parent=event.parent)
 
 
@@ -269,6 +279,8 @@ def decode_event(encoded: EncodedEvent) -> TurnEvent:
         return ApprovalDecided(e.approval)
     if e.kind == "reading":
         return ReadingJudged(e.step, tuple(e.verdicts), e.parent)
+    if e.kind == "pattern":
+        return PatternFired(e.step, e.name, e.content or None)
     return TextChunk(e.step, e.content, e.parent)
 
 
@@ -359,7 +371,7 @@ def decode_output(data: str) -> tuple[TurnResult, list[TurnEvent]]:
 class EncodedOutcome(BaseModel):
     """An outcome with its target as a step name."""
 
-    kind: Literal["go", "stay", "direct"]
+    kind: Literal["go", "stay", "direct", "repair"]
     target: str | None = None
     content: str | None = None
     remember: str | None = None
@@ -368,6 +380,8 @@ class EncodedOutcome(BaseModel):
     prompt: str | None = None
     content_type: str | None = None
     message: str | None = None
+    options: list[str] | None = None
+    """A repair's options (its pattern is in ``target``, its detail in ``content``)."""
 
 
 def encode_outcome(outcome: Outcome) -> EncodedOutcome:
@@ -391,6 +405,14 @@ def encode_outcome(outcome: Outcome) -> EncodedOutcome:
             remember=outcome.remember,
             **common,
         )
+    if isinstance(outcome, Repair):
+        return EncodedOutcome(
+            kind="repair",
+            target=outcome.pattern,
+            content=outcome.detail,
+            options=list(outcome.options),
+            **common,
+        )
     raise TypeError(f"not an outcome picoflow knows: {type(outcome).__name__}")
 
 
@@ -407,6 +429,9 @@ def decode_outcome(encoded: EncodedOutcome) -> Outcome:
         return Go(target=encoded.target, **common)
     if encoded.kind == "stay":
         return Stay(**common)
+    if encoded.kind == "repair":
+        pattern = next(name for name in PATTERNS if name == encoded.target)
+        return Repair(pattern=pattern, detail=encoded.content, options=tuple(encoded.options or ()), **common)
     return Direct(
         content=encoded.content or "",
         target=encoded.target,
