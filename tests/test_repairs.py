@@ -1,0 +1,331 @@
+"""Repair patterns: what a flow does when the user leaves the path (``picoflow.repairs``).
+
+Whole conversations through the runner: a ``SlotStep`` whose slots hold a ``request`` field of
+repair options, borne out by declared words in English and Spanish, and a step with tools that
+return ``repair(...)``. Each asserts the replies, the ``pattern`` events, the model calls and the
+final state.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+import pytest
+from pydantic import BaseModel, Field
+
+from picoflow import (
+    Flow,
+    FlowDefinitionError,
+    FlowEngine,
+    Outcome,
+    Repairs,
+    RepairTexts,
+    Said,
+    SlotStep,
+    Step,
+    ask,
+    direct_to,
+    repair,
+    tool,
+)
+from picoflow.events import PatternFired, TurnEvent
+from picoflow.models import ScriptedModel, ToolCall
+
+NAME = "What is your name?"
+CITY = "Which city?"
+NIGHTS = "How many nights?"
+
+# The words that say each repair, per language: the application's, never the framework's.
+REQUEST_WORDS = (
+    Said(
+        options={
+            "cancel": ("forget it", "start over", "never mind"),
+            "repeat": ("say that again", "sorry what", "repeat"),
+            "skip": ("rather not say", "skip"),
+            "handoff": ("a person", "a human", "an agent"),
+        },
+        locale="en",
+    ),
+    Said(
+        options={
+            "cancel": ("olvídalo", "empezar de nuevo", "da igual"),
+            "repeat": ("repite", "cómo dices"),
+            "skip": ("prefiero no decirlo", "paso"),
+            "handoff": ("una persona", "un agente"),
+        },
+        locale="es",
+    ),
+)
+ANSWERS = (Said(yes=("yes", "sure"), no=("no", "keep")), Said(yes=("sí", "claro"), no=("no", "sigamos")))
+
+
+class Booking(BaseModel):
+    """What the guest said."""
+
+    name: str | None = None
+    city: str | None = None
+    nights: int | None = Field(None, gt=0, le=30)
+    request: Annotated[Literal["cancel", "repeat", "skip", "handoff"] | None, *REQUEST_WORDS] = Field(
+        None, description="what the guest asks of the conversation itself"
+    )
+
+
+class Desk(SlotStep):
+    """Take a booking."""
+
+    slots = Booking
+    questions = [
+        ask(NAME, "name"),
+        ask(CITY, "city", optional=True),
+        ask(NIGHTS, "nights", example="3 nights"),
+    ]
+    repairs_from = "request"
+    accept = ANSWERS[0]
+    locales = ("en", "es")
+
+    def on_complete(self, values: Booking) -> Outcome:
+        return direct_to(Person, f"Booked {values.nights} nights for {values.name}.")
+
+
+class Person(Step):
+    """A person takes over."""
+
+    awaits_human = True
+
+    def on_enter(self) -> None:
+        self.state["reason"] = self.state.get("reason")
+
+
+class DeskFlow(Flow):
+    name = "desk"
+    steps = [Desk, Person]
+
+
+def found(*items: tuple[str, str, Any]) -> str:
+    return json.dumps({"found": [{"field": f, "quote": q, "value": v} for f, q, v in items]})
+
+
+class Chat:
+    def __init__(self, flow: type[Flow] = DeskFlow) -> None:
+        self.flow = flow
+        self.model = ScriptedModel([], grounding="small")
+        self.engine = FlowEngine([flow], model=self.model)
+        self.session_id: str | None = None
+        self.patterns: list[tuple[str, str, str | None]] = []
+
+    async def say(self, text: str, *answers: str) -> str:
+        self.model.extend(answers)
+
+        def heard(event: TurnEvent) -> None:
+            if isinstance(event, PatternFired):
+                self.patterns.append((event.step, event.pattern, event.detail))
+
+        result = await self.engine.run(self.flow.name, text, self.session_id, on_event=heard)
+        assert result.ok, result.error
+        assert self.model.remaining == 0
+        self.session_id = result.session_id
+        return result.message
+
+    async def state(self, step: str = "Desk") -> dict[str, Any]:
+        session = await self.engine.store.load(self.session_id or "")
+        assert session is not None
+        return dict(session.state_of(step))
+
+    async def step(self) -> str:
+        session = await self.engine.store.load(self.session_id or "")
+        assert session is not None
+        return session.current_step
+
+
+async def test_repeat_sends_the_last_message_again_word_for_word() -> None:
+    chat = Chat()
+    assert await chat.say("hi", found()) == NAME
+    assert await chat.say("Ada", found(("name", "Ada", "Ada"))) == CITY
+    assert await chat.say("sorry what?", found(("request", "sorry what", "repeat"))) == CITY
+    assert chat.patterns == [("Desk", "repeat", None)]
+    # In Spanish, by its own words; and a small model that reads nothing gets it from bare words.
+    # (the small model's profile looks twice at a message whose declared words it did not read)
+    assert await chat.say("¿cómo dices?", found(), found()) == CITY
+    assert chat.patterns[-1] == ("Desk", "repeat", None)
+
+
+async def test_an_answer_is_an_answer_even_with_repair_words_in_it() -> None:
+    chat = Chat()
+    await chat.say("hi", found())
+    reply = await chat.say(
+        "Ada, sorry, what was it again?", found(("name", "Ada", "Ada"), ("request", "what was it", "repeat"))
+    )
+    assert reply == CITY and chat.patterns == []
+
+
+async def test_cancel_asks_first_when_it_would_throw_answers_away_then_starts_over() -> None:
+    chat = Chat()
+    await chat.say("hi", found())
+    await chat.say("Ada", found(("name", "Ada", "Ada")))
+    confirm = await chat.say("forget it", found(("request", "forget it", "cancel")))
+    assert (
+        confirm == "Shall I drop everything you told me so far (name) and start over? Please say yes or no."
+    )
+    assert (await chat.state())["form"]["known"] == {"name": "Ada"}
+    assert await chat.say("yes", found()) == f"All right, I have dropped that. {NAME}"
+    assert [pattern for _, pattern, _ in chat.patterns] == ["cancel", "cancel"]
+    assert (await chat.state())["form"]["known"] == {}
+    assert await chat.say("Bob", found(("name", "Bob", "Bob"))) == CITY
+
+
+async def test_a_cancel_not_confirmed_goes_on_where_it_was() -> None:
+    chat = Chat()
+    await chat.say("hi", found())
+    await chat.say("Ada", found(("name", "Ada", "Ada")))
+    await chat.say("olvídalo", found(("request", "olvídalo", "cancel")))
+    assert await chat.say("no, keep going", found()) == f"Fine, let's go on. {CITY}"
+    assert (await chat.state())["form"]["known"] == {"name": "Ada"}
+    # A reply that answers instead of confirming is an answer.
+    await chat.say("forget it", found(("request", "forget it", "cancel")))
+    assert await chat.say("Lisbon", found(("city", "Lisbon", "Lisbon"))) == NIGHTS
+    assert (await chat.state())["form"]["known"] == {"name": "Ada", "city": "Lisbon"}
+
+
+async def test_cancel_with_nothing_given_starts_over_at_once() -> None:
+    chat = Chat()
+    await chat.say("hi", found())
+    assert await chat.say("never mind", found(("request", "never mind", "cancel"))) == (
+        f"All right, I have dropped that. {NAME}"
+    )
+
+
+async def test_a_required_question_skipped_is_asked_once_more_then_handed_off() -> None:
+    chat = Chat()
+    await chat.say("hi", found())
+    assert await chat.say("I'd rather not say", found(("request", "rather not say", "skip"))) == (
+        f"I need this one to go on. {NAME}"
+    )
+    said = found(("request", "prefiero no decirlo", "skip"))
+    reply = await chat.say("prefiero no decirlo", said, "Someone will help you shortly.")
+    assert await chat.step() == "Person" and reply == "Someone will help you shortly."
+    assert [pattern for _, pattern, _ in chat.patterns] == ["skip", "skip", "handoff"]
+    assert (await chat.state("Person"))["reason"] == "name"
+
+
+async def test_an_optional_question_skipped_is_left_and_the_next_asked() -> None:
+    chat = Chat()
+    await chat.say("hi", found())
+    await chat.say("Ada", found(("name", "Ada", "Ada")))
+    assert await chat.say("skip", found(("request", "skip", "skip"))) == NIGHTS
+    assert (await chat.state())["form"]["declined"] == ["city"]
+
+
+async def test_a_question_twice_without_progress_is_not_asked_a_third_time_in_the_same_words() -> None:
+    chat = Chat()
+    await chat.say("hi", found())
+    await chat.say("Ada", found(("name", "Ada", "Ada")))
+    await chat.say("Lisbon", found(("city", "Lisbon", "Lisbon")))
+    wrong = found(("nights", "forty", 40))
+    assert (
+        await chat.say("forty", wrong, wrong)
+        == f"Sorry, nights: input should be less than or equal to 30. {NIGHTS}"
+    )
+    # Asked twice, unanswered twice: the third time says what went wrong and gives an example.
+    third = await chat.say("hmm", found())
+    assert third == f"I could not use that answer. {NIGHTS} For example: 3 nights"
+    assert chat.patterns == [("Desk", "no_progress", None)]
+    # The count starts over: a refused value is explained as ever, then the change of course says why.
+    refusal = "Sorry, nights: input should be less than or equal to 30."
+    assert await chat.say("forty!", wrong, wrong) == f"{refusal} {NIGHTS}"
+    assert await chat.say("forty!!", wrong, wrong) == (
+        f"I could not use that answer. {refusal} {NIGHTS} For example: 3 nights"
+    )
+    assert chat.patterns[-1] == ("Desk", "no_progress", refusal)
+    assert await chat.say("3", found(("nights", "3", 3))) == "Booked 3 nights for Ada."
+
+
+async def test_a_handoff_asked_for_goes_to_the_step_that_awaits_a_human() -> None:
+    chat = Chat()
+    await chat.say("hi", found())
+    said = found(("request", "a person", "handoff"))
+    await chat.say("I want to talk to a person", said, "Someone will help you shortly.")
+    assert await chat.step() == "Person" and chat.patterns == [("Desk", "handoff", None)]
+    assert (await chat.state("Person"))["reason"] == "asked for a person"
+
+
+class Counter(Step):
+    """Answer questions about orders; refuse the rest."""
+
+    repairs = Repairs(
+        max_out_of_scope=1, texts={"": RepairTexts(out_of_scope="Only orders here. {question}")}
+    )
+
+    @tool
+    def elsewhere(self) -> Outcome:
+        """The user asks for something this counter does not do."""
+        return repair("out_of_scope")
+
+    @tool
+    def which(self) -> Outcome:
+        """The user's choice could be one of two orders."""
+        return repair("clarify", detail="which order", options=("#40004", "#40006"))
+
+
+class CounterFlow(Flow):
+    name = "counter"
+    steps = [Counter, Person]
+
+
+async def test_a_step_with_tools_returns_repairs_and_out_of_scope_twice_hands_off() -> None:
+    chat = Chat(CounterFlow)
+    assert await chat.say("hi", "Hello! Which order is it about?") == "Hello! Which order is it about?"
+    assert await chat.say("the refunded one", ToolCall("which", {})) == (
+        "Which one do you mean? 1. #40004 2. #40006"
+    )
+    # Out of scope: the fixed words, then what the user was asked before.
+    assert await chat.say("book me a flight", ToolCall("elsewhere", {})) == (
+        "Only orders here. Which one do you mean? 1. #40004 2. #40006"
+    )
+    # Again, in a row: past max_out_of_scope the session goes to a person.
+    assert await chat.say(
+        "and a hotel?", ToolCall("elsewhere", {}), "A colleague will take it from here."
+    ) == ("A colleague will take it from here.")
+    assert await chat.step() == "Person"
+    assert chat.patterns == [
+        ("Counter", "clarify", "which order"),
+        ("Counter", "out_of_scope", None),
+        ("Counter", "out_of_scope", None),
+        ("Counter", "handoff", "out of scope, again"),
+    ]
+    assert (await chat.state("Person"))["reason"] == "out of scope, again"
+
+
+async def test_a_pattern_switched_off_is_no_repair() -> None:
+    class Quiet(Counter):
+        name = "Counter"
+        repairs = Repairs(off=frozenset({"out_of_scope"}))
+
+    class QuietFlow(Flow):
+        name = "counter"
+        steps = [Quiet, Person]
+
+    chat = Chat(QuietFlow)
+    reply = await chat.say("book me a flight", ToolCall("elsewhere", {}), "I can only help with orders.")
+    assert reply == "I can only help with orders." and chat.patterns == []
+
+
+def test_repairs_are_checked_when_the_flow_is_built() -> None:
+    class Bad(Flow):
+        name = "bad"
+        steps = [Counter]
+        repairs = Repairs(cancel_to="Nowhere")
+
+    with pytest.raises(FlowDefinitionError, match=r"Repairs\.cancel_to names 'Nowhere', not one of its steps"):
+        Bad.spec()
+    with pytest.raises(ValueError, match="unknown repair pattern"):
+        Repairs(off=frozenset({"shout"}))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="a clarification offers at least two options"):
+        repair("clarify", options=("one",))
+
+    with pytest.raises(FlowDefinitionError, match="repairs_from names 'name'"):
+
+        class Wrong(SlotStep):
+            slots = Booking
+            questions = [ask(NAME, "name")]
+            repairs_from = "name"
