@@ -114,7 +114,7 @@ class Chat:
         self.session_id: str | None = None
         self.patterns: list[tuple[str, str, str | None]] = []
 
-    async def say(self, text: str, *answers: str) -> str:
+    async def say(self, text: str, *answers: str | ToolCall) -> str:
         self.model.extend(answers)
 
         def heard(event: TurnEvent) -> None:
