@@ -323,6 +323,10 @@ class Step:
         default; a ``SlotStep`` asks its first question)."""
         return ""
 
+    def restart(self) -> None:
+        """Forget what this step holds of the activity a cancel ends (by default its whole state)."""
+        self.state.clear()
+
     def given(self) -> Sequence[str]:
         """What the user gave this step that a cancel would throw away (names of fields); a cancel
         asks first when there is any (``Repairs.confirm_cancel``)."""

@@ -120,6 +120,7 @@ class Workspace:
         "config",
         "content_type",
         "decided",
+        "erased_shown",
         "files",
         "held_erases",
         "ran",
@@ -153,6 +154,8 @@ class Workspace:
         self.withheld: set[str] = set()
         """Tools no longer offered this turn: a call of theirs held values the user never gave, or
         was made again; the model then answers the user instead of trying once more."""
+        self.erased_shown: Message | None = None
+        """The newest message the user was sent among those an erase took out of memory this turn."""
         self._steps: dict[str, Step] = {}
         self._states: dict[str, StepState] = {}
         self._contexts: dict[str, RunContext[Any]] = {}
@@ -201,6 +204,11 @@ class Workspace:
             self.held_erases = self.held_erases | {namespace}
             return
         ns = self.session.namespace(namespace)
+        for message in reversed(ns.messages):  # what the user last read, for a repeat asked this turn
+            if message.role == "assistant" and message.is_shown and message.content:
+                if self.erased_shown is None or message.seq > self.erased_shown.seq:
+                    self.erased_shown = message
+                break
         ns.messages = []
         ns.start = self.session.next_seq
         ns.summary = None
@@ -218,14 +226,19 @@ class Workspace:
         return self.config.spec.cls.repairs
 
     def last_shown(self) -> str | None:
-        """The newest message the user was sent, whichever step's memory holds it."""
+        """The newest message the user was sent, whichever step's memory holds it (or held it before
+        an erase this turn)."""
         shown = [
             message
             for namespace in self.session.memory.values()
             for message in namespace.messages
             if message.role == "assistant" and message.is_shown and message.content
         ]
-        return max(shown, key=lambda message: message.seq).content if shown else None
+        newest = max(shown, key=lambda message: message.seq) if shown else None
+        erased = self.erased_shown
+        if erased is not None and (newest is None or erased.seq > newest.seq):
+            newest = erased
+        return newest.content if newest is not None else None
 
     def handoff_target(self, named: str | type | None) -> str | None:
         steps = self.config.spec.steps
@@ -241,8 +254,8 @@ class Workspace:
     def reset_activity(self, target: str) -> str:
         sequence = self.session.sequence
         since = max((i for i, name in enumerate(sequence) if name == target), default=len(sequence))
-        for name in {target, self.session.current_step, *sequence[since:]}:
-            self.state_for(name).clear()
+        for name in dict.fromkeys((target, self.session.current_step, *sequence[since:])):
+            self.step(name).restart()
         return self.step(target).opening()
 
     def _known_step(self, named: str | type, where: str) -> str:

@@ -308,7 +308,8 @@ class SlotStep(Step):
         if fired.pattern == "no_progress" and asked is not None:
             if policy.on_no_progress == "handoff":
                 return repair("handoff", detail=f"no answer to {asked.key}")
-            example = texts.example.format(example=asked.example) if asked.example else ""
+            shown = self.example(asked)
+            example = texts.example.format(example=shown) if shown else ""
             said = texts.no_progress.format(
                 why=fired.detail or "", question=self.phrase(asked, self._values()), example=example
             )
@@ -320,14 +321,17 @@ class SlotStep(Step):
         return self.phrase(asked, self._values()) if asked is not None else super().question()
 
     def opening(self) -> str:
-        form = self.form
-        first = form.pending(self.questions)
-        self.form = form.asking_now(first)
-        words_ = [
-            self.intro if not form.introduced else "",
-            self.phrase(first, self._values()) if first else "",
-        ]
-        return " ".join(word.strip() for word in words_ if word.strip())
+        # The conversation is under way: no intro, the first question open.
+        first = self.form.pending(self.questions)
+        self.form = self.form.asking_now(first)
+        return self.phrase(first, self._values()) if first is not None else ""
+
+    def restart(self) -> None:
+        # The language the user writes in is theirs, not the activity's: it stays.
+        locale = self.state.get(LOCALE_KEY)
+        super().restart()
+        if locale is not None:
+            self.state[LOCALE_KEY] = locale
 
     def given(self) -> Sequence[str]:
         name = self.repairs_from
@@ -398,6 +402,11 @@ class SlotStep(Step):
         if isinstance(told, str) and told in self.locales:
             return told
         return self.locales[0] if self.locales else None
+
+    def example(self, question: Ask) -> str | None:
+        """An answer to ``question`` that would do, offered when it made no progress (by default its
+        ``example``). Override it to give one in the user's language."""
+        return question.example
 
     def refusal(self, name: str, why: str) -> str:
         """The words telling the user a field they gave was refused, with the rule it broke

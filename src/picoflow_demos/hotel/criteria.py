@@ -367,13 +367,60 @@ SEARCH = (
 # Ending the conversation cannot be undone: a goodbye needs the words that say it.
 GOODBYE_WORDS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
-        "en": (*FAREWELLS["en"], "stop", "never mind", "forget it", "cancel"),
-        "es": (*FAREWELLS["es"], *as_typed("cancelar", "olvídalo", "déjalo")),
-        "de": (*FAREWELLS["de"], "abbrechen", "stopp", "vergiss es", "vergessen sie es"),
-        "fr": (*FAREWELLS["fr"], "annuler", "laisse tomber", "laissez tomber", "oublie", "oubliez"),
+        "en": (*FAREWELLS["en"], "stop"),
+        "es": FAREWELLS["es"],
+        "de": (*FAREWELLS["de"], "stopp"),
+        "fr": FAREWELLS["fr"],
     }
 )
 GOODBYE = tuple(Said(options={"goodbye": words}, locale=locale) for locale, words in GOODBYE_WORDS.items())
+# What a guest asks of the conversation itself (the repair patterns of picoflow.repairs): to drop
+# the search and start over, to hear the last message again, to talk to a person.
+REPAIRS = (
+    Said(
+        options={
+            "cancel": ("never mind", "forget it", "cancel", "start over", "start again", "scrap that"),
+            "repeat": ("say that again", "repeat that", "come again", "sorry what"),
+            "handoff": ("a person", "a human", "real person", "an agent", "someone real"),
+            "skip": ("rather not say", "skip", "prefer not to say"),
+        },
+        locale="en",
+    ),
+    Said(
+        options={
+            "cancel": as_typed("olvídalo", "déjalo", "cancelar", "empezar de nuevo", "volver a empezar"),
+            "repeat": as_typed("repite", "repítelo", "cómo dices", "perdona qué"),
+            "handoff": as_typed("una persona", "un humano", "un agente"),
+            "skip": as_typed("prefiero no decirlo", "prefiero no decir", "sáltate", "pasa a la siguiente"),
+        },
+        locale="es",
+    ),
+    Said(
+        options={
+            "cancel": as_typed("vergiss es", "vergessen sie es", "abbrechen", "von vorne", "neu anfangen"),
+            "repeat": as_typed("wie bitte", "nochmal sagen", "wiederholen"),
+            "handoff": as_typed("einen menschen", "eine person", "einen mitarbeiter"),
+            "skip": as_typed("lieber nicht sagen", "möchte ich nicht sagen", "überspringen"),
+        },
+        locale="de",
+    ),
+    Said(
+        options={
+            "cancel": as_typed(
+                "laisse tomber", "laissez tomber", "annuler", "oublie ça", "oubliez ça", "recommencer"
+            ),
+            "repeat": as_typed("répète", "répétez", "vous dites", "tu dis"),
+            "handoff": as_typed("une personne", "un humain", "un conseiller"),
+            "skip": as_typed("préfère ne pas le dire", "préfère ne pas dire", "passer"),
+        },
+        locale="fr",
+    ),
+)
+# A yes or a no to what the assistant asked (a cancel to confirm), in every language of the demo.
+CONFIRM = Said(
+    yes=tuple(dict.fromkeys(word for marker in PORTLAND for word in marker.yes)),
+    no=tuple(dict.fromkeys(word for marker in PORTLAND for word in marker.no)),
+)
 
 
 class Criteria(BaseModel):
@@ -411,6 +458,14 @@ class Criteria(BaseModel):
     )
     goodbye: Annotated[Literal["goodbye"] | None, *GOODBYE] = Field(
         None, description="goodbye when the guest says goodbye or wants to stop"
+    )
+    repair: Annotated[Literal["cancel", "repeat", "handoff", "skip", "out_of_scope"] | None, *REPAIRS] = (
+        Field(
+            None,
+            description="cancel when the guest drops the search to start over, repeat when they ask to hear "
+            "the last message again, handoff when they ask for a person, skip when they decline to answer, "
+            "out_of_scope when they ask for something other than a hotel stay",
+        )
     )
 
     @field_validator("in_portland")

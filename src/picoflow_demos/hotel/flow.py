@@ -24,6 +24,7 @@ from picoflow import (
     Go,
     Outcome,
     Prompt,
+    Repairs,
     Said,
     SlotStep,
     Step,
@@ -37,9 +38,19 @@ from picoflow import (
 from picoflow.messages import Message
 from picoflow.slots import bears_out, says_field
 from picoflow_demos._common import as_typed
-from picoflow_demos.hotel.criteria import GOODBYE_WORDS, Criteria, refusal, today
+from picoflow_demos.hotel.criteria import CONFIRM, GOODBYE_WORDS, Criteria, refusal, today
 from picoflow_demos.hotel.pricing import HotelQuote, hotels, stay_nights
-from picoflow_demos.hotel.replies import ENGLISH, LOCALES, full_day, joined, listed, night_day, nights, say
+from picoflow_demos.hotel.replies import (
+    ENGLISH,
+    LOCALES,
+    REPAIR_TEXTS,
+    full_day,
+    joined,
+    listed,
+    night_day,
+    nights,
+    say,
+)
 from picoflow_demos.hotel.tables import Feature, comparison, hotel_list
 
 EXPLORE = Prompt.file("explore.md")
@@ -126,6 +137,8 @@ class Explore(SlotStep):
     slots = Criteria
     go_ahead = "request"
     goodbye = "goodbye"
+    repairs_from = "repair"
+    accept = CONFIRM
     locales = LOCALES
     questions = [
         ask(say("ask_portland", ENGLISH), "in_portland", optional=True),
@@ -171,6 +184,16 @@ class Explore(SlotStep):
 
     def refusal(self, name: str, why: str) -> str:
         return refusal(why, self.language)
+
+    def example(self, question: Ask) -> str | None:
+        return say("example_dates", self.language) if question.key == "check_in" else None
+
+    def given(self) -> Sequence[str]:
+        """What a cancel would throw away, as the guest would say it."""
+        values, language = self.form.values(self.slots), self.language
+        known = [name for name in self.form.known if name not in ("request", "goodbye", "repair")]
+        days = [full_day(day, language) for day in (values.check_in, values.check_out) if day is not None]
+        return [*days, *values.phrases(known, language)]
 
     def on_complete(self, values: Criteria) -> Outcome:
         language = self.language
@@ -440,3 +463,4 @@ class HotelFlow(Flow):
 
     name = "hotel"
     steps = [Explore, Present, Compare, Goodbye]
+    repairs = Repairs(on_required_skip="ask_again", texts=REPAIR_TEXTS)

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import date
 from decimal import Decimal
 
-from picoflow import Catalog, Locale
+from picoflow import Catalog, Locale, RepairTexts
 from picoflow_demos.hotel.pricing import AMENITY_LABELS
 
 LOCALES = ("en", "es", "de", "fr")
@@ -24,6 +24,7 @@ _ENGLISH: Mapping[str, str] = {
     # The search step.
     "greeting": "Hello! I can help you find a hotel in the Portland, Oregon area.",
     "ask_portland": "Is your stay in the Portland area?",
+    "example_dates": "August 3 to August 6, 2027",
     "ask_dates": "What are your check-in and check-out dates?",
     "ask_budget": "What nightly budget do you have in mind: a minimum, a maximum or both?",
     "ask_rooms": "Which room type would you like: one bed, two beds or suite?",
@@ -111,6 +112,7 @@ _ENGLISH: Mapping[str, str] = {
 _SPANISH: Mapping[str, str] = {
     "greeting": "¡Hola! Puedo ayudarle a encontrar un hotel en la zona de Portland, Oregón.",
     "ask_portland": "¿Su estancia es en la zona de Portland?",
+    "example_dates": "del 3 al 6 de agosto de 2027",
     "ask_dates": "¿Cuáles son sus fechas de llegada y de salida?",
     "ask_budget": "¿Qué presupuesto por noche tiene en mente: un mínimo, un máximo o ambos?",
     "ask_rooms": "¿Qué tipo de habitación prefiere: una cama, dos camas o suite?",
@@ -221,6 +223,7 @@ _SPANISH: Mapping[str, str] = {
 _GERMAN: Mapping[str, str] = {
     "greeting": "Hallo! Ich helfe Ihnen gern, ein Hotel in der Gegend von Portland, Oregon, zu finden.",
     "ask_portland": "Ist Ihr Aufenthalt in der Gegend von Portland?",
+    "example_dates": "vom 3. bis 6. August 2027",
     "ask_dates": "An welchem Tag reisen Sie an, und an welchem reisen Sie ab?",
     "ask_budget": "An welches Budget pro Nacht denken Sie: ein Minimum, ein Maximum oder beides?",
     "ask_rooms": "Welchen Zimmertyp möchten Sie: ein Bett, zwei Betten oder eine Suite?",
@@ -334,6 +337,7 @@ _GERMAN: Mapping[str, str] = {
 _FRENCH: Mapping[str, str] = {
     "greeting": "Bonjour ! Je peux vous aider à trouver un hôtel dans la région de Portland, dans l'Oregon.",
     "ask_portland": "Votre séjour est-il dans la région de Portland ?",
+    "example_dates": "du 3 au 6 août 2027",
     "ask_dates": "Quelles sont vos dates d'arrivée et de départ ?",
     "ask_budget": "Quel budget par nuit envisagez-vous : un minimum, un maximum ou les deux ?",
     "ask_rooms": "Quel type de chambre souhaitez-vous : un lit, deux lits ou une suite ?",
@@ -441,6 +445,46 @@ _FRENCH: Mapping[str, str] = {
     "amenity:tennis": "Tennis",
     "amenity:newHotel": "Hôtel récent",
 }
+
+REPAIR_TEXTS: Mapping[str, RepairTexts] = {
+    "en": RepairTexts(),
+    "es": RepairTexts(
+        confirm_cancel="¿Descarto todo lo que me ha dicho ({lost}) y empezamos de nuevo? Responda sí o no.",
+        cancelled="De acuerdo, lo he descartado. {question}",
+        kept_going="Bien, sigamos. {question}",
+        out_of_scope="Lo siento, con eso no puedo ayudarle aquí. {question}",
+        skip_required="Necesito este dato para seguir. {question}",
+        clarify="¿Cuál de ellos? {options}",
+        no_progress="No he podido usar esa respuesta. {why} {question} {example}",
+        example="Por ejemplo: {example}",
+        handoff_unavailable="Lo siento, aquí no hay nadie que pueda atenderle. {question}",
+    ),
+    "de": RepairTexts(
+        confirm_cancel="Soll ich alles verwerfen, was Sie mir gesagt haben ({lost}), und neu beginnen? "
+        "Bitte antworten Sie mit ja oder nein.",
+        cancelled="In Ordnung, ich habe das verworfen. {question}",
+        kept_going="Gut, machen wir weiter. {question}",
+        out_of_scope="Das kann ich hier leider nicht. {question}",
+        skip_required="Diese Angabe brauche ich, um weiterzumachen. {question}",
+        clarify="Welches meinen Sie? {options}",
+        no_progress="Diese Antwort konnte ich nicht verwenden. {why} {question} {example}",
+        example="Zum Beispiel: {example}",
+        handoff_unavailable="Leider kann hier niemand übernehmen. {question}",
+    ),
+    "fr": RepairTexts(
+        confirm_cancel="Dois-je oublier tout ce que vous m'avez dit ({lost}) et recommencer ? "
+        "Répondez oui ou non.",
+        cancelled="Entendu, j'ai tout oublié. {question}",
+        kept_going="Bien, continuons. {question}",
+        out_of_scope="Désolé, je ne peux pas vous aider pour cela ici. {question}",
+        skip_required="J'ai besoin de cette information pour continuer. {question}",
+        clarify="Lequel voulez-vous dire ? {options}",
+        no_progress="Je n'ai pas pu utiliser cette réponse. {why} {question} {example}",
+        example="Par exemple : {example}",
+        handoff_unavailable="Désolé, personne ne peut prendre le relais ici. {question}",
+    ),
+}
+"""What the repair patterns say (``picoflow.repairs``), in each of ``LOCALES``."""
 
 TEXTS: Mapping[str | Locale, Mapping[str, str]] = {
     "en": _ENGLISH,
