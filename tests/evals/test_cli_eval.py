@@ -65,7 +65,7 @@ def test_the_shipped_scenarios_pass_with_their_scripted_responses(tmp_path: Path
     assert shipped["products-lookup"] == ("products", 2, [1.0] * 4)
     # The travel plan's sub-steps run side by side: their responses are scripted per step.
     assert shipped["travel-plan"] == ("travel", 2, [1.0] * 4)
-    assert shipped["travel-dates"] == ("travel", 2, [1.0] * 2)
+    assert shipped["travel-dates"] == ("travel", 2, [1.0] * 3)
     # The hotel guests who write Spanish, German and French: ten each, answered in their language.
     for language in ("es", "de", "fr"):
         guests = {name: result for name, result in shipped.items() if name.startswith(f"hotel-{language}-")}

@@ -91,6 +91,7 @@ async def test_each_suite_is_counted_apart_and_together(tmp_path: Path) -> None:
         "steps": [],
         "transitions": [],
         "tools": [{"step": "Shop", "tool": "terminate_session"}],
+        "patterns": [],
     }
     assert report["summary"] == {
         "steps": {"covered": 2, "declared": 2},
@@ -134,7 +135,7 @@ def test_the_demos_suites_cover_every_step_transition_and_tool(tmp_path: Path) -
     coverage = json.loads(report.read_text(encoding="utf-8"))["coverage"]
     assert set(coverage) == {"hotel", "invoice", "orders", "products", "travel"}
     for flow, covered in coverage.items():
-        assert covered["missed"] == {"steps": [], "transitions": [], "tools": []}, flow
+        assert covered["missed"] == {"steps": [], "transitions": [], "tools": [], "patterns": []}, flow
         for kind, counts in covered["summary"].items():
             assert counts["covered"] == counts["declared"], (flow, kind)
     # A step going to itself stays where it is: no event shows it, so it is listed, not counted.
@@ -142,4 +143,10 @@ def test_the_demos_suites_cover_every_step_transition_and_tool(tmp_path: Path) -
         {"step": "Present", "via": ["show_list"]},
         {"step": "Compare", "via": ["compare"]},
     ]
-    assert "every step, transition and tool was exercised" in played.output
+    assert "every step, transition, tool and declared pattern was exercised" in played.output
+    # Every pattern the hotel's search step declares was fired by a suite.
+    fired = {(item["step"], item["pattern"]) for item in coverage["hotel"]["patterns"] if item["suites"]}
+    assert fired == {
+        ("Explore", pattern)
+        for pattern in ("cancel", "repeat", "handoff", "skip", "out_of_scope", "no_progress")
+    }

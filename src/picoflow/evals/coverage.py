@@ -27,6 +27,7 @@ from rich.table import Table
 
 from picoflow.evals.results import EvalResult, TurnRecord
 from picoflow.flow import FlowSpec
+from picoflow.slots.step import literal_options
 
 __all__ = ["Coverage", "FlowCoverage", "print_coverage"]
 
@@ -83,6 +84,7 @@ class FlowCoverage:
                 if not (tool == TERMINATE and step in only_sub)
             },
             loops={step: tuple(dict.fromkeys(names)) for step, names in loops.items()},
+            patterns={pair: _Seen() for pair in _declared_patterns(spec)},
         )
 
     def note(self, suite: str, turn: TurnRecord) -> None:
@@ -114,6 +116,10 @@ class FlowCoverage:
 
     def missed_tools(self) -> list[tuple[str, str]]:
         return [pair for pair, seen in self.tools.items() if not seen.suites]
+
+    def missed_patterns(self) -> list[tuple[str, str]]:
+        """(step, pattern) pairs a step can fire by what it declares, never fired."""
+        return [pair for pair, seen in self.patterns.items() if not seen.suites]
 
     def undeclared_transitions(self) -> list[tuple[str, str]]:
         """Moves seen that the flow graph does not show (a ``go`` the code reader could not see)."""
@@ -157,6 +163,7 @@ class FlowCoverage:
                 "steps": self.missed_steps(),
                 "transitions": [{"from": s, "to": t} for s, t in self.missed_transitions()],
                 "tools": [{"step": s, "tool": t} for s, t in self.missed_tools()],
+                "patterns": [{"step": s, "pattern": p} for s, p in self.missed_patterns()],
             },
         }
 
@@ -213,13 +220,14 @@ def _print_flow(console: Console, flow: FlowCoverage) -> None:
         *(f"{source} → {target} (via {', '.join(flow.vias[(source, target)])})"
           for source, target in flow.missed_transitions()),
         *(f"tool {step}.{tool}" for step, tool in flow.missed_tools()),
+        *(f"pattern {step}.{pattern}" for step, pattern in flow.missed_patterns()),
     ]  # fmt: skip
     if missed:
         console.print(f"  [yellow]never exercised ({len(missed)}):[/yellow]")
         for line in missed:
             console.print(f"    {escape(line)}", soft_wrap=True)
     else:
-        console.print("  [green]every step, transition and tool was exercised[/green]")
+        console.print("  [green]every step, transition, tool and declared pattern was exercised[/green]")
     for step, vias in flow.loops.items():
         console.print(
             f"  [dim]not counted: {escape(step)} → itself (via {escape(', '.join(vias))}) stays[/dim]"
@@ -239,10 +247,28 @@ def _print_patterns(console: Console, flow: FlowCoverage) -> None:
     for name in patterns:
         matrix.add_column(escape(_clip(name, 12)), justify="center", no_wrap=True)
     for step in steps:
-        marks = [str(len(flow.patterns[(step, name)].suites)) if (step, name) in flow.patterns else "·"
-                 for name in patterns]  # fmt: skip
+        marks = [
+            str(len(flow.patterns[(step, name)].suites)) if (step, name) in flow.patterns else ""
+            for name in patterns
+        ]
         matrix.add_row(escape(step), *marks)
     console.print(matrix)
+
+
+def _declared_patterns(spec: FlowSpec) -> list[tuple[str, str]]:
+    """The patterns each step declares it can fire: a ``SlotStep``'s ``repairs_from`` options, and
+    ``no_progress`` for a step that asks questions (a tool's ``repair(...)`` shows when it fires)."""
+    found: list[tuple[str, str]] = []
+    for name, step in spec.steps.items():
+        cls: Any = step.cls
+        policy = cls.repairs or spec.cls.repairs
+        field = getattr(cls, "repairs_from", None)
+        slots = getattr(cls, "slots", None)
+        options = list(literal_options(slots.model_fields.get(field))) if field and slots else []
+        if getattr(cls, "questions", ()):
+            options.append("no_progress")
+        found += [(name, str(option)) for option in options if policy.allows(option)]
+    return found
 
 
 def _ratio(done: int, total: int) -> str:

@@ -154,8 +154,8 @@ class SlotStep(Step):
                 )
         if cls.repairs_from is not None:
             field = slots.model_fields.get(cls.repairs_from)
-            unknown = [str(option) for option in _literal_options(field) if option not in PATTERNS]
-            if field is None or unknown or not _literal_options(field):
+            unknown = [str(option) for option in literal_options(field) if option not in PATTERNS]
+            if field is None or unknown or not literal_options(field):
                 raise FlowDefinitionError(
                     f"{where}: repairs_from names {cls.repairs_from!r}, which must be a field of "
                     f"{slots.__name__} whose options are repair patterns ({', '.join(PATTERNS)})"
@@ -434,7 +434,7 @@ class SlotStep(Step):
         return direct(" ".join(word.strip() for word in words if word.strip()))
 
 
-def _literal_options(field: Any) -> tuple[Any, ...]:
+def literal_options(field: Any) -> tuple[Any, ...]:
     """The options of a ``Literal[...] | None`` field (none for any other)."""
     if field is None:
         return ()
