@@ -157,6 +157,26 @@ CASES: dict[str, tuple[str, str, str, str]] = {
 """,
         'events: approval_decided {"tool": "refund", "decision": "approved", "by": "C-1001"}',
     ),
+    "repair pattern": (
+        HOTEL,
+        """\
+  - user: Hi
+    scripted: ['{"found": []}']
+  - user: Sorry, what?
+    scripted: ['{"found": [{"field": "repair", "quote": "Sorry, what", "value": "repeat"}]}']
+    expect:
+      events: [{pattern: repeat}, {said: "Is your stay in the Portland area"}]
+""",
+        """\
+  - user: Hi
+    scripted: ['{"found": []}']
+  - user: Hmm
+    scripted: ['{"found": []}']
+    expect:
+      events: [{pattern: repeat}, {said: "Is your stay in the Portland area"}]
+""",
+        "events: pattern repeat",
+    ),
     "said": (
         ORDERS,
         f"""\
