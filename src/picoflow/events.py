@@ -91,6 +91,26 @@ class ReadingJudged:
     step's name when a hook started it. None in the turn itself."""
 
 
+@dataclass(frozen=True, slots=True)
+class HandedOff:
+    """The conversation was handed to a person (a ``Handoff`` step): the session awaits a human."""
+
+    step: str
+    """The step the user was in when it was handed off."""
+    reason: str | None
+    summary: str
+    """What the person taking over reads first, written by code (``HandoffTicket.summary``)."""
+    parent: str | None = None
+    """Always None: only the turn itself hands off."""
+
+
 TurnEvent = (
-    StepEntered | ToolCalled | ToolReturned | TextChunk | ApprovalRequested | ApprovalDecided | ReadingJudged
+    StepEntered
+    | ToolCalled
+    | ToolReturned
+    | TextChunk
+    | ApprovalRequested
+    | ApprovalDecided
+    | ReadingJudged
+    | HandedOff
 )

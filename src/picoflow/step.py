@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, overload
 from pydantic import BaseModel, TypeAdapter
 
 from picoflow.messages import Message, ModelResponse
-from picoflow.outcomes import Go, Outcome, Reject, RetryWith, go
+from picoflow.outcomes import Direct, Go, Outcome, Reject, RetryWith, direct, go
 from picoflow.runtime import FlowView, StepRuntime, StepState
 from picoflow.tools import ToolSpec, tool
 
@@ -88,6 +88,7 @@ class Step:
 
     is_logic: ClassVar[bool] = False
     is_terminal: ClassVar[bool] = False
+    is_handoff: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -335,6 +336,36 @@ class TerminateStep(Step):
         if messages and messages[-1].role == "user":
             return None
         return "I'm done, thank you."
+
+
+class Handoff(LogicStep):
+    """A person takes over the conversation.
+
+    Any step may ``go(Handoff)``, saying why with ``.with_state(reason="...")``. Entering it puts
+    the session in the status ``awaiting_human`` with a summary written by code (the flow, the step
+    the user was in, the reason, what the steps' state holds, the user's last messages) for the
+    member of staff who takes over, and ends the turn with ``reply``. Until staff hand the
+    conversation back (``FlowEngine.hand_back``), the user's messages are kept for staff and no
+    model is called; staff replies reach the user through the transcript.
+
+    Subclass it to change what the user is told: ``reply`` (or ``handoff_reply(reason)``), and
+    ``waiting_reply`` for each message sent while waiting.
+    """
+
+    is_handoff = True
+
+    #: What the user is told when the conversation is handed off.
+    reply: ClassVar[str] = "I'm passing this conversation to a member of our team. A person will reply here."
+    #: What the user is told of each message sent while waiting ("": nothing, staff will answer).
+    waiting_reply: ClassVar[str] = ""
+
+    def handoff_reply(self, reason: str | None) -> str:
+        """What the user is told when the conversation is handed off (``reply`` by default)."""
+        return self.reply
+
+    def run_logic(self) -> Direct:
+        reason = self.state.get("reason")
+        return direct(self.handoff_reply(None if reason is None else str(reason)))
 
 
 async def _sub_steps(

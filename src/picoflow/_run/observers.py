@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from picoflow.events import (
     ApprovalDecided,
     ApprovalRequested,
+    HandedOff,
     ReadingJudged,
     StepEntered,
     TextChunk,
@@ -86,6 +87,9 @@ class TurnObserver:
 
     def reading_judged(self, step: str, verdicts: tuple[Verdict, ...]) -> None:
         """A reading of the user's message in ``step`` was judged: a verdict per item read."""
+
+    def handed_off(self, step: str, reason: str | None, summary: str) -> None:
+        """The conversation was handed to a person from ``step``: the session awaits a human."""
 
     def turn_ended(self, error: BaseException | None) -> None:
         """The loop stopped (before the commit): ``error`` is None when it produced a reply."""
@@ -175,6 +179,10 @@ class Observers(TurnObserver):
         for observer in self.observers:
             observer.reading_judged(step, verdicts)
 
+    def handed_off(self, step: str, reason: str | None, summary: str) -> None:
+        for observer in self.observers:
+            observer.handed_off(step, reason, summary)
+
     def turn_ended(self, error: BaseException | None) -> None:
         for observer in self.observers:
             observer.turn_ended(error)
@@ -228,6 +236,9 @@ class EventStream(TurnObserver):
 
     def reading_judged(self, step: str, verdicts: tuple[Verdict, ...]) -> None:
         self.emit(ReadingJudged(step, tuple(verdict.to_json() for verdict in verdicts), self.parent))
+
+    def handed_off(self, step: str, reason: str | None, summary: str) -> None:
+        self.emit(HandedOff(step, reason, summary))
 
     def sub_turn(self, step: str, call: ToolCall | None) -> TurnObserver:
         return EventStream(self.emit, parent=call.id if call is not None else step)

@@ -11,6 +11,7 @@ with a ``kind``:
   refused or failed; a call refused before it ran has no ``args``);
 * ``approval_requested`` (``step``, ``tool``, ``args``) and ``approval_decided`` (``tool``,
   ``args``, ``decision``: approved, denied, expired, withdrawn; ``by``);
+* ``handoff`` (``step``, ``reason``): the conversation was handed to a person (``Handoff``);
 * ``said`` (``text``): the turn's reply, last.
 
 Events of a sub-step run carry ``parent`` (the call or step that ran it).
@@ -24,6 +25,7 @@ case::
       - field_dropped: {check_in: written_dates}
       - tool: {name: search_hotels, args: {city: Paris}, ok: true}
       - approval_requested: book_room
+      - handoff: {reason: {$regex: "(?i)refund"}}
       - said: "(?i)which hotel"
     events_any_order: [...]       # each must happen, in any order
     no_events:                    # none may happen
@@ -44,6 +46,7 @@ from typing import Any
 from picoflow.events import (
     ApprovalDecided,
     ApprovalRequested,
+    HandedOff,
     ReadingJudged,
     StepEntered,
     TextChunk,
@@ -111,6 +114,7 @@ EVENT_KINDS: dict[str, _Shorten] = {
     "tool": _named("name"),
     "approval_requested": _named("tool"),
     "approval_decided": _named("tool"),
+    "handoff": _named("reason"),
     "said": _said,
 }
 
@@ -202,6 +206,8 @@ class EventLog:
                 "decision": approval.status,
                 "by": approval.decided_by,
             }
+        elif isinstance(event, HandedOff):
+            yield {"kind": "handoff", "step": event.step, "reason": event.reason}
         elif isinstance(event, TextChunk):
             return  # the reply is one ``said`` record at the end
 

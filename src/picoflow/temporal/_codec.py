@@ -21,6 +21,7 @@ from picoflow.context import Caller
 from picoflow.events import (
     ApprovalDecided,
     ApprovalRequested,
+    HandedOff,
     ReadingJudged,
     StepEntered,
     TextChunk,
@@ -213,7 +214,14 @@ class EncodedEvent(BaseModel):
     """A ``TurnEvent``: ``kind`` names its class, the other fields are its own."""
 
     kind: Literal[
-        "step", "tool_call", "tool_result", "text", "approval_requested", "approval_decided", "reading"
+        "step",
+        "tool_call",
+        "tool_result",
+        "text",
+        "approval_requested",
+        "approval_decided",
+        "reading",
+        "handoff",
     ]
     step: str
     parent: str | None = None
@@ -225,6 +233,7 @@ class EncodedEvent(BaseModel):
     content: str = ""
     is_error: bool = False
     verdicts: list[dict[str, Any]] = Field(default_factory=list)
+    reason: str | None = None
 
 
 def encode_event(event: TurnEvent) -> EncodedEvent:
@@ -252,6 +261,8 @@ def encode_event(event: TurnEvent) -> EncodedEvent:
     if isinstance(event, ReadingJudged):
         verdicts = [to_jsonable_python(dict(verdict), fallback=str) for verdict in event.verdicts]
         return EncodedEvent(kind="reading", step=event.step, verdicts=verdicts, parent=event.parent)
+    if isinstance(event, HandedOff):
+        return EncodedEvent(kind="handoff", step=event.step, reason=event.reason, content=event.summary)
     return EncodedEvent(kind="text", step=event.step, content=event.text, parent=event.parent)
 
 
@@ -269,6 +280,8 @@ def decode_event(encoded: EncodedEvent) -> TurnEvent:
         return ApprovalDecided(e.approval)
     if e.kind == "reading":
         return ReadingJudged(e.step, tuple(e.verdicts), e.parent)
+    if e.kind == "handoff":
+        return HandedOff(e.step, e.reason, e.content)
     return TextChunk(e.step, e.content, e.parent)
 
 
@@ -300,6 +313,7 @@ class _Result(BaseModel):
     flow: str | None = None
     pending: list[Approval] = Field(default_factory=list)
     """The approvals the turn ends waiting for."""
+    awaiting_human: bool = False
     events: list[EncodedEvent] = Field(default_factory=list)
     """Every event of the turn, in order (when the client asked for them)."""
 
@@ -323,6 +337,7 @@ def encode_result(result: TurnResult, events: list[EncodedEvent] | None = None) 
         warnings=list(result.warnings),
         flow=result.flow,
         pending=list(result.pending),
+        awaiting_human=result.awaiting_human,
         events=events or [],
     ).model_dump_json()
 
@@ -349,6 +364,7 @@ def decode_output(data: str) -> tuple[TurnResult, list[TurnEvent]]:
         tuple(r.warnings),
         r.flow,
         tuple(r.pending),
+        r.awaiting_human,
     )
     return result, [decode_event(e) for e in r.events]
 
