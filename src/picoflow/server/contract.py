@@ -104,6 +104,7 @@ SESSION_LINKS: dict[str, tuple[str, str]] = {
     "AddTurn": ("post", "/v1/sessions/{session_id}/turns"),
     "ListAttachments": ("get", "/v1/sessions/{session_id}/attachments"),
     "ListApprovals": ("get", "/v1/sessions/{session_id}/approvals"),
+    "SessionMessages": ("get", "/v1/sessions/{session_id}/messages"),
     "SessionDiagram": ("get", "/v1/sessions/{session_id}/diagram.svg"),
 }
 """The routes a created session's id leads to (OpenAPI links of ``POST /v1/flows/{flow}/sessions``)."""
