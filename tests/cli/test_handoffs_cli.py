@@ -7,9 +7,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from tests.server.handoff_support import CUSTOMER, support_engine
+
 from picoflow.engine import ANY_PRINCIPAL
 from picoflow.sessions import SQLiteStore
-from tests.server.handoff_support import CUSTOMER, support_engine
 
 from .support import invoke
 
