@@ -17,7 +17,9 @@ turns:
   - user: I want to talk to a person
     scripted: [{answer}]
     expect:
-      events: [{{handoff: {{reason: {{$regex: "(?i)asked for a person"}}, step: Desk}}}}, {{said: "(?i)a person will"}}]
+      events:
+        - handoff: {{reason: {{$regex: "(?i)asked for a person"}}, step: Desk}}
+        - said: "(?i)a person will"
 """
 ESCALATE = '{tool: escalate, args: {reason: "the customer asked for a person"}}'
 
