@@ -293,3 +293,13 @@ async def test_two_engines_taking_one_session_at_once_on_one_sqlite_file(tmp_pat
     finally:
         await first.aclose()
         await second.aclose()
+
+
+def test_the_durable_executor_s_codec_carries_the_handoff() -> None:
+    from picoflow.results import TurnResult
+    from picoflow.temporal._codec import decode_event, decode_output, encode_event, encode_result
+
+    event = HandedOff("Desk", "the customer asked for a person", SUMMARY)
+    assert decode_event(encode_event(event)) == event
+    result = TurnResult(REPLY, "s-1", False, step="Handoff", flow="support", awaiting_human=True)
+    assert decode_output(encode_result(result, [encode_event(event)])) == (result, [event])

@@ -111,6 +111,7 @@ class StaffDesk:
     async def reply(self, session_id: str, text: object, caller: Caller) -> Message:
         """Append a staff message (an assistant message the user sees, ``kind="staff"``, its
         ``author`` the caller) to the session taken by the caller."""
+        self.check_staff(caller)  # before the input: who may not act learns nothing of its rules
         checked = self._text(text)
         written: list[Message] = []
 
@@ -143,6 +144,7 @@ class StaffDesk:
         ``running``, the next message is answered by the model again. A ``note`` is given to that
         step's model with the user's next message. No step hooks run: staff moved the conversation,
         not a turn."""
+        self.check_staff(caller)
         if step is not None and (not isinstance(step, str) or not step.strip()):
             raise InvalidInput("step must be the name of a step of the flow", field="step")
         checked_note = self._note(note)

@@ -338,6 +338,9 @@ def _limits(document: dict[str, Any], state: ServerState, flows: list[str]) -> N
             }
             properties["message"] = {**described, "type": "string", **rules}
             model["required"] = sorted({*model.get("required", []), "message"})
+    staff_text = schemas.get("StaffMessageRequest", {}).get("properties", {}).get("text")
+    if staff_text is not None:
+        staff_text.update(rules)
     attachments = schemas.get("TurnRequest", {}).get("properties", {}).get("attachments")
     if attachments is not None:
         attachments["maxItems"] = files
