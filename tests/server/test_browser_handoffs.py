@@ -5,7 +5,6 @@ staff reply; staff hand it back and the model answers the customer again."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,16 +19,6 @@ from .test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, serving_in_a_threa
 pytestmark = pytest.mark.browser
 
 REPLY = "I'm passing this conversation to a member of our team. A person will reply here."
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield launched
-        finally:
-            launched.close()
 
 
 def open_as(browser: Any, url: str, key: str, failures: list[str]) -> Page:
