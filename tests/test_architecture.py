@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "picoflow.context",
             "picoflow.events",
             "picoflow.exceptions",
+            "picoflow.handoffs",
             "picoflow.messages",
             "picoflow.outcomes",
             "picoflow.prompts",

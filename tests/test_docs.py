@@ -237,6 +237,7 @@ MODULES = [
     "picoflow.engine",
     "picoflow.slots",
     "picoflow.approvals",
+    "picoflow.handoffs",
     "picoflow.attachments",
     "picoflow.mcp",
     "picoflow.server",

@@ -11,8 +11,9 @@ PUBLIC = {
     "picoflow": (
         "Flow Step LogicStep TerminateStep tool tools go stay direct direct_to Reject ToolError RunContext "
         "FlowEngine TurnResult UsageLimits Caller MCPServer SlotStep ask Prompt since_last_user Form Said "
-        "Locale Catalog"
+        "Locale Catalog Handoff"
     ),
+    "picoflow.handoffs": "HandoffTicket QueuedHandoff STAFF_VISIBILITY handoff_summary",
     "picoflow.models": "ScriptedModel FunctionModel ToolCall ModelResponse Model FallbackModel",
     "picoflow.sessions": "MemoryStore SQLiteStore PostgresStore SessionStore open_store",
     "picoflow.engine": (

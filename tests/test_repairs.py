@@ -18,6 +18,7 @@ from picoflow import (
     Flow,
     FlowDefinitionError,
     FlowEngine,
+    Handoff,
     Outcome,
     Repairs,
     RepairTexts,
@@ -88,13 +89,10 @@ class Desk(SlotStep):
         return direct_to(Person, f"Booked {values.nights} nights for {values.name}.")
 
 
-class Person(Step):
+class Person(Handoff):
     """A person takes over."""
 
-    awaits_human = True
-
-    def on_enter(self) -> None:
-        self.state["reason"] = self.state.get("reason")
+    reply = "Someone will help you shortly."
 
 
 class DeskFlow(Flow):
@@ -202,7 +200,7 @@ async def test_a_required_question_skipped_is_asked_once_more_then_handed_off() 
         f"I need this one to go on. {NAME}"
     )
     said = found(("request", "prefiero no decirlo", "skip"))
-    reply = await chat.say("prefiero no decirlo", said, "Someone will help you shortly.")
+    reply = await chat.say("prefiero no decirlo", said)
     assert await chat.step() == "Person" and reply == "Someone will help you shortly."
     assert [pattern for _, pattern, _ in chat.patterns] == ["skip", "skip", "handoff"]
     assert (await chat.state("Person"))["reason"] == "name"
@@ -244,7 +242,7 @@ async def test_a_handoff_asked_for_goes_to_the_step_that_awaits_a_human() -> Non
     chat = Chat()
     await chat.say("hi", found())
     said = found(("request", "a person", "handoff"))
-    await chat.say("I want to talk to a person", said, "Someone will help you shortly.")
+    assert await chat.say("I want to talk to a person", said) == "Someone will help you shortly."
     assert await chat.step() == "Person" and chat.patterns == [("Desk", "handoff", None)]
     assert (await chat.state("Person"))["reason"] == "asked for a person"
 
@@ -283,9 +281,7 @@ async def test_a_step_with_tools_returns_repairs_and_out_of_scope_twice_hands_of
         "Only orders here. Which one do you mean? 1. #40004 2. #40006"
     )
     # Again, in a row: past max_out_of_scope the session goes to a person.
-    assert await chat.say(
-        "and a hotel?", ToolCall("elsewhere", {}), "A colleague will take it from here."
-    ) == ("A colleague will take it from here.")
+    assert await chat.say("and a hotel?", ToolCall("elsewhere", {})) == "Someone will help you shortly."
     assert await chat.step() == "Person"
     assert chat.patterns == [
         ("Counter", "clarify", "which order"),

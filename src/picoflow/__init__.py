@@ -42,7 +42,7 @@ from picoflow.slots.form import Ask, Form, ask
 from picoflow.slots.reading import Extraction
 from picoflow.slots.said import Said
 from picoflow.slots.step import SlotStep
-from picoflow.step import LogicStep, Step, TerminateStep, since_last_user
+from picoflow.step import Handoff, LogicStep, Step, TerminateStep, since_last_user
 from picoflow.tools import ValidCall, declare_tool, tool, tools
 from picoflow.usage import Usage, UsageLimits
 
@@ -60,6 +60,7 @@ __all__ = [
     "FlowEngine",
     "Form",
     "Go",
+    "Handoff",
     "Locale",
     "LogicStep",
     "MCPServer",

@@ -103,6 +103,19 @@ class PatternFired:
     """Always None: repairs are the turn's own."""
 
 
+@dataclass(frozen=True, slots=True)
+class HandedOff:
+    """The conversation was handed to a person (a ``Handoff`` step): the session awaits a human."""
+
+    step: str
+    """The step the user was in when it was handed off."""
+    reason: str | None
+    summary: str
+    """What the person taking over reads first, written by code (``HandoffTicket.summary``)."""
+    parent: str | None = None
+    """Always None: only the turn itself hands off."""
+
+
 TurnEvent = (
     StepEntered
     | ToolCalled
@@ -112,4 +125,5 @@ TurnEvent = (
     | ApprovalDecided
     | ReadingJudged
     | PatternFired
+    | HandedOff
 )

@@ -384,6 +384,60 @@ class ApprovalPending(RunError):
     public_message = "An approved action is being carried out. Please send your message again in a moment."
 
 
+class HandoffRefused(RunError):
+    """A staff action on a handed-off session (take, reply, hand back) was refused: nothing changed."""
+
+    kind = "handoff_refused"
+    status = 409
+    recorded = False
+    public_message = "This action on the handed-off conversation cannot be taken."
+
+    @property
+    def public_text(self) -> str:
+        return self.message
+
+
+class HandoffNotAllowed(HandoffRefused):
+    """The caller lacks the staff visibility (``FlowEngine.staff_visibility``)."""
+
+    kind = "handoff_not_allowed"
+    status = 403
+    keeps_session = False
+
+
+class HandoffNotFound(HandoffRefused):
+    """No such session."""
+
+    kind = "handoff_not_found"
+    status = 404
+    keeps_session = False
+
+
+class HandoffNotWaiting(HandoffRefused):
+    """The session does not await a human (never handed off, or handed back already)."""
+
+    kind = "handoff_not_waiting"
+
+
+class HandoffTaken(HandoffRefused):
+    """Another member of staff has taken the session (take it with ``force`` to take it over)."""
+
+    kind = "handoff_taken"
+
+
+class HandoffNotTaken(HandoffRefused):
+    """Nobody has taken the session yet: take it before replying or handing it back."""
+
+    kind = "handoff_not_taken"
+
+
+class HandoffConflict(HandoffRefused):
+    """Another staff action or a message changed the session at the same moment; nothing was saved."""
+
+    kind = "handoff_conflict"
+    retryable = True
+
+
 class ToolError(Exception):
     """Raise inside a tool handler to refuse the call with a message the model can act on.
 

@@ -17,11 +17,12 @@ from picoflow.usage import Usage
 
 Role = Literal["system", "user", "assistant", "tool"]
 
-MessageKind = Literal["direct", "crossing", "forwarded", "correction", "nudge", "summary", "output"]
+MessageKind = Literal["direct", "crossing", "forwarded", "correction", "nudge", "summary", "output", "staff"]
 """Why a message is not a plain exchange between the user and the model: the runtime put it there
-(``direct``, ``crossing``, ``forwarded``, ``correction``, ``nudge``, ``summary``), or the model wrote
+(``direct``, ``crossing``, ``forwarded``, ``correction``, ``nudge``, ``summary``), the model wrote
 it for code rather than for the user (``output``: an answer parsed as its step's ``output``, which
-code read and acted on; the user was sent what code wrote, never this)."""
+code read and acted on; the user was sent what code wrote, never this), or a person wrote it while
+the conversation was handed off (``staff``: an assistant message, ``author`` says who)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +90,8 @@ class Message:
     and the seq of the run's first message). None for the conversation's own messages."""
     attachments: tuple[AttachmentRef, ...] = ()
     """For a user message: the files sent with it (their bytes are in ``ModelRequest.files``)."""
+    author: str | None = None
+    """For a message of kind ``staff``: the principal of the member of staff who wrote it."""
 
     @property
     def is_from_user(self) -> bool:
@@ -105,7 +108,7 @@ class Message:
             return False
         if self.role == "user":
             return self.kind is None
-        return self.role == "assistant" and bool(self.content) and self.kind in (None, "direct")
+        return self.role == "assistant" and bool(self.content) and self.kind in (None, "direct", "staff")
 
     @staticmethod
     def user(content: str, *, kind: MessageKind | None = None) -> Message:
@@ -151,6 +154,7 @@ class Message:
             self.model,
             self.within,
             self.attachments,
+            self.author,
         )
 
 

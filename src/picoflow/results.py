@@ -70,6 +70,9 @@ class TurnResult:
     pending: tuple[Approval, ...] = ()
     """Calls the model proposed that wait for a decision (``FlowEngine.decide``); the turn ended
     with them, and ``message`` says what they will do."""
+    awaiting_human: bool = False
+    """The session waits for a person (a ``Handoff``): the user's message went to staff and no model
+    was called; ``message`` is what the user is told meanwhile (often nothing: staff answer)."""
 
     @property
     def ok(self) -> bool:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import TypeAdapter
 
 from picoflow.approvals import Approval, PausedResponse
+from picoflow.handoffs import HandoffTicket
 from picoflow.messages import Message
 from picoflow.usage import Usage
 
@@ -41,7 +42,13 @@ def copy_json(value: Any) -> Any:
     return value
 
 
-SessionStatus = Literal["running", "awaiting_approval", "completed", "aborted"]
+SessionStatus = Literal["running", "awaiting_approval", "awaiting_human", "completed", "aborted"]
+"""``awaiting_approval``: calls the model proposed wait for a decision (a new message withdraws
+them); ``awaiting_human``: the conversation was handed off (``Handoff``), messages go to staff and
+no model is called until staff hand it back."""
+
+OPEN_STATUSES: tuple[SessionStatus, ...] = ("running", "awaiting_approval", "awaiting_human")
+"""The statuses of a session that takes new messages."""
 
 #: Bumped when the document's shape changes incompatibly; ``Flow.on_restore_session`` sees old ones.
 DOCUMENT_VERSION = 1
@@ -107,6 +114,9 @@ class Session:
     a change replaces the tuple)."""
     paused: PausedResponse | None = None
     """The model response whose calls wait for decisions (status ``awaiting_approval``)."""
+    handoff: HandoffTicket | None = None
+    """Why and since when the session waits for a person, and who took it (status
+    ``awaiting_human``); None otherwise."""
 
     def namespace(self, name: str) -> Namespace:
         ns = self.memory.get(name)
@@ -146,6 +156,7 @@ class Session:
             self.files_sent,
             self.approvals,
             self.paused,
+            self.handoff,
         )
 
     def info(self) -> SessionInfo:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, overload
 from pydantic import BaseModel, TypeAdapter
 
 from picoflow.messages import Message, ModelResponse
-from picoflow.outcomes import Go, Outcome, Reject, Repair, RetryWith, direct, direct_to, go, repair
+from picoflow.outcomes import Direct, Go, Outcome, Reject, Repair, RetryWith, direct, direct_to, go, repair
 from picoflow.repairs import Repairs, counts, keep
 from picoflow.runtime import FlowView, StepRuntime, StepState
 from picoflow.tools import ToolSpec, tool
@@ -88,12 +88,11 @@ class Step:
     substep_memory: ClassVar[Literal["fresh", "kept"]] = "fresh"
     #: This step's repair policy (``picoflow.repairs.Repairs``); None: the flow's (``Flow.repairs``).
     repairs: ClassVar[Repairs | None] = None
-    #: A step where a person takes the conversation over (``Handoff``): a handoff goes to the first
-    #: such step of the flow unless the policy names one.
-    awaits_human: ClassVar[bool] = False
-
     is_logic: ClassVar[bool] = False
     is_terminal: ClassVar[bool] = False
+    is_handoff: ClassVar[bool] = False
+    """A step where a person takes the conversation over (``Handoff``): the ``handoff`` repair
+    pattern goes to the flow's first such step unless its policy names one."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -421,6 +420,36 @@ class TerminateStep(Step):
         if messages and messages[-1].role == "user":
             return None
         return "I'm done, thank you."
+
+
+class Handoff(LogicStep):
+    """A person takes over the conversation.
+
+    Any step may ``go(Handoff)``, saying why with ``.with_state(reason="...")``. Entering it puts
+    the session in the status ``awaiting_human`` with a summary written by code (the flow, the step
+    the user was in, the reason, what the steps' state holds, the user's last messages) for the
+    member of staff who takes over, and ends the turn with ``reply``. Until staff hand the
+    conversation back (``FlowEngine.hand_back``), the user's messages are kept for staff and no
+    model is called; staff replies reach the user through the transcript.
+
+    Subclass it to change what the user is told: ``reply`` (or ``handoff_reply(reason)``), and
+    ``waiting_reply`` for each message sent while waiting.
+    """
+
+    is_handoff = True
+
+    #: What the user is told when the conversation is handed off.
+    reply: ClassVar[str] = "I'm passing this conversation to a member of our team. A person will reply here."
+    #: What the user is told of each message sent while waiting ("": nothing, staff will answer).
+    waiting_reply: ClassVar[str] = ""
+
+    def handoff_reply(self, reason: str | None) -> str:
+        """What the user is told when the conversation is handed off (``reply`` by default)."""
+        return self.reply
+
+    def run_logic(self) -> Direct:
+        reason = self.state.get("reason")
+        return direct(self.handoff_reply(None if reason is None else str(reason)))
 
 
 async def _sub_steps(

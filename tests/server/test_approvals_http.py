@@ -100,6 +100,7 @@ def turn(session_id: str, message: str, turn_usage: dict[str, int], **changes: A
         "warnings": [],
         "html": None,
         "pending": [],
+        "awaiting_human": False,
         **changes,
     }
 

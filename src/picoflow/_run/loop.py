@@ -25,6 +25,7 @@ from picoflow._run.approvals import decided_calls, propose
 from picoflow._run.ask import ask, build_request
 from picoflow._run.dispatch import dispatch
 from picoflow._run.effects import Moved, Next, Paused, Reply, apply_results, enter, settle
+from picoflow._run.handoff import hand_off
 from picoflow._run.recovery import recover
 from picoflow._run.workspace import NOTHING_DECIDED, Workspace
 from picoflow.approvals import PausedResponse
@@ -54,8 +55,12 @@ async def run_turn(ws: Workspace, text: str, now: Next | None = None) -> Reply |
         step = ws.step(spec.name)
         if moved is not None:
             observer.step_started(spec.name)
-        if spec.is_logic:  # code decides: another step, or the reply
-            now = await settle(ws, spec, await _decide(ws, step, spec), moved.user if moved else None)
+        if spec.is_logic:  # code decides: another step, or the reply (a Handoff: a person will)
+            user = moved.user if moved else None
+            decided = await (
+                hand_off(ws, step, spec, user) if spec.cls.is_handoff else _decide(ws, step, spec)
+            )
+            now = await settle(ws, spec, decided, user)
             continue
         if moved is not None:
             await _arrive(ws, step, spec, moved)

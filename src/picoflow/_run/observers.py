@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from picoflow.events import (
     ApprovalDecided,
     ApprovalRequested,
+    HandedOff,
     PatternFired,
     ReadingJudged,
     StepEntered,
@@ -90,6 +91,9 @@ class TurnObserver:
 
     def pattern_fired(self, step: str, pattern: str, detail: str | None) -> None:
         """A repair pattern took over in ``step`` (``picoflow.repairs``)."""
+
+    def handed_off(self, step: str, reason: str | None, summary: str) -> None:
+        """The conversation was handed to a person from ``step``: the session awaits a human."""
 
     def turn_ended(self, error: BaseException | None) -> None:
         """The loop stopped (before the commit): ``error`` is None when it produced a reply."""
@@ -183,6 +187,10 @@ class Observers(TurnObserver):
         for observer in self.observers:
             observer.pattern_fired(step, pattern, detail)
 
+    def handed_off(self, step: str, reason: str | None, summary: str) -> None:
+        for observer in self.observers:
+            observer.handed_off(step, reason, summary)
+
     def turn_ended(self, error: BaseException | None) -> None:
         for observer in self.observers:
             observer.turn_ended(error)
@@ -239,6 +247,9 @@ class EventStream(TurnObserver):
 
     def pattern_fired(self, step: str, pattern: str, detail: str | None) -> None:
         self.emit(PatternFired(step, pattern, detail))
+
+    def handed_off(self, step: str, reason: str | None, summary: str) -> None:
+        self.emit(HandedOff(step, reason, summary))
 
     def sub_turn(self, step: str, call: ToolCall | None) -> TurnObserver:
         return EventStream(self.emit, parent=call.id if call is not None else step)

@@ -19,6 +19,7 @@ from picoflow._run.compose import Composer
 from picoflow._run.dispatch import LOCAL_TOOLS
 from picoflow._run.effects import Paused, Reply
 from picoflow._run.files import TurnFiles
+from picoflow._run.handoff import wait_for_staff
 from picoflow._run.loop import resume_turn, run_turn
 from picoflow._run.observers import TurnObserver
 from picoflow._run.window import TRIMMED
@@ -42,7 +43,7 @@ from picoflow.exceptions import (
 from picoflow.flow import FlowSpec, StepSpec
 from picoflow.models.base import Model
 from picoflow.results import TurnError, TurnResult
-from picoflow.session import LogRecord, Session
+from picoflow.session import OPEN_STATUSES, LogRecord, Session
 from picoflow.sessions.base import SessionStore
 from picoflow.usage import Usage, UsageLimits
 
@@ -143,7 +144,11 @@ class SessionTurns:
             if ws.session.paused is not None:
                 await self._close_paused(ws, ws.session.paused)
             try:
-                reply = await run_turn(ws, request.text)
+                reply: Reply | Paused
+                if ws.session.status == "awaiting_human":  # staff answer: no model is called
+                    reply = await wait_for_staff(ws, request.text)
+                else:
+                    reply = await run_turn(ws, request.text)
             except BaseException as exc:
                 observer.turn_ended(exc)
                 raise
@@ -337,7 +342,7 @@ class SessionTurns:
             spec = self.host.flow(stored.flow)
         if stored.flow != spec.name:
             raise FlowMismatch(f"session {session_id} belongs to flow {stored.flow}, not {spec.name}")
-        if stored.status not in ("running", "awaiting_approval"):
+        if stored.status not in OPEN_STATUSES:
             raise SessionCompleted(f"session {session_id} is {stored.status}", session_id=session_id)
         if stored.current_step not in spec.steps:
             raise FlowMismatch(
@@ -470,6 +475,7 @@ def _result(ws: Workspace, ended: Reply | Paused) -> TurnResult:
         None,
         warnings,
         ws.config.spec.name,
+        awaiting_human=session.status == "awaiting_human",
     )
 
 

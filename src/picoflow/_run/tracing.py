@@ -219,6 +219,15 @@ class TracingObserver(TurnObserver):
         span.set_attribute("picoflow.pattern", pattern)
         span.add_event("picoflow.pattern", {"picoflow.pattern": pattern, "picoflow.step": step})
 
+    def handed_off(self, step: str, reason: str | None, summary: str) -> None:
+        """The handoff on the turn's span: the step the user was in and the reason (never the
+        summary: it quotes the user)."""
+        if self._turn is not None:
+            self._turn.set_attribute("picoflow.handoff.step", step)
+            if reason is not None:
+                self._turn.set_attribute("picoflow.handoff.reason", reason)
+            self._turn.add_event("picoflow.handoff", {"step": step, "reason": reason or ""})
+
     def sub_turn(self, step: str, call: ToolCall | None) -> TurnObserver:
         """A sub-step run's spans nest under the calling tool's span (or the calling step's)."""
         child = TracingObserver(self.tracing)

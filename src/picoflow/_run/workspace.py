@@ -244,7 +244,7 @@ class Workspace:
         steps = self.config.spec.steps
         if named is not None:
             return self._known_step(named, "Repairs.handoff")
-        return next((name for name, spec in steps.items() if spec.cls.awaits_human), None)
+        return next((name for name, spec in steps.items() if spec.cls.is_handoff), None)
 
     def cancel_to(self, named: str | type | None) -> str:
         if named is None:

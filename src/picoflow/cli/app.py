@@ -11,6 +11,7 @@ import picoflow
 from picoflow.cli.approvals import approvals_app
 from picoflow.cli.chat import chat
 from picoflow.cli.flows import eval_scenarios, graph, list_flows
+from picoflow.cli.handoffs import handoffs_app
 from picoflow.cli.loading import console
 from picoflow.cli.mcp import mcp_app
 from picoflow.cli.serve import serve
@@ -51,6 +52,7 @@ app.command("eval")(eval_scenarios)
 app.command()(worker)
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(approvals_app, name="approvals")
+app.add_typer(handoffs_app, name="handoffs")
 app.add_typer(db_app, name="db")
 app.add_typer(mcp_app, name="mcp")
 

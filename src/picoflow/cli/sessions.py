@@ -33,7 +33,10 @@ _PAGE = 500
 def sessions_list(
     store: StoreOpt = None,
     flow: Annotated[str | None, typer.Option(help="Only this flow.")] = None,
-    status: Annotated[SessionStatus | None, typer.Option(help="running, completed or aborted.")] = None,
+    status: Annotated[
+        SessionStatus | None,
+        typer.Option(help="running, awaiting_approval, awaiting_human, completed or aborted."),
+    ] = None,
     principal: Annotated[str | None, typer.Option(help="Only sessions of this principal.")] = None,
     limit: Annotated[int, typer.Option(min=1, help="How many, most recent first.")] = 20,
     wide: Annotated[

@@ -20,6 +20,7 @@ import re
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from types import MappingProxyType
 from typing import Any
 
@@ -32,10 +33,12 @@ from picoflow._run.tracing import TracingSetting
 from picoflow.approvals import Approval, Decision, visible_to
 from picoflow.attachments import Attachment, AttachmentLimits, AttachmentRef, check_attachments
 from picoflow.context import ANY_PRINCIPAL, Caller, PrincipalFilter
+from picoflow.engine._handoffs import StaffDesk, may_read
 from picoflow.engine.executors import LocalExecutor, TurnExecutor
 from picoflow.events import TurnEvent
 from picoflow.exceptions import FlowDefinitionError, FlowNotFound, InvalidInput, RunError
 from picoflow.flow import Flow, FlowSpec, StepSpec
+from picoflow.handoffs import STAFF_VISIBILITY, QueuedHandoff
 from picoflow.mcp.tools import MCPTools
 from picoflow.messages import Message, with_outputs_marked
 from picoflow.models.base import Model
@@ -78,6 +81,7 @@ class FlowEngine:
         executor: TurnExecutor | None = None,
         approval_lease: float = 300.0,
         clock: Callable[[], float] = time.time,
+        staff_visibility: str = STAFF_VISIBILITY,
     ) -> None:
         """
         Args:
@@ -104,7 +108,10 @@ class FlowEngine:
             approval_lease: Seconds a process that took up an approved call has to finish its
                 turn; meanwhile a new message is refused (``ApprovalPending``), afterwards it
                 answers the call as of unknown result (it is never run again).
-            clock: The time approvals are asked, expire and are decided by (``time.time``).
+            clock: The time approvals are asked, expire and are decided by, and handoffs are
+                made and taken at (``time.time``).
+            staff_visibility: The visibility (``Caller.visibilities``) a caller needs to see the
+                queue of handoffs, take one, reply as staff and hand back (``"staff"``).
         """
         self.store: SessionStore = store if store is not None else MemoryStore()
         self.deps = deps
@@ -118,6 +125,9 @@ class FlowEngine:
             raise ValueError("approval_lease must be a number of seconds, 0 or more")
         self.approval_lease = float(approval_lease)
         self.clock = clock
+        if not (isinstance(staff_visibility, str) and staff_visibility.strip()):
+            raise ValueError("staff_visibility must be a non-empty string")
+        self.staff_visibility = staff_visibility
         self._tracing = TracingSetting(tracing, capture_content=trace_content)
         self._override: Model | ModelSelection | None = None
         if isinstance(model, Model):
@@ -130,6 +140,7 @@ class FlowEngine:
         self._models: dict[tuple[str, str], Model] = {}
         self.turns = SessionTurns(self)
         """How turns run against this engine's store, flows and models (what executors run them on)."""
+        self._desk = StaffDesk(self)
         self._background: set[asyncio.Future[TurnResult]] = set()
         self._mcp = MCPTools()
         self._mcp_lock: asyncio.Lock | None = None
@@ -467,6 +478,74 @@ class FlowEngine:
                 break
             offset += 100
         return found[:limit]
+
+    # --- handoffs -------------------------------------------------------------------------------
+
+    async def handoffs(
+        self, *, caller: Caller | None = None, flow: str | None = None, limit: int = 50
+    ) -> list[QueuedHandoff]:
+        """The staff queue: every session awaiting a human (a ``Handoff``), oldest first, each with
+        its summary and who took it. Raises ``HandoffNotAllowed`` (403) for a caller without the
+        ``staff_visibility``, ``InvalidInput`` for a limit outside 1..500."""
+        return await self._desk.queue(caller or Caller(), flow, limit)
+
+    async def take(
+        self, session_id: str, *, caller: Caller | None = None, force: bool = False
+    ) -> QueuedHandoff:
+        """Assign a session awaiting a human to the calling member of staff. Refused, nothing
+        changed: a caller without the staff visibility (``HandoffNotAllowed``, 403), an unknown
+        session (``HandoffNotFound``, 404), one not awaiting a human (``HandoffNotWaiting``, 409),
+        one another member of staff took, unless ``force`` (``HandoffTaken``, 409), or one changed
+        at the same moment by another process (``HandoffConflict``, 409)."""
+        check_session_id(session_id)
+        return await self._desk.take(session_id, caller or Caller(), force)
+
+    async def reply_as_staff(self, session_id: str, text: str, *, caller: Caller | None = None) -> Message:
+        """Write ``text`` to the user of a session the caller took: an assistant message of kind
+        ``staff`` with the caller as ``author``, in the transcript the user reads. Refused as
+        ``take`` is, and for a session nobody took (``HandoffNotTaken``) or another took
+        (``HandoffTaken``), or text that is empty, too long or not storable (``InvalidInput``)."""
+        check_session_id(session_id)
+        return await self._desk.reply(session_id, text, caller or Caller())
+
+    async def hand_back(
+        self,
+        session_id: str,
+        step: str | None = None,
+        *,
+        caller: Caller | None = None,
+        note: str | None = None,
+    ) -> SessionInfo:
+        """Give a session the caller took back to the flow: status ``running``, in ``step`` (by
+        default the one it was handed off from); the user's next message is answered by the model
+        again. ``note`` is told to that step's model (never shown to the user). Refused as
+        ``reply_as_staff`` is, and for a step the flow has not, or one that ends or hands off
+        (``InvalidInput``)."""
+        check_session_id(session_id)
+        return await self._desk.hand_back(session_id, step, caller or Caller(), note)
+
+    async def messages(
+        self, session_id: str, *, after: int = -1, caller: Caller | None = None
+    ) -> tuple[Session, list[Message]] | None:
+        """The session and the messages of it the user saw (``Message.is_shown``) after ``after``
+        (a ``seq``), in order: what a page polls for staff replies. Its owner reads them, and staff
+        while it awaits a human; None for anyone else, or an unknown session."""
+        check_session_id(session_id)
+        if not -1 <= after <= MAX_OFFSET:
+            raise InvalidInput(f"after must be between -1 and {MAX_OFFSET}", field="after")
+        caller = caller or Caller()
+        async with store_call("loading session", session_id):
+            session = await self.store.load(session_id)
+        if session is None or not may_read(session, caller, self.staff_visibility):
+            return None
+        async with store_call("reading a transcript", session_id):
+            stored = await self.store.transcript(session_id)
+        shown = [m for m in with_outputs_marked(stored) if m.seq > after and m.is_shown]
+        return session, shown
+
+    def session_lock(self, session_id: str) -> AbstractAsyncContextManager[None]:
+        """Hold this process's lock of ``session_id``: no turn of it runs here meanwhile."""
+        return self.turns.session_lock(session_id)
 
     # --- sessions -------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ with a ``kind``:
 * ``approval_requested`` (``step``, ``tool``, ``args``) and ``approval_decided`` (``tool``,
   ``args``, ``decision``: approved, denied, expired, withdrawn; ``by``);
 * ``pattern`` (``step``, ``name``, ``detail``): a repair pattern took over (``picoflow.repairs``);
+* ``handoff`` (``step``, ``reason``): the conversation was handed to a person (``Handoff``);
 * ``said`` (``text``): the turn's reply, last.
 
 Events of a sub-step run carry ``parent`` (the call or step that ran it).
@@ -25,6 +26,7 @@ case::
       - field_dropped: {check_in: written_dates}
       - tool: {name: search_hotels, args: {city: Paris}, ok: true}
       - approval_requested: book_room
+      - handoff: {reason: {$regex: "(?i)refund"}}
       - said: "(?i)which hotel"
     events_any_order: [...]       # each must happen, in any order
     no_events:                    # none may happen
@@ -45,6 +47,7 @@ from typing import Any
 from picoflow.events import (
     ApprovalDecided,
     ApprovalRequested,
+    HandedOff,
     PatternFired,
     ReadingJudged,
     StepEntered,
@@ -113,6 +116,7 @@ EVENT_KINDS: dict[str, _Shorten] = {
     "tool": _named("name"),
     "approval_requested": _named("tool"),
     "approval_decided": _named("tool"),
+    "handoff": _named("reason"),
     "said": _said,
     "pattern": _named("name"),
 }
@@ -207,6 +211,8 @@ class EventLog:
             }
         elif isinstance(event, PatternFired):
             yield {"kind": "pattern", "step": event.step, "name": event.pattern, "detail": event.detail}
+        elif isinstance(event, HandedOff):
+            yield {"kind": "handoff", "step": event.step, "reason": event.reason}
         elif isinstance(event, TextChunk):
             return  # the reply is one ``said`` record at the end
 

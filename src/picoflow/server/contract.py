@@ -104,6 +104,7 @@ SESSION_LINKS: dict[str, tuple[str, str]] = {
     "AddTurn": ("post", "/v1/sessions/{session_id}/turns"),
     "ListAttachments": ("get", "/v1/sessions/{session_id}/attachments"),
     "ListApprovals": ("get", "/v1/sessions/{session_id}/approvals"),
+    "SessionMessages": ("get", "/v1/sessions/{session_id}/messages"),
     "SessionDiagram": ("get", "/v1/sessions/{session_id}/diagram.svg"),
 }
 """The routes a created session's id leads to (OpenAPI links of ``POST /v1/flows/{flow}/sessions``)."""
@@ -337,6 +338,9 @@ def _limits(document: dict[str, Any], state: ServerState, flows: list[str]) -> N
             }
             properties["message"] = {**described, "type": "string", **rules}
             model["required"] = sorted({*model.get("required", []), "message"})
+    staff_text = schemas.get("StaffMessageRequest", {}).get("properties", {}).get("text")
+    if staff_text is not None:
+        staff_text.update(rules)
     attachments = schemas.get("TurnRequest", {}).get("properties", {}).get("attachments")
     if attachments is not None:
         attachments["maxItems"] = files

@@ -20,7 +20,7 @@ from picoflow.diagram import flow_mermaid, flow_svg
 from picoflow.engine import MAX_OFFSET
 from picoflow.exceptions import FlowNotFound
 from picoflow.flow import FlowSpec
-from picoflow.server import approvals, compat
+from picoflow.server import approvals, compat, handoffs
 from picoflow.server.errors import ApiError, engine_call, not_found
 from picoflow.server.readiness import ReadyResponse
 from picoflow.server.schemas import (
@@ -172,6 +172,17 @@ DECISION_RESPONSES: dict[int | str, dict[str, Any]] = {
         "or another decision or turn came first",
     },
 }
+HANDOFFS: list[str | Enum] = ["handoffs"]
+HANDOFF_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **ERRORS,
+    403: {"model": ErrorBody, "description": "The caller lacks the staff visibility"},
+    404: {"model": ErrorBody, "description": "No such session"},
+    409: {
+        "model": ErrorBody,
+        "description": "The session is not awaiting a human, another member of staff took it, nobody "
+        "took it yet, or another request changed it at the same moment",
+    },
+}
 READY_RESPONSES: dict[int | str, dict[str, Any]] = {
     503: {
         "model": ReadyResponse,
@@ -244,6 +255,12 @@ def install(app: FastAPI) -> None:
         response_model=TurnResponse,
         responses=DECISION_RESPONSES,
     )
+    api("/v1/sessions/{session_id}/messages", handoffs.session_messages, methods=["GET"], **sessions)
+    staff: dict[str, Any] = {"tags": HANDOFFS, "responses": HANDOFF_RESPONSES}
+    api("/v1/handoffs", handoffs.list_handoffs, methods=["GET"], **staff)
+    api("/v1/handoffs/{session_id}/take", handoffs.take, methods=["POST"], **staff)
+    api("/v1/handoffs/{session_id}/messages", handoffs.reply, methods=["POST"], status_code=201, **staff)
+    api("/v1/handoffs/{session_id}/return", handoffs.hand_back, methods=["POST"], **staff)
     api(
         "/v1/sessions/{session_id}/diagram.svg",
         session_diagram,

@@ -18,6 +18,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 from picoflow.approvals import Approval
 from picoflow.attachments import Attachment, AttachmentRef
 from picoflow.flow import FlowSpec
+from picoflow.handoffs import QueuedHandoff
 from picoflow.messages import Message
 from picoflow.results import TurnResult
 from picoflow.server.auth import Identity
@@ -39,15 +40,20 @@ __all__ = [
     "ErrorDetail",
     "FieldProblem",
     "FlowOut",
+    "HandBackRequest",
+    "HandoffOut",
     "HealthResponse",
     "MessageOut",
+    "MessagesOut",
     "PendingApprovalOut",
     "RunRequest",
     "RunResponse",
     "ServerSettings",
     "SessionOut",
     "SessionSummary",
+    "StaffMessageRequest",
     "StepOut",
+    "TakeRequest",
     "ToolCallOut",
     "TransitionOut",
     "TurnRequest",
@@ -338,6 +344,11 @@ class TurnResponse(BaseModel):
         default_factory=list,
         description="Calls that wait for a decision: the turn ended with them (``message`` says so).",
     )
+    awaiting_human: bool = Field(
+        False,
+        description="The conversation is with a person (handed off): the message went to staff, no model "
+        "was called; staff replies come through GET /v1/sessions/{session_id}/messages.",
+    )
 
     @classmethod
     def from_result(cls, result: TurnResult, flow: str, render: str | None) -> TurnResponse:
@@ -352,6 +363,7 @@ class TurnResponse(BaseModel):
             warnings=list(result.warnings),
             html=render_reply(result.message, result.content_type) if render == "html" else None,
             pending=[ApprovalOut.from_approval(approval) for approval in result.pending],
+            awaiting_human=result.awaiting_human,
         )
 
 
@@ -370,8 +382,9 @@ class MessageOut(BaseModel):
         None,
         description=(
             "Why the message is not a plain exchange between the user and the model: direct, crossing, "
-            "forwarded, correction, nudge, summary, or output (the model's structured answer, which "
-            "code read; never sent to the user)."
+            "forwarded, correction, nudge, summary, output (the model's structured answer, which "
+            "code read; never sent to the user), or staff (a person wrote it while the conversation "
+            "was handed off)."
         ),
     )
     shown: bool = Field(
@@ -390,6 +403,9 @@ class MessageOut(BaseModel):
     """Set on the messages of a sub-step run (``run_step``): which run, such as ``"Hotels@4"``."""
     attachments: list[AttachmentOut] = Field(default_factory=list)
     html: str | None = None
+    author: str | None = Field(
+        None, description="For a message of kind staff: the member of staff who wrote it."
+    )
 
     @classmethod
     def from_message(cls, message: Message, render: str | None, session_id: str = "") -> MessageOut:
@@ -416,6 +432,7 @@ class MessageOut(BaseModel):
             within=message.within,
             attachments=[AttachmentOut.from_ref(ref, session_id) for ref in message.attachments],
             html=render_reply(message.content) if rendered else None,
+            author=message.author,
         )
 
 
@@ -537,3 +554,72 @@ class FlowOut(BaseModel):
             sub_steps=[TransitionOut(source=t.source, target=t.target, via=t.via) for t in spec.sub_steps],
             diagram=f"/v1/flows/{spec.name}/diagram.svg",
         )
+
+
+# --- handoffs ---------------------------------------------------------------------------------------------
+
+
+class HandoffOut(BaseModel):
+    """A session awaiting a human, as the staff queue shows it."""
+
+    session_id: str
+    flow: str
+    step: str = Field(description="The step the user was in when the conversation was handed off.")
+    reason: str | None = Field(description="Why, as the flow's code said it.")
+    summary: str = Field(description="What to read first, written by the flow's code (never by a model).")
+    since: float = Field(description="Unix time the session started waiting.")
+    taken_by: str | None = Field(description="The member of staff who took it (none: nobody yet).")
+    principal: str | None = Field(description="The user the session belongs to.")
+
+    @classmethod
+    def from_queued(cls, item: QueuedHandoff) -> HandoffOut:
+        return cls(
+            session_id=item.session_id,
+            flow=item.flow,
+            step=item.step,
+            reason=item.reason,
+            summary=item.summary,
+            since=item.since,
+            taken_by=item.taken_by,
+            principal=item.principal,
+        )
+
+
+class TakeRequest(BaseModel):
+    """Take a session awaiting a human (the body is optional)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    force: bool = Field(False, description="Take it over from the member of staff who took it.")
+
+
+class StaffMessageRequest(BaseModel):
+    """A message written by the member of staff who took the session."""
+
+    model_config = ConfigDict(
+        extra="forbid", strict=True, json_schema_extra={"examples": [{"text": "Hi, I'm Ana. Let me look."}]}
+    )
+
+    text: str = Field(description="What the user reads, as sent by the caller.")
+
+
+class HandBackRequest(BaseModel):
+    """Give the conversation back to the flow."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    step: str | None = Field(
+        None, description="The step it goes on in (by default the one it was handed off from)."
+    )
+    note: str | None = Field(
+        None, description="Told to that step's model with the user's next message (never shown to the user)."
+    )
+
+
+class MessagesOut(BaseModel):
+    """The messages the user saw after a point of the conversation, and where it stands."""
+
+    session_id: str
+    status: str
+    step: str
+    messages: list[MessageOut] = Field(description="Oldest first; each one the user saw (``shown``).")

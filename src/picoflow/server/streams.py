@@ -5,7 +5,8 @@ Events: ``status`` (the embedded model is still loading: ``{"status": "loading",
 "message": ...}``, the same body as ``GET /readyz``), ``step``, ``tool_call``, ``tool_result``,
 ``text`` (when the provider streams; never a structured answer's), ``approval_requested`` and
 ``approval_decided`` (an ``ApprovalOut``), ``reading`` (a reading's verdicts: ``{"step": ...,
-"verdicts": [...]}``), then ``result`` (a ``TurnResponse``) or ``error``
+"verdicts": [...]}``), ``handoff`` (the conversation was handed to a person: ``{"step": ...,
+"reason": ...}``), then ``result`` (a ``TurnResponse``) or ``error``
 (``{"status": ..., "error": {...}}``). Every stream ends with a ``result`` or an ``error`` event.
 
 The stream opens once the engine has accepted the turn (its ``before_turn`` gate runs): what the
@@ -29,6 +30,7 @@ from picoflow.context import Caller
 from picoflow.events import (
     ApprovalDecided,
     ApprovalRequested,
+    HandedOff,
     PatternFired,
     ReadingJudged,
     StepEntered,
@@ -106,6 +108,8 @@ def _event(event: TurnEvent) -> bytes:
         return _sse("reading", {"step": event.step, "verdicts": [dict(v) for v in event.verdicts], **nested})
     if isinstance(event, PatternFired):
         return _sse("pattern", {"step": event.step, "pattern": event.pattern, "detail": event.detail})
+    if isinstance(event, HandedOff):  # the summary is for staff (GET /v1/handoffs), not the stream
+        return _sse("handoff", {"step": event.step, "reason": event.reason})
     raise TypeError(f"unknown turn event {type(event).__name__}")
 
 

@@ -21,6 +21,7 @@ from picoflow.context import Caller
 from picoflow.events import (
     ApprovalDecided,
     ApprovalRequested,
+    HandedOff,
     PatternFired,
     ReadingJudged,
     StepEntered,
@@ -222,6 +223,7 @@ class EncodedEvent(BaseModel):
         "approval_decided",
         "reading",
         "pattern",
+        "handoff",
     ]
     step: str
     parent: str | None = None
@@ -233,6 +235,7 @@ class EncodedEvent(BaseModel):
     content: str = ""
     is_error: bool = False
     verdicts: list[dict[str, Any]] = Field(default_factory=list)
+    reason: str | None = None
 
 
 def encode_event(event: TurnEvent) -> EncodedEvent:
@@ -262,6 +265,8 @@ def encode_event(event: TurnEvent) -> EncodedEvent:
         return EncodedEvent(kind="reading", step=event.step, verdicts=verdicts, parent=event.parent)
     if isinstance(event, PatternFired):
         return EncodedEvent(kind="pattern", step=event.step, name=event.pattern, content=event.detail or "")
+    if isinstance(event, HandedOff):
+        return EncodedEvent(kind="handoff", step=event.step, reason=event.reason, content=event.summary)
     return EncodedEvent(kind="text", step=event.step, content=event.text, parent=event.parent)
 
 
@@ -281,6 +286,8 @@ def decode_event(encoded: EncodedEvent) -> TurnEvent:
         return ReadingJudged(e.step, tuple(e.verdicts), e.parent)
     if e.kind == "pattern":
         return PatternFired(e.step, e.name, e.content or None)
+    if e.kind == "handoff":
+        return HandedOff(e.step, e.reason, e.content)
     return TextChunk(e.step, e.content, e.parent)
 
 
@@ -312,6 +319,7 @@ class _Result(BaseModel):
     flow: str | None = None
     pending: list[Approval] = Field(default_factory=list)
     """The approvals the turn ends waiting for."""
+    awaiting_human: bool = False
     events: list[EncodedEvent] = Field(default_factory=list)
     """Every event of the turn, in order (when the client asked for them)."""
 
@@ -335,6 +343,7 @@ def encode_result(result: TurnResult, events: list[EncodedEvent] | None = None) 
         warnings=list(result.warnings),
         flow=result.flow,
         pending=list(result.pending),
+        awaiting_human=result.awaiting_human,
         events=events or [],
     ).model_dump_json()
 
@@ -361,6 +370,7 @@ def decode_output(data: str) -> tuple[TurnResult, list[TurnEvent]]:
         tuple(r.warnings),
         r.flow,
         tuple(r.pending),
+        r.awaiting_human,
     )
     return result, [decode_event(e) for e in r.events]
 

@@ -13,6 +13,7 @@ from picoflow._run.observers import EventStream, TurnObserver
 from picoflow.events import (
     ApprovalDecided,
     ApprovalRequested,
+    HandedOff,
     StepEntered,
     TextChunk,
     ToolCalled,
@@ -130,3 +131,5 @@ class Delivery:
             target.approval_requested(event.step, event.approval)
         elif isinstance(event, ApprovalDecided):
             target.approval_decided(event.approval)
+        elif isinstance(event, HandedOff):
+            target.handed_off(event.step, event.reason, event.summary)

@@ -20,7 +20,8 @@ How picoflow maps onto it:
   writes it when the step's text is the reply, not a value it reads; else the whole reply at once);
   a ``STATE_SNAPSHOT`` of the session's public state; ``RUN_FINISHED``, or ``RUN_ERROR`` for a turn
   that failed once started. ``CUSTOM`` events: ``picoflow.load_status`` while the models load,
-  ``picoflow.approval_decided`` for each decision.
+  ``picoflow.approval_decided`` for each decision, ``picoflow.handoff`` (step, reason) when the
+  conversation is handed to a person.
 * **approval <-> interrupt.** A turn that ends with calls waiting for approval ends the run with
   the interrupt outcome, one interrupt per approval (its id is the approval's; what will run is in
   its ``metadata``). The next run's ``resume`` entries decide them through ``engine.decide``
@@ -54,6 +55,7 @@ from picoflow.approvals import Approval
 from picoflow.events import (
     ApprovalDecided,
     ApprovalRequested,
+    HandedOff,
     StepEntered,
     TextChunk,
     ToolCalled,
@@ -361,6 +363,9 @@ class _Writer:
             # result is the run's, whatever entries follow (they answer nothing).
             if last or result.error is not None or not result.pending:
                 self._finished(result, events)
+        elif isinstance(item, HandedOff):
+            value = {"step": item.step, "reason": item.reason}
+            events.append(_event(CUSTOM, name="picoflow.handoff", value=value))
         elif isinstance(item, LoadStatus):
             events.append(_event(CUSTOM, name="picoflow.load_status", value=item.as_dict()))
         elif isinstance(item, Beat):
@@ -419,7 +424,15 @@ class _Writer:
 
     def _state(self, result: TurnResult) -> dict[str, Any]:
         """The session's public state: where the conversation is, never what its steps keep."""
-        status = "completed" if result.completed else "awaiting_approval" if result.pending else "running"
+        status = (
+            "completed"
+            if result.completed
+            else "awaiting_approval"
+            if result.pending
+            else "awaiting_human"
+            if result.awaiting_human
+            else "running"
+        )
         return {
             "sessionId": self._session_id,
             "flow": result.flow,

@@ -17,13 +17,18 @@ const els = {
   restart: $("restart"), auth: $("auth"), apiKey: $("api-key"), diagram: $("diagram"),
   modelStatus: $("model-status"), modelStatusText: $("model-status-text"), modelProgress: $("model-progress"),
   step: $("current-step"), status: $("session-status"), turns: $("turns"), sessionId: $("session-id"),
+  withStaff: $("with-staff"), staff: $("staff"), staffEmpty: $("staff-empty"), queue: $("handoff-queue"),
   usage: {
     input: $("usage-input"), cached: $("usage-cached"), output: $("usage-output"), total: $("usage-total"),
     calls: $("usage-calls"), tools: $("usage-tools"),
   },
 };
-const state = { flows: [], flow: null, sessionId: null, busy: false, completed: false };
-const OPEN_STATUSES = ["running", "awaiting_approval"];
+const state = {
+  flows: [], flow: null, sessionId: null, busy: false, completed: false,
+  // While a person has the conversation: the last message seq read, and the staff replies shown.
+  after: -1, staffShown: new Set(), watching: null,
+};
+const OPEN_STATUSES = ["running", "awaiting_approval", "awaiting_human"];
 const picker = createPicker({
   button: els.attach, input: els.fileInput, chips: els.chips, dropZone: els.messages.closest("main"),
   dropHint: els.dropHint, textarea: els.input, limits: { ...DEFAULT_LIMITS, ...config.attachmentLimits },
@@ -113,6 +118,8 @@ function addMessage(role, { text = "", html = null, extraClass = "", files = [] 
 
 function clearMessages() {
   els.messages.replaceChildren();
+  state.after = -1;
+  state.staffShown.clear();
   shownFiles.release();
   clearApprovals();
 }
@@ -164,8 +171,12 @@ function showSession(session) {
   els.turns.textContent = session ? session.turns : 0;
   els.sessionId.textContent = session ? session.id : "–";
   showUsage(session && session.usage);
-  // A session waiting for an approval takes messages too (one withdraws what waits).
+  // A session waiting for an approval takes messages too (one withdraws what waits), and one
+  // waiting for a person takes them for staff.
   state.completed = Boolean(session && !OPEN_STATUSES.includes(session.status));
+  const withStaff = Boolean(session && session.status === "awaiting_human");
+  els.withStaff.hidden = !withStaff;
+  if (withStaff) watchStaffReplies();
   updateControls();
 }
 
@@ -364,6 +375,205 @@ async function decideApproval(approvalId, decision, reason) {
   await afterTurn();
 }
 
+// --- a person has the conversation -----------------------------------------------------------
+//
+// When the flow hands the conversation to a person, the user's messages go to staff and staff
+// replies come into the transcript, not as answers to the page's own requests: the page asks for
+// the messages after the last one it read (GET /v1/sessions/{id}/messages?after=SEQ), which works
+// whichever server process staff used, until the conversation is handed back.
+
+function addStaffMessage(message) {
+  state.staffShown.add(message.seq);
+  const bubble = addMessage("assistant", { text: message.content, extraClass: "staff" });
+  bubble.prepend(element("span", "staff-author", `${message.author || "Staff"} (staff)`));
+  return bubble;
+}
+
+async function watchStaffReplies() {
+  const sessionId = state.sessionId;
+  if (!sessionId || state.watching === sessionId) return;
+  state.watching = sessionId;
+  try {
+    while (state.sessionId === sessionId) {
+      const path = `/v1/sessions/${encodeURIComponent(sessionId)}/messages?after=${state.after}`;
+      let body = null;
+      try {
+        body = await api(path);
+      } catch (error) {
+        if (error.status === 404) return;
+      }
+      if (state.sessionId !== sessionId) return;
+      if (body) {
+        for (const message of body.messages) {
+          state.after = Math.max(state.after, message.seq);
+          if (message.kind === "staff" && !state.staffShown.has(message.seq)) addStaffMessage(message);
+        }
+        if (body.status !== "awaiting_human") {
+          await refreshSession(); // handed back: the model answers again
+          return;
+        }
+      }
+      await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+    }
+  } finally {
+    if (state.watching === sessionId) state.watching = null;
+  }
+}
+
+// --- the staff queue ----------------------------------------------------------------------------
+//
+// For a caller with the staff visibility (GET /v1/handoffs answers, not 403), a panel lists the
+// conversations waiting for a person with the summary the flow's code wrote; "Take" assigns one,
+// then its messages show, a reply box writes as staff, and "Hand back" returns it to the flow.
+
+const desks = new Map(); // session id -> { item, after }
+let me = null; // the principal the server knows this page's key as (learnt from a take)
+
+function createDesk(handoff) {
+  const item = element("li", "handoff");
+  item.dataset.sessionId = handoff.session_id;
+  const title = `Conversation ${handoff.session_id.slice(0, 8)}`;
+  item.setAttribute("aria-label", title);
+  const meta = element("p", "handoff-meta");
+  const summary = element("pre", "handoff-summary");
+  const take = element("button", "take", "Take");
+  take.type = "button";
+  take.addEventListener("click", () => takeHandoff(handoff.session_id));
+  const desk = element("div", "handoff-desk");
+  desk.hidden = true;
+  const log = element("ol", "handoff-messages");
+  log.setAttribute("aria-label", `${title}: messages`);
+  const form = element("form", "handoff-reply");
+  const text = element("textarea", "staff-text");
+  text.rows = 2;
+  text.setAttribute("aria-label", "Reply as staff");
+  const actions = element("div", "handoff-actions");
+  const send = element("button", "staff-send", "Send as staff");
+  send.type = "submit";
+  const back = element("button", "hand-back", "Hand back");
+  back.type = "button";
+  back.addEventListener("click", () => handBack(handoff.session_id));
+  actions.append(send, back);
+  form.append(text, actions);
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    replyAsStaff(handoff.session_id, text);
+  });
+  desk.append(log, form);
+  const error = element("p", "handoff-error");
+  error.setAttribute("role", "alert");
+  error.hidden = true;
+  item.append(meta, summary, take, desk, error);
+  els.queue.append(item);
+  const known = { item, after: -1 };
+  desks.set(handoff.session_id, known);
+  return known;
+}
+
+function showHandoff(handoff) {
+  const known = desks.get(handoff.session_id) || createDesk(handoff);
+  const { item } = known;
+  const taken = handoff.taken_by ? `taken by ${handoff.taken_by}` : "waiting";
+  item.querySelector(".handoff-meta").textContent = `${handoff.flow} · from ${handoff.step} · ${taken}`;
+  item.querySelector(".handoff-summary").textContent = handoff.summary;
+  const mine = me !== null && handoff.taken_by === me;
+  item.querySelector(".take").hidden = mine;
+  item.querySelector(".handoff-desk").hidden = !mine;
+  if (mine) readDesk(handoff.session_id);
+}
+
+function showDeskError(sessionId, message) {
+  const known = desks.get(sessionId);
+  if (!known) return;
+  const error = known.item.querySelector(".handoff-error");
+  error.textContent = message || "";
+  error.hidden = !message;
+}
+
+async function readDesk(sessionId) {
+  const known = desks.get(sessionId);
+  if (!known || known.reading) return;
+  known.reading = true;
+  try {
+    const body = await api(`/v1/sessions/${encodeURIComponent(sessionId)}/messages?after=${known.after}`);
+    const log = known.item.querySelector(".handoff-messages");
+    for (const message of body.messages) {
+      if (message.seq <= known.after) continue;
+      known.after = message.seq;
+      const who = message.role === "user" ? "User" : message.kind === "staff" ? `${message.author} (staff)` : "Assistant";
+      log.append(element("li", message.role === "user" ? "from-user" : "from-us", `${who}: ${message.content}`));
+    }
+  } catch (error) {
+    // Handed back or gone: the queue's next refresh removes it.
+  } finally {
+    known.reading = false;
+  }
+}
+
+async function refreshQueue() {
+  let queue;
+  try {
+    queue = await api("/v1/handoffs");
+  } catch (error) {
+    if (error.status === 403 || error.status === 401) {
+      els.staff.hidden = true;
+      return false;
+    }
+    return true; // the server is restarting: ask again
+  }
+  els.staff.hidden = false;
+  const present = new Set(queue.map((handoff) => handoff.session_id));
+  for (const [sessionId, known] of desks) {
+    if (!present.has(sessionId)) {
+      known.item.remove();
+      desks.delete(sessionId);
+    }
+  }
+  for (const handoff of queue) showHandoff(handoff);
+  els.staffEmpty.hidden = queue.length > 0;
+  return true;
+}
+
+async function watchQueue() {
+  if (await refreshQueue()) setTimeout(watchQueue, POLL_MS);
+}
+
+async function staffAction(sessionId, path, body) {
+  showDeskError(sessionId, "");
+  try {
+    return await api(path, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+  } catch (error) {
+    showDeskError(sessionId, error.message || "The request failed.");
+    return null;
+  }
+}
+
+async function takeHandoff(sessionId) {
+  const taken = await staffAction(sessionId, `/v1/handoffs/${encodeURIComponent(sessionId)}/take`, {});
+  if (!taken) return;
+  me = taken.taken_by;
+  showHandoff(taken);
+}
+
+async function replyAsStaff(sessionId, textarea) {
+  const text = textarea.value.trim();
+  if (!text) return;
+  const sent = await staffAction(sessionId, `/v1/handoffs/${encodeURIComponent(sessionId)}/messages`, { text });
+  if (!sent) return;
+  textarea.value = "";
+  await readDesk(sessionId);
+}
+
+async function handBack(sessionId) {
+  const back = await staffAction(sessionId, `/v1/handoffs/${encodeURIComponent(sessionId)}/return`, {});
+  if (!back) return;
+  await refreshQueue();
+}
+
 // --- the model loading ------------------------------------------------------------------------
 //
 // Until the server's model is loaded (downloaded, checked, read by llama.cpp), a line says how far
@@ -430,8 +640,10 @@ async function openFlow(name) {
       const session = await api(`/v1/sessions/${encodeURIComponent(state.sessionId)}?render=html`);
       const waiting = [...session.approvals];
       for (const message of session.transcript) {
+        state.after = Math.max(state.after, message.seq);
         if (visible(message)) {
           if (message.role === "user") addMessage("user", { text: message.content, files: message.attachments });
+          else if (message.kind === "staff") addStaffMessage(message);
           else addMessage("assistant", { html: message.html });
         }
         if (message.role === "assistant" && !message.within) placeApprovals(message, waiting);
@@ -583,7 +795,7 @@ async function showResult(result, kept) {
   remember(result.session_id);
   const waiting = result.pending && result.pending.length > 0;
   if (waiting) for (const approval of result.pending) showApproval(approval);
-  else addMessage("assistant", { html: result.html });
+  else if (!(result.awaiting_human && !result.message)) addMessage("assistant", { html: result.html });
   if (kept.length) await renderKept(kept, waiting);
 }
 
@@ -648,6 +860,7 @@ async function start() {
     || localStorage.getItem("picoflow.flow") || config.defaultFlow;
   await openFlow(wanted);
   document.body.dataset.ready = "true";
+  watchQueue();
 }
 
 if (config.authRequired && !sessionStorage.getItem("picoflow.apiKey")) els.auth.hidden = false;

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from picoflow.approvals import Approval
-from picoflow.events import ApprovalDecided, StepEntered, ToolCalled, ToolReturned, TurnEvent
+from picoflow.events import ApprovalDecided, HandedOff, StepEntered, ToolCalled, ToolReturned, TurnEvent
 from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnResult
 from picoflow.server.protocols.a2a._wire import (
@@ -162,6 +162,8 @@ def _progress(item: TurnEvent | LoadStatus) -> Wire | None:
             "status": approval.status,
             "decided_by": approval.decided_by,
         }
+    elif isinstance(item, HandedOff):
+        data = {"event": "handoff", "step": item.step, "reason": item.reason}
     else:  # the model's text (its reply comes whole) and approval requests (the final status shows them)
         return None
     if item.parent is not None:
