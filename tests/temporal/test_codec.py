@@ -10,9 +10,10 @@ from hypothesis import strategies as st
 
 from picoflow.approvals import Approval, Approvers
 from picoflow.context import Caller
+from picoflow.events import PatternFired
 from picoflow.exceptions import ModelMisbehaved, SessionConflict, StoreUnavailable, SubStepFailed, ToolFailure
 from picoflow.messages import Message, ModelRequest, ModelResponse, OutputSchema, ToolCall, ToolDefinition
-from picoflow.outcomes import Direct, Go, Stay, direct_to, go, stay
+from picoflow.outcomes import Direct, Go, Stay, direct_to, go, repair, stay
 from picoflow.outcomes import direct as direct_outcome
 from picoflow.results import TurnError, TurnResult
 from picoflow.temporal import _codec as codec
@@ -72,6 +73,16 @@ def test_every_outcome_comes_back_with_its_target_as_a_step_name() -> None:
     assert back[1] == outcomes[1] and isinstance(back[1], Stay)
     assert back[2] == outcomes[2] and isinstance(back[2], Direct)
     assert back[3] == outcomes[3]
+
+
+def test_a_repair_and_its_event_come_back_whole() -> None:
+    fired = repair("clarify", detail="which order", options=("#40004", "#40006")).with_state(tries=1)
+    assert codec.decode_outcome(codec.encode_outcome(fired)) == fired
+    event = PatternFired("Desk", "cancel", "confirmed")
+    assert codec.decode_event(codec.encode_event(event)) == event
+    assert codec.decode_event(codec.encode_event(PatternFired("Desk", "repeat"))) == PatternFired(
+        "Desk", "repeat"
+    )
 
 
 def test_errors_come_back_of_their_class() -> None:
