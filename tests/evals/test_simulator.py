@@ -155,7 +155,14 @@ async def test_the_turn_limit_and_a_user_who_finishes_early_fail_the_run(tmp_pat
     assert run.turns[-1].checks[-1].note == "the turn limit (3) was reached before done held"
     # finished: true with words: they are sent, then the conversation is over.
     leaving = FunctionModel(
-        Shopper({START: [answer("Two apples please")], "Added": [answer("No, bye.", finished=True)]})
+        Shopper(
+            {
+                START: [answer("Two apples please")],
+                "Added": [answer("No, bye.", finished=True)],
+                # asked something after a last message, a user with nothing more to say leaves
+                "What would you like?": [answer("", finished=True)],
+            }
+        )
     )
     early = await run_eval(
         scenarios(tmp_path, GOAL), [ShopFlow], model=FunctionModel(shop_assistant), user_model=leaving
@@ -167,6 +174,26 @@ async def test_the_turn_limit_and_a_user_who_finishes_early_fail_the_run(tmp_pat
         "the simulated user finished after turn 2, but done did not hold: completed is false "
         "(done: true); state Paid.items is absent (done: 1)"
     )
+
+
+async def test_a_user_who_says_finished_while_asked_a_question_goes_on(tmp_path: Path) -> None:
+    """A small model calls its message the last too soon: while the flow still asks something
+    ("What would you like?"), the simulated user is not taken at its word."""
+    hasty = FunctionModel(
+        Shopper(
+            {
+                START: [answer("Hi there", finished=True)],
+                "What would you like?": [answer("Two apples please")],
+                "Added": [answer("I want to pay now", finished=True)],
+            }
+        )
+    )
+    played = await run_eval(
+        scenarios(tmp_path, GOAL), [ShopFlow], model=FunctionModel(shop_assistant), user_model=hasty
+    )
+    [run] = played.scenarios[0].runs
+    assert [t.user for t in run.turns] == ["Hi there", "Two apples please", "I want to pay now"]
+    assert run.passed and run.turns[-1].checks[-1].note == "done held after turn 3"
 
 
 async def test_a_judge_question_is_asked_once_at_the_end(tmp_path: Path) -> None:

@@ -471,7 +471,7 @@ async def _play_goal(
                 ending = Ending(index, f"done held after turn {index}", False)
             elif seen.completed:
                 ending = _incomplete(goal.done, index, missing, "the flow ended the conversation")
-            elif last:
+            elif last and not asks(result.message):
                 ending = _incomplete(goal.done, index, missing, "the simulated user finished")
             elif index == goal.max_turns:
                 ending = Ending(index, f"the turn limit ({index}) was reached before done held", True)
@@ -489,6 +489,16 @@ async def _play_goal(
             if on_turn is not None:
                 on_turn(scenario, number, record)
     return RunRecord(number, session_id, tuple(records), tuple(transcript))
+
+
+QUESTION_MARKS = frozenset("?？¿؟⸮")
+"""Question marks of the world's scripts (Latin, full-width, Spanish opening, Arabic)."""
+
+
+def asks(reply: str) -> bool:
+    """Whether the flow's reply asks the user something: then a simulated user who calls their
+    message the last is not taken at its word (a small model says so too soon), and goes on."""
+    return any(mark in reply for mark in QUESTION_MARKS)
 
 
 async def _simulated(
