@@ -307,7 +307,7 @@ async def test_an_order_over_100_dollars_needs_staff(orders_db: OrdersDatabase) 
         orders_db,
     )
     two = await chat.say("refund 40004 and 40006")
-    assert two.message == "One refund at a time: which order first, #40004 or #40006?"
+    assert two.message == "Which one do you mean? 1. #40004 2. #40006"
     await chat.say("what about 40006?")
     asked = await chat.say("refund it please")
     [approval] = asked.pending
@@ -420,6 +420,30 @@ async def test_readings_the_customers_words_do_not_bear_out_are_dropped(orders_d
     ]
     assert orders_db.refund_count(40007) == 0
     assert (await session_of(chat)).states["Support"] == {"shown": [40006]}
+
+
+@pytest.mark.parametrize(
+    ("answer", "question"),
+    [("Order number: 40004", "Where is order 40006?"), ("Pedido 40004", "¿Dónde está el pedido 40006?")],
+)
+async def test_an_order_number_alone_answers_which_order_to_refund(
+    orders_db: OrdersDatabase, answer: str, question: str
+) -> None:
+    asking = chat_with([reading(action="refund"), reading([40006], "order")], orders_db)
+    results = await asking.say_all(["I want a refund", question])
+    # A question of its own is a lookup, not the refund's answer.
+    assert [result.message for result in results] == [
+        ASK_WHICH_REFUND,
+        "Order #40006: shipped, $156.00, placed 2026-11-08.",
+    ]
+    answering = chat_with(
+        [reading(action="refund"), reading([40004], "order"), ToolCall("refund", {"order_id": 40004})],
+        orders_db,
+    )
+    results = await answering.say_all(["I want a refund", answer])
+    # The number alone answers the question asked: the refund of that order waits for a decision.
+    assert results[1].step == "Refund" and [a.args for a in results[1].pending] == [{"order_id": 40004}]
+    assert orders_db.refund_count(40004) == 0  # waiting for the customer's decision
 
 
 class FlakyStore(MemoryStore):

@@ -213,9 +213,10 @@ def test_the_command_records_and_replays(tmp_path: Path, monkeypatch: pytest.Mon
 # embedded model playing both the customer and the flow:
 #   picoflow eval src/picoflow_demos/scenarios/orders-goals.yaml --category refund-within-threshold \
 #     --model local --user-model local --record tests/evals/recordings/orders-goal-refund-step-by-step.json
-# The small model gave the order number in a message of its own and called it its last; the flow
-# read that message alone as a question about the order, not a refund, so the goal failed: a finding
-# the replay keeps, offline and the same every time.
+# The small model gave the order number in a message of its own; the flow takes a number alone as
+# the answer to the question it asked ("Which order shall I refund?"), and the refund waits for the
+# customer's decision: the goal held, a run the replay keeps, offline and the same every time.
+# (Recorded first before that rule, the same run failed: the number was read as a lookup.)
 
 EMBEDDED_TRANSCRIPT = (
     {
@@ -233,8 +234,9 @@ EMBEDDED_TRANSCRIPT = (
     {
         "role": "assistant",
         "turn": 2,
-        "step": "Support",
-        "text": "Order #40004: shipped, $89.00, placed 2026-10-11.",
+        "step": "Refund",
+        "text": "Waiting for approval: Refund order #40004 (placed 2026-10-11, $89.00) in full to the "
+        "original payment method (the customer must approve)",
     },
 )
 
@@ -255,20 +257,18 @@ async def test_the_embedded_models_recording_replays_the_whole_run() -> None:
         assert run.transcript == EMBEDDED_TRANSCRIPT
         assert [(t.step, t.completed, t.error, t.usage.model_calls) for t in run.turns] == [
             ("Support", False, None, 1),
-            ("Support", False, None, 1),
+            ("Refund", False, None, 2),
         ]
         assert run.turns[1].answers == (
             'Support: {"orders": [40004], "status": "any", "since": null, "until": null, "action": "order"}',
+            'Refund: refund({"order_id": 40004})',
         )
         [goal] = run.turns[1].checks
-        assert (goal.name, goal.status, goal.note) == (
-            "goal",
-            "failed",
-            "the simulated user finished after turn 2, but done did not hold: the step is Support (done: "
-            "Refund); state Refund.order_id is absent (done: 40004); state Refund.total_cents is absent "
-            "(done: 8900)",
-        )
-        assert states == {"Support": {"shown": [40004]}}
+        assert (goal.name, goal.status, goal.note) == ("goal", "passed", "done held after turn 2")
+        assert states == {
+            "Support": {},
+            "Refund": {"order_id": 40004, "total_cents": 8900, "placed": "2026-10-11"},
+        }
 
 
 async def test_a_changed_prompt_is_reported_at_the_first_turn_it_changes(

@@ -28,6 +28,7 @@ from picoflow import (
     Approval,
     Direct,
     Flow,
+    Handoff,
     Outcome,
     Prompt,
     Reject,
@@ -38,6 +39,7 @@ from picoflow import (
     direct,
     direct_to,
     go,
+    repair,
     since_last_user,
     tool,
 )
@@ -102,6 +104,15 @@ STATUS = Said(options={
     "refunded": ("refund", "refunds", "reimbursed", "money back", "erstattet", "rückerstattet",
                  "remboursé", "remboursée", "remboursées", "remboursés"),
 })  # fmt: skip
+# What only a person can settle: a damaged or wrong item, a dispute, or a customer asking for one.
+# The words are checked like a goodbye's: a reading of "person" the message does not bear out is
+# no request for a person.
+ASKS_FOR_PERSON = Said(options={"person": (
+    "a person", "a human", "an agent", "real person", "someone", "staff", "damaged", "broken",
+    "defective", "wrong item", "dispute", "complaint", "chargeback", "mensch", "mitarbeiter",
+    "beschädigt", "kaputt", "une personne", "un conseiller", "endommagé", "cassé", "una persona",
+    "un agente", "dañado", "roto",
+)})  # fmt: skip
 # Which end of a range a lone date is: "until September 30" read as a start is an end.
 SINCE = Said(words=("since", "from", "after", "starting", "beginning", "seit", "ab", "depuis", "desde"))
 UNTIL = Said(words=("until", "till", "til", "before", "through", "up to", "ending", "bis", "jusqu", "hasta"))
@@ -130,9 +141,13 @@ class CustomerRequest(BaseModel):
     until: Annotated[Day | None, UNTIL] = Field(
         description="Last day of the dates the customer gives; null when none"
     )
-    action: Annotated[Literal["order", "search", "refund", "goodbye", "other"], SAYS_GOODBYE] = Field(
+    action: Annotated[
+        Literal["order", "search", "refund", "goodbye", "person", "other"], SAYS_GOODBYE, ASKS_FOR_PERSON
+    ] = Field(
         description="order: about orders they give by number; search: their orders by date or status; "
-        "refund: refund an order; goodbye: the customer ends the conversation; other: anything else"
+        "refund: refund an order; goodbye: the customer ends the conversation; person: they want a "
+        "person, or have a problem only a person can settle (a damaged item, a dispute); other: "
+        "anything else"
     )
 
 
@@ -171,6 +186,11 @@ def borne_out(request: CustomerRequest, said: str) -> CustomerRequest:
     return request.model_copy(
         update={"orders": orders, "status": status, "action": action, "since": since, "until": until}
     )
+
+
+def asks(said: str) -> bool:
+    """Whether the customer's message asks a question of its own (a question mark of any script)."""
+    return any(mark in said for mark in "?？¿؟")
 
 
 def last_such_day(day: Day, current: date) -> date | None:
@@ -246,11 +266,18 @@ class Support(Step):
         self.erase_memory()
         # Set by Refund when this very message withdrew the refund that waited for a decision.
         withdrawn = self.state.pop("withdrawn", None)
+        # The question this step asked last, if any: an order number alone answers it.
+        asked = self.state.pop("asked", None)
         # Only what the customer's own words bear out is acted on: a number, status or date the
         # model read but the customer never wrote is its invention.
         request = borne_out(request, said)
+        if asked == "refund" and request.orders and request.action in ("order", "other") and not asks(said):
+            # "Order number: 40004" answers "which order shall I refund?"; "Where is 40004?" asks anew.
+            request = request.model_copy(update={"action": "refund"})
         if request.action == "goodbye":
             return direct_to(OrdersGoodbye, FAREWELL)
+        if request.action == "person":  # a damaged item, a dispute: staff settle it, not this step
+            return repair("handoff", detail="the customer asked for a person")
         order_ids = request.orders
         status = None if request.status == "any" else request.status
         days = [day for day in (request.since, request.until) if day is not None]
@@ -310,10 +337,12 @@ class Support(Step):
         shown = list(self.state.get("shown") or [])
         if not order_ids and len(shown) == 1:
             order_ids = shown  # "refund it" right after one order was shown
-        if len(order_ids) > 1:
-            listed = " or ".join(f"#{order_id}" for order_id in order_ids)
-            return direct(f"One refund at a time: which order first, {listed}?")
+        if len(order_ids) > 1:  # one refund at a time: which first is the customer's choice
+            return repair(
+                "clarify", detail="which order to refund first", options=tuple(f"#{n}" for n in order_ids)
+            )
         if not order_ids:
+            self.state["asked"] = "refund"
             return direct(ASK_WHICH_REFUND)
         order = await asyncio.to_thread(database_for(self.context).get, customer, order_ids[0])
         if order is None:
@@ -418,8 +447,17 @@ class OrdersGoodbye(TerminateStep):
     memory = "orders-goodbye"
 
 
+class OrdersStaff(Handoff):
+    """A member of staff takes the conversation over (``FlowEngine.take``, ``picoflow handoffs``)."""
+
+    reply = (
+        "I'm passing this to our support team with what you told me: a person will reply here. "
+        "You can keep writing; they will read it."
+    )
+
+
 class OrdersFlow(Flow):
     """Customer support over the orders database: search orders, and refund what a person approves."""
 
     name = "orders"
-    steps = [Support, Refund, OrdersGoodbye]
+    steps = [Support, Refund, OrdersGoodbye, OrdersStaff]
