@@ -19,6 +19,7 @@ from picoflow import (
     Flow,
     Outcome,
     Prompt,
+    Repairs,
     SlotStep,
     Step,
     SubStepFailed,
@@ -42,7 +43,7 @@ from picoflow_demos.travel.research import (
     Weather,
 )
 from picoflow_demos.travel.tables import plan_reply, weather_text
-from picoflow_demos.travel.trip import Trip, TripDetails, long_date, today
+from picoflow_demos.travel.trip import CONFIRM, Trip, TripDetails, long_date, today
 
 PLANNER = Prompt.file("planner.md")
 
@@ -71,12 +72,25 @@ class Planner(SlotStep):
     ]
     # A goodbye ends the conversation whatever question is pending.
     goodbye = "goodbye"
+    # Cancel, repeat, skip and out of scope are the repair patterns' (picoflow.repairs).
+    repairs_from = "repair"
+    accept = CONFIRM
     # A city without listings or dates that cannot be planned are what the traveller said, read
     # right: asking the model again would cost a call and change nothing. They are told at once.
     max_corrections = 0
 
     def prompt(self) -> str:
         return PLANNER.render(today=f"{today():%A} {today().isoformat()}")
+
+    def given(self) -> Sequence[str]:
+        """What a cancel would throw away, as the traveller said it."""
+        values = self.form.values(self.slots)
+        said = [values.city or ""]
+        said += [long_date(day) for day in (values.check_in, values.check_out) if day is not None]
+        if values.max_price is not None:
+            said.append(f"up to ${values.max_price:,.0f} a night")
+        said += list(values.interests or ())
+        return [part for part in said if part]
 
     def acknowledge(self, values: TripDetails, accepted: Sequence[str]) -> str:
         return values.noted() if accepted else ""
@@ -182,3 +196,5 @@ class TravelFlow(Flow):
 
     name = "travel"
     steps = [Planner, Hotels, Events, Weather, Itinerary, TravelGoodbye]
+    # No one to hand over to: a required question declined is asked again.
+    repairs = Repairs(on_required_skip="ask_again")

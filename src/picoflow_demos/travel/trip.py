@@ -59,8 +59,24 @@ INTEREST_WORDS = Said(
 # reads "hello" as a goodbye (the embedded one did) quotes none of them.
 Goodbye = Annotated[
     Literal["goodbye"],
-    Said(options={"goodbye": (*FAREWELL_WORDS, "stop", "cancel", "finished")}),
+    Said(options={"goodbye": (*FAREWELL_WORDS, "stop", "finished")}),
 ]
+# What the traveller asks of the conversation itself (picoflow.repairs): to drop the plan and start
+# over, to hear the last message again, to leave a question unanswered, or something this planner
+# does not do (no words can list those: the reading alone says it, and only of a message that gives
+# nothing else).
+Repair = Annotated[
+    Literal["cancel", "repeat", "skip", "out_of_scope"],
+    Said(
+        options={
+            "cancel": ("cancel", "start over", "start again", "forget it", "never mind", "scrap that"),
+            "repeat": ("say that again", "repeat that", "come again", "sorry what"),
+            "skip": ("rather not say", "prefer not to say", "skip"),
+        }
+    ),
+]
+#: A yes or a no to what the planner asked (a cancel to confirm).
+CONFIRM = Said(yes=("yes", "yeah", "sure", "ok", "okay", "please do"), no=("no", "nope", "keep"))
 
 
 class TripDetails(BaseModel):
@@ -78,6 +94,11 @@ class TripDetails(BaseModel):
         None, max_length=len(INTERESTS), description="What they enjoy (jazz is music, hiking is outdoors)"
     )
     goodbye: Goodbye | None = Field(None, description="goodbye when they say goodbye or want to stop")
+    repair: Repair | None = Field(
+        None,
+        description="cancel to drop the plan and start over, repeat to hear the last message again, "
+        "skip to leave the question unanswered, out_of_scope for a request other than a trip plan",
+    )
 
     @field_validator("city")
     @classmethod
