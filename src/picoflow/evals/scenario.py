@@ -175,6 +175,18 @@ class CountRange(_Strict):
         return f"{self.min} to {self.max}"
 
 
+def _state_matchers(state: dict[str, Any]) -> dict[str, Any]:
+    """Each ``"<Step>.<key>[.<key>|.<index>...]": matcher`` of a state check, checked."""
+    for path, expected in state.items():
+        if not all(path.split(".")):
+            raise ValueError(f"{path!r}: a state path is <Step>.<key>[.<key>|.<index>...]")
+        try:
+            check_matcher(expected)
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+    return state
+
+
 def _listed(value: Any) -> Any:
     """Let a single item stand for a list of one (``reply_contains: "(?i)yes"``)."""
     return [value] if isinstance(value, str | dict) else value
@@ -256,17 +268,7 @@ class Expectations(_Strict):
                 raise ValueError(f"{name}: {exc}") from None
         return wanted
 
-    @field_validator("state")
-    @classmethod
-    def _paths(cls, state: dict[str, Any]) -> dict[str, Any]:
-        for path, expected in state.items():
-            if not all(path.split(".")):
-                raise ValueError(f"{path!r}: a state path is <Step>.<key>[.<key>|.<index>...]")
-            try:
-                check_matcher(expected)
-            except ValueError as exc:
-                raise ValueError(f"{path}: {exc}") from None
-        return state
+    _paths = field_validator("state")(_state_matchers)
 
     @field_validator("judge")
     @classmethod
@@ -430,17 +432,7 @@ class GoalDone(_Strict):
     """A yes or no question about the conversation ("Did the assistant book a room under $150?");
     not scored without a judge model."""
 
-    @field_validator("state")
-    @classmethod
-    def _paths(cls, state: dict[str, Any]) -> dict[str, Any]:
-        for path, expected in state.items():
-            if not all(path.split(".")):
-                raise ValueError(f"{path!r}: a state path is <Step>.<key>[.<key>|.<index>...]")
-            try:
-                check_matcher(expected)
-            except ValueError as exc:
-                raise ValueError(f"{path}: {exc}") from None
-        return state
+    _paths = field_validator("state")(_state_matchers)
 
     @field_validator("judge")
     @classmethod
