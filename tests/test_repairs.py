@@ -325,3 +325,34 @@ def test_repairs_are_checked_when_the_flow_is_built() -> None:
             slots = Booking
             questions = [ask(NAME, "name")]
             repairs_from = "name"
+
+
+def test_the_flow_graph_shows_where_repairs_lead() -> None:
+    # The desk reads handoff and cancel from words; the counter's tools return out_of_scope and
+    # clarify, which hand off past the policy's limits. A cancel in the start step stays there.
+    desk = {(t.source, t.target, t.via) for t in DeskFlow.spec().transitions}
+    assert ("Desk", "Person", "handoff") in desk
+    assert not any(t.via == "cancel" for t in DeskFlow.spec().transitions)
+    counter = {(t.source, t.target, t.via) for t in CounterFlow.spec().transitions}
+    assert ("Counter", "Person", "handoff") in counter
+
+    class Lookup(Step):
+        """Look orders up."""
+
+        @tool
+        def drop(self) -> Outcome:
+            """The user drops what they asked."""
+            return repair("cancel")
+
+    class Patient(Counter):
+        name = "Counter"
+        repairs = Repairs(max_out_of_scope=0, max_clarifications=0)
+
+    class LookupFlow(Flow):
+        name = "lookup"
+        steps = [Patient, Lookup, Person]
+
+    edges = {(t.source, t.target, t.via) for t in LookupFlow.spec().transitions}
+    assert ("Lookup", "Counter", "cancel") in edges
+    # Never past a limit of 0: the counter's out-of-scope and clarify do not lead to a person.
+    assert not any(source == "Counter" and via == "handoff" for source, _, via in edges)

@@ -24,6 +24,23 @@ def go_targets(step_cls: type[Step]) -> Iterator[tuple[str, str]]:
     return _targets(step_cls, _go_calls)
 
 
+def repair_patterns(step_cls: type[Step]) -> Iterator[tuple[str, str]]:
+    """``(pattern, via)`` for every ``repair("pattern", ...)`` the step's code returns."""
+    for klass in step_cls.__mro__:
+        if klass in (Step, LogicStep, TerminateStep, object):
+            continue
+        for attribute, value in vars(klass).items():
+            fn = value.__func__ if isinstance(value, staticmethod | classmethod) else value
+            tree = _tree(fn) if inspect.isfunction(fn) else None
+            for node in ast.walk(tree) if tree is not None else ():
+                if _called(node) == "repair":
+                    assert isinstance(node, ast.Call)
+                    first = node.args[0]
+                    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                        tool = getattr(fn, "__picoflow_tool__", None)
+                        yield first.value, (getattr(tool, "name", None) or attribute) if tool else attribute
+
+
 def sub_step_targets(step_cls: type[Step]) -> Iterator[tuple[str, str]]:
     """``(sub-step name, via)`` for every step the code runs as a sub-step."""
     return _targets(step_cls, _run_step_calls)

@@ -29,6 +29,21 @@ class _NoTitles(GenerateJsonSchema):
         return value
 
 
+def literal_options(field: Any) -> tuple[Any, ...]:
+    """The options of a ``typing.Literal[...] | None`` field (none for any other)."""
+    if field is None:
+        return ()
+    found: list[Any] = []
+    stack = [field.annotation]
+    while stack:
+        annotation = stack.pop()
+        if get_origin(annotation) is typing.Literal:
+            found.extend(get_args(annotation))
+        else:
+            stack.extend(get_args(annotation))
+    return tuple(found)
+
+
 def json_schema(model: type[BaseModel]) -> dict[str, Any]:
     schema = model.model_json_schema(schema_generator=_NoTitles)
     schema.pop("title", None)

@@ -7,7 +7,8 @@ each step, so the picture cannot drift from what the flow does.
 The SVG layout is layered top to bottom, which suits a narrow side panel: steps are ranked by their
 distance from the start step, the terminal step sits alone at the bottom, edges to the next rank go
 straight down, and edges that skip ranks or go back up are routed around the left and right sides
-so they never cross a box. Every ``terminate_session`` edge is drawn faint and unlabelled: it exists
+so they never cross a box. Every ``terminate_session`` edge (and a repair pattern's handoff or
+cancel) is drawn faint and unlabelled: it exists
 from nearly every step and would otherwise bury the interesting edges.
 """
 
@@ -24,6 +25,9 @@ from picoflow.flow import FlowSpec, StepSpec
 __all__ = ["flow_mermaid", "flow_svg"]
 
 TERMINATE_VIA = "terminate_session"
+FAINT_VIAS = frozenset({TERMINATE_VIA, "handoff", "cancel"})
+"""Edges most steps may have (ending the session, the repair patterns' handoff and cancel): drawn
+faint and unlabelled in the SVG, so they do not bury the flow's own."""
 
 _NODE_HEIGHT = 40
 _RANK_GAP = 64
@@ -64,6 +68,9 @@ class _Edge:
     target: str
     labels: list[str] = field(default_factory=list)
     terminate_only: bool = True
+    """Every way along it is one of ``FAINT_VIAS``."""
+    faint: str = TERMINATE_VIA
+    """The way a faint edge is named in Mermaid."""
     runs: bool = False
     """The source runs the target as a sub-step (it does not move there)."""
 
@@ -98,14 +105,18 @@ def _edges(spec: FlowSpec) -> list[_Edge]:
         edge = grouped.setdefault(
             (transition.source, transition.target), _Edge(transition.source, transition.target)
         )
-        if transition.via != TERMINATE_VIA:
+        if transition.via not in FAINT_VIAS:
             edge.terminate_only = False
             if transition.via not in edge.labels:
                 edge.labels.append(transition.via)
+        else:
+            edge.faint = transition.via
     edges = list(grouped.values())
     runs: dict[tuple[str, str], _Edge] = {}
     for call in spec.sub_steps:
-        edge = runs.setdefault((call.source, call.target), _Edge(call.source, call.target, [], False, True))
+        edge = runs.setdefault(
+            (call.source, call.target), _Edge(call.source, call.target, [], False, runs=True)
+        )
         if f"{call.via} runs" not in edge.labels:
             edge.labels.append(f"{call.via} runs")
     return edges + list(runs.values())
@@ -301,7 +312,7 @@ def flow_mermaid(spec: FlowSpec, *, current: str | None = None) -> str:
         if edge.runs:
             lines.append(f"    {source} -.->|{', '.join(edge.labels)}| {target}")
         elif edge.terminate_only:
-            lines.append(f"    {source} -.->|{TERMINATE_VIA}| {target}")
+            lines.append(f"    {source} -.->|{edge.faint}| {target}")
         else:
             lines.append(f"    {source} -->|{', '.join(edge.labels)}| {target}")
     if current is not None and current in ids:

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
-from picoflow._code_targets import go_targets, sub_step_targets
-from picoflow._schema import iter_property_names, json_schema, strict_variant
+from picoflow._code_targets import go_targets, repair_patterns, sub_step_targets
+from picoflow._schema import iter_property_names, json_schema, literal_options, strict_variant
 from picoflow.context import INJECTED_NAMES
 from picoflow.exceptions import FlowDefinitionError
 from picoflow.mcp.servers import MCPServer
@@ -242,6 +242,7 @@ def _build(cls: type[Flow]) -> FlowSpec:
         terminate_tool = specs[name].tools.get("terminate_session")
         if terminate is not None and terminate_tool and terminate_tool.handler is Step.terminate_session:
             transitions.append(Transition(name, terminate, "terminate_session"))
+        transitions.extend(_repair_edges(cls, step_cls, step_classes, start_name))
     for sub in sub_steps:
         if specs[sub.target].gated:
             raise FlowDefinitionError(
@@ -268,6 +269,47 @@ def _build(cls: type[Flow]) -> FlowSpec:
     )
 
 
+def _repair_edges(
+    cls: type[Flow], step_cls: type[Step], steps: dict[str, type[Step]], start: str
+) -> list[Transition]:
+    """Where the repair patterns a step can fire lead (``picoflow.repairs``): to the flow's handoff
+    step for a handoff (asked for, or after out-of-scope requests, clarifications, a skipped
+    required question or no progress, as the policy says), back to the cancel target for a cancel.
+    The patterns are those its code returns (``repair("...")``) and, for a ``SlotStep``, the
+    options of its ``repairs_from`` field and ``no_progress``."""
+    policy = step_cls.repairs or cls.repairs
+    patterns = {pattern for pattern, _ in repair_patterns(step_cls)}
+    field = getattr(step_cls, "repairs_from", None)
+    slots = getattr(step_cls, "slots", None)
+    if isinstance(field, str) and slots is not None:
+        patterns |= {str(option) for option in literal_options(slots.model_fields.get(field))}
+    if getattr(step_cls, "questions", ()):
+        patterns.add("no_progress")
+    escalates = {
+        "handoff": True,
+        "out_of_scope": policy.max_out_of_scope > 0,
+        "clarify": policy.max_clarifications > 0,
+        "skip": policy.on_required_skip == "handoff",
+        "no_progress": policy.on_no_progress == "handoff",
+    }
+    edges: list[Transition] = []
+    handoff = policy.handoff or next((name for name, step in steps.items() if step.is_handoff), None)
+    handoff_name = handoff if isinstance(handoff, str) or handoff is None else _named(handoff)
+    if handoff_name and policy.allows("handoff") and any(escalates.get(p, False) for p in patterns):
+        edges.append(Transition(step_cls.name, handoff_name, "handoff"))
+    cancel = policy.cancel_to or start
+    cancel_name = cancel if isinstance(cancel, str) else _named(cancel)
+    cancels = "cancel" in patterns or ("skip" in patterns and policy.on_required_skip == "cancel")
+    if cancels and policy.allows("cancel") and cancel_name != step_cls.name:
+        edges.append(Transition(step_cls.name, cancel_name, "cancel"))
+    return [edge for edge in edges if edge.source != edge.target]
+
+
+def _named(step: type) -> str:
+    name = getattr(step, "name", None)
+    return name if isinstance(name, str) else step.__name__
+
+
 def _check_repairs(cls: type[Flow], where: str, steps: Iterable[str]) -> None:
     """A repair policy names steps of the flow: a cancel's target, the handoff step."""
     known = set(steps)
@@ -281,7 +323,7 @@ def _check_repairs(cls: type[Flow], where: str, steps: Iterable[str]) -> None:
             named = getattr(policy, role)
             if named is None:
                 continue
-            name = named if isinstance(named, str) else getattr(named, "name", getattr(named, "__name__", ""))
+            name = named if isinstance(named, str) else _named(named)
             if name not in known:
                 raise FlowDefinitionError(f"{place}: Repairs.{role} names {name!r}, not one of its steps")
 

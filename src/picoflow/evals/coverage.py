@@ -25,9 +25,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from picoflow._schema import literal_options
 from picoflow.evals.results import EvalResult, TurnRecord
 from picoflow.flow import FlowSpec
-from picoflow.slots.step import literal_options
 
 __all__ = ["Coverage", "FlowCoverage", "print_coverage"]
 

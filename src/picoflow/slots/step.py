@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Mapping, Sequence
-from typing import Any, ClassVar, Literal, TypeVar, cast, get_args, get_origin
+from typing import Any, ClassVar, TypeVar, cast
 
 from pydantic import BaseModel
 
+from picoflow._schema import literal_options
 from picoflow.exceptions import FlowDefinitionError
 from picoflow.outcomes import PATTERNS, Outcome, Repair, direct, go, repair, stay
 from picoflow.repairs import counts, keep
@@ -432,21 +433,6 @@ class SlotStep(Step):
             words.append(self.refusal(refused, merged.problems[refused]))
         words.append(self.phrase(question, values))
         return direct(" ".join(word.strip() for word in words if word.strip()))
-
-
-def literal_options(field: Any) -> tuple[Any, ...]:
-    """The options of a ``Literal[...] | None`` field (none for any other)."""
-    if field is None:
-        return ()
-    found: list[Any] = []
-    stack = [field.annotation]
-    while stack:
-        annotation = stack.pop()
-        if get_origin(annotation) is Literal:
-            found.extend(get_args(annotation))
-        else:
-            stack.extend(get_args(annotation))
-    return tuple(found)
 
 
 def _no_progress_key(question: Ask) -> str:
