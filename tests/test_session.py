@@ -6,6 +6,7 @@ import dataclasses
 import uuid
 
 from picoflow.approvals import Approval, Approvers, PausedResponse
+from picoflow.handoffs import HandoffTicket
 from picoflow.messages import Message, ToolCall
 from picoflow.session import LogRecord, Namespace, Session, new_session_id, session_from_json, session_to_json
 from picoflow.usage import Usage
@@ -51,6 +52,7 @@ def full_session() -> Session:
             ),
         ),
         paused=PausedResponse("b", (ToolCall("refund", {"order_id": 1}, "c1"),), ("apr_1",), ("staff",), 4.0),
+        handoff=HandoffTicket("a", "b", "damaged item", "flow f, step a", 5.0, taken_by="sam", taken_at=6.0),
     )
 
 
