@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from picoflow import cli
 from picoflow.evals import SCRIPTED, ScenarioError, load_scenarios, run_eval
 from picoflow.evals.scenario import Scenario
-from picoflow.evals.simulator import START
+from picoflow.evals.simulator import START, echoes
 from picoflow.messages import ModelRequest, ToolCall
 from picoflow.models import FunctionModel
 from picoflow.sessions import MemoryStore
@@ -383,3 +383,20 @@ async def test_one_model_plays_both_sides_and_an_empty_message_is_asked_again(tm
             "type next to the assistant, in your own words.]",
         ),
     ]
+
+
+def test_a_sentence_of_the_reply_said_back_is_an_echo_in_any_language() -> None:
+    listed = (
+        "**Aug 1 to Aug 4**\n\n1. **The Porter** (one bed): $680.40\n\n"
+        "Which hotel would you like to book? Give its number or name."
+    )
+    assert echoes("Which hotel would you like to book? Give its number or name.", listed)
+    assert echoes("Which hotel would you like to book?", listed)
+    assert echoes(
+        "¿Cuáles son sus fechas de llegada y de salida?",
+        "Perfecto. ¿Cuáles son sus fechas de llegada y de salida?",
+    )
+    # Answers, however close to the question's words, are the user's own.
+    assert not echoes("The Porter, please", listed)
+    assert not echoes("One bed", "Which room type would you like: one bed, two beds or suite?")
+    assert not echoes("Del 1 al 4 de agosto", asked)

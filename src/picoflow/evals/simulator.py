@@ -110,6 +110,23 @@ def similarity(a: str, b: str) -> float:
     return float(fuzz.ratio(a, b))
 
 
+SENTENCE_END = re.compile(r"(?<=[.?!。？！؟])\s+")
+"""Where a reply's sentences end, in the scripts the demos write."""
+SHORTEST_ECHO = 20
+"""Sentences shorter than this ("One bed.") may be said back by a user in their own right."""
+
+
+def echoes(said: str, reply: str) -> bool:
+    """Whether the user's message repeats the assistant's reply, or one of its sentences ("Which
+    hotel would you like to book?" said back to the assistant): the simulator playing the assistant."""
+    if similarity(said, reply.strip()) >= ECHO_RATIO:
+        return True
+    lines = [line.strip() for line in reply.splitlines()]
+    parts = {part.strip() for line in lines for part in (line, *SENTENCE_END.split(line))}
+    said_back = [part for part in parts if len(part) >= SHORTEST_ECHO]
+    return len(said) >= SHORTEST_ECHO and any(similarity(said, part) >= ECHO_RATIO for part in said_back)
+
+
 class SimulatedUser:
     """Asks ``model`` for the user's next message; ``usage`` adds up what that cost."""
 
@@ -155,7 +172,7 @@ class SimulatedUser:
                 return UserTurn(message="", finished=True)  # nothing more to say: the conversation ends
             if not said:
                 problem = "Your message was empty"
-            elif last_reply and similarity(said, last_reply.strip()) >= ECHO_RATIO:
+            elif last_reply and echoes(said, last_reply):
                 problem = "Your message repeated the assistant's reply"
             else:
                 return UserTurn(message=said, finished=turn.finished)
