@@ -392,10 +392,8 @@ def test_a_sentence_of_the_reply_said_back_is_an_echo_in_any_language() -> None:
     )
     assert echoes("Which hotel would you like to book? Give its number or name.", listed)
     assert echoes("Which hotel would you like to book?", listed)
-    assert echoes(
-        "¿Cuáles son sus fechas de llegada y de salida?",
-        "Perfecto. ¿Cuáles son sus fechas de llegada y de salida?",
-    )
+    asked = "Perfecto. ¿Cuáles son sus fechas de llegada y de salida?"
+    assert echoes("¿Cuáles son sus fechas de llegada y de salida?", asked)
     # Answers, however close to the question's words, are the user's own.
     assert not echoes("The Porter, please", listed)
     assert not echoes("One bed", "Which room type would you like: one bed, two beds or suite?")
