@@ -26,6 +26,7 @@ from picoflow import (
     SlotStep,
     Step,
     ask,
+    direct,
     direct_to,
     repair,
     tool,
@@ -356,3 +357,30 @@ def test_the_flow_graph_shows_where_repairs_lead() -> None:
     assert ("Lookup", "Counter", "cancel") in edges
     # Never past a limit of 0: the counter's out-of-scope and clarify do not lead to a person.
     assert not any(source == "Counter" and via == "handoff" for source, _, via in edges)
+
+
+class Full(Desk):
+    """Take a booking; this desk has no room for anyone."""
+
+    name = "Desk"
+
+    def on_complete(self, values: Booking) -> Outcome:
+        return direct("No room is free for that. Shall I look at other dates?")
+
+
+class FullFlow(Flow):
+    name = "desk"
+    steps = [Full, Person]
+
+
+async def test_the_same_reply_from_code_is_not_sent_a_third_time_in_the_same_words() -> None:
+    chat = Chat(FullFlow)
+    await chat.say("Ada, 3 nights", found(("name", "Ada", "Ada"), ("nights", "3 nights", 3)))
+    full = "No room is free for that. Shall I look at other dates?"
+    assert await chat.say("Lisbon", found(("city", "Lisbon", "Lisbon"))) == full
+    assert await chat.say("hmm", found()) == full  # nothing new: the same reply, a second time
+    assert chat.patterns == []
+    assert await chat.say("well?", found()) == f"I could not use that answer. {full}"
+    assert chat.patterns == [("Desk", "no_progress", None)]
+    # Something new given starts the count again.
+    assert await chat.say("4 nights then", found(("nights", "4 nights", 4))) == full

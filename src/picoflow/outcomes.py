@@ -175,7 +175,8 @@ class Repair(Outcome):
     """What the pattern is about, for the event and the words said: the question a clarification
     asks, the field a skip declines, why a handoff is wanted."""
     options: tuple[str, ...] = ()
-    """The choices a clarification offers, written by code."""
+    """The choices a clarification offers, written by code (for ``no_progress`` from a
+    ``SlotStep``'s ``on_complete``: the reply that would have been sent a third time)."""
 
 
 def repair(pattern: PatternName, *, detail: str | None = None, options: tuple[str, ...] = ()) -> Repair:

@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from picoflow._schema import literal_options
 from picoflow.exceptions import FlowDefinitionError
-from picoflow.outcomes import PATTERNS, Outcome, Repair, direct, go, repair, stay
+from picoflow.outcomes import PATTERNS, Direct, Outcome, Repair, direct, go, repair, stay
 from picoflow.repairs import counts, keep
 from picoflow.slots.form import Ask, Form
 from picoflow.slots.grounding import Grounding
@@ -315,6 +315,11 @@ class SlotStep(Step):
                 why=fired.detail or "", question=self.phrase(asked, self._values()), example=example
             )
             return direct(" ".join(said.split()))
+        if fired.pattern == "no_progress":  # what on_complete said, a third time: said otherwise
+            if policy.on_no_progress == "handoff":
+                return repair("handoff", detail="no progress")
+            again = texts.no_progress.format(why=fired.detail or "", question=fired.options[0], example="")
+            return direct(" ".join(again.split()))
         return super().on_repair(fired)
 
     def question(self) -> str:
@@ -364,6 +369,30 @@ class SlotStep(Step):
         refused = next((name for name in question.fields if name in merged.problems), None)
         why = self.refusal(refused, merged.problems[refused]) if refused is not None else ""
         return repair("no_progress", detail=why or None)
+
+    def _unless_repeated(self, outcome: Outcome, merged: Reading) -> Outcome:
+        """``outcome``, unless it is the reply the user was sent the last ``no_progress_after`` times
+        with nothing new given since ("No hotel matches... shall I relax one of them?"): then the
+        ``no_progress`` pattern, so the same words are not sent a third time."""
+        kept = counts(self.state)
+        repeated = int(kept.pop("same_reply", 0))
+        policy = self.repair_policy
+        same = (
+            isinstance(outcome, Direct)
+            and outcome.target is None
+            and not merged.accepted
+            and outcome.content == self._runtime.last_shown()
+        )
+        if not same:
+            keep(self.state, kept)
+            return outcome
+        assert isinstance(outcome, Direct)
+        if repeated + 1 < policy.no_progress_after or not policy.allows("no_progress"):
+            kept["same_reply"] = repeated + 1
+            keep(self.state, kept)
+            return outcome
+        keep(self.state, kept)  # counted afresh after the change of course
+        return repair("no_progress", options=(outcome.content,))
 
     def _values(self) -> Any:
         return self.form.values(self.slots)
@@ -425,7 +454,7 @@ class SlotStep(Step):
         if stalled is not None:
             return stalled
         if question is None:
-            return await _settled(self.on_complete(values))
+            return self._unless_repeated(await _settled(self.on_complete(values)), merged)
         words = [self.acknowledge(values, merged.accepted)]
         if not form.introduced:
             words.insert(0, self.intro)
