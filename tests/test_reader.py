@@ -127,6 +127,41 @@ async def test_a_bound_read_as_the_other_field_is_repaired_with_the_rule_that_mo
     )
 
 
+class Trip(BaseModel):
+    """A stay and how far from the airport."""
+
+    max_price: Annotated[float | None, Said(words=("max", "maximum", "at most", "máximo", "höchstens"))] = (
+        None
+    )
+    max_airport_miles: Annotated[float | None, Said(words=("airport", "aeropuerto", "flughafen"))] = None
+
+
+@pytest.mark.parametrize(
+    ("message", "quote"),
+    [("a maximum of 10 miles", "maximum of 10 miles"), ("como máximo 10 millas", "como máximo 10 millas")],
+)
+async def test_a_value_answering_the_question_asked_stays_in_that_questions_fields(
+    message: str, quote: str
+) -> None:
+    # "maximum" is a word of the budget; answering the distance question, it bounds the distance.
+    distance = ask("Any maximum distance to the airport, in miles?", "max_airport_miles", optional=True)
+    budget = ask("What is your nightly budget?", "max_price", optional=True)
+    reading = await read(
+        Trip,
+        [Message.assistant(distance.question)],
+        message,
+        model=answering(found(("max_airport_miles", quote, 10))),
+        asking=distance,
+        questions=[budget, distance],
+    )
+    assert reading.form.known == {"max_airport_miles": 10.0}
+    assert [(v.field, v.action) for v in reading.verdicts] == [("max_airport_miles", "kept")]
+    # Asked nothing in particular, the words decide: the value moves to the budget.
+    moved = await read(Trip, [], message, model=answering(found(("max_airport_miles", quote, 10))))
+    assert moved.form.known == {"max_price": 10.0}
+    assert [(v.field, v.action, v.rule) for v in moved.verdicts] == [("max_price", "repaired", "field_words")]
+
+
 async def test_a_refused_value_goes_back_once_with_its_rule_then_the_reading_says_so() -> None:
     model = answering(
         found(("check_in", "the 31st of February", "2027-02-31")),

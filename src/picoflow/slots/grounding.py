@@ -227,6 +227,8 @@ class Seen:
     heard: Heard
     evidence: Mapping[str, FieldEvidence]
     items: Sequence[Item]
+    asked: tuple[str, ...] = ()
+    """The fields of the question the message answers (none when no question is open)."""
 
 
 Judged = Item | None
@@ -297,7 +299,9 @@ class FieldWords(Rule):
     """The words that say which field a value belongs to decide it: "under $400" read as a minimum
     is the maximum. When the reading gives that other field too, a range quoted whole for both
     bounds ("from 100 to 300") keeps both, and the same value read for both ("within 5 miles of
-    downtown" as the distance to the airport and to the center) is kept only where its words say."""
+    downtown" as the distance to the airport and to the center) is kept only where its words say.
+    A value read for a field of the question being answered is not moved to a field that question
+    does not ask: "a maximum of 10 miles", the answer to the distance question, is no budget."""
 
     name = "field_words"
 
@@ -314,7 +318,7 @@ class FieldWords(Rule):
             for name, other in seen.evidence.items()
             if name != item.field and other.has_field_words and other.names_field(quote, exact=exact)
         ]
-        if len(others) != 1:
+        if len(others) != 1 or (item.field in seen.asked and others[0] not in seen.asked):
             return item
         twins = [other for other in seen.items if other.field == others[0]]
         if not twins:
@@ -567,10 +571,11 @@ class Grounding:
             )
 
     def judge(
-        self, slots: type[BaseModel], items: Sequence[Item], heard: Heard
+        self, slots: type[BaseModel], items: Sequence[Item], heard: Heard, asked: Sequence[str] = ()
     ) -> tuple[tuple[Item, ...], tuple[Verdict, ...]]:
-        """The items ``heard`` bears out (some put right), and a verdict for every item read."""
-        seen = Seen(heard, evidence_of(slots, heard.locales), tuple(items))
+        """The items ``heard`` bears out (some put right), and a verdict for every item read;
+        ``asked``: the fields of the question the message answers."""
+        seen = Seen(heard, evidence_of(slots, heard.locales), tuple(items), tuple(asked))
         kept: list[Item] = []
         verdicts: list[Verdict] = []
         for read in items:

@@ -104,7 +104,9 @@ class Reader:
 
     def take(self, extraction: Extraction) -> Again | Reading:
         """What the model's answer ``extraction`` gives: another look, or the finished reading."""
-        items, verdicts = self.grounding.judge(self.slots, extraction.items, self.heard)
+        question = self.form.asked(self.questions)
+        asked = question.fields if question is not None else ()
+        items, verdicts = self.grounding.judge(self.slots, extraction.items, self.heard, asked)
         self._verdicts.extend(verdicts)
         merged = self.form.merge(self.slots, given(items), self.questions)
         if merged.problems and self.looks < self.max_corrections:
