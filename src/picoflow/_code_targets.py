@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import inspect
 import textwrap
 from collections.abc import Callable, Iterator
@@ -65,7 +66,9 @@ def _targets(step_cls: type[Step], finder: Finder) -> Iterator[tuple[str, str]]:
                     yield target, label
 
 
+@functools.cache
 def _tree(fn: Callable[..., Any]) -> ast.AST | None:
+    # Cached: the targets, the sub-steps and the repairs of a step are read from the same source.
     try:
         return ast.parse(textwrap.dedent(inspect.getsource(fn)))
     except (OSError, TypeError, SyntaxError):

@@ -110,11 +110,15 @@ def holds_any(quote: Sequence[str], phrases: Sequence[Phrase], *, exact: bool = 
 
 def holds(quote: Sequence[str], phrase: Phrase, exact: bool = False) -> bool:
     size = len(phrase)
+    if not size:
+        return False
     same = str.__eq__ if exact else same_word
-    return any(
-        all(same(phrase[at], quote[start + at]) for at in range(size))
-        for start in range(len(quote) - size + 1)
-    )
+    initial = phrase[0][:1]
+    for start in range(len(quote) - size + 1):
+        # Neither a word as written nor one with a slip of the keys changes its first letter.
+        if quote[start][:1] == initial and all(same(phrase[at], quote[start + at]) for at in range(size)):
+            return True
+    return False
 
 
 TYPO_LENGTH = 5
