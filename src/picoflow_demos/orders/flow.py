@@ -338,6 +338,7 @@ class Support(Step):
         if not order_ids and len(shown) == 1:
             order_ids = shown  # "refund it" right after one order was shown
         if len(order_ids) > 1:  # one refund at a time: which first is the customer's choice
+            self.state["asked"] = "refund"  # the number they answer with is the one to refund
             return repair(
                 "clarify", detail="which order to refund first", options=tuple(f"#{n}" for n in order_ids)
             )
