@@ -365,21 +365,7 @@ async def _play(
             diverged = recording.divergence_check() if recording is not None else None
             if diverged is not None:
                 checks.append(diverged)
-            record = TurnRecord(
-                index=index,
-                user=turn.said,
-                reply=result.message,
-                step=seen.step,
-                completed=seen.completed,
-                seconds=seconds,
-                usage=result.usage,
-                checks=tuple(checks),
-                error=seen.error,
-                answers=noted.take() if noted is not None else (),
-                verdicts=tuple(verdicts),
-                events=events,
-                began_in=began_in,
-            )
+            record = _turn_record(index, turn.said, result, seen, seconds, checks, noted, began_in)
             records.append(record)
             began_in = seen.step or began_in
             if on_turn is not None:
@@ -441,21 +427,8 @@ async def _play_goal(
             seen = replace(seen, verdicts=tuple(verdicts), events=events)
             if seen.session is not None:
                 committed = seen.session.next_seq
-            record = TurnRecord(
-                index=index,
-                user=text,
-                reply=result.message,
-                step=seen.step,
-                completed=seen.completed,
-                seconds=seconds,
-                usage=result.usage,
-                checks=tuple(check_turn(Expectations(), seen)),
-                error=seen.error,
-                answers=noted.take() if noted is not None else (),
-                verdicts=tuple(verdicts),
-                events=events,
-                began_in=began_in,
-            )
+            checks = check_turn(Expectations(), seen)
+            record = _turn_record(index, text, result, seen, seconds, checks, noted, began_in)
             records.append(record)
             began_in = seen.step or began_in
             said += [("user", text), ("assistant", result.message)]
@@ -556,6 +529,35 @@ async def _end_goal(
     records[-1] = replace(last, checks=(*last.checks, *checks))
     if on_turn is not None:
         on_turn(scenario, number, records[-1])
+
+
+def _turn_record(
+    index: int,
+    said: str,
+    result: TurnResult,
+    seen: Observation,
+    seconds: float,
+    checks: Sequence[Check],
+    noted: _Noted | None,
+    began_in: str | None,
+) -> TurnRecord:
+    """The record of a turn played, scripted or simulated: what it did, its checks, and what the
+    model answered during it."""
+    return TurnRecord(
+        index=index,
+        user=said,
+        reply=result.message,
+        step=seen.step,
+        completed=seen.completed,
+        seconds=seconds,
+        usage=result.usage,
+        checks=tuple(checks),
+        error=seen.error,
+        answers=noted.take() if noted is not None else (),
+        verdicts=tuple(seen.verdicts),
+        events=tuple(seen.events),
+        began_in=began_in,
+    )
 
 
 def _heard(verdicts: list[Mapping[str, Any]], log: EventLog) -> Callable[[TurnEvent], None]:
