@@ -99,7 +99,7 @@ def test_steps_are_ranked_top_to_bottom_from_the_start() -> None:
 
 def test_hotel_diagram_has_every_transition_labelled() -> None:
     svg = flow_svg(HotelFlow.spec(), current="Compare")
-    for via in ("on_complete", "change_search", "compare", "show_list", "goodbye, book"):
+    for via in ("on_complete", "correction", "compare", "show_list", "goodbye, book"):
         assert f">{via}</text>" in svg
     assert nodes(svg)["Compare"]["class"].split()[:3] == ["step", "conversational", "current"]
 

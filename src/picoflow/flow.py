@@ -302,7 +302,20 @@ def _repair_edges(
     cancels = "cancel" in patterns or ("skip" in patterns and policy.on_required_skip == "cancel")
     if cancels and policy.allows("cancel") and cancel_name != step_cls.name:
         edges.append(Transition(step_cls.name, cancel_name, "cancel"))
+    if "digression" in patterns and policy.digress_to is not None and policy.allows("digression"):
+        edges.append(Transition(step_cls.name, _named_step(policy.digress_to), "digression"))
+    if "correction" in patterns and policy.allows("correction") and not step_cls.takes_corrections:
+        # Back to the step declared, else to the one step that takes corrections, when it is one.
+        taking = [name for name, step in steps.items() if step.takes_corrections and name != step_cls.name]
+        back = policy.correct_in
+        target = _named_step(back) if back is not None else (taking[0] if len(taking) == 1 else None)
+        if target is not None:
+            edges.append(Transition(step_cls.name, target, "correction"))
     return [edge for edge in edges if edge.source != edge.target]
+
+
+def _named_step(step: str | type) -> str:
+    return step if isinstance(step, str) else _named(step)
 
 
 def _named(step: type) -> str:
@@ -319,7 +332,7 @@ def _check_repairs(cls: type[Flow], where: str, steps: Iterable[str]) -> None:
     for place, policy in policies:
         if not isinstance(policy, Repairs):
             raise FlowDefinitionError(f"{place}: repairs must be a picoflow.Repairs(...)")
-        for role in ("cancel_to", "handoff"):
+        for role in ("cancel_to", "handoff", "correct_in", "digress_to"):
             named = getattr(policy, role)
             if named is None:
                 continue

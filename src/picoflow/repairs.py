@@ -17,7 +17,14 @@ resolves through the step's ``on_repair``, by the policy below, reporting it as 
   ``max_clarifications`` in a row, a handoff;
 * ``no_progress``: a question asked ``no_progress_after`` times without an answer is not asked
   again in the same words: the step says what it could not take, with an example, or hands off;
-* ``handoff``: the session goes to the flow's handoff step, where a person takes over.
+* ``handoff``: the session goes to the flow's handoff step, where a person takes over;
+* ``correction``: something said earlier changes: the conversation goes back to the step that
+  holds it (``correct_in``, else the latest ``SlotStep`` it went through), which takes the new
+  value, says what changed and redoes what depended on it (a list is searched again); a pending
+  approval was already withdrawn by the message itself;
+* ``digression``: a question outside the current step is answered by ``digress_to``; that step
+  ends with ``Step.resume(answer)``, and the interrupted step asks its question again. The steps
+  interrupted are a stack: a digression inside a digression resumes twice.
 
 Every text said is in ``RepairTexts`` (one per locale), never in the flow's code paths.
 """
@@ -87,6 +94,12 @@ class Repairs:
     """What follows a required question declined twice."""
     handoff: str | type | None = None
     """The step a handoff goes to; None: the flow's step that awaits a human, if it has one."""
+    correct_in: str | type | None = None
+    """The step a correction made elsewhere goes back to; None: the latest ``SlotStep`` the
+    conversation went through (a correction with nowhere to go asks the question again)."""
+    digress_to: str | type | None = None
+    """The step that answers a question outside the current one (an FAQ, another order's
+    status); None: a digression is answered as out of scope."""
     texts: Mapping[str, RepairTexts] = field(default_factory=lambda: MappingProxyType({"": RepairTexts()}))
     """The words per locale (``""``: any other); a step answers in its ``locale``."""
 

@@ -116,6 +116,33 @@ class StepRuntime(Protocol):
         """The step a cancel goes back to: ``named``, else the flow's start step."""
         ...
 
+    def correction_target(self, named: Any, current: str) -> str | None:
+        """The step a correction made in ``current`` goes back to: ``named``, else the latest
+        step that takes corrections (a ``SlotStep``) the conversation went through; None when
+        there is none but ``current``."""
+        ...
+
+    def digression_target(self, named: Any) -> str | None:
+        """The step that answers a digression: ``named`` (None: the flow has none)."""
+        ...
+
+    def interrupt(self, step: str) -> None:
+        """Keep ``step`` as the one the digression now starting interrupted."""
+        ...
+
+    def resume_target(self) -> str | None:
+        """The step the latest digression interrupted, taken off the stack (None: no digression)."""
+        ...
+
+    def user_message(self) -> str | None:
+        """The user's message this turn answers (the latest, forwarded or not), whatever memory
+        was erased since it came."""
+        ...
+
+    def step_question(self, name: str) -> str:
+        """What step ``name`` is waiting for (its ``question()``), to ask again on resuming there."""
+        ...
+
     def reset_activity(self, target: str) -> str:
         """Forget the state of the steps the conversation went through since ``target`` (and of
         ``target`` itself), so it starts over there; what ``target`` says first."""

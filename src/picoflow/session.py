@@ -117,6 +117,9 @@ class Session:
     handoff: HandoffTicket | None = None
     """Why and since when the session waits for a person, and who took it (status
     ``awaiting_human``); None otherwise."""
+    interrupted: list[str] = field(default_factory=list)
+    """The steps digressions interrupted, the innermost last: each ``Step.resume`` goes back to
+    the last one (``picoflow.repairs``)."""
 
     def namespace(self, name: str) -> Namespace:
         ns = self.memory.get(name)
@@ -157,6 +160,7 @@ class Session:
             self.approvals,
             self.paused,
             self.handoff,
+            self.interrupted.copy(),
         )
 
     def info(self) -> SessionInfo:

@@ -93,6 +93,9 @@ class Step:
     is_handoff: ClassVar[bool] = False
     """A step where a person takes the conversation over (``Handoff``): the ``handoff`` repair
     pattern goes to the flow's first such step unless its policy names one."""
+    takes_corrections: ClassVar[bool] = False
+    """A correction made in a later step comes back here (``SlotStep``: the step holds what the
+    user said), unless the policy names a step (``Repairs.correct_in``)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -313,9 +316,14 @@ class Step:
         return self.locales[0] if self.locales else None
 
     def question(self) -> str:
-        """What this step is waiting for, to ask again after a repair: by default the last message
-        the user was sent (a ``SlotStep`` asks its pending question)."""
-        return self._runtime.last_shown() or ""
+        """What this step is waiting for, to ask again after a repair or a digression: by default
+        the last message its memory shows the user was sent, else the last one any step sent (a
+        ``SlotStep`` asks its pending question)."""
+        own = next(
+            (m.content for m in reversed(self.messages) if m.role == "assistant" and m.is_shown and m.content),
+            None,
+        )
+        return own or self._runtime.last_shown() or ""
 
     def opening(self) -> str:
         """What this step says first when a cancel brings the conversation back to it (nothing by
@@ -356,8 +364,37 @@ class Step:
                 return repair("handoff", detail="a choice not made clear")
             options = " ".join(f"{number}. {option}" for number, option in enumerate(fired.options, 1))
             return direct(texts.clarify.format(options=options, question=fired.detail or "").strip())
+        if pattern == "correction":
+            back = self._runtime.correction_target(policy.correct_in, self.name)
+            if back is None:  # nothing earlier holds what was said: the question again
+                return direct(self.question())
+            said = self._runtime.user_message()
+            return go(back).with_message(said) if said else go(back)
+        if pattern == "digression":
+            target = self._runtime.digression_target(policy.digress_to)
+            if target is None or target == self.name:
+                return direct(texts.out_of_scope.format(question=self.question()).strip())
+            return self.digress(target)
         # skip, no_progress and the others: the question again, unchanged
         return direct(self.question())
+
+    def digress(self, target: type[Step] | str) -> Go:
+        """Answer the user's latest message in ``target`` (an FAQ, a lookup), then come back here:
+        ``target`` ends with ``resume(answer)``, and this step asks its question again. Use it from
+        ``on_repair`` for a digression of your own."""
+        self._runtime.interrupt(self.name)
+        said = self._runtime.user_message()
+        return go(target).with_message(said) if said else go(target)
+
+    def resume(self, answer: str = "") -> Direct:
+        """The digression this step answered is over: ``answer``, then the question of the step it
+        interrupted, which the conversation goes back to. With no digression to return from, just
+        ``answer``."""
+        back = self._runtime.resume_target()
+        if back is None or back == self.name:
+            return direct(answer or self.question())
+        question = self._runtime.step_question(back)
+        return direct_to(back, "\n\n".join(part for part in (answer.strip(), question) if part))
 
     def _in_a_row(self, pattern: str) -> int:
         """How many turns in a row, this one included, ``pattern`` fired in this step."""

@@ -75,7 +75,8 @@ async def test_everything_in_one_message_is_kept_and_searched() -> None:
     chat.model.extend([found(("max_price", "700", 700))])
     result = await chat.say("ok, 700 then")
     assert result.step == "Present"
-    assert result.message.startswith(
+    assert result.message.startswith(  # said what changed, then searched again
+        "Changed: up to $700 a night.\n\n"
         "**Aug 1 to Aug 8, 7 nights; up to $700 a night; suite; Free Wi-Fi, Free parking**\n\n1. "
     )
 

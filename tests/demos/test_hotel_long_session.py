@@ -86,7 +86,7 @@ async def test_every_request_fits_the_local_window_at_a_flat_size(chat: Chat) ->
 async def test_the_transcript_keeps_every_table_whole_and_memory_a_note(chat: Chat) -> None:
     session_id = chat.session_id or ""
     lines = await transcript_lines(chat.engine, session_id, width=60)
-    expected = list(TRANSCRIPT[:22])
+    expected = list(TRANSCRIPT[:23])
     for index, ((text, _, _, _), result) in enumerate(zip(COMPARISONS, chat.results[9:], strict=True)):
         expected.append(f"{'Present' if index == 0 else 'Compare'} | user: {text}")
         expected.append(f"Compare | assistant [direct]: {result.message[:60]}")

@@ -533,12 +533,16 @@ async def test_a_budget_below_every_hotel_is_said_with_the_cheapest_price_and_a_
         "form": form({**trip, "max_price": 100.0}, introduced=False)
     }
     planned = await chat.say("OK, $130 then")
-    assert planned.message == BOSTON_PLAN
+    # The budget was corrected: what changed is said, then the plan.
+    changed = f"Changed: hotels up to $130.00 a night.\n\n{BOSTON_PLAN}"
+    assert planned.message == changed
     assert conversation(await transcript(chat)) == [
         "Planner | user: Boston May 15 to 17, max $100 a night",
         f"Planner | assistant [direct]: {too_low}",
         "Planner | user: OK, $130 then",
-        f"Planner | assistant [direct]: {BOSTON_PLAN}",
+        # A reading that fires a pattern stays in the transcript beside where it led.
+        'Planner | assistant [output]: {"found": [{"field": "max_price", "quote": "$130", "value": 130}]}',
+        f"Planner | assistant [direct]: {changed}",
     ]
     state = (await session_of(chat)).states["Planner"]
     assert state == {
@@ -710,6 +714,8 @@ async def test_after_a_plan_new_details_make_a_new_plan() -> None:
     assert (
         again.message
         == f"""\
+Changed: San Francisco.
+
 **Your trip to San Francisco, Fri May 14 to Mon May 17, 2027 (3 nights)**
 
 Hotels up to $200.00 a night; interests: music, food.

@@ -44,6 +44,9 @@ ModelFor = Callable[[StepSpec], "Model"]
 
 NOTHING_DECIDED: Mapping[str, Any] = MappingProxyType({})
 
+MAX_INTERRUPTED = 8
+"""Digressions kept to resume: a digression left without resuming is dropped past this many."""
+
 RUNNING_CALL: ContextVar[ToolCall | None] = ContextVar("picoflow_running_call", default=None)
 """The tool call whose handler is running (what a sub-step run started there nests under)."""
 
@@ -251,7 +254,37 @@ class Workspace:
             return self.config.spec.start
         return self._known_step(named, "Repairs.cancel_to")
 
+    def correction_target(self, named: str | type | None, current: str) -> str | None:
+        if named is not None:
+            target = self._known_step(named, "Repairs.correct_in")
+            return target if target != current else None
+        steps = self.config.spec.steps
+        earlier = (name for name in reversed(self.session.sequence) if name != current)
+        return next((name for name in earlier if steps[name].cls.takes_corrections), None)
+
+    def digression_target(self, named: str | type | None) -> str | None:
+        return None if named is None else self._known_step(named, "Repairs.digress_to")
+
+    def interrupt(self, step: str) -> None:
+        interrupted = self.session.interrupted
+        interrupted.append(step)
+        del interrupted[:-MAX_INTERRUPTED]
+
+    def resume_target(self) -> str | None:
+        interrupted = self.session.interrupted
+        return interrupted.pop() if interrupted else None
+
+    def user_message(self) -> str | None:
+        return next(
+            (m.content for _, m in reversed(self.appended) if m.role == "user" and m.kind in (None, "forwarded")),
+            None,
+        )
+
+    def step_question(self, name: str) -> str:
+        return self.step(name).question()
+
     def reset_activity(self, target: str) -> str:
+        self.session.interrupted.clear()  # what a digression interrupted is dropped with the rest
         sequence = self.session.sequence
         since = max((i for i, name in enumerate(sequence) if name == target), default=len(sequence))
         for name in dict.fromkeys((target, self.session.current_step, *sequence[since:])):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, ClassVar, TypeVar, cast
 
 from pydantic import BaseModel
@@ -98,6 +99,7 @@ class SlotStep(Step):
     #: say it, per locale, with ``Said``. A message that gives an answer is an answer: the pattern
     #: fires only when the message gives nothing else.
     repairs_from: ClassVar[str | None] = None
+    takes_corrections = True
     #: Times per turn the model may correct a refused field before the user is asked instead. A
     #: step whose rules refuse what the user said (a date in the past), not how it was read, sets 0.
     max_corrections: ClassVar[int] = 1
@@ -253,12 +255,35 @@ class SlotStep(Step):
         values = form.values(self.slots)
         self.erase_memory()
         self.form = form.asking_now(form.asked(self.questions))
+        changed = self._changed(form, taken.accepted)
+        if changed:  # the correction pattern fires, and the step goes on with the new values
+            self._going_on = (form, values, taken, changed)
+            return repair("correction", detail=", ".join(changed))
+        return await self._go_on(form, values, taken)
+
+    async def _go_on(
+        self, form: Form, values: Any, taken: Reading, changed: Sequence[str] = ()
+    ) -> Outcome:
         acted = await _settled(self.on_reading(values, taken.accepted))
         if acted is not None:
             return acted
-        return await self._ask_next(form, values, taken)
+        return await self._ask_next(form, values, taken, changed)
+
+    def _changed(self, form: Form, accepted: Sequence[str]) -> list[str]:
+        """The fields this message gave a new value that held another one before it (a
+        correction), when the policy lets the pattern fire."""
+        before = self._before.known if self._before is not None else {}
+        roles = (self.go_ahead, self.goodbye, self.repairs_from)
+        changed = [
+            name
+            for name in accepted
+            if name not in roles and before.get(name) is not None and before.get(name) != form.known.get(name)
+        ]
+        return changed if changed and self.repair_policy.allows("correction") else []
 
     _reader: Reader | None = None
+    _before: Form | None = None
+    _going_on: tuple[Form, Any, Reading, Sequence[str]] | None = None
 
     # --- repair patterns (picoflow.repairs) ---------------------------------------------------------
 
@@ -297,6 +322,9 @@ class SlotStep(Step):
         return repair(named, detail=asked.key if asked is not None and named == "skip" else None)
 
     async def on_repair(self, fired: Repair) -> Outcome | Any:
+        going_on, self._going_on = self._going_on, None
+        if fired.pattern == "correction" and going_on is not None:  # a value of this form changed
+            return await self._go_on(*going_on)
         policy = self.repair_policy
         texts = policy.words(self.locale)
         asked = self.form.asked(self.questions)
@@ -408,6 +436,7 @@ class SlotStep(Step):
         message = messages[latest].content if latest is not None else ""
         before = messages[:latest] if latest is not None else ()
         previous = next((m.content for m in reversed(before) if m.role == "assistant" and m.content), None)
+        self._before = self.form
         self._reader = Reader(
             self.slots,
             message,
@@ -443,8 +472,16 @@ class SlotStep(Step):
         (``why``, as the slots model's validator words it). Override to say it in their language."""
         return f"Sorry, {why.rstrip('.')}."
 
-    async def _ask_next(self, form: Form, values: Any, merged: Reading) -> Outcome:
-        """The question of the field just refused, else the first one open; or, none left, on_complete."""
+    def corrected(self, values: Any, changed: Sequence[str]) -> str:
+        """What is said of a correction before what ``on_complete`` answers with the new values
+        (by default ``acknowledge`` of the fields changed)."""
+        return self.acknowledge(values, changed)
+
+    async def _ask_next(
+        self, form: Form, values: Any, merged: Reading, changed: Sequence[str] = ()
+    ) -> Outcome:
+        """The question of the field just refused, else the first one open; or, none left,
+        on_complete (after saying what a correction ``changed``)."""
         refused = next(iter(merged.problems), None)
         question = next((q for q in self.questions if refused in q.fields), None) or form.pending(
             self.questions
@@ -454,7 +491,11 @@ class SlotStep(Step):
         if stalled is not None:
             return stalled
         if question is None:
-            return self._unless_repeated(await _settled(self.on_complete(values)), merged)
+            outcome = self._unless_repeated(await _settled(self.on_complete(values)), merged)
+            told = self.corrected(values, changed).strip() if changed else ""
+            if told and isinstance(outcome, Direct) and isinstance(outcome.content, str):
+                outcome = replace(outcome, content=f"{told}\n\n{outcome.content}")
+            return outcome
         words = [self.acknowledge(values, merged.accepted)]
         if not form.introduced:
             words.insert(0, self.intro)

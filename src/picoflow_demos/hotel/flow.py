@@ -21,7 +21,6 @@ from picoflow import (
     Ask,
     Direct,
     Flow,
-    Go,
     Outcome,
     Prompt,
     Repairs,
@@ -32,7 +31,7 @@ from picoflow import (
     ask,
     direct,
     direct_to,
-    go,
+    repair,
     since_last_user,
 )
 from picoflow.messages import Message
@@ -163,18 +162,22 @@ class Explore(SlotStep):
         # The reading rules are SlotStep's standing instructions: they follow this prompt on their own.
         return EXPLORE.render(today=f"{today():%A} {today().isoformat()}")
 
-    def acknowledge(self, values: Criteria, accepted: Sequence[str]) -> str:
+    def acknowledge(self, values: Criteria, accepted: Sequence[str], *, key: str = "noted") -> str:
         """What code understood, said back, so the guest can correct a misreading at once."""
         language = self.language
-        said = [say("great", language)] if "in_portland" in accepted else []
+        said = [say("great", language)] if "in_portland" in accepted and key == "noted" else []
         if values.check_in and values.check_out and {"check_in", "check_out"} & set(accepted):
             check_in, check_out = full_day(values.check_in, language), full_day(values.check_out, language)
             stay = nights(len(values.nights), language)
             said.append(say("stay", language, check_in=check_in, check_out=check_out, nights=stay))
         noted = values.phrases(accepted, language)
         if noted:
-            said.append(say("noted", language, criteria=listed(noted, language)))
+            said.append(say(key, language, criteria=listed(noted, language)))
         return " ".join(said)
+
+    def corrected(self, values: Criteria, changed: Sequence[str]) -> str:
+        """What a correction changed, said before the new list."""
+        return self.acknowledge(values, changed, key="changed")
 
     def phrase(self, question: Ask, values: Criteria) -> str:
         language = self.language
@@ -383,14 +386,11 @@ class Present(Step):
             return self.book(listed[numbers[0] - 1])
         if request.action == "compare":
             return self.compare(numbers or self.state_of(Present).get("compared") or [], request.features)
-        if request.action == "change_search":
-            return self.change_search(said)
+        if request.action == "change_search":  # Explore, which holds the criteria, takes the change
+            return repair("correction", detail="the search")
         if request.action == "goodbye":
             return self.goodbye()
         return self.show_list(with_help=request.action != "show_list")
-
-    def change_search(self, said: str) -> Go:
-        return go(Explore).with_message(said) if said else go(Explore)
 
     def goodbye(self) -> Direct:
         return direct_to(Goodbye, say("farewell", self.language))

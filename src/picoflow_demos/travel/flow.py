@@ -95,6 +95,9 @@ class Planner(SlotStep):
     def acknowledge(self, values: TripDetails, accepted: Sequence[str]) -> str:
         return values.noted() if accepted else ""
 
+    def corrected(self, values: TripDetails, changed: Sequence[str]) -> str:
+        return values.noted(changed, lead="Changed")
+
     def phrase(self, question: Ask, values: TripDetails) -> str:
         if question.key != "check_in":
             return question.question

@@ -10,6 +10,7 @@ the sub-steps.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import date, timedelta
 from typing import Annotated, Literal, Self
 
@@ -152,20 +153,25 @@ class TripDetails(BaseModel):
             )
         return self
 
-    def noted(self) -> str:
-        """What code understood so far, said back so the traveller can correct a misreading at once."""
-        parts = [self.city] if self.city else []
-        if self.check_in and self.check_out:  # a single date is said back by the question
+    def noted(self, only: Collection[str] | None = None, *, lead: str = "Noted") -> str:
+        """What code understood so far (or of the fields ``only``), said back so the traveller can
+        correct a misreading at once."""
+        def said(*names: str) -> bool:
+            return only is None or any(name in only for name in names)
+
+        parts = [self.city] if self.city and said("city") else []
+        if self.check_in and self.check_out and said("check_in", "check_out"):
+            # a single date is said back by the question
             nights = (self.check_out - self.check_in).days
             parts.append(
                 f"{short_date(self.check_in)} to {long_date(self.check_out)} "
                 f"({nights} night{'s' if nights != 1 else ''})"
             )
-        if self.max_price is not None:
+        if self.max_price is not None and said("max_price"):
             parts.append(f"hotels up to {usd(self.max_price)} a night")
-        if self.interests:
+        if self.interests and said("interests"):
             parts.append(", ".join(self.interests))
-        return f"Noted: {'; '.join(parts)}." if parts else ""
+        return f"{lead}: {'; '.join(parts)}." if parts else ""
 
 
 class Trip(BaseModel):
