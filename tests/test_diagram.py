@@ -207,3 +207,12 @@ def test_no_two_labels_of_a_demo_flow_overlap(flow: type[Flow]) -> None:
         if a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
     ]
     assert clashes == []
+
+
+def test_a_handoff_step_is_drawn_as_its_own_kind() -> None:
+    from picoflow_demos.orders.flow import OrdersFlow
+
+    spec = OrdersFlow.spec()
+    assert nodes(flow_svg(spec))["OrdersStaff"]["class"].split()[:2] == ["step", "handoff"]
+    assert nodes(flow_svg(spec))["Support"]["class"].split()[:2] == ["step", "conversational"]
+    assert '    OrdersStaff[/"OrdersStaff"/]' in flow_mermaid(spec)

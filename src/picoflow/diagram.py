@@ -123,6 +123,8 @@ def _edges(spec: FlowSpec) -> list[_Edge]:
 
 
 def _kind(step: StepSpec) -> str:
+    if step.cls.is_handoff:  # a person takes over here: drawn apart from the steps code runs
+        return "handoff"
     return "terminal" if step.is_terminal else "logic" if step.is_logic else "conversational"
 
 
@@ -272,7 +274,7 @@ def _node_svg(step: StepSpec, node: _Node, current: bool, visited: bool, start: 
     fill = _COLORS["current_fill"] if current else _COLORS["visited"] if visited else _COLORS["fill"]
     stroke = _COLORS["current_stroke"] if current else _COLORS["stroke"]
     radius = _NODE_HEIGHT / 2 if kind == "terminal" else 8
-    dash = ' stroke-dasharray="5 3"' if kind == "logic" else ""
+    dash = ' stroke-dasharray="5 3"' if kind == "logic" else ' stroke-dasharray="1 3"' if kind == "handoff" else ""
     tooltip = step.description or step.name
     aria = ' aria-current="step"' if current else ""
     return (
@@ -303,7 +305,13 @@ def flow_mermaid(spec: FlowSpec, *, current: str | None = None) -> str:
         kind = _kind(step)
         text = f'"{name}"'
         shape = (
-            f"([{text}])" if kind == "terminal" else "{{" + text + "}}" if kind == "logic" else f"[{text}]"
+            f"([{text}])"
+            if kind == "terminal"
+            else "{{" + text + "}}"
+            if kind == "logic"
+            else f"[/{text}/]"
+            if kind == "handoff"
+            else f"[{text}]"
         )
         lines.append(f"    {ids[name]}{shape}")
     lines.append(f"    start --> {ids[spec.start]}")
