@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
+from tests.test_repairs import Chat, found
 
 from picoflow import (
     Flow,
@@ -25,8 +26,6 @@ from picoflow import (
     tool,
 )
 from picoflow.models import ToolCall
-
-from tests.test_repairs import Chat, found
 
 CITY = "Which city?"
 NIGHTS = "How many nights?"
@@ -124,7 +123,9 @@ async def test_a_correction_inside_the_form_fires_and_the_next_question_follows(
     assert chat.patterns == [("Search", "correction", "city")]
     # The same value said again is no correction.
     await chat.say("Lyon, yes", found(("city", "Lyon", "Lyon")))
-    assert [fired for fired in chat.patterns if fired[1] == "correction"] == [("Search", "correction", "city")]
+    assert [fired for fired in chat.patterns if fired[1] == "correction"] == [
+        ("Search", "correction", "city")
+    ]
 
 
 async def test_a_correction_in_a_later_step_goes_back_redoes_the_offer_and_says_what_changed() -> None:

@@ -274,7 +274,13 @@ def _node_svg(step: StepSpec, node: _Node, current: bool, visited: bool, start: 
     fill = _COLORS["current_fill"] if current else _COLORS["visited"] if visited else _COLORS["fill"]
     stroke = _COLORS["current_stroke"] if current else _COLORS["stroke"]
     radius = _NODE_HEIGHT / 2 if kind == "terminal" else 8
-    dash = ' stroke-dasharray="5 3"' if kind == "logic" else ' stroke-dasharray="1 3"' if kind == "handoff" else ""
+    dash = (
+        ' stroke-dasharray="5 3"'
+        if kind == "logic"
+        else ' stroke-dasharray="1 3"'
+        if kind == "handoff"
+        else ""
+    )
     tooltip = step.description or step.name
     aria = ' aria-current="step"' if current else ""
     return (

@@ -320,7 +320,11 @@ class Step:
         the last message its memory shows the user was sent, else the last one any step sent (a
         ``SlotStep`` asks its pending question)."""
         own = next(
-            (m.content for m in reversed(self.messages) if m.role == "assistant" and m.is_shown and m.content),
+            (
+                m.content
+                for m in reversed(self.messages)
+                if m.role == "assistant" and m.is_shown and m.content
+            ),
             None,
         )
         return own or self._runtime.last_shown() or ""
@@ -362,7 +366,7 @@ class Step:
         if pattern == "clarify":
             if self._in_a_row("clarify") > policy.max_clarifications > 0:
                 return repair("handoff", detail="a choice not made clear")
-            options = " ".join(f"{number}. {option}" for number, option in enumerate(fired.options, 1))
+            options = self.listed_options(fired.options)
             return direct(texts.clarify.format(options=options, question=fired.detail or "").strip())
         if pattern == "correction":
             back = self._runtime.correction_target(policy.correct_in, self.name)
@@ -377,6 +381,11 @@ class Step:
             return self.digress(target)
         # skip, no_progress and the others: the question again, unchanged
         return direct(self.question())
+
+    def listed_options(self, options: Sequence[str]) -> str:
+        """A clarification's choices as the user reads them (by default numbered on one line:
+        "1. #40004 2. #40006"). Override it when the options carry numbers of their own."""
+        return " ".join(f"{number}. {option}" for number, option in enumerate(options, 1))
 
     def digress(self, target: type[Step] | str) -> Go:
         """Answer the user's latest message in ``target`` (an FAQ, a lookup), then come back here:

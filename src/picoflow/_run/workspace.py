@@ -276,7 +276,11 @@ class Workspace:
 
     def user_message(self) -> str | None:
         return next(
-            (m.content for _, m in reversed(self.appended) if m.role == "user" and m.kind in (None, "forwarded")),
+            (
+                m.content
+                for _, m in reversed(self.appended)
+                if m.role == "user" and m.kind in (None, "forwarded")
+            ),
             None,
         )
 

@@ -11,7 +11,15 @@ from picoflow.slots.form import Ask, Form, Merge, ask
 from picoflow.slots.grounding import Evidence, Grounding, Item, Rule, Seen, Verdict
 from picoflow.slots.reader import Reader, Reading, read
 from picoflow.slots.reading import EXTRACT_RULES, FORMAT_HINT, Extraction, reading_of
-from picoflow.slots.said import Said, as_written, bears_out, says_field, says_option, written_days
+from picoflow.slots.said import (
+    Said,
+    as_written,
+    bears_out,
+    options_said,
+    says_field,
+    says_option,
+    written_days,
+)
 from picoflow.slots.step import FORM_KEY, SlotStep
 
 __all__ = [
@@ -35,6 +43,7 @@ __all__ = [
     "as_written",
     "ask",
     "bears_out",
+    "options_said",
     "read",
     "reading_of",
     "says_field",

@@ -261,9 +261,7 @@ class SlotStep(Step):
             return repair("correction", detail=", ".join(changed))
         return await self._go_on(form, values, taken)
 
-    async def _go_on(
-        self, form: Form, values: Any, taken: Reading, changed: Sequence[str] = ()
-    ) -> Outcome:
+    async def _go_on(self, form: Form, values: Any, taken: Reading, changed: Sequence[str] = ()) -> Outcome:
         acted = await _settled(self.on_reading(values, taken.accepted))
         if acted is not None:
             return acted

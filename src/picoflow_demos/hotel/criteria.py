@@ -23,6 +23,7 @@ from picoflow_demos.hotel.pricing import (
     quote_hotels,
     stay_nights,
 )
+from picoflow_demos.hotel.questions import ASKS_ABOUT
 from picoflow_demos.hotel.replies import ENGLISH, either, full_day, listed, nights, say, short_day, whole
 
 TODAY_VARIABLE = "HOTEL_FLOW_CURRENT_DATE"
@@ -459,13 +460,16 @@ class Criteria(BaseModel):
     goodbye: Annotated[Literal["goodbye"] | None, *GOODBYE] = Field(
         None, description="goodbye when the guest says goodbye or wants to stop"
     )
-    repair: Annotated[Literal["cancel", "repeat", "handoff", "skip", "out_of_scope"] | None, *REPAIRS] = (
-        Field(
-            None,
-            description="cancel when the guest drops the search to start over, repeat when they ask to hear "
-            "the last message again, handoff when they ask for a person, skip when they decline to answer, "
-            "out_of_scope when they ask for something other than a hotel stay",
-        )
+    repair: Annotated[
+        Literal["cancel", "repeat", "handoff", "skip", "out_of_scope", "digression"] | None,
+        *REPAIRS,
+        *ASKS_ABOUT,
+    ] = Field(
+        None,
+        description="cancel when the guest drops the search to start over, repeat when they ask to hear "
+        "the last message again, handoff when they ask for a person, skip when they decline to answer, "
+        "digression when they ask about the hotels' policies (cancellation, check-in times, payment, "
+        "smoking), out_of_scope when they ask for something other than a hotel stay",
     )
 
     @field_validator("in_portland")

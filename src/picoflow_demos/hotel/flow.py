@@ -21,6 +21,7 @@ from picoflow import (
     Ask,
     Direct,
     Flow,
+    LogicStep,
     Outcome,
     Prompt,
     Repairs,
@@ -35,10 +36,11 @@ from picoflow import (
     since_last_user,
 )
 from picoflow.messages import Message
-from picoflow.slots import bears_out, says_field
+from picoflow.slots import bears_out, options_said, says_field
 from picoflow_demos._common import as_typed
 from picoflow_demos.hotel.criteria import CONFIRM, GOODBYE_WORDS, Criteria, refusal, today
 from picoflow_demos.hotel.pricing import HotelQuote, hotels, stay_nights
+from picoflow_demos.hotel.questions import ANSWERS, Question
 from picoflow_demos.hotel.replies import (
     ENGLISH,
     LOCALES,
@@ -380,7 +382,10 @@ class Present(Step):
         ):
             language = self.language
             return direct(f"{say('list_range', language, count=len(listed))} {say('choose', language)}")
-        if request.action == "book" and len(numbers) != 1:
+        if request.action == "book" and len(numbers) > 1:  # which one is the guest's to say
+            options = tuple(f"#{number} {listed[number - 1].name}" for number in numbers)
+            return repair("clarify", detail="which hotel to book", options=options)
+        if request.action == "book" and not numbers:
             return direct(say("book_which", self.language, count=len(listed)))
         if request.action == "book":
             return self.book(listed[numbers[0] - 1])
@@ -394,6 +399,10 @@ class Present(Step):
 
     def goodbye(self) -> Direct:
         return direct_to(Goodbye, say("farewell", self.language))
+
+    def listed_options(self, options: Sequence[str]) -> str:
+        # The options carry their list numbers ("#2 Hampton Inn"): one per line, not numbered again.
+        return "".join(f"\n- {option}" for option in options)
 
     def show_list(self, *, with_help: bool = False) -> Direct:
         language = self.language
@@ -447,6 +456,21 @@ class Compare(Present):
     memory = "Present"
 
 
+class HotelQuestions(LogicStep):
+    """Answer a guest's question about the hotels' policies, in code from ``questions.ANSWERS``;
+    then the step the question interrupted asks its question again (the ``digression`` pattern)."""
+
+    memory = "hotel-questions"
+
+    def run_logic(self) -> Direct:
+        said = self.last_user_message or ""
+        self.erase_memory()
+        language = answering_in(self)
+        topics = options_said(Question, "topic", said, LOCALES)
+        answer = " ".join(ANSWERS[language][topic] for topic in topics) or say("no_answer", language)
+        return self.resume(answer)
+
+
 class Goodbye(TerminateStep):
     """The end of the conversation."""
 
@@ -462,5 +486,5 @@ class HotelFlow(Flow):
     """Find, compare and book a hotel in the Portland, Oregon area."""
 
     name = "hotel"
-    steps = [Explore, Present, Compare, Goodbye]
-    repairs = Repairs(on_required_skip="ask_again", texts=REPAIR_TEXTS)
+    steps = [Explore, Present, Compare, HotelQuestions, Goodbye]
+    repairs = Repairs(on_required_skip="ask_again", digress_to=HotelQuestions, texts=REPAIR_TEXTS)

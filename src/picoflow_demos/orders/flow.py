@@ -29,9 +29,11 @@ from picoflow import (
     Direct,
     Flow,
     Handoff,
+    LogicStep,
     Outcome,
     Prompt,
     Reject,
+    Repairs,
     RunContext,
     Step,
     TerminateStep,
@@ -45,7 +47,7 @@ from picoflow import (
 )
 from picoflow.exceptions import RunError
 from picoflow.messages import Message, ModelResponse
-from picoflow.slots import Said, as_written, bears_out, says_field, written_days
+from picoflow.slots import Said, as_written, bears_out, options_said, says_field, written_days
 from picoflow_demos._common import SAYS_GOODBYE, usd_cents
 from picoflow_demos.orders.database import Order, OrdersDatabase, Status, default_database, today
 
@@ -64,6 +66,7 @@ ASK_DATES = (
     "Which dates should I search? For example: “since October 1” or “between October 1 and November 1”."
 )
 ASK_WHICH_REFUND = "Which order shall I refund? Give its number."
+ANYTHING_ELSE = "Anything else I can help with?"
 FAREWELL = "Thank you for shopping with us. Goodbye!"
 NOT_REFUNDED = "OK, order #{order_id} was not refunded. Anything else I can help with?"
 WITHDRAWN = (
@@ -113,6 +116,28 @@ ASKS_FOR_PERSON = Said(options={"person": (
     "beschädigt", "kaputt", "une personne", "un conseiller", "endommagé", "cassé", "una persona",
     "un agente", "dañado", "roto",
 )})  # fmt: skip
+# The shop's policies a customer may ask about on the way (the digression pattern): each topic's
+# words, and its answer, written here. ``OrdersQuestions`` answers them; Support then asks its
+# question again.
+POLICY_TOPICS = Said(options={
+    "returns": ("return policy", "return window", "returns", "send it back", "exchange", "rückgabe",
+                "umtausch", "retour", "retourner", "devolución", "devolver"),
+    "shipping": ("shipping cost", "delivery time", "how long does shipping", "how long does delivery",
+                 "shipping time", "lieferzeit", "versandkosten", "délai de livraison", "frais de port",
+                 "plazo de entrega", "gastos de envío"),
+    "payment": ("payment methods", "pay with", "paypal", "credit card", "zahlungsarten", "kreditkarte",
+                "moyens de paiement", "carte de crédit", "formas de pago", "tarjeta de crédito"),
+})  # fmt: skip
+POLICY_ANSWERS = {
+    "returns": "You can return an item within 30 days of delivery, unused and in its packaging.",
+    "shipping": "Orders ship within 2 business days and arrive 3 to 5 business days later; shipping is free "
+    "over $50.",
+    "payment": "We accept credit and debit cards and PayPal; you are charged when the order ships.",
+}
+ASKS_ABOUT_POLICY = Said(
+    options={"policy": tuple(w for words in POLICY_TOPICS.options.values() for w in words)}
+)
+NO_POLICY_ANSWER = "I'm sorry, I have no answer to that here."
 # Which end of a range a lone date is: "until September 30" read as a start is an end.
 SINCE = Said(words=("since", "from", "after", "starting", "beginning", "seit", "ab", "depuis", "desde"))
 UNTIL = Said(words=("until", "till", "til", "before", "through", "up to", "ending", "bis", "jusqu", "hasta"))
@@ -142,12 +167,15 @@ class CustomerRequest(BaseModel):
         description="Last day of the dates the customer gives; null when none"
     )
     action: Annotated[
-        Literal["order", "search", "refund", "goodbye", "person", "other"], SAYS_GOODBYE, ASKS_FOR_PERSON
+        Literal["order", "search", "refund", "policy", "goodbye", "person", "other"],
+        SAYS_GOODBYE,
+        ASKS_FOR_PERSON,
+        ASKS_ABOUT_POLICY,
     ] = Field(
         description="order: about orders they give by number; search: their orders by date or status; "
-        "refund: refund an order; goodbye: the customer ends the conversation; person: they want a "
-        "person, or have a problem only a person can settle (a damaged item, a dispute); other: "
-        "anything else"
+        "refund: refund an order; policy: a question about returns, shipping or payment; goodbye: the "
+        "customer ends the conversation; person: they want a person, or have a problem only a person "
+        "can settle (a damaged item, a dispute); other: anything else"
     )
 
 
@@ -276,6 +304,10 @@ class Support(Step):
             request = request.model_copy(update={"action": "refund"})
         if request.action == "goodbye":
             return direct_to(OrdersGoodbye, FAREWELL)
+        if request.action == "policy":  # answered aside; what this step asked stays open
+            if asked is not None:
+                self.state["asked"] = asked
+            return repair("digression", detail="a question about the shop's policies")
         if request.action == "person":  # a damaged item, a dispute: staff settle it, not this step
             return repair("handoff", detail="the customer asked for a person")
         order_ids = request.orders
@@ -302,6 +334,10 @@ class Support(Step):
         if (request.since and since is None) or (request.until and until is None):
             return direct(ASK_DATES)
         return await self.search(customer, since, until, status)
+
+    def question(self) -> str:
+        # What a digression comes back to: the order to refund when that was asked, else an offer.
+        return ASK_WHICH_REFUND if self.state.get("asked") == "refund" else ANYTHING_ELSE
 
     async def show_orders(self, customer: str, order_ids: Sequence[int]) -> Direct:
         database = database_for(self.context)
@@ -442,6 +478,24 @@ class Refund(Step):
         return direct_to(Support, NOT_STARTED.format(order_id=int(self.state["order_id"])))
 
 
+class OrderQuestion(BaseModel):
+    """What a customer's side question is about (read from its declared words, in code)."""
+
+    topic: Annotated[Literal["returns", "shipping", "payment"] | None, POLICY_TOPICS] = None
+
+
+class OrdersQuestions(LogicStep):
+    """Answer a question about the shop's policies in code, then go back to Support's question."""
+
+    memory = "orders-questions"
+
+    def run_logic(self) -> Direct:
+        said = self.last_user_message or ""
+        self.erase_memory()
+        topics = options_said(OrderQuestion, "topic", said)
+        return self.resume(" ".join(POLICY_ANSWERS[topic] for topic in topics) or NO_POLICY_ANSWER)
+
+
 class OrdersGoodbye(TerminateStep):
     """Closing words."""
 
@@ -461,4 +515,5 @@ class OrdersFlow(Flow):
     """Customer support over the orders database: search orders, and refund what a person approves."""
 
     name = "orders"
-    steps = [Support, Refund, OrdersGoodbye, OrdersStaff]
+    steps = [Support, Refund, OrdersQuestions, OrdersGoodbye, OrdersStaff]
+    repairs = Repairs(digress_to=OrdersQuestions)

@@ -156,6 +156,7 @@ class TripDetails(BaseModel):
     def noted(self, only: Collection[str] | None = None, *, lead: str = "Noted") -> str:
         """What code understood so far (or of the fields ``only``), said back so the traveller can
         correct a misreading at once."""
+
         def said(*names: str) -> bool:
             return only is None or any(name in only for name in names)
 
