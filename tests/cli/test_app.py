@@ -6,7 +6,9 @@ import subprocess
 import sys
 
 import pytest
+import typer
 
+from picoflow.cli import app
 from picoflow.cli.loading import needs_extra
 
 from .support import invoke
@@ -71,3 +73,28 @@ def test_a_command_without_its_extra_names_it_in_one_line(
 def test_a_missing_module_of_picoflow_itself_is_not_called_a_missing_extra() -> None:
     with pytest.raises(ModuleNotFoundError, match=r"picoflow\.nowhere"), needs_extra("server", "serving"):
         import picoflow.nowhere  # type: ignore[import-not-found]  # noqa: F401
+
+
+def _commands(group: typer.Typer) -> list[tuple[str, ...]]:
+    """Every command's words (``("sessions", "show")``), from the tree the console script runs."""
+    import click
+
+    def walk(command: click.Command, path: tuple[str, ...]) -> list[tuple[str, ...]]:
+        if isinstance(command, click.Group):
+            return [found for name, sub in command.commands.items() for found in walk(sub, (*path, name))]
+        return [path]
+
+    return walk(typer.main.get_command(group), ())
+
+
+def test_help_fits_80_columns_with_whole_lines_and_plain_metavars(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    root = invoke("--help").output
+    # Each command's line is whole: no description cut off with an ellipsis.
+    listed = root.split("Commands:", 1)[1].splitlines()
+    assert not any(line.rstrip().endswith("...") for line in listed), root
+    assert all(len(line) <= 80 for line in root.splitlines()), root
+    for words in _commands(app):
+        shown = invoke(*words, "--help").output
+        # A metavar names what to type (<n>, <file>), never a Python type or a range.
+        assert "list[" not in shown and " range>" not in shown, (words, shown)

@@ -44,17 +44,19 @@ def _root(
     """picoflow: conversational LLM applications as a flow of steps."""
 
 
-app.command()(serve)
-app.command()(chat)
-app.command("flows")(list_flows)
-app.command()(graph)
-app.command("eval")(eval_scenarios)
-app.command()(worker)
-app.add_typer(sessions_app, name="sessions")
-app.add_typer(approvals_app, name="approvals")
-app.add_typer(handoffs_app, name="handoffs")
-app.add_typer(db_app, name="db")
-app.add_typer(mcp_app, name="mcp")
+# Each command's line in `picoflow --help` is its own short help, written to fit 80 columns: the
+# first sentence of a docstring would be cut off mid-word.
+app.command(short_help="Serve the flows over HTTP, with the chat page.")(serve)
+app.command(short_help="Chat with a flow in the terminal.")(chat)
+app.command("flows", short_help="List the flows with their steps.")(list_flows)
+app.command(short_help="Print a flow's steps and transitions (Mermaid).")(graph)
+app.command("eval", short_help="Play scenario files against a model and score them.")(eval_scenarios)
+app.command(short_help="Run turns on Temporal, as a durable worker.")(worker)
+app.add_typer(sessions_app, name="sessions", short_help="Inspect stored sessions.")
+app.add_typer(approvals_app, name="approvals", short_help="Decide the calls waiting for approval.")
+app.add_typer(handoffs_app, name="handoffs", short_help="Take over conversations handed to a person.")
+app.add_typer(db_app, name="db", short_help="Manage the session store's schema.")
+app.add_typer(mcp_app, name="mcp", short_help="Serve the flows as MCP tools.")
 
 
 def main() -> None:

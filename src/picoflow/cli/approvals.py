@@ -98,7 +98,9 @@ def approvals_list(
         ),
     ] = None,
     flow: Annotated[str | None, typer.Option(help="Only approvals of this flow's sessions.")] = None,
-    limit: Annotated[int, typer.Option(min=1, max=500, help="How many, most recent sessions first.")] = 50,
+    limit: Annotated[
+        int, typer.Option(min=1, max=500, metavar="<n>", help="How many, most recent sessions first.")
+    ] = 50,
     as_: AsOpt = "local",
     role: RoleOpt = None,
     store: StoreOpt = None,

@@ -53,7 +53,9 @@ def chat(
     ] = None,
     attach: Annotated[
         list[Path] | None,
-        typer.Option(help="A file to send with the first message (PDF, image or text); repeatable."),
+        typer.Option(
+            metavar="<file>", help="A file to send with the first message (PDF, image or text); repeatable."
+        ),
     ] = None,
     store: StoreOpt = None,
     model: ModelOpt = None,

@@ -68,12 +68,15 @@ def eval_scenarios(
     scenarios: Annotated[Path, typer.Argument(help="A scenario file (YAML) or a folder of them.")],
     flow: Annotated[str | None, typer.Option(help="Flow of the scenarios whose file names none.")] = None,
     model: ModelOpt = None,
-    runs: Annotated[int, typer.Option(min=1, help="Plays of each scenario, each in a fresh session.")] = 1,
+    runs: Annotated[
+        int, typer.Option(min=1, metavar="<n>", help="Plays of each scenario, each in a fresh session.")
+    ] = 1,
     min_pass: Annotated[
         float,
         typer.Option(
             min=0.0,
             max=1.0,
+            metavar="<share>",
             help="Share of runs that must pass (of scenarios without a pass: policy); exit 1 below it.",
         ),
     ] = 1.0,
@@ -88,7 +91,9 @@ def eval_scenarios(
     flows: FlowsOpt = None,
     category: Annotated[
         list[str] | None,
-        typer.Option(help="Play only the scenarios of this category (repeat it for several)."),
+        typer.Option(
+            metavar="<name>", help="Play only the scenarios of this category (repeat it for several)."
+        ),
     ] = None,
     coverage: Annotated[
         bool,

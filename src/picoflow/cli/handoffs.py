@@ -44,7 +44,9 @@ handoffs_app = typer.Typer(
 @handoffs_app.command("list")
 def handoffs_list(
     flow: Annotated[str | None, typer.Option(help="Only this flow's sessions.")] = None,
-    limit: Annotated[int, typer.Option(min=1, max=500, help="How many, oldest handoff first.")] = 50,
+    limit: Annotated[
+        int, typer.Option(min=1, max=500, metavar="<n>", help="How many, oldest handoff first.")
+    ] = 50,
     summaries: Annotated[bool, typer.Option("--summaries", help="Print each summary in full.")] = False,
     as_: AsOpt = "local",
     role: RoleOpt = None,

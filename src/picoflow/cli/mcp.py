@@ -47,7 +47,10 @@ def serve(
         str, typer.Option(help="Address to bind (http); 127.0.0.1 keeps it on this machine.")
     ] = "127.0.0.1",
     port: Annotated[
-        int, typer.Option(help="Port to listen on (http); 0 picks a free one.", min=0, max=65535)
+        int,
+        typer.Option(
+            help="Port to listen on (http); 0 picks a free one.", min=0, max=65535, metavar="<port>"
+        ),
     ] = 8765,
     principal: Annotated[
         str,

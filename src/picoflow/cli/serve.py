@@ -49,7 +49,7 @@ def serve(
     host: Annotated[
         str, typer.Option(help="Address to bind; 127.0.0.1 keeps it on this machine.")
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.", min=1, max=65535)] = 8000,
+    port: Annotated[int, typer.Option(help="Port to listen on.", min=1, max=65535, metavar="<port>")] = 8000,
     store: StoreOpt = None,
     model: ModelOpt = None,
     flows: FlowsOpt = None,

@@ -38,7 +38,7 @@ def sessions_list(
         typer.Option(help="running, awaiting_approval, awaiting_human, completed or aborted."),
     ] = None,
     principal: Annotated[str | None, typer.Option(help="Only sessions of this principal.")] = None,
-    limit: Annotated[int, typer.Option(min=1, help="How many, most recent first.")] = 20,
+    limit: Annotated[int, typer.Option(min=1, metavar="<n>", help="How many, most recent first.")] = 20,
     wide: Annotated[
         bool, typer.Option("--wide", help="Whole ids and times to the second, whatever the terminal's width.")
     ] = False,
