@@ -77,6 +77,9 @@ def test_chat_new_quit_and_failures(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert result.output.count("Hello! I can help you find a hotel") == 2
     assert "new conversation" in result.output
+    # A session kept in memory is not offered to `sessions show`, which could not find it.
+    assert "kept in memory only: it ended with this chat" in result.output
+    assert "picoflow sessions show" not in result.output
     # The script ran out on the third message: a clear error, and the chat goes on until /quit.
     assert "could not" in result.output.lower() or "unavailable" in result.output.lower()
     assert invoke("chat", "nope", "--store", "memory://").exit_code == 1

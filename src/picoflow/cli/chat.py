@@ -34,6 +34,15 @@ from picoflow.events import StepEntered, ToolCalled, TurnEvent
 from picoflow.exceptions import PicoflowError
 from picoflow.models import Model
 from picoflow.models.readiness import LoadStatus, Phase, Preparable, Warm, preparable_models
+from picoflow.sessions.memory import MemoryStore
+
+
+def where_kept(session_id: str, store: object) -> str:
+    """Where the session just had can be read again: a command that works, or, in memory, that it
+    is gone."""
+    if isinstance(store, MemoryStore):
+        return f"session {session_id} was kept in memory only: it ended with this chat"
+    return f"session {session_id} (picoflow sessions show {session_id})"
 
 
 def chat(
@@ -95,7 +104,7 @@ def chat(
         finally:
             await engine.aclose()
         if session_id:
-            console.print(f"[dim]session {session_id} (picoflow sessions show {session_id})[/dim]")
+            console.print(f"[dim]{escape(where_kept(session_id, engine.store))}[/dim]")
 
     run(talk)
 
