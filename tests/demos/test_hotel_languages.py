@@ -262,6 +262,54 @@ async def test_a_french_guest_compares_and_books_in_french() -> None:
     }
 
 
+async def test_a_guest_booking_two_hotels_at_once_is_asked_which_in_their_language() -> None:
+    # The clarification is a repair pattern's text (RepairTexts): the list and the tables say it in
+    # the guest's language like every other reply of theirs.
+    spanish = chat_with(
+        found(
+            ("room_types", "dos camas", ["two beds"]),
+            ("in_portland", "Portland", True),
+            ("check_in", "1", day(9, 1, 2027)),
+            ("check_out", "4 de septiembre de 2027", day(9, 4, 2027)),
+            ("request", "muéstrame las opciones", "search"),
+        ),
+        wants("book", [3, 4]),
+    )
+    await spanish.say_all(
+        [
+            "Hola, dos camas en Portland del 1 al 4 de septiembre de 2027, muéstrame las opciones",
+            "Me quedo con el 3 o el 4",
+        ]
+    )
+    assert spanish.results[-1].message == (
+        "¿Cuál de ellos? \n- #3 The Duniway Portland, a Hilton Hotel\n"
+        "- #4 Embassy Suites by Hilton Portland Downtown"
+    )
+    german = chat_with(
+        found(
+            ("room_types", "einem Bett", ["one bed"]),
+            ("in_portland", "Portland", True),
+            ("check_in", "vom 10.", day(8, 10, 2027)),
+            ("check_out", "13. August 2027", day(8, 13, 2027)),
+            ("request", "Zeigen Sie mir", "search"),
+        ),
+        wants("compare", [1, 2], ["price"]),
+        wants("book", [1, 2]),
+    )
+    said = [
+        "Hallo, ein Zimmer mit einem Bett in Portland vom 10. bis 13. August 2027. Zeigen Sie mir die "
+        "Hotels.",
+        "Vergleichen Sie bitte die Preise von 1 und 2",
+        "Ich nehme 1 oder 2",
+    ]
+    await german.say_all(said)
+    assert german.results[-1].message == (
+        "Welches meinen Sie? \n- #1 The Porter Portland, Curio Collection by Hilton\n"
+        "- #2 Hilton Portland Downtown"
+    )
+    assert [result.step for result in german.results] == ["Present", "Compare", "Compare"]
+
+
 async def test_an_english_guest_reads_the_replies_of_before() -> None:
     past = found(("check_in", "July 10", day(7, 10, 2027)), ("check_out", "July 12, 2027", day(7, 12, 2027)))
     chat = chat_with(

@@ -144,10 +144,17 @@ def test_the_demos_suites_cover_every_step_transition_and_tool(tmp_path: Path) -
         {"step": "Compare", "via": ["compare"]},
     ]
     assert "every step, transition, tool and declared pattern was exercised" in played.output
-    # Every pattern the hotel's steps declare was fired by a suite: the search step's, and the
-    # corrections the list and the tables send back to it.
+    # Every pattern the hotel's steps declare was fired by a suite: the search step's (a policy
+    # question among them, answered by HotelQuestions), the corrections the list and the tables send
+    # back to it, and the list asking which hotel when two are booked at once.
     fired = {(item["step"], item["pattern"]) for item in coverage["hotel"]["patterns"] if item["suites"]}
     assert fired == {
         ("Explore", pattern)
         for pattern in ("cancel", "repeat", "handoff", "skip", "out_of_scope", "no_progress", "correction")
-    } | {("Present", "correction"), ("Compare", "correction")}
+    } | {
+        ("Explore", "digression"),
+        ("Present", "correction"),
+        ("Compare", "correction"),
+        ("Present", "clarify"),
+    }
+    assert coverage["hotel"]["steps"]["HotelQuestions"] == ["hotel-repairs.yaml"]  # the policy questions

@@ -356,6 +356,11 @@ class Present(Step):
     def language(self) -> str:
         return answering_in(self)
 
+    @property
+    def answer_locale(self) -> str:
+        # What a repair pattern says here (a clarification) is in the guest's language too.
+        return self.language
+
     def on_response(self, request: GuestRequest) -> Outcome:
         said = self.last_user_message or ""
         self.erase_memory()
