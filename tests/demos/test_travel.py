@@ -752,6 +752,43 @@ Hotels up to $200.00 a night; interests: music, food.
     }
 
 
+async def test_after_a_plan_a_repair_asks_what_to_change_not_the_whole_plan_again() -> None:
+    # With every question answered, what the Planner waits for is a change to the plan: a repair
+    # says that again, never the whole plan, nor its own last reply wrapped once more.
+    chat = chat_with(
+        seattle_scripts(
+            Planner=[
+                found(("repair", "book my flight", "out_of_scope")),
+                found(("repair", "rental car", "out_of_scope")),
+                found(("repair", "train", "out_of_scope")),
+                found(("repair", "start over", "cancel")),
+                found(),
+            ]
+        )
+    )
+    await chat.say_all(["Hi", "Seattle from May 14 to 17", "Under $200 a night, I love jazz and good food"])
+    results = await chat.say_all(
+        [
+            "Can you book my flight?",
+            "And a rental car?",
+            "What about a train?",
+            "Let's start over",
+            "no, keep it",
+        ]
+    )
+    sorry = f"I'm sorry, I can't help with that here. {ANYTHING_ELSE}"
+    assert [result.message for result in results] == [
+        sorry,
+        sorry,
+        f"I'm sorry, no one can take over here. {ANYTHING_ELSE}",
+        "Shall I drop everything you told me so far (Seattle, Fri May 14, 2027, Mon May 17, 2027, up to "
+        "$200 a night, music, food) and start over? Please say yes or no.",
+        f"Fine, let's go on. {ANYTHING_ELSE}",
+    ]
+    planned = {**SEATTLE_TRIP, "max_price": 200.0, "interests": ["music", "food"]}
+    assert (await session_of(chat)).states["Planner"]["planned"] == planned
+
+
 async def test_every_request_of_the_longest_trip_stays_small_for_a_small_local_model() -> None:
     first = date(2027, 6, 1)
     lines = [f"Day {number} in Boston." for number in range(1, 16)]

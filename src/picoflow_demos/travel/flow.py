@@ -109,6 +109,15 @@ class Planner(SlotStep):
             return f"When would you like to be in {values.city}? Give your check-in and check-out dates."
         return question.question
 
+    def question(self) -> str:
+        # Every question answered and this very trip planned: what the Planner waits for is a
+        # change to it. A repair says that again, not the whole plan (nor its own last reply).
+        values = self.form.values(self.slots)
+        answered = self.form.asked(self.questions) is None and self.form.pending(self.questions) is None
+        if answered and self.state.get_as("planned", Trip) == Trip.of(values):
+            return ANYTHING_ELSE
+        return super().question()
+
     async def on_complete(self, details: TripDetails) -> Outcome:
         trip = Trip.of(details)
         if self.state.get_as("planned", Trip) == trip:  # nothing new since the plan shown
