@@ -278,3 +278,30 @@ async def test_without_a_digression_step_a_side_question_is_answered_as_out_of_s
     reply = await chat.say("by the way, is there a gym?", found(("request", "by the way", "digression")))
     assert reply == f"I'm sorry, I can't help with that here. {CITY}"
     assert chat.patterns == [("Search", "digression", None)]
+
+
+class Patient(Step):
+    """Answer about orders; refuse the rest, three times before a person."""
+
+    terminate_tool = False
+    repairs = Repairs(max_out_of_scope=3)
+
+    @tool
+    def elsewhere(self) -> Outcome:
+        """The user asks for something this step does not do."""
+        return repair("out_of_scope")
+
+
+class PatientFlow(Flow):
+    name = "patient"
+    steps = [Patient]
+
+
+async def test_repairs_in_a_row_ask_the_question_again_not_the_last_repair_s_words() -> None:
+    chat = Chat(PatientFlow)
+    assert await chat.say("hi", "Which order is it about?") == "Which order is it about?"
+    sorry = "I'm sorry, I can't help with that here. Which order is it about?"
+    assert await chat.say("a flight?", ToolCall("elsewhere", {})) == sorry
+    # The second one asks the question, not "I'm sorry ... I'm sorry ... Which order ...?"
+    assert await chat.say("a car then?", ToolCall("elsewhere", {})) == sorry
+    assert chat.patterns == [("Patient", "out_of_scope", None)] * 2

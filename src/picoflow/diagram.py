@@ -7,8 +7,8 @@ each step, so the picture cannot drift from what the flow does.
 The SVG layout is layered top to bottom, which suits a narrow side panel: steps are ranked by their
 distance from the start step, the terminal step sits alone at the bottom, edges to the next rank go
 straight down, and edges that skip ranks or go back up are routed around the left and right sides
-so they never cross a box. Every ``terminate_session`` edge (and a repair pattern's handoff or
-cancel) is drawn faint and unlabelled: it exists
+so they never cross a box. Every ``terminate_session`` edge (and a repair pattern's handoff,
+cancel or digression) is drawn faint and unlabelled: it exists
 from nearly every step and would otherwise bury the interesting edges.
 """
 
@@ -25,9 +25,9 @@ from picoflow.flow import FlowSpec, StepSpec
 __all__ = ["flow_mermaid", "flow_svg"]
 
 TERMINATE_VIA = "terminate_session"
-FAINT_VIAS = frozenset({TERMINATE_VIA, "handoff", "cancel"})
-"""Edges most steps may have (ending the session, the repair patterns' handoff and cancel): drawn
-faint and unlabelled in the SVG, so they do not bury the flow's own."""
+FAINT_VIAS = frozenset({TERMINATE_VIA, "handoff", "cancel", "digression"})
+"""Edges most steps may have (ending the session, the repair patterns' handoff, cancel and
+digression): drawn faint and unlabelled in the SVG, so they do not bury the flow's own."""
 
 _NODE_HEIGHT = 40
 _RANK_GAP = 64

@@ -327,7 +327,20 @@ class Step:
             ),
             None,
         )
+        asked = counts(self.state).get("asked_again")
+        if own is not None and isinstance(asked, list) and asked[:1] == [own]:
+            return str(asked[1])  # that message was a repair's words around the question: the question
         return own or self._runtime.last_shown() or ""
+
+    def _asking_again(self, template: str) -> Direct:
+        """A repair's words with the pending question in them (``{question}``); the question is
+        kept, so a second repair in a row asks it again rather than the first repair's words."""
+        question = self.question()
+        said = template.format(question=question).strip()
+        kept = counts(self.state)
+        kept["asked_again"] = [said, question]
+        keep(self.state, kept)
+        return direct(said)
 
     def opening(self) -> str:
         """What this step says first when a cancel brings the conversation back to it (nothing by
@@ -355,29 +368,30 @@ class Step:
         if pattern == "handoff":
             target = self._runtime.handoff_target(policy.handoff)
             if target is None:
-                return direct(texts.handoff_unavailable.format(question=self.question()).strip())
+                return self._asking_again(texts.handoff_unavailable)
             return go(target).with_state(reason=fired.detail or "asked for a person")
         if pattern == "cancel":
             return self._cancel(policy, texts.cancelled, texts.confirm_cancel)
         if pattern == "out_of_scope":
             if self._in_a_row("out_of_scope") > policy.max_out_of_scope > 0:
                 return repair("handoff", detail="out of scope, again")
-            return direct(texts.out_of_scope.format(question=self.question()).strip())
+            return self._asking_again(texts.out_of_scope)
         if pattern == "clarify":
             if self._in_a_row("clarify") > policy.max_clarifications > 0:
                 return repair("handoff", detail="a choice not made clear")
             options = self.listed_options(fired.options)
-            return direct(texts.clarify.format(options=options, question=fired.detail or "").strip())
+            said = texts.clarify.format(options=options, question=fired.detail or "")
+            return direct(_TRAILING_SPACE.sub("\n", said).strip())
         if pattern == "correction":
             back = self._runtime.correction_target(policy.correct_in, self.name)
             if back is None:  # nothing earlier holds what was said: the question again
                 return direct(self.question())
-            said = self._runtime.user_message()
-            return go(back).with_message(said) if said else go(back)
+            message = self._runtime.user_message()
+            return go(back).with_message(message) if message else go(back)
         if pattern == "digression":
             target = self._runtime.digression_target(policy.digress_to)
             if target is None or target == self.name:
-                return direct(texts.out_of_scope.format(question=self.question()).strip())
+                return self._asking_again(texts.out_of_scope)
             return self.digress(target)
         # skip, no_progress and the others: the question again, unchanged
         return direct(self.question())
@@ -514,6 +528,9 @@ def _request(item: Any) -> tuple[Any, Any, Any]:
     if not isinstance(item, tuple) or len(item) not in (2, 3):
         raise TypeError(f"run_steps takes (step, input) or (step, input, output) tuples, not {item!r:.60}")
     return (item[0], item[1], item[2] if len(item) == 3 else None)
+
+
+_TRAILING_SPACE = re.compile(r"[ \t]+\n")
 
 
 def since_last_user(memory: Sequence[Message], *, before: int = 0) -> Sequence[Message]:

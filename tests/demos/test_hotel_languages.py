@@ -282,7 +282,7 @@ async def test_a_guest_booking_two_hotels_at_once_is_asked_which_in_their_langua
         ]
     )
     assert spanish.results[-1].message == (
-        "¿Cuál de ellos? \n- #3 The Duniway Portland, a Hilton Hotel\n"
+        "¿Cuál de ellos?\n- #3 The Duniway Portland, a Hilton Hotel\n"
         "- #4 Embassy Suites by Hilton Portland Downtown"
     )
     german = chat_with(
@@ -304,7 +304,7 @@ async def test_a_guest_booking_two_hotels_at_once_is_asked_which_in_their_langua
     ]
     await german.say_all(said)
     assert german.results[-1].message == (
-        "Welches meinen Sie? \n- #1 The Porter Portland, Curio Collection by Hilton\n"
+        "Welches meinen Sie?\n- #1 The Porter Portland, Curio Collection by Hilton\n"
         "- #2 Hilton Portland Downtown"
     )
     assert [result.step for result in german.results] == ["Present", "Compare", "Compare"]
