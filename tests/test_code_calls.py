@@ -24,8 +24,9 @@ from picoflow import (
     tool,
 )
 from picoflow.engine import ANY_PRINCIPAL
-from picoflow.exceptions import ApprovalDecided, HookFailure, ToolFailure
-from picoflow.models import ScriptedModel
+from picoflow.exceptions import ApprovalDecided, HookFailure, ModelHTTPError, RunError, ToolFailure
+from picoflow.messages import ModelRequest
+from picoflow.models import FunctionModel, ScriptedModel
 from picoflow.sessions.memory import MemoryStore
 from picoflow.testing import transcript_lines
 
@@ -222,3 +223,29 @@ def test_call_is_a_plain_value() -> None:
         call(" ")
     with pytest.raises(TypeError, match="@tool method"):
         call(3)  # type: ignore[arg-type]
+
+
+class Fallback(Orders):
+    """Read what the customer wants; with no model, refund the order they opened the chat about."""
+
+    name = "Orders"
+
+    def on_model_error(self, error: RunError) -> Any:
+        return call(self.refund, order_id=40001)
+
+
+class FallbackFlow(Flow):
+    name = "orders"
+    steps = [Fallback]
+
+
+async def test_on_model_error_may_propose_a_call_which_waits_as_any_other() -> None:
+    def down(request: ModelRequest) -> Any:
+        raise ModelHTTPError("provider overloaded", status_code=503)
+
+    engine = FlowEngine([FallbackFlow], model=FunctionModel(down), clock=Clock(), store=MemoryStore())
+    result = await engine.run("orders", "refund my order", caller=CUSTOMER)
+    assert result.ok and [a.tool for a in result.pending] == ["refund"] and Orders.ledger == []
+    assert result.session_id is not None
+    done = await engine.decide(result.session_id, result.pending[0].id, "approve", caller=CUSTOMER)
+    assert done.ok and Orders.ledger == [(result.pending[0].id, 40001)]
