@@ -460,8 +460,13 @@ class Present(Step):
         """Propose booking ``quote`` for the stay searched: it waits for the guest's approval, and
         the list's state keeps it as ``proposed`` until the guest decides or writes again."""
         listed = self.state_of(Present)
-        stay = {"hotel": quote.name, "room_type": quote.room_type, "check_in": listed["check_in"]}
-        stay.update(check_out=listed["check_out"], total=quote.total)
+        stay = {
+            "hotel": quote.name,
+            "room_type": quote.room_type,
+            "check_in": listed["check_in"],
+            "check_out": listed["check_out"],
+            "total": quote.total,
+        }
         listed["proposed"] = stay
         return call(self.book, **stay, nightly=quote.nightly, language=self.language)
 
