@@ -1,4 +1,5 @@
-"""The 14-turn hotel conversation with a scripted model: what each turn costs.
+"""The 14-turn hotel conversation with a scripted model, then the guest's approval of the booking
+it chose: what each turn costs.
 
 For every turn: the model calls it made, the characters sent to the model (system prompt,
 messages and tool schemas of every request), the largest single request and how much of it was
@@ -8,7 +9,9 @@ turn in-process (median over ``--repeat`` runs; framework overhead only, the mod
 Per-step memory is what keeps the requests flat: Present and Compare start clean on every visit
 and never carry Explore's questions and answers, so turn 14 sends less than turn 2 did. The hotel
 lists, the comparison tables and the booking confirmation are written by code (``direct_to`` and
-``direct``): a turn that shows one makes only the model call that picked the tool.
+``direct``): a turn that shows one makes only the model call that picked the tool. The booking the
+last message chooses waits for the guest's approval, a decision of its own (``FlowEngine.decide``)
+that calls no model.
 
     python bench/hotel.py [--repeat 50]
 """
@@ -29,6 +32,8 @@ from picoflow.models import ScriptedModel
 from picoflow.sessions import MemoryStore
 from picoflow_demos.hotel import HotelFlow
 from picoflow_demos.hotel.scripted import CONVERSATION, CURRENT_DATE, model_script
+
+APPROVE = "[the guest approves the booking]"
 
 
 @dataclass
@@ -55,14 +60,20 @@ async def play(figures: list[TurnFigures] | None) -> list[float]:
     engine = FlowEngine([HotelFlow], store=MemoryStore(), model=model)
     session_id: str | None = None
     times: list[float] = []
-    for number, turn in enumerate(CONVERSATION):
+    said = [turn.user for turn in CONVERSATION] + [APPROVE]
+    waiting = ""  # the approval the last turn left pending
+    for number, text in enumerate(said):
         before = len(model.requests)
         started = time.perf_counter()
-        result = await engine.run("hotel", turn.user, session_id)
+        if text == APPROVE:
+            result = await engine.decide(session_id or "", waiting, "approve")
+        else:
+            result = await engine.run("hotel", text, session_id)
         times.append((time.perf_counter() - started) * 1000)
         if not result.ok:
             raise SystemExit(f"turn {number + 1} failed: {result.error}")
         session_id = result.session_id
+        waiting = result.pending[0].id if result.pending else ""
         if figures is not None:
             requests = model.requests[before:]
             figure = figures[number]
@@ -70,8 +81,9 @@ async def play(figures: list[TurnFigures] | None) -> list[float]:
             figure.chars_sent = sum(request.text_size() for request in requests)
             figure.largest_request = max((request.text_size() for request in requests), default=0)
             figure.steps = list(dict.fromkeys(request.step or "?" for request in requests))
-            largest = max(requests, key=lambda request: request.text_size())
-            figure.memory_in_largest = memory_part(largest)
+            if requests:
+                largest = max(requests, key=lambda request: request.text_size())
+                figure.memory_in_largest = memory_part(largest)
             transcript = await engine.store.transcript(session_id or "")
             figure.transcript = sum(
                 len(message.content)
@@ -111,7 +123,7 @@ async def main() -> None:
     parser.add_argument("--repeat", type=int, default=50, help="conversations to time (default 50)")
     args = parser.parse_args()
     os.environ["HOTEL_FLOW_CURRENT_DATE"] = CURRENT_DATE
-    figures = [TurnFigures(turn.user) for turn in CONVERSATION]
+    figures = [TurnFigures(turn.user) for turn in CONVERSATION] + [TurnFigures(APPROVE)]
     await play(figures)
     await play(None)  # warm-up: imports, schema caches, prompt files
     conversation_ms: list[float] = []
@@ -121,11 +133,14 @@ async def main() -> None:
         conversation_ms.append((time.perf_counter() - started) * 1000)
         for figure, elapsed in zip(figures, times, strict=True):
             figure.wall_ms.append(elapsed)
-    print(f"HotelFlow, 14-turn scripted conversation (today = {CURRENT_DATE}), {args.repeat} runs\n")
+    print(
+        f"HotelFlow, 14-turn scripted conversation and an approval (today = {CURRENT_DATE}), "
+        f"{args.repeat} runs\n"
+    )
     print(table(figures))
     print(
         f"\nwhole conversation: median {statistics.median(conversation_ms):.1f} ms, "
-        f"min {min(conversation_ms):.1f} ms (14 turns, MemoryStore, scripted model)"
+        f"min {min(conversation_ms):.1f} ms (14 turns and a decision, MemoryStore, scripted model)"
     )
     print(
         "chars sent = every request of the turn (system prompt + messages + tool schemas); largest = the "

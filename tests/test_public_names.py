@@ -11,7 +11,7 @@ PUBLIC = {
     "picoflow": (
         "Flow Step LogicStep TerminateStep tool tools go stay direct direct_to Reject ToolError RunContext "
         "FlowEngine TurnResult UsageLimits Caller MCPServer SlotStep ask Prompt since_last_user Form Said "
-        "Locale Catalog Handoff"
+        "Locale Catalog Handoff call Call"
     ),
     "picoflow.handoffs": "HandoffTicket QueuedHandoff STAFF_VISIBILITY handoff_summary",
     "picoflow.models": "ScriptedModel FunctionModel ToolCall ModelResponse Model FallbackModel",

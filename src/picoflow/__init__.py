@@ -22,6 +22,7 @@ from picoflow.mcp import MCPServer
 from picoflow.memory import Compaction
 from picoflow.messages import Message
 from picoflow.outcomes import (
+    Call,
     Direct,
     Go,
     Outcome,
@@ -29,6 +30,7 @@ from picoflow.outcomes import (
     Repair,
     RetryWith,
     Stay,
+    call,
     direct,
     direct_to,
     go,
@@ -50,6 +52,7 @@ __all__ = [
     "Approval",
     "Approvers",
     "Ask",
+    "Call",
     "Caller",
     "Catalog",
     "Compaction",
@@ -92,6 +95,7 @@ __all__ = [
     "UsageLimits",
     "ValidCall",
     "ask",
+    "call",
     "declare_tool",
     "direct",
     "direct_to",

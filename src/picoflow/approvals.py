@@ -91,8 +91,9 @@ class Approval:
 
 @dataclass(frozen=True, slots=True)
 class PausedResponse:
-    """A model response of ``step`` whose calls wait for decisions: none of them runs until every
-    approval it needs is decided, then they run in order, as one response."""
+    """A model response of ``step`` (or a call its code proposed) whose calls wait for decisions:
+    none of them runs until every approval it needs is decided, then they run in order, as one
+    response."""
 
     step: str
     calls: tuple[ToolCall, ...]
@@ -103,6 +104,9 @@ class PausedResponse:
     resuming_since: float | None = None
     """When a process took the decided response up to run it (a run that stopped half way is not
     taken up again: its calls may have had their effect)."""
+    by_code: bool = False
+    """The step's code proposed the calls (``call``), not its model: they run whether or not the
+    model is offered their tool, and the user's words are not asked to bear out their arguments."""
 
 
 def args_sha256(args: Mapping[str, Any]) -> str:

@@ -17,9 +17,12 @@ from picoflow.usage import Usage
 
 Role = Literal["system", "user", "assistant", "tool"]
 
-MessageKind = Literal["direct", "crossing", "forwarded", "correction", "nudge", "summary", "output", "staff"]
+MessageKind = Literal[
+    "direct", "crossing", "forwarded", "correction", "nudge", "summary", "output", "staff", "call"
+]
 """Why a message is not a plain exchange between the user and the model: the runtime put it there
-(``direct``, ``crossing``, ``forwarded``, ``correction``, ``nudge``, ``summary``), the model wrote
+(``direct``, ``crossing``, ``forwarded``, ``correction``, ``nudge``, ``summary``; ``call``: a tool
+call the step's code proposed, ``picoflow.call``, kept as the model's would be), the model wrote
 it for code rather than for the user (``output``: an answer parsed as its step's ``output``, which
 code read and acted on; the user was sent what code wrote, never this), or a person wrote it while
 the conversation was handed off (``staff``: an assistant message, ``author`` says who)."""

@@ -1,6 +1,7 @@
 """What happens next, as a value: ``go``, ``stay`` and ``direct``, plus ``Reject`` for the acceptance gate.
 
-A tool handler, ``LogicStep.run_logic()`` or ``Step.on_response()`` returns one of these. Each is
+A tool handler, ``LogicStep.run_logic()`` or ``Step.on_response()`` returns one of these; ``call``
+is for the step's code to propose one of its own tool calls, as its model would. Each is
 a plain immutable value that can be built anywhere (a test, a helper, a module constant); the runner
 resolves "the step that returned it" when it applies one. The ``with_*`` builders return a new
 value, so the order of a chain does not matter.
@@ -10,7 +11,7 @@ type, tool feedback, message.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Self, get_args
 
@@ -145,6 +146,44 @@ def direct_to(target: type | str, content: Any) -> Direct:
         raise ValueError("direct_to() needs a step, not an empty name")
     outcome = direct(content)
     return replace(outcome, target=target.strip() if isinstance(target, str) else target)
+
+
+@quick_init
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Call(Outcome):
+    """A call of one of the step's own tools, proposed by its code rather than its model (``call``)."""
+
+    tool: str | Callable[..., Any]
+    """The tool's name, or its ``@tool`` method."""
+    args: Mapping[str, Any]
+    """The arguments by parameter name, checked against the tool's schema before anything runs."""
+
+    @property
+    def tool_name(self) -> str | None:
+        """The name given, or None for a method (the runner finds the tool it defines)."""
+        return self.tool if isinstance(self.tool, str) else None
+
+
+def call(tool: str | Callable[..., Any], /, **args: Any) -> Call:
+    """Propose a call of one of this step's tools from code, exactly as if its model had proposed it.
+
+    For a step whose code, not its model, decides what to do (which hotel "the cheapest" is, which
+    order to refund): return ``call(self.book, hotel=..., check_in=...)`` from ``on_response`` or
+    ``on_model_error``. No model is asked. The arguments are validated against the tool's schema (a
+    mismatch is the code's bug and fails the turn); a tool marked ``@tool(approval=...)`` waits for
+    a decision as any proposed call does (the same ``Approval``, events and routes, the turn ending
+    with ``TurnResult.pending``, and ``on_denied`` told of a denial); any other tool runs at once.
+    The tool's result then goes on as a model's call would: its outcome is applied, and a plain
+    result goes to the step's model. The tool need not be offered to the model (``active_tools``
+    may leave it out). ``with_state`` and ``with_prompt`` apply to the step as the call is proposed.
+    """
+    if isinstance(tool, str):
+        tool = tool.strip()
+        if not tool:
+            raise ValueError("call() needs a tool, not an empty name")
+    elif not callable(tool):
+        raise TypeError(f"call() takes a tool's name or its @tool method, not {tool!r:.60}")
+    return Call(tool=tool, args=dict(args))
 
 
 PatternName = Literal[

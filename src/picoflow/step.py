@@ -279,9 +279,10 @@ class Step:
         model and the step's attempts): ``error`` is a ``ModelError`` or ``AttemptsExhausted``.
 
         Return ``direct("…")`` to answer the user instead, ``go(Step)`` to carry on elsewhere,
-        ``stay("…")`` to ask the model once more with that correction, ``retry_with(model)`` to ask
-        another model once, or None to let the turn fail (the flow's own ``on_model_error`` is
-        asked next).
+        ``call(tool, **args)`` to propose one of this step's tool calls in code (waiting for its
+        approval, if it needs one), ``stay("…")`` to ask the model once more with that correction,
+        ``retry_with(model)`` to ask another model once, or None to let the turn fail (the flow's
+        own ``on_model_error`` is asked next).
         """
         return None
 
@@ -297,7 +298,8 @@ class Step:
         return None
 
     def on_response(self, response: Any) -> str | Outcome | Any:
-        """The model answered without tool calls. Return the reply text, or an outcome to route.
+        """The model answered without tool calls. Return the reply text, or an outcome to route
+        (``call(tool, **args)`` proposes one of this step's tool calls in code, as the model would).
 
         ``response`` is the text, or the parsed ``output`` model when the step declares one.
         """

@@ -35,20 +35,24 @@ from .support import invoke, stored_sessions, write_script
 def test_chat_plays_the_hotel_conversation_then_sessions_show_it(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'chat.sqlite3'}"
     model = write_script(tmp_path / "hotel.json", model_script())
-    said = "\n".join(turn.user for turn in CONVERSATION) + "\n"
+    # The last message chooses a hotel: the booking waits for the guest's /approve.
+    said = "\n".join(turn.user for turn in CONVERSATION) + "\n/approve\n"
     chat = invoke("chat", "hotel", "--store", store, "--model", model, input=said)
     assert chat.exit_code == 0, chat.output
     out = chat.output
     assert "Is your stay in the Portland area?" in out
     assert "Hampton Inn Portland-Airport" in out and "$440.50" in out  # the price comparison table
-    assert "Your booking is confirmed." in out and SHERWOOD in out
+    # Choosing books nothing: the card waits, and /approve books.
+    waiting, approved = out.split("waiting for approval", 1)[1].split("you › approved", 1)
+    assert "Your booking is confirmed." not in waiting and f"Book {SHERWOOD}, two beds" in waiting
+    assert "Your booking is confirmed." in approved and SHERWOOD in approved
     assert "The conversation is complete." in out
     session_id = out.split("picoflow sessions show ")[1].split(")")[0]
 
     listed = invoke("sessions", "list", "--store", store)
     assert listed.exit_code == 0
     row = next(line for line in listed.output.splitlines() if session_id in line)
-    assert "hotel" in row and "completed" in row and "Goodbye" in row and "14" in row and "local" in row
+    assert "hotel" in row and "completed" in row and "Goodbye" in row and "15" in row and "local" in row
 
     shown = invoke("sessions", "show", session_id, "--store", store)
     assert shown.exit_code == 0, shown.output
@@ -58,7 +62,7 @@ def test_chat_plays_the_hotel_conversation_then_sessions_show_it(tmp_path: Path)
         " → Goodbye" in text
     )
     assert "status         completed" in text
-    assert "14 (revision 14)" in text
+    assert "15 (revision 17)" in text  # the decision is a turn: claimed, checkpointed, committed
     assert "model calls" in text and "tool calls" in text
     assert "user: Hi" in text and "Your booking is confirmed." in text and '"action": "change_search"' in text
 

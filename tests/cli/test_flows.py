@@ -16,7 +16,7 @@ def test_flows_lists_the_demo_flows() -> None:
     result = invoke("flows")
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert any(line.startswith("│ hotel ") and "Explore, Present, Compare, Goodbye" in line for line in lines)
+    assert any(line.startswith("│ hotel ") and "Explore, Present, Compare, HotelQuestions, Goodbye" in line for line in lines)
     assert any(line.startswith("│ orders ") for line in lines)
     assert any(line.startswith("│ products ") for line in lines)
     assert any(line.startswith("│ travel ") and "Planner, Hotels, Events, Weather" in line for line in lines)
@@ -31,18 +31,20 @@ def test_graph_prints_mermaid_derived_from_the_code() -> None:
         '    Explore["Explore"]',
         '    Present["Present"]',
         '    Compare["Compare"]',
+        '    HotelQuestions{{"HotelQuestions"}}',
         '    Goodbye(["Goodbye"])',
         "    start --> Explore",
         "    Explore -->|on_complete| Present",
         "    Explore -->|goodbye| Goodbye",
-        "    Present -->|change_search| Explore",
+        "    Explore -.->|digression| HotelQuestions",
         "    Present -->|goodbye, book| Goodbye",
         "    Present -->|show_list| Present",
         "    Present -->|compare| Compare",
-        "    Compare -->|change_search| Explore",
+        "    Present -->|correction| Explore",
         "    Compare -->|goodbye, book| Goodbye",
         "    Compare -->|show_list| Present",
         "    Compare -->|compare| Compare",
+        "    Compare -->|correction| Explore",
         "    classDef current fill:#fde68a,stroke:#b45309,stroke-width:2px",
         "    class Compare current",
     ]
@@ -56,7 +58,7 @@ def test_graph_prints_mermaid_derived_from_the_code() -> None:
 def test_graph_refuses_a_step_the_flow_does_not_have() -> None:
     result = invoke("graph", "hotel", "--step", "Checkout")
     assert result.exit_code == 1
-    assert "hotel has no step 'Checkout'; its steps: Explore, Present, Compare, Goodbye" in result.output
+    assert "hotel has no step 'Checkout'; its steps: Explore, Present, Compare, HotelQuestions, Goodbye" in result.output
     bad_flows = invoke("graph", "hotel", "--flows", "no_such_module:Flow")
     assert bad_flows.exit_code == 1 and "cannot import no_such_module" in bad_flows.output
 

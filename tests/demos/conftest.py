@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from picoflow import Caller, FlowEngine, TurnResult
+from picoflow import Approval, Caller, FlowEngine, TurnResult
+from picoflow.approvals import Decision
 from picoflow.messages import ModelRequest
 from picoflow.models import ScriptedModel
 from picoflow_demos.hotel.scripted import CURRENT_DATE
@@ -51,6 +52,21 @@ class Chat:
 
     async def say_all(self, texts: Sequence[str]) -> list[TurnResult]:
         return [await self.say(text) for text in texts]
+
+    async def decide(
+        self, decision: Decision = "approve", approval: Approval | None = None, reason: str | None = None
+    ) -> TurnResult:
+        """Decide, as this conversation's caller, ``approval`` (by default the one the last turn
+        ended waiting for): a turn of its own, in ``results``."""
+        if approval is None:
+            (approval,) = self.results[-1].pending
+        before = len(self.model.requests)
+        result = await self.engine.decide(
+            self.session_id or "", approval.id, decision, reason=reason, caller=self.context
+        )
+        self.results.append(result)
+        self.requests_per_turn.append(self.model.requests[before:])
+        return result
 
     def turn_requests(self, turn: int) -> Iterator[ModelRequest]:
         """Requests of turn number ``turn`` (1-based)."""

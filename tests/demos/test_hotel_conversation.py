@@ -1,8 +1,9 @@
 """The 14-turn hotel conversation, start to booking, with a scripted model.
 
 Each turn the model only reads the guest's message into a small JSON value; code asks, searches,
-lists, compares and books. Asserts every reply, the model calls of each turn, what each request
-shows the model, the whole transcript and the final state.
+lists, compares and proposes the booking, which the guest then approves. Asserts every reply, the
+model calls of each turn, what each request shows the model, the whole transcript and the final
+state.
 """
 
 from __future__ import annotations
@@ -89,6 +90,11 @@ PRICE_2_5 = (
     "| Sat 8/7/2027 | $440.50 | $380.88 |\n"
     "| **Total** | **$2,796.20** | **$2,417.76** |\n\n" + FOLLOW_UP
 )
+WAITING = (
+    "Waiting for approval: Book Hampton Inn Sherwood Portland, two beds: check-in Sunday August 1, 2027, "
+    "check-out Sunday August 8, 2027 (7 nights), $311.04 to $357.70 a night, $2,270.60 in total "
+    "(the customer must approve)"
+)
 BOOKED = (
     "**Your booking is confirmed.**\n"
     "- Hotel: Hampton Inn Sherwood Portland\n"
@@ -132,6 +138,11 @@ TRANSCRIPT = [
     "Compare | user: resume booking",
     "Present | assistant [direct]: **Aug 1 to Aug 8, 7 nights; up to $700 a night; two beds; Fr",
     "Present | user: 8",
+    'Present | assistant [output]: {"hotels": [8], "features": [], "action": "book", "pick": "n',
+    'Present | assistant [call]: -> book({"check_in": "2027-08-01", "check_out": "2027-08-08", "hotel": '
+    '"Hampton Inn Sherwood Portland", "language": "en", "nightly": ["357.70", "311.04", "311.04", "311.04", '
+    '"311.04", "311.04", "357.70"], "room_type": "two beds", "total": "2270.60"}) #code_33',
+    "Present | tool book #code_33: Accepted.",
     "Goodbye | assistant [direct]: **Your booking is confirmed.**\n- Hotel: Hampton Inn Sherwood",
 ]
 SUITE_SEARCH = "**Aug 1 to Aug 8, 7 nights; up to $700 a night; suite; Free Wi-Fi, Free parking**"
@@ -140,10 +151,11 @@ TWO_BEDS_SEARCH = "**Aug 1 to Aug 8, 7 nights; up to $700 a night; two beds; Fre
 
 @pytest.fixture
 async def chat(monkeypatch: pytest.MonkeyPatch) -> Chat:
-    monkeypatch.setattr(hotel_flow, "new_confirmation_number", lambda: "HF-TEST2345")
+    monkeypatch.setattr(hotel_flow, "confirmation_number", lambda key: "HF-TEST2345")
     model = ScriptedModel(model_script(), grounding="small")
     conversation = Chat(FlowEngine([HotelFlow], model=model), model, "hotel")
     await conversation.say_all([turn.user for turn in CONVERSATION])
+    await conversation.decide("approve")  # the guest approves the booking card
     return conversation
 
 
@@ -164,18 +176,21 @@ async def test_every_reply_is_written_by_code(chat: Chat) -> None:
         AMENITIES_2_5_8,
         PRICE_2_5,
         f"{TWO_BEDS_SEARCH}\n\n{TWO_BEDS}\n\n{CHOOSE}",
-        BOOKED,
+        WAITING,  # "8" books nothing: it proposes the booking, which waits for the guest
+        BOOKED,  # the guest's approval
     ]
-    assert [result.completed for result in chat.results] == [False] * 13 + [True]
+    assert [result.completed for result in chat.results] == [False] * 14 + [True]
     assert [result.step for result in chat.results] == ["Explore"] * 6 + ["Present"] * 3 + ["Compare"] * 3 + [
+        "Present",
         "Present",
         "Goodbye",
     ]
+    assert [len(result.pending) for result in chat.results] == [0] * 13 + [1, 0]
 
 
 async def test_one_reading_per_turn_and_two_when_the_search_changes(chat: Chat) -> None:
     calls = [result.usage.model_calls for result in chat.results]
-    assert calls == [1, 1, 1, 1, 1, 1, 1, 2, 2, 1, 1, 1, 1, 1]
+    assert calls == [1, 1, 1, 1, 1, 1, 1, 2, 2, 1, 1, 1, 1, 1, 0]  # the approval asks no model
     assert [len(requests) for requests in chat.requests_per_turn] == calls
     assert chat.model.remaining == 0
     # Every request asks for a small structured reading, never for free text.
@@ -218,7 +233,7 @@ async def test_whole_transcript(chat: Chat) -> None:
     assert await transcript_lines(chat.engine, chat.session_id or "", width=60) == TRANSCRIPT
     messages = await chat.engine.store.transcript(chat.session_id or "")
     replies = [m.content for m in messages if m.role == "assistant" and m.kind == "direct"]
-    assert replies == [result.message for result in chat.results]
+    assert replies == [result.message for result in chat.results if not result.pending]
 
 
 async def test_final_state(chat: Chat) -> None:
@@ -261,15 +276,20 @@ async def test_final_state(chat: Chat) -> None:
         "confirmation": "HF-TEST2345",
     }
     assert session.prompts == {}
-    assert session.warnings == [] and session.turns == 14 and session.usage.model_calls == 16
-    # Memory stays short: what the guest last saw in each namespace, not the whole conversation.
+    assert session.warnings == [] and session.turns == 15 and session.usage.model_calls == 16
+    # Memory stays short: what the guest last saw in each namespace, not the whole conversation
+    # (the list's: the booking's call and its result).
     assert len(session.namespace("hotel-explore").messages) <= 2
-    assert len(session.namespace("Present").messages) == 0
+    assert len(session.namespace("Present").messages) == 2
+    (approval,) = session.approvals
+    assert (approval.tool, approval.status, approval.step) == ("book", "approved", "Present")
     again = await chat.engine.run("hotel", "one more thing", chat.session_id)
     assert again.error is not None and again.error.is_a(SessionCompleted)
 
 
-async def test_the_real_generator_gives_distinct_readable_numbers() -> None:
-    numbers = {hotel_flow.new_confirmation_number() for _ in range(200)}
+def test_a_confirmation_number_is_the_approvals_own_distinct_and_readable() -> None:
+    numbers = {hotel_flow.confirmation_number(f"apr_{index:024x}") for index in range(200)}
     assert len(numbers) == 200
     assert all(len(n) == 11 and n.startswith("HF-") and not set(n[3:]) & set("01IO") for n in numbers)
+    # The same approval, the same booking: carried out again, it is not a second one.
+    assert hotel_flow.confirmation_number("apr_1") == hotel_flow.confirmation_number("apr_1")

@@ -7,11 +7,16 @@ used.
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 
-from picoflow import FlowEngine
+from picoflow import Approvers, FlowEngine
+from picoflow.exceptions import ApprovalDecided, ApprovalStale
 from picoflow.models import ScriptedModel
+from picoflow.session import Session
 from picoflow_demos.hotel import HotelFlow
+from picoflow_demos.hotel import flow as hotel_flow
 from picoflow_demos.hotel.pricing import hotels
 from picoflow_demos.hotel.scripted import day, found, wants
 
@@ -24,6 +29,10 @@ ROOM = "Which room type would you like: one bed, two beds or suite?"
 AMENITIES = "Which amenities do you need? For example free WiFi, free parking or free breakfast."
 DISTANCE = "Any maximum distance to the airport or the city center, in miles?"
 HELLO = "Hello! I can help you find a hotel in the Portland, Oregon area."
+CHOOSE = (
+    "Which hotel would you like to book? Give its number or name. "
+    "You can also compare hotels or change the search."
+)
 ALL_AT_ONCE = "A suite from August 1 to August 8, up to 300 a night, with free wifi and parking"
 
 
@@ -222,9 +231,110 @@ async def test_a_hotel_chosen_by_what_it_is_is_booked_whatever_action_was_read(l
     closest = min(quotes, key=lambda quote: miles[quote["name"]])
     listed.model.extend([wants("change_search", pick="closest_to_airport")])
     result = await listed.say("These all look great! Let's go with the one closest to the airport.")
+    (approval,) = result.pending
+    assert (result.step, approval.tool, approval.args["hotel"]) == ("Present", "book", closest["name"])
+    result = await listed.decide("approve")
     assert (result.step, result.completed) == ("Goodbye", True)
     session = await listed.engine.store.load(listed.session_id or "")
     assert session is not None and session.state_of("Goodbye")["booking"]["hotel"] == closest["name"]
+
+
+def booked(session: Session) -> list[object]:
+    """Every booking the session's steps keep."""
+    return [state["booking"] for state in session.states.values() if "booking" in state]
+
+
+async def test_book_the_cheapest_books_nothing_until_the_guest_approves_then_books_once(listed: Chat) -> None:
+    session = await listed.engine.store.load(listed.session_id or "")
+    assert session is not None
+    cheapest = min(session.state_of("Present")["hotels"], key=lambda quote: Decimal(quote["total"]))
+    listed.model.extend([wants("book", pick="cheapest")])
+    result = await listed.say("book the cheapest")
+    assert result.ok and (result.step, result.completed) == ("Present", False)
+    assert listed.model.remaining == 0 and result.usage.model_calls == 1  # the reading only
+    (approval,) = result.pending
+    assert approval.tool == "book" and approval.approvers == Approvers(principal=True)
+    assert dict(approval.args) == {
+        "hotel": cheapest["name"],
+        "room_type": "suite",
+        "check_in": "2027-08-01",
+        "check_out": "2027-08-08",
+        "nightly": cheapest["nightly"],
+        "total": cheapest["total"],
+        "language": "en",
+    }
+    nightly = sorted(Decimal(price) for price in cheapest["nightly"])
+    assert approval.summary == (
+        f"Book {cheapest['name']}, suite: check-in Sunday August 1, 2027, check-out Sunday August 8, "
+        f"2027 (7 nights), ${nightly[0]:,} to ${nightly[-1]:,} a night, ${Decimal(cheapest['total']):,} "
+        "in total"
+    )
+    assert result.message == f"Waiting for approval: {approval.summary} (the customer must approve)"
+    session = await listed.engine.store.load(listed.session_id or "")
+    assert session is not None and session.status == "awaiting_approval" and booked(session) == []
+    assert session.state_of("Present")["proposed"] == {
+        key: approval.args[key] for key in ("hotel", "room_type", "check_in", "check_out", "total")
+    }
+
+    done = await listed.decide("approve")
+    assert done.ok and (done.step, done.completed, done.usage.model_calls) == ("Goodbye", True, 0)
+    code = hotel_flow.confirmation_number(approval.id)
+    assert done.message.startswith("**Your booking is confirmed.**\n- Hotel: " + cheapest["name"])
+    assert f"- Confirmation number: **{code}**" in done.message
+    session = await listed.engine.store.load(listed.session_id or "")
+    assert session is not None and "proposed" not in session.state_of("Present")
+    assert booked(session) == [
+        {
+            "hotel": cheapest["name"],
+            "room_type": "suite",
+            "check_in": "2027-08-01",
+            "check_out": "2027-08-08",
+            "total": cheapest["total"],
+            "confirmation": code,
+        }
+    ]
+    for decision in ("approve", "deny"):  # decided: a second decision is refused, nothing runs again
+        again = await listed.decide(decision, approval)
+        assert again.error is not None and again.error.is_a(ApprovalDecided)
+    after = await listed.engine.store.load(listed.session_id or "")
+    assert after is not None and booked(after) == booked(session) and after.revision == session.revision
+    assert [a.status for a in after.approvals] == ["approved"]
+
+
+async def test_a_denied_booking_is_back_at_the_list(listed: Chat) -> None:
+    listed.model.extend([wants("compare", [1, 2], ["price"]), wants("book", [2])])
+    await listed.say("compare 1 and 2 on price")
+    result = await listed.say("book 2")
+    (approval,) = result.pending
+    assert (result.step, approval.step) == ("Compare", "Compare")  # chosen after a table
+    denied = await listed.decide("deny", reason="too far")
+    assert denied.ok and (denied.step, denied.completed) == ("Present", False)
+    assert denied.message.startswith("OK, nothing was booked.\n\n**Aug 1 to Aug 8, 7 nights; suite**\n\n1. ")
+    assert denied.message.endswith(CHOOSE)
+    session = await listed.engine.store.load(listed.session_id or "")
+    assert session is not None and booked(session) == [] and session.status == "running"
+    assert [(a.status, a.reason) for a in session.approvals] == [("denied", "too far")]
+    assert "proposed" not in session.state_of("Present")
+    # The list takes the guest's next choice as before: a new booking to approve.
+    listed.model.extend([wants("book", pick="cheapest")])
+    again = await listed.say("the cheapest then")
+    assert len(again.pending) == 1 and again.pending[0].id != approval.id
+
+
+async def test_a_message_sent_while_the_booking_waits_withdraws_it(listed: Chat) -> None:
+    listed.model.extend([wants("book", pick="cheapest"), wants("compare", [1, 2], ["price"])])
+    waiting = await listed.say("book the cheapest")
+    (approval,) = waiting.pending
+    result = await listed.say("compare 1 and 2 on price")  # no decision: read as any message
+    assert result.ok and result.step == "Compare" and result.message.startswith("| Night | #1 ")
+    session = await listed.engine.store.load(listed.session_id or "")
+    assert session is not None and booked(session) == [] and session.status == "running"
+    assert [a.status for a in session.approvals] == ["withdrawn"]
+    assert "proposed" not in session.state_of("Present")
+    late = await listed.decide("approve", approval)
+    assert late.error is not None and late.error.is_a(ApprovalStale)
+    after = await listed.engine.store.load(listed.session_id or "")
+    assert after is not None and booked(after) == []
 
 
 async def test_a_pick_without_words_of_choosing_is_no_booking(listed: Chat) -> None:

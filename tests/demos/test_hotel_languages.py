@@ -1,8 +1,8 @@
 """The hotel demo in Spanish, German and French: a guest is answered in the language their words tell.
 
 The model's readings are scripted; what is asserted is what code makes of them, word for word: every
-reply of the conversation in the guest's language, the criteria kept and the booking. An English
-conversation reads as it always did.
+reply of the conversation in the guest's language, the criteria kept, the approval card of the
+booking and the booking. An English conversation reads as it always did.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ NBSP, NNBSP = "\xa0", "\u202f"
 
 @pytest.fixture(autouse=True)
 def fixed_confirmation(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(hotel_flow, "new_confirmation_number", lambda: "HF-TEST2345")
+    monkeypatch.setattr(hotel_flow, "confirmation_number", lambda key: "HF-TEST2345")
 
 
 def chat_with(*script: object) -> Chat:
@@ -105,15 +105,21 @@ async def test_a_spanish_guest_is_answered_in_spanish_from_the_greeting_to_the_b
         f"| 12 ago 2027 | 388,80{usd} | 288,00{usd} |\n"
         f"| **Total** | **1.166,40{usd}** | **864,00{usd}** |\n\n"
         "¿Otra comparación, o prefiere reservar?",
+        "Waiting for approval: Reservar Tru by Hilton Portland Airport, dos camas: llegada el martes, 10 de "
+        f"agosto de 2027, salida el viernes, 13 de agosto de 2027 (3 noches), 288,00{usd} por noche, "
+        f"864,00{usd} en total (the customer must approve)",
+    ]
+    assert (await chat.decide("approve")).message == (
         "**Su reserva está confirmada.**\n"
         "- Hotel: Tru by Hilton Portland Airport\n"
         "- Habitación: dos camas\n"
         "- Estancia: del 10 ago 2027 al 13 ago 2027 (3 noches)\n"
         f"- Total: 864,00{usd}\n"
         "- Número de confirmación: **HF-TEST2345**\n\n"
-        "Gracias por reservar con nosotros. ¡Disfrute de su estancia en Portland!",
-    ]
-    assert [result.step for result in chat.results] == [*["Explore"] * 5, "Present", "Compare", "Goodbye"]
+        "Gracias por reservar con nosotros. ¡Disfrute de su estancia en Portland!"
+    )
+    steps = [*["Explore"] * 5, "Present", "Compare", "Compare", "Goodbye"]
+    assert [result.step for result in chat.results] == steps
     assert chat.results[-1].completed and chat.model.remaining == 0
     final = await states(chat)
     assert final["Explore"]["locale"] == "es"
@@ -241,15 +247,20 @@ async def test_a_french_guest_compares_and_books_in_french() -> None:
         "Je peux réserver l'un de ces hôtels, les comparer selon le prix, le type de chambre, les "
         "équipements ou "
         f"la distance, ou modifier la recherche.\n\n{listing}",
+        "Waiting for approval: Réserver Hampton Inn & Suites Portland-Pearl District, suite : arrivée le "
+        f"vendredi 3 septembre 2027, départ le lundi 6 septembre 2027 (3 nuits), de 562,50{usd} à "
+        f"646,88{usd} par nuit, 1{NNBSP}856,26{usd} au total (the customer must approve)",
+    ]
+    assert (await chat.decide("approve")).message == (
         "**Votre réservation est confirmée.**\n"
         "- Hôtel : Hampton Inn & Suites Portland-Pearl District\n"
         "- Chambre : suite\n"
         "- Séjour : du 3 sept. 2027 au 6 sept. 2027 (3 nuits)\n"
         f"- Total : 1{NNBSP}856,26{usd}\n"
         "- Numéro de confirmation : **HF-TEST2345**\n\n"
-        "Merci d'avoir réservé chez nous. Profitez bien de votre séjour à Portland !",
-    ]
-    assert [result.step for result in chat.results] == ["Present", "Compare", "Present", "Goodbye"]
+        "Merci d'avoir réservé chez nous. Profitez bien de votre séjour à Portland !"
+    )
+    assert [result.step for result in chat.results] == ["Present", "Compare", "Present", "Present", "Goodbye"]
     final = await states(chat)
     assert final["Explore"]["locale"] == "fr"
     assert final["Goodbye"]["booking"] == {
@@ -363,14 +374,19 @@ async def test_an_english_guest_reads_the_replies_of_before() -> None:
         "| Thu 8/12/2027 | $388.80 | $288.00 |\n"
         "| **Total** | **$1,166.40** | **$864.00** |\n\n"
         "Another comparison or ready to book?",
+        "Waiting for approval: Book Tru by Hilton Portland Airport, two beds: check-in Tuesday August 10, "
+        "2027, check-out Friday August 13, 2027 (3 nights), $288.00 a night, $864.00 in total (the customer "
+        "must approve)",
+    ]
+    assert (await chat.decide("approve")).message == (
         "**Your booking is confirmed.**\n"
         "- Hotel: Tru by Hilton Portland Airport\n"
         "- Room: two beds\n"
         "- Stay: Tue 8/10/2027 to Fri 8/13/2027 (3 nights)\n"
         "- Total: $864.00\n"
         "- Confirmation number: **HF-TEST2345**\n\n"
-        "Thank you for booking with us. Enjoy your stay in Portland!",
-    ]
+        "Thank you for booking with us. Enjoy your stay in Portland!"
+    )
     final = await states(chat)
     assert final["Explore"]["locale"] == "en"
     assert final["Goodbye"]["booking"]["hotel"] == "Tru by Hilton Portland Airport"
@@ -378,7 +394,10 @@ async def test_an_english_guest_reads_the_replies_of_before() -> None:
 
 def _messages(path: Path) -> list[str]:
     return [
-        turn["user"] for scenario in yaml.safe_load_all(path.read_text("utf-8")) for turn in scenario["turns"]
+        turn["user"]
+        for scenario in yaml.safe_load_all(path.read_text("utf-8"))
+        for turn in scenario["turns"]
+        if "user" in turn  # not a decision
     ]
 
 

@@ -70,8 +70,9 @@ def test_the_shipped_scenarios_pass_with_their_scripted_responses(tmp_path: Path
     for language in ("es", "de", "fr"):
         guests = {name: result for name, result in shipped.items() if name.startswith(f"hotel-{language}-")}
         assert len(guests) == 10 and all(result[:2] == ("hotel", 2) for result in guests.values())
-    assert shipped["hotel-es-all-in-one"] == ("hotel", 2, [1.0] * 3)
-    assert shipped["hotel-de-out-of-order-double-bed-parking"] == ("hotel", 2, [1.0] * 6)
+    # A booking is two turns: the guest's choice, which waits, and their approval.
+    assert shipped["hotel-es-all-in-one"] == ("hotel", 2, [1.0] * 4)
+    assert shipped["hotel-de-out-of-order-double-bed-parking"] == ("hotel", 2, [1.0] * 7)
     assert shipped["hotel-fr-goodbye-while-asked"] == ("hotel", 2, [1.0] * 2)
     assert written["runs_passed"] == written["runs"] == 2 * len(shipped)
     lines = result.output.splitlines()

@@ -1,7 +1,8 @@
 """The chat page in headless Chromium (Debian's package, driven by Playwright), against a real server.
 
 A full hotel conversation is typed into the page with a scripted model behind it: the comparison
-arrives as a real ``<table>``, the diagram follows the conversation, and the completed state shows.
+arrives as a real ``<table>``, the diagram follows the conversation, the chosen hotel waits on an
+approval card until the guest approves it, and the completed state shows.
 A second flow checks the safety and the odd cases: model output trying to run script, JSON
 replies, a provider failure, the busy indicator, and a transcript restored after a reload. A third
 serves a model whose load the test steps through: the page shows the progress, a message sent
@@ -167,7 +168,8 @@ def test_a_hotel_conversation_in_the_chat_page(served: Served, page: Page) -> No
     expect(current_step(page)).to_have_attribute("data-step", "Explore")
     expect(page.locator("#session-status")).to_have_text("new")
 
-    for turn in CONVERSATION:
+    *talk, choice = CONVERSATION
+    for turn in talk:
         say(page, turn.user)
         if turn.user == "compare hotel 2,5,8 on price":
             table = last_reply(page).locator("table")
@@ -194,12 +196,29 @@ def test_a_hotel_conversation_in_the_chat_page(served: Served, page: Page) -> No
             expect(last_reply(page).locator("ol li")).to_have_count(4)
             expect(current_step(page)).to_have_attribute("data-step", "Present")
 
+    # The guest's choice books nothing: it waits on a card for the guest's own decision.
+    replies = page.locator("#messages li.assistant:not(.streaming)")
+    before = replies.count()
+    send(page, choice.user)
+    card = page.locator("#messages li.approval")
+    expect(card).to_have_count(1)
+    expect(page.locator("#busy")).to_be_hidden()
+    expect(card.locator(".approval-summary")).to_have_text(
+        f"Book {SHERWOOD}, two beds: check-in Sunday August 1, 2027, check-out Sunday August 8, 2027 "
+        "(7 nights), $311.04 to $357.70 a night, $2,270.60 in total"
+    )
+    expect(page.locator("#session-status")).to_have_text("awaiting_approval")
+    assert replies.count() == before
+    card.locator("button.approve").click()
+    expect(replies).to_have_count(before + 1)
+    expect(page.locator("#busy")).to_be_hidden()
     expect(last_reply(page)).to_contain_text("Your booking is confirmed.")
     expect(last_reply(page).locator("strong").first).to_have_text("Your booking is confirmed.")
+    expect(card.locator(".approval-outcome")).to_have_text("Approved by local")
     expect(page.locator("#completed")).to_be_visible()
     expect(page.locator("#input")).to_be_disabled()
     expect(page.locator("#session-status")).to_have_text("completed")
-    expect(page.locator("#turns")).to_have_text("14")
+    expect(page.locator("#turns")).to_have_text("15")
     expect(current_step(page)).to_have_attribute("data-step", "Goodbye")
     assert int(page.locator("#usage-total").inner_text()) > 1000
     assert int(page.locator("#usage-calls").inner_text()) == len(model_script())
@@ -426,13 +445,16 @@ def accounts() -> Iterator[AccountsDesk]:
 
 def conversation(page: Page) -> list[tuple[str, str]]:
     """What the chat shows, top to bottom: each message's classes (its role, and whether it failed
-    or is still streaming) and its text as rendered."""
+    or is still streaming) and its text as rendered; for an approval card, its summary and outcome."""
     return [
         (item["classes"], item["text"])
         for item in page.locator("#messages > li").evaluate_all(
             """items => items.map(item => ({
                 classes: item.className,
-                text: item.querySelector(".bubble").innerText,
+                text: item.classList.contains("approval")
+                    ? `${item.querySelector(".approval-summary").innerText}: `
+                      + item.querySelector(".approval-outcome").innerText
+                    : item.querySelector(".bubble").innerText,
             }))"""
         )
     ]

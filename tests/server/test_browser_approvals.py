@@ -1,7 +1,9 @@
 """Approval cards in the chat page, in headless Chromium against a real server: a refund the model
 proposes shows as a card (its summary, its arguments as a table, who must approve, when it
 expires); Deny and Approve answer as turns, across page reloads that bring every card back from
-the stored session; a refused decision shows its error on the card and runs nothing."""
+the stored session; a refused decision shows its error on the card and runs nothing. The hotel
+demo's booking, which its code proposes, waits on the same card: denied, the guest is back at the
+list; approved, the booking is confirmed."""
 
 from __future__ import annotations
 
@@ -15,6 +17,9 @@ from picoflow import FlowEngine
 from picoflow.models import ScriptedModel, ToolCall
 from picoflow.server import ServerSettings
 from picoflow.sessions import MemoryStore
+from picoflow_demos.hotel import HotelFlow
+from picoflow_demos.hotel import flow as hotel_flow
+from picoflow_demos.hotel.scripted import CURRENT_DATE, day, found, wants
 
 from .approvals_support import RefundFlow, Refunds, clock
 from .test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, serving_in_a_thread
@@ -222,3 +227,98 @@ def test_a_refused_decision_shows_its_error_on_the_card(browser_context: Any) ->
         ]
     assert [entry[1:] for entry in Refunds.ledger] == [(40001, 25.5)]
     assert failures == []
+
+
+TRU = "Tru by Hilton Portland Airport"
+BOOK_TRU = (
+    f"Book {TRU}, one bed: check-in Sunday August 1, 2027, check-out Wednesday August 4, 2027 (3 nights), "
+    "$180.00 to $207.00 a night, $567.00 in total"
+)
+
+
+def test_the_hotel_booking_waits_on_its_card_denied_then_approved(
+    page: Page, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOTEL_FLOW_CURRENT_DATE", CURRENT_DATE)
+    dates = found(
+        ("check_in", "8/1/2027", day(8, 1, 2027)),
+        ("check_out", "8/4/2027", day(8, 4, 2027)),
+        ("max_price", "under 300", 300),
+        ("request", "search", "search"),
+    )
+    model = ScriptedModel([found(), dates, wants("book", pick="cheapest"), wants("book", pick="cheapest")])
+    engine = FlowEngine([HotelFlow], store=MemoryStore(), model=model)
+    failures: list[str] = []
+    page.on("pageerror", lambda error: failures.append(str(error)))
+    replies = page.locator("#messages li.assistant:not(.streaming)")
+    with serving_in_a_thread(engine, ServerSettings(default_flow="hotel")) as url:
+        open_chat(page, url)
+        send(page, "Hi")
+        expect(replies).to_have_count(1)
+        send(page, "8/1/2027 to 8/4/2027, under 300 a night, search")
+        expect(replies).to_have_count(2)
+        expect(page.locator("#busy")).to_be_hidden()
+
+        send(page, "book the cheapest")  # code finds the hotel; the guest decides the booking
+        first = card(page, 0)
+        expect(first.locator(".approval-summary")).to_have_text(BOOK_TRU)
+        expect(page.locator("#busy")).to_be_hidden()
+        assert rows(first.locator("table.approval-args")) == [
+            ["hotel", TRU],
+            ["room_type", "one bed"],
+            ["check_in", "2027-08-01"],
+            ["check_out", "2027-08-04"],
+            ["nightly", '["207.00","180.00","180.00"]'],
+            ["total", "567.00"],
+            ["language", "en"],
+        ]
+        expect(first.locator(".approval-who")).to_have_text("Must be approved by the customer")
+        expect(page.locator("#session-status")).to_have_text("awaiting_approval")
+        expect(replies).to_have_count(2)  # no confirmation: nothing is booked yet
+
+        first.locator(".approval-reason").fill("not that one")
+        first.locator("button.deny").click()
+        expect(replies).to_have_count(3)
+        expect(replies.last).to_contain_text("OK, nothing was booked.")
+        expect(replies.last.locator("ol li")).to_have_count(26)  # back at the list
+        expect(first.locator(".approval-outcome")).to_have_text("Denied by local: not that one")
+        expect(page.locator("#busy")).to_be_hidden()
+        expect(page.locator("#session-status")).to_have_text("running")
+
+        send(page, "book the cheapest")
+        second = card(page, 1)
+        expect(second.locator(".approval-summary")).to_have_text(BOOK_TRU)
+        expect(page.locator("#busy")).to_be_hidden()
+        second.locator("button.approve").click()
+        expect(replies).to_have_count(4)
+        expect(page.locator("#busy")).to_be_hidden()
+        code = hotel_flow.confirmation_number(second.get_attribute("data-approval-id") or "")
+        expect(replies.last.locator("strong").first).to_have_text("Your booking is confirmed.")
+        expect(replies.last).to_contain_text(f"Hotel: {TRU}")
+        expect(replies.last).to_contain_text(f"Confirmation number: {code}")
+        expect(second.locator(".approval-outcome")).to_have_text("Approved by local")
+        expect(page.locator("#session-status")).to_have_text("completed")
+        expect(page.locator("#completed")).to_be_visible()
+        live = [line.split("\n")[0] for line in chat(page)]
+        page.screenshot(path=str(ARTIFACTS / "chat-hotel-booking-approved.png"), full_page=True)
+
+        reload(page)  # every card back where it was, with its decision
+        expect(page.locator("#messages li.approval")).to_have_count(2)
+        assert (
+            [line.split("\n")[0] for line in chat(page)]
+            == live
+            == [
+                "user: Hi",
+                "assistant: Hello! I can help you find a hotel in the Portland, Oregon area. Is your "
+                "stay in the Portland area?",
+                "user: 8/1/2027 to 8/4/2027, under 300 a night, search",
+                "assistant: Aug 1 to Aug 4, 3 nights; up to $300 a night",
+                "user: book the cheapest",
+                f"card {BOOK_TRU}: Denied by local: not that one",
+                "assistant: OK, nothing was booked.",
+                "user: book the cheapest",
+                f"card {BOOK_TRU}: Approved by local",
+                "assistant: Your booking is confirmed.",
+            ]
+        )
+    assert model.remaining == 0 and failures == []

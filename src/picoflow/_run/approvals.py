@@ -11,7 +11,7 @@ request to call them again.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 
 from pydantic import BaseModel
@@ -33,7 +33,7 @@ from picoflow.exceptions import (
 )
 from picoflow.flow import FlowSpec, StepSpec, tool_sha256
 from picoflow.messages import ModelResponse, ToolCall
-from picoflow.outcomes import Direct, Go, Outcome
+from picoflow.outcomes import Call, Direct, Go, Outcome
 from picoflow.session import Session
 from picoflow.step import Step
 
@@ -53,18 +53,23 @@ def approval_id(session_id: str, seq: int, index: int, call_id: str) -> str:
     return f"apr_{digest[:24]}"
 
 
-async def propose(ws: Workspace, step: Step, spec: StepSpec, response: ModelResponse) -> Paused | None:
+async def propose(
+    ws: Workspace, step: Step, spec: StepSpec, response: ModelResponse, *, by_code: bool = False
+) -> Paused | None:
     """Pause the turn when the response proposes calls that need approval; None to dispatch it
-    as always (with ``ws.decided`` naming the gated calls a policy let through)."""
+    as always (with ``ws.decided`` naming the gated calls a policy let through). ``by_code``: the
+    step's code proposed them (``call``), with arguments it chose and checked."""
     calls = response.tool_calls
-    exposed = {d.name for d in tools_for(step, spec)} if spec.dynamic_tools else spec.exposed
+    exposed: Collection[str] = spec.exposed
+    if spec.dynamic_tools and not by_code:
+        exposed = {d.name for d in tools_for(step, spec)}
     validated: dict[str, BaseModel] = {}
     for call in calls:
         tool = spec.tools.get(call.name) if call.name in exposed else None
         if tool is None or tool.handler is None or (len(calls) > 1 and tool.exclusive):
             return None  # dispatch refuses the response's calls, the gated ones included
         args = tool.validate(_without_injected(call))
-        if isinstance(args, str) or unborne_fields(ws, step, tool, args):
+        if isinstance(args, str) or (not by_code and unborne_fields(ws, step, tool, args)):
             return None  # dispatch sends the correction; nobody is asked to approve a guess
         validated[call.id] = args
     now = ws.config.clock()
@@ -110,6 +115,7 @@ async def propose(ws: Workspace, step: Step, spec: StepSpec, response: ModelResp
         tuple(calls),
         tuple(approval.id for approval in asked),
         visibilities=tuple(sorted(ws.caller.visibilities)),
+        by_code=by_code,
     )
     session.status = "awaiting_approval"
     observer = ws.config.observer
@@ -208,9 +214,10 @@ async def answer_unfinished(ws: Workspace, paused: PausedResponse, now: float) -
 
 
 def _checked(spec: StepSpec, outcome: object) -> Outcome | None:
-    if outcome is not None and not isinstance(outcome, Outcome):
+    if outcome is not None and (not isinstance(outcome, Outcome) or isinstance(outcome, Call)):
         raise HookFailure(
-            f"on_denied() of step {spec.name} must return an outcome or None, not {type(outcome).__name__}",
+            f"on_denied() of step {spec.name} must return go(), stay(), direct() or None, "
+            f"not {type(outcome).__name__}",
             step=spec.name,
         )
     return outcome

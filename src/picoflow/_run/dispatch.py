@@ -23,7 +23,7 @@ from picoflow.context import INJECTED_NAMES
 from picoflow.exceptions import HookFailure, RunError, ToolError, ToolFailure
 from picoflow.flow import StepSpec
 from picoflow.messages import ModelResponse, ToolCall
-from picoflow.outcomes import Outcome, go
+from picoflow.outcomes import Call, Outcome, go
 from picoflow.step import Step
 from picoflow.tools import ToolGroup, ValidCall, timed_out
 
@@ -52,10 +52,16 @@ def refused(call: ToolCall, text: str) -> CallResult:
     return CallResult(call, text, True)
 
 
-async def dispatch(ws: Workspace, step: Step, spec: StepSpec, response: ModelResponse) -> list[CallResult]:
-    """One result per call of ``response``, in its order."""
+async def dispatch(
+    ws: Workspace, step: Step, spec: StepSpec, response: ModelResponse, *, by_code: bool = False
+) -> list[CallResult]:
+    """One result per call of ``response``, in its order. ``by_code``: the step's code proposed
+    the call (``call``): any tool of the step may run, offered to the model or not, and the
+    checks against a model's guesses and loops (``arguments``) do not apply."""
     calls = response.tool_calls
-    exposed = {d.name for d in tools_for(step, spec)} if spec.dynamic_tools else spec.exposed
+    exposed: frozenset[str] | set[str] = spec.exposed
+    if spec.dynamic_tools and not by_code:
+        exposed = {d.name for d in tools_for(step, spec)}
     if len(calls) > 1:
         alone = next((c.name for c in calls if c.name in exposed and spec.tools[c.name].exclusive), None)
         if alone is not None:
@@ -70,7 +76,7 @@ async def dispatch(ws: Workspace, step: Step, spec: StepSpec, response: ModelRes
         return await _run_group(ws, step, spec, group, calls)
     if len(calls) > 1 and any(_concurrent(spec, exposed, call) for call in calls):
         return await _run_in_turns(ws, step, spec, exposed, calls)
-    return [await _run_call(ws, step, spec, exposed, call) for call in calls]
+    return [await _run_call(ws, step, spec, exposed, call, by_code) for call in calls]
 
 
 def _concurrent(spec: StepSpec, exposed: Collection[str], call: ToolCall) -> bool:
@@ -125,7 +131,7 @@ def first_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
 
 
 async def _run_call(
-    ws: Workspace, step: Step, spec: StepSpec, exposed: Collection[str], call: ToolCall
+    ws: Workspace, step: Step, spec: StepSpec, exposed: Collection[str], call: ToolCall, by_code: bool = False
 ) -> CallResult:
     if call.name not in exposed:
         ws.warn("hallucinated_tool", f"hallucinated tool: {call.name}", spec.name)
@@ -140,7 +146,10 @@ async def _run_call(
     validated = tool.validate(call)
     if isinstance(validated, str):
         return refused(call, validated)
-    if (why := unborne_refusal(ws, step, tool, validated) or repeated(ws, step, call)) is not None:
+    if (
+        not by_code
+        and (why := unborne_refusal(ws, step, tool, validated) or repeated(ws, step, call)) is not None
+    ):
         return refused(call, why)
     key = None
     if tool.approval is not None:  # runs only as decided: approved, or cleared by its policy
@@ -275,6 +284,14 @@ class LocalTools:
             raise
         finally:
             RUNNING_CALL.reset(running)
+        if isinstance(value, Call):  # a tool's result answers a call; it cannot propose another
+            proposing = HookFailure(
+                f"tool {call.name} of step {spec.name} returned call(...): propose a call from "
+                "on_response or on_model_error, not from a tool",
+                step=spec.name,
+            )
+            observer.tool_failed(spec.name, call, proposing)
+            raise proposing
         return value
 
 

@@ -6,7 +6,8 @@ executes and routes:
         otherwise ask the model (empty, oversize, rejected or malformed answers are retried)
         tool calls: dispatch them, apply their outcomes; direct ends the turn, else loop on
             (calls that need a person's approval end it instead, waiting: ``Paused``)
-        text: on_response turns it into the reply, or an outcome that routes
+        text: on_response turns it into the reply, or an outcome that routes (or a call its
+            code proposes, ``call``: taken as the model's would be)
         a model that fails for good: a fallback model, or on_model_error, may take over
 
 Each round ends in a value — ``Reply``, ``Moved``, ``Stayed`` or ``Paused`` — and the loop only
@@ -23,8 +24,9 @@ from pydantic_core import to_json
 
 from picoflow._run.approvals import decided_calls, propose
 from picoflow._run.ask import ask, build_request
+from picoflow._run.code_calls import run_code_call
 from picoflow._run.dispatch import dispatch
-from picoflow._run.effects import Moved, Next, Paused, Reply, apply_results, enter, settle
+from picoflow._run.effects import Moved, Next, Paused, Reply, apply_results, enter, resolved, settle
 from picoflow._run.handoff import hand_off
 from picoflow._run.recovery import recover
 from picoflow._run.workspace import NOTHING_DECIDED, Workspace
@@ -33,7 +35,7 @@ from picoflow.exceptions import AttemptsExhausted, HookFailure, ModelError
 from picoflow.flow import StepSpec
 from picoflow.messages import Message, ModelRequest, ModelResponse
 from picoflow.models.base import Model
-from picoflow.outcomes import Direct, Go, Outcome
+from picoflow.outcomes import Call, Direct, Go, Outcome
 from picoflow.step import LogicStep, Step
 
 ENDS = (Reply, Paused)
@@ -69,7 +71,7 @@ async def run_turn(ws: Workspace, text: str, now: Next | None = None) -> Reply |
         except (ModelError, AttemptsExhausted) as error:  # another model or the step's hook may take over
             recovered = await recover(ws, step, spec, error)
             if isinstance(recovered, Outcome):
-                now = await settle(ws, spec, recovered)
+                now = await _settle(ws, step, spec, recovered)
                 continue
             response, parsed = recovered
         if not response.tool_calls:
@@ -98,7 +100,9 @@ async def resume_turn(
     spec = ws.config.spec.steps[paused.step]
     step = ws.step(spec.name)
     ws.decided = await decided_calls(ws, step, spec, paused)
-    results = await dispatch(ws, step, spec, ModelResponse(tool_calls=list(paused.calls)))
+    results = await dispatch(
+        ws, step, spec, ModelResponse(tool_calls=list(paused.calls)), by_code=paused.by_code
+    )
     ws.decided = NOTHING_DECIDED
     now = await apply_results(ws, spec, results)
     await checkpoint()
@@ -135,7 +139,7 @@ async def _answer(ws: Workspace, step: Step, spec: StepSpec, response: ModelResp
             ws.add_response(spec.name, response)
     ws.release_erases()  # what the outcome or reply adds (a correction, the reply) comes after
     if isinstance(value, Outcome):
-        return await settle(ws, spec, value)
+        return await _settle(ws, step, spec, value)
     if isinstance(value, str):
         reply = value
     else:
@@ -143,6 +147,15 @@ async def _answer(ws: Workspace, step: Step, spec: StepSpec, response: ModelResp
         reply = to_json(value).decode()
     ws.add_reply(spec.name, reply, response.answered_by)
     return Reply(reply)
+
+
+async def _settle(ws: Workspace, step: Step, spec: StepSpec, outcome: Outcome) -> Next:
+    """Apply an outcome of the step's code that answers no tool call; a call it proposes
+    (``call``) is taken as the model's would be."""
+    outcome = await resolved(ws, spec, outcome)
+    if isinstance(outcome, Call):
+        return await run_code_call(ws, step, spec, outcome)
+    return await settle(ws, spec, outcome)
 
 
 async def _decide(ws: Workspace, step: Step, spec: StepSpec) -> Go | Direct:

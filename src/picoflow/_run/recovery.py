@@ -19,7 +19,7 @@ from picoflow.flow import Flow, StepSpec
 from picoflow.messages import Message, ModelResponse
 from picoflow.models.base import Model
 from picoflow.models.fallback import FallbackModel, as_model
-from picoflow.outcomes import Direct, Go, RetryWith, Stay
+from picoflow.outcomes import Call, Direct, Go, RetryWith, Stay
 from picoflow.step import Step
 
 _RETRY_MODELS: dict[str, Model] = {}
@@ -28,8 +28,9 @@ _RETRY_MODELS: dict[str, Model] = {}
 
 async def recover(
     ws: Workspace, step: Step, spec: StepSpec, error: ModelError | AttemptsExhausted
-) -> tuple[ModelResponse, Any] | Direct | Go:
-    """An answer after all, or where the turn goes instead; raises ``error`` when nothing helps."""
+) -> tuple[ModelResponse, Any] | Direct | Go | Call:
+    """An answer after all, where the turn goes instead, or a call the step's code proposes in
+    place of its model's; raises ``error`` when nothing helps."""
     model = ws.config.model_for(spec)
     asked: set[str] = set()
     while True:
@@ -45,7 +46,7 @@ async def recover(
             decision = await _decision(ws, step, spec, error, asked)
             if decision is None:
                 raise error
-            if isinstance(decision, Direct | Go):
+            if isinstance(decision, Direct | Go | Call):
                 ws.warn("model_error_handled", f"{error.kind}: on_model_error took over", spec.name)
                 return decision
             if isinstance(decision, RetryWith):
@@ -69,7 +70,7 @@ def _successor(ws: Workspace, spec: StepSpec, model: Model, error: RunError) -> 
 
 async def _decision(
     ws: Workspace, step: Step, spec: StepSpec, error: RunError, asked: set[str]
-) -> Direct | Go | Stay | RetryWith | None:
+) -> Direct | Go | Call | Stay | RetryWith | None:
     """What the step's ``on_model_error`` says, else the flow's; each is asked once per failed call
     (so a remedy that fails again passes to the flow, then lets the error stand)."""
     decision: Any = None
@@ -80,10 +81,11 @@ async def _decision(
     if decision is None and "flow" not in asked and type(flow).on_model_error is not Flow.on_model_error:
         asked.add("flow")
         decision = await ws.hook(step, "the flow's on_model_error", flow.on_model_error, error)
-    if decision is None or isinstance(decision, Direct | Go | Stay | RetryWith):
+    if decision is None or isinstance(decision, Direct | Go | Call | Stay | RetryWith):
         return decision
     raise HookFailure(
-        f"on_model_error for step {spec.name} must return direct(), go(), stay(), retry_with() or None, "
+        f"on_model_error for step {spec.name} must return direct(), go(), call(), stay(), retry_with() "
+        "or None, "
         f"not {type(decision).__name__}",
         step=spec.name,
     )

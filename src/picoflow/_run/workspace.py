@@ -376,6 +376,11 @@ class Workspace:
             )
         return self._append(step, "assistant", response.text, model=response.answered_by)
 
+    def add_call(self, step: str, call: ToolCall) -> Message:
+        """A call the step's code proposed (``call``), kept where a model's would be, so that its
+        result answers a call in the step's memory."""
+        return self._append(step, "assistant", "", (call,), kind="call")
+
     def add_output(self, step: str, response: ModelResponse) -> Message:
         """A structured answer the step's code read and acted on (``output``): kept for the model,
         marked so that no reader takes it for a reply the user was sent."""

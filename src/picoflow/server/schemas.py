@@ -383,8 +383,8 @@ class MessageOut(BaseModel):
         description=(
             "Why the message is not a plain exchange between the user and the model: direct, crossing, "
             "forwarded, correction, nudge, summary, output (the model's structured answer, which "
-            "code read; never sent to the user), or staff (a person wrote it while the conversation "
-            "was handed off)."
+            "code read; never sent to the user), staff (a person wrote it while the conversation "
+            "was handed off), or call (a tool call the step's code proposed, not its model)."
         ),
     )
     shown: bool = Field(

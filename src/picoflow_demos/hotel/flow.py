@@ -4,12 +4,19 @@ The model reads; code decides. Each turn the model turns the guest's latest mess
 JSON value: what the guest said about their stay (Explore), or what they want done with the list
 (Present and Compare). Code keeps every answer, asks the next question, searches, lists, compares
 and books; every price, table and confirmation is written by code and reaches the guest as written.
+
+A booking is a side effect, so no reading makes one: the hotel the guest chose (by its number, or
+"the cheapest", found in code over the list shown) is proposed as a call of the step's ``book``
+tool (``call``), which waits for the guest's own decision on an approval card that code writes in
+the guest's language: the hotel, the room, the dates, the price per night and the total. Approved,
+the booking is made once, its confirmation number derived from the approval's id; denied, the guest
+is back at the list; a message sent instead withdraws it and is read as any other.
 """
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Mapping, Sequence
+import hashlib
+from collections.abc import Collection, Mapping, Sequence
 from datetime import date
 from decimal import Decimal
 from types import MappingProxyType
@@ -18,33 +25,40 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field
 
 from picoflow import (
+    Approval,
     Ask,
+    Call,
     Direct,
     Flow,
     LogicStep,
     Outcome,
     Prompt,
     Repairs,
+    RunContext,
     Said,
     SlotStep,
     Step,
     TerminateStep,
+    ToolError,
     ask,
+    call,
     direct,
     direct_to,
     repair,
     since_last_user,
+    tool,
 )
 from picoflow.messages import Message
 from picoflow.slots import bears_out, options_said, says_field
 from picoflow_demos._common import as_typed
 from picoflow_demos.hotel.criteria import CONFIRM, GOODBYE_WORDS, Criteria, refusal, today
-from picoflow_demos.hotel.pricing import HotelQuote, hotels, stay_nights
+from picoflow_demos.hotel.pricing import HotelQuote, RoomType, hotels, stay_nights
 from picoflow_demos.hotel.questions import ANSWERS, Question
 from picoflow_demos.hotel.replies import (
     ENGLISH,
     LOCALES,
     REPAIR_TEXTS,
+    Language,
     full_day,
     joined,
     listed,
@@ -61,9 +75,11 @@ CHOOSE_PROMPT = Prompt.file("present.md")
 _CONFIRMATION_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
 
 
-def new_confirmation_number() -> str:
-    """A fresh booking reference such as ``HF-7K3QX9TB``."""
-    return "HF-" + "".join(secrets.choice(_CONFIRMATION_ALPHABET) for _ in range(8))
+def confirmation_number(key: str) -> str:
+    """The booking reference of the approval ``key``, such as ``HF-7K3QX9TB``: the same approval
+    always gives the same booking, so a booking carried out again is the same one."""
+    digest = hashlib.sha256(key.encode()).digest()
+    return "HF-" + "".join(_CONFIRMATION_ALPHABET[byte % len(_CONFIRMATION_ALPHABET)] for byte in digest[:8])
 
 
 def answering_in(step: Step) -> str:
@@ -117,6 +133,29 @@ class Booking(BaseModel):
                 say("booked_code", locale, code=self.confirmation),
             ]
         )
+
+
+def booking_summary(args: Any) -> str:
+    """What the guest approves, written by code in their language: the hotel, the room, the dates,
+    the price per night (its range when the nights differ) and the total."""
+    language = args.language
+    low, high = min(args.nightly), max(args.nightly)
+    nightly = (
+        say("money", language, amount=low)
+        if low == high
+        else say("nightly_range", language, low=low, high=high)
+    )
+    return say(
+        "book_summary",
+        language,
+        hotel=args.hotel,
+        room=say(f"room:{args.room_type}", language),
+        check_in=full_day(args.check_in, language),
+        check_out=full_day(args.check_out, language),
+        nights=nights(len(args.nightly), language),
+        nightly=nightly,
+        total=args.total,
+    )
 
 
 # The catalog's text of each question, by the question's key (its first field).
@@ -347,6 +386,10 @@ class Present(Step):
     def prompt(self) -> str:
         return CHOOSE_PROMPT.render(hotels=self._numbered_names())
 
+    def active_tools(self) -> Collection[str]:
+        # The model only reads the guest's words: code proposes the booking (``call``).
+        return ()
+
     def history(self, memory: Sequence[Message]) -> Sequence[Message]:
         # The guest's words and what they answer ("8" answers "Which hotel would you like to
         # book?"); lists and tables are remembered as short notes, and the list is in the prompt.
@@ -371,7 +414,7 @@ class Present(Step):
             # A goodbye or a comparison without a word of one: "8" alone still books hotel 8.
             lone = len(numbers) == 1 and bears_out(GuestRequest, "hotels", numbers, said, LOCALES)
             if lone and 1 <= numbers[0] <= len(listed):
-                return self.book(listed[numbers[0] - 1])
+                return self.choose(listed[numbers[0] - 1])
             return self.show_list(with_help=True)
         action = request.action
         if pick != "none" and listed:  # "the cheapest" is found in code, whatever number was read
@@ -393,7 +436,7 @@ class Present(Step):
         if request.action == "book" and not numbers:
             return direct(say("book_which", self.language, count=len(listed)))
         if request.action == "book":
-            return self.book(listed[numbers[0] - 1])
+            return self.choose(listed[numbers[0] - 1])
         if request.action == "compare":
             return self.compare(numbers or self.state_of(Present).get("compared") or [], request.features)
         if request.action == "change_search":  # Explore, which holds the criteria, takes the change
@@ -409,11 +452,12 @@ class Present(Step):
         # The options carry their list numbers ("#2 Hampton Inn"): one per line, not numbered again.
         return "".join(f"\n- {option}" for option in options)
 
-    def show_list(self, *, with_help: bool = False) -> Direct:
+    def show_list(self, *, with_help: bool = False, saying: str | None = None) -> Direct:
         language = self.language
         listed = choice_reply(self._listed(), len(self._nights()), language)
         listing = f"**{self.state_of(Present)['searched']}**\n\n{listed}"
-        reply = direct_to(Present, f"{say('help', language)}\n\n{listing}" if with_help else listing)
+        before = saying or (say("help", language) if with_help else None)
+        reply = direct_to(Present, f"{before}\n\n{listing}" if before else listing)
         return reply.remember_as(listed_note(self._listed(), language))
 
     def _listed(self) -> list[HotelQuote]:
@@ -426,19 +470,54 @@ class Present(Step):
     def _numbered_names(self) -> str:
         return "\n".join(f"{number}. {quote.name}" for number, quote in enumerate(self._listed(), start=1))
 
-    def book(self, quote: HotelQuote) -> Direct:
+    def choose(self, quote: HotelQuote) -> Call:
+        """Propose booking ``quote`` for the stay searched: it waits for the guest's approval, and
+        the list's state keeps it as ``proposed`` until the guest decides or writes again."""
         listed = self.state_of(Present)
+        stay = {
+            "hotel": quote.name,
+            "room_type": quote.room_type,
+            "check_in": listed["check_in"],
+            "check_out": listed["check_out"],
+            "total": quote.total,
+        }
+        listed["proposed"] = stay
+        return call(self.book, **stay, nightly=quote.nightly, language=self.language)
+
+    # Proposed by code only (``choose``), from the list code showed; the guest approves every call.
+    @tool(approval=True, approval_summary=booking_summary)
+    def book(
+        self,
+        hotel: str,
+        room_type: RoomType,
+        check_in: date,
+        check_out: date,
+        nightly: list[Decimal],
+        total: Decimal,
+        language: Language,
+        ctx: RunContext[Any],
+    ) -> Outcome:
+        """Book the hotel the guest chose for their stay, once the guest approves it."""
+        if ctx.idempotency_key is None:  # every call asks the guest: never without a decision
+            raise ToolError("A booking is made only once the guest approves it.")
+        self.state_of(Present).pop("proposed", None)
         booking = Booking(
-            hotel=quote.name,
-            room_type=quote.room_type,
-            check_in=listed["check_in"],
-            check_out=listed["check_out"],
-            total=quote.total,
-            confirmation=new_confirmation_number(),
+            hotel=hotel,
+            room_type=room_type,
+            check_in=check_in,
+            check_out=check_out,
+            total=total,
+            confirmation=confirmation_number(ctx.idempotency_key),
         )
-        language = self.language
         confirmed = f"{booking.summary(language)}\n\n{say('thanks', language)}"
         return direct_to(Goodbye, confirmed).with_state(booking=booking)
+
+    def on_denied(self, approval: Approval) -> Outcome | None:
+        self.state_of(Present).pop("proposed", None)
+        # Withdrawn by a new message: this step reads that message as any other.
+        if approval.status == "withdrawn":
+            return None
+        return self.show_list(saying=say("not_booked", self.language))
 
     def compare(self, numbers: Sequence[int], features: Sequence[Feature]) -> Direct:
         language = self.language

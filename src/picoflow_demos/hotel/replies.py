@@ -12,11 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import date
 from decimal import Decimal
+from typing import Literal, get_args
 
 from picoflow import Catalog, Locale, RepairTexts
 from picoflow_demos.hotel.pricing import AMENITY_LABELS
 
-LOCALES = ("en", "es", "de", "fr")
+Language = Literal["en", "es", "de", "fr"]
+LOCALES: tuple[Language, ...] = get_args(Language)
 """The languages of the demo: its declared words (``Said(locale=...)``) and its replies."""
 ENGLISH = "en"
 
@@ -87,6 +89,12 @@ _ENGLISH: Mapping[str, str] = {
     "booked_stay": "- Stay: {start} to {end} ({nights})",
     "booked_total": "- Total: {total:USD}",
     "booked_code": "- Confirmation number: **{code}**",
+    "book_summary": (
+        "Book {hotel}, {room}: check-in {check_in}, check-out {check_out} ({nights}), {nightly} a night, "
+        "{total:USD} in total"
+    ),
+    "nightly_range": "{low:USD} to {high:USD}",
+    "not_booked": "OK, nothing was booked.",
     "thanks": "Thank you for booking with us. Enjoy your stay in Portland!",
     "farewell": "Thank you for visiting. Goodbye, and you are welcome back any time!",
     "goodbye_prompt": "The guest has ended the conversation. Thank them briefly and say goodbye.",
@@ -177,6 +185,12 @@ _SPANISH: Mapping[str, str] = {
     "booked_stay": "- Estancia: del {start} al {end} ({nights})",
     "booked_total": "- Total: {total:USD}",
     "booked_code": "- Número de confirmación: **{code}**",
+    "book_summary": (
+        "Reservar {hotel}, {room}: llegada el {check_in}, salida el {check_out} ({nights}), {nightly} "
+        "por noche, {total:USD} en total"
+    ),
+    "nightly_range": "de {low:USD} a {high:USD}",
+    "not_booked": "De acuerdo, no se ha reservado nada.",
     "thanks": "Gracias por reservar con nosotros. ¡Disfrute de su estancia en Portland!",
     "farewell": "Gracias por su visita. ¡Adiós, y vuelva cuando quiera!",
     "goodbye_prompt": (
@@ -293,6 +307,12 @@ _GERMAN: Mapping[str, str] = {
     "booked_stay": "- Aufenthalt: {start} bis {end} ({nights})",
     "booked_total": "- Gesamt: {total:USD}",
     "booked_code": "- Bestätigungsnummer: **{code}**",
+    "book_summary": (
+        "{hotel} buchen, {room}: Anreise am {check_in}, Abreise am {check_out} ({nights}), {nightly} "
+        "pro Nacht, insgesamt {total:USD}"
+    ),
+    "nightly_range": "{low:USD} bis {high:USD}",
+    "not_booked": "In Ordnung, es wurde nichts gebucht.",
     "thanks": "Vielen Dank für Ihre Buchung. Genießen Sie Ihren Aufenthalt in Portland!",
     "farewell": "Danke für Ihren Besuch. Auf Wiedersehen, Sie sind jederzeit wieder willkommen!",
     "goodbye_prompt": (
@@ -407,6 +427,12 @@ _FRENCH: Mapping[str, str] = {
     "booked_stay": "- Séjour : du {start} au {end} ({nights})",
     "booked_total": "- Total : {total:USD}",
     "booked_code": "- Numéro de confirmation : **{code}**",
+    "book_summary": (
+        "Réserver {hotel}, {room} : arrivée le {check_in}, départ le {check_out} ({nights}), {nightly} "
+        "par nuit, {total:USD} au total"
+    ),
+    "nightly_range": "de {low:USD} à {high:USD}",
+    "not_booked": "D'accord, rien n'a été réservé.",
     "thanks": "Merci d'avoir réservé chez nous. Profitez bien de votre séjour à Portland !",
     "farewell": "Merci de votre visite. Au revoir, et à bientôt !",
     "goodbye_prompt": (

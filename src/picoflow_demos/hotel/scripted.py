@@ -1,10 +1,13 @@
-"""The 14-turn hotel conversation, scripted: what the guest says and what a good model answers.
+"""The 14-turn hotel conversation, scripted: what the guest says and what a good model answers. Its
+last turn chooses a hotel, and the booking then waits for the guest's approval.
 
 Used by the test suite, ``bench/hotel.py`` and anyone who wants to replay the demo offline:
 
     engine = FlowEngine([HotelFlow], model=ScriptedModel(model_script()))
     for turn in CONVERSATION:
         result = await engine.run("hotel", turn.user, session_id)
+    (booking,) = result.pending  # the guest's choice waits for their approval
+    booked = await engine.decide(session_id, booking.id, "approve")
 
 Run it with ``HOTEL_FLOW_CURRENT_DATE=2027-07-15`` (``CURRENT_DATE``): the dates below are in
 August 2027 and a check-in must be after today.
@@ -72,7 +75,8 @@ CONVERSATION: tuple[ScriptedTurn, ...] = (
     ScriptedTurn("compare on amenities", [wants("compare", [], ["amenities"])]),
     ScriptedTurn("compare hotels 2,5 on price", [wants("compare", [2, 5], ["price"])]),
     ScriptedTurn("resume booking", [wants("show_list")]),
-    # The confirmation is written by code too.
+    # Choosing proposes the booking, which waits for the guest's approval (``FlowEngine.decide``);
+    # the approval card and the confirmation are written by code too.
     ScriptedTurn("8", [wants("book", [8])]),
 )
 
