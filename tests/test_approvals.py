@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from typing import Any, ClassVar
 
 import pytest
@@ -171,12 +172,19 @@ async def test_a_step_hook_may_route_a_denial() -> None:
     assert Desk.ledger == []
 
 
-async def test_a_supervisor_only_call_is_refused_to_the_customer_and_taken_by_staff() -> None:
+async def test_a_supervisor_only_call_is_refused_to_the_customer_and_taken_by_staff(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     engine = make_engine([[REFUND_BIG], "Refunded."])
     session_id, approval = await propose(engine)
     assert approval.approvers.roles == ("staff",) and not approval.approvers.principal
-    refused = await engine.decide(session_id, approval.id, "approve", caller=CUSTOMER)
+    with caplog.at_level(logging.INFO, logger="picoflow"):
+        refused = await engine.decide(session_id, approval.id, "approve", caller=CUSTOMER)
     assert refused.error is not None and refused.error.is_a(ApprovalNotAllowed)
+    # A refusal is the rules working: filed with the session, logged as information, not a warning.
+    assert [
+        (r.levelname, r.getMessage()[:43]) for r in caplog.records if "turn failed" in r.getMessage()
+    ] == [("INFO", "picoflow turn failed [approval_not_allowed]")]
     assert refused.error.message == f"approval {approval.id} needs someone with the 'staff' role"
     assert Desk.ledger == []
     queue = await engine.pending_approvals(caller=STAFF)

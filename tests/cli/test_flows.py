@@ -16,7 +16,10 @@ def test_flows_lists_the_demo_flows() -> None:
     result = invoke("flows")
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert any(line.startswith("│ hotel ") and "Explore, Present, Compare, HotelQuestions, Goodbye" in line for line in lines)
+    assert any(
+        line.startswith("│ hotel ") and "Explore, Present, Compare, HotelQuestions, Goodbye" in line
+        for line in lines
+    )
     assert any(line.startswith("│ orders ") for line in lines)
     assert any(line.startswith("│ products ") for line in lines)
     assert any(line.startswith("│ travel ") and "Planner, Hotels, Events, Weather" in line for line in lines)
@@ -58,7 +61,10 @@ def test_graph_prints_mermaid_derived_from_the_code() -> None:
 def test_graph_refuses_a_step_the_flow_does_not_have() -> None:
     result = invoke("graph", "hotel", "--step", "Checkout")
     assert result.exit_code == 1
-    assert "hotel has no step 'Checkout'; its steps: Explore, Present, Compare, HotelQuestions, Goodbye" in result.output
+    assert (
+        "hotel has no step 'Checkout'; its steps: Explore, Present, Compare, HotelQuestions, Goodbye"
+        in result.output
+    )
     bad_flows = invoke("graph", "hotel", "--flows", "no_such_module:Flow")
     assert bad_flows.exit_code == 1 and "cannot import no_such_module" in bad_flows.output
 

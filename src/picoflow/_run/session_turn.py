@@ -31,6 +31,7 @@ from picoflow.exceptions import (
     ApprovalConflict,
     ApprovalNotFound,
     ApprovalPending,
+    ApprovalRefused,
     FlowMismatch,
     InvalidInput,
     RunError,
@@ -395,7 +396,9 @@ class SessionTurns:
                 logger.exception("picoflow: could not record the error of session %s", reference)
         # What is not filed with a session (input refused, no such session or flow) is the
         # caller's to fix, not the server's: the first turn of a protocol's thread meets it too.
-        level = logging.WARNING if exc.recorded else logging.INFO
+        # A decision refused (not the caller's to make, decided already) is filed for the audit
+        # trail, but it is the rules working, not a failure of the server.
+        level = logging.WARNING if exc.recorded and not isinstance(exc, ApprovalRefused) else logging.INFO
         logger.log(
             level, "picoflow turn failed [%s] session=%s step=%s: %s", exc.kind, reference, step, detail
         )
