@@ -53,6 +53,7 @@ def full_session() -> Session:
         ),
         paused=PausedResponse("b", (ToolCall("refund", {"order_id": 1}, "c1"),), ("apr_1",), ("staff",), 4.0),
         handoff=HandoffTicket("a", "b", "damaged item", "flow f, step a", 5.0, taken_by="sam", taken_at=6.0),
+        interrupted=["a"],
     )
 
 
@@ -83,6 +84,7 @@ def test_changing_a_copy_never_changes_the_session() -> None:
     copy.prompts.clear()
     copy.models.clear()
     copy.metadata["tags"].append("y")
+    copy.interrupted.append("b")
     assert session == full_session()
 
 
