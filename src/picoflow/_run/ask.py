@@ -164,15 +164,18 @@ async def ask(
             usage.model_calls += 1
         limits.check_tokens(usage)
         problem = _problem(ws, spec, response)
+        check = "empty" if response.is_empty else "unusable"
         if problem is None and spec.checks_response:
             problem = await _gate(ws, step, spec, response)
+            check = "check_response"
         if problem is None:
             if spec.output is None or response.tool_calls or spec.cls.output is None:
                 return response, None
             parsed = _parse(spec, response)
             if isinstance(parsed, _Parsed):
                 return response, parsed.value
-            problem = parsed
+            problem, check = parsed, "output"
+        observer.response_rejected(spec.name, check, problem[0])
         problems.append(problem[0])
         extra.extend(problem[1])
     raise AttemptsExhausted(

@@ -1,0 +1,454 @@
+"""Recording a turn's timeline (``picoflow.timeline``): an observer that keeps what the turn
+emits as entries, bounded and cleaned of secrets, and hands the engine one JSON document to store.
+
+The events every observer sees become records the way eval scenarios see them
+(``picoflow.events.EventRecords``); what only an inspector needs — the model requests, refused
+answers, erasures and state changes — is added here. Entries are plain dicts until the end of
+the turn, where each is cleaned once and measured against the turn's byte budget.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic_core import to_jsonable_python
+
+from picoflow._run.observers import EventStream, TurnObserver
+from picoflow.events import EventRecords
+from picoflow.session import copy_json
+from picoflow.timeline import REDACTED, SECRET, TIMELINE_VERSION, TimelineSettings
+
+if TYPE_CHECKING:
+    from picoflow.approvals import Approval
+    from picoflow.context import Caller
+    from picoflow.messages import Message, ModelRequest, ModelResponse, ToolCall
+    from picoflow.results import TurnResult
+    from picoflow.session import Session
+    from picoflow.slots.grounding import Verdict
+
+_SECRET_VARIABLE = re.compile(r"(API_KEYS?|_KEY|_TOKEN|_SECRET|_PASSWORD)$")
+"""Environment variables whose values are keys: never shown in a timeline."""
+_SECRET_FIELD = re.compile(r"(?i)(pass(word)?|secret|api[_-]?key|token|authorization|credential)")
+"""Field names hidden whatever the application's hook says."""
+MIN_SECRET = 4
+"""Shorter config values are not looked for: they cannot be keys, and hiding every "de" or "42"
+from the texts would make them unreadable."""
+
+
+def environment_secrets(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The values of the environment variables that hold keys (provider keys, tokens)."""
+    env = os.environ if environ is None else environ
+    found: list[str] = []
+    for name, value in env.items():
+        if not _SECRET_VARIABLE.search(name.upper()):
+            continue
+        if name.upper().endswith("API_KEYS"):  # picoflow's own: key=principal pairs
+            found += [part.split("=", 1)[0].strip() for part in value.replace(",", "\n").splitlines()]
+        else:
+            found.append(value.strip())
+    return tuple(sorted({value for value in found if len(value) >= 8}, key=len, reverse=True))
+
+
+def _config_strings(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        if len(value) >= MIN_SECRET:
+            yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _config_strings(item)
+    elif isinstance(value, list | tuple | set | frozenset):
+        for item in value:
+            yield from _config_strings(item)
+
+
+class Recording:
+    """An engine's timeline setting: makes the recorder of each turn (None when off)."""
+
+    def __init__(self, settings: TimelineSettings) -> None:
+        self.settings = settings
+        self.secrets = tuple(dict.fromkeys([*settings.secrets, *environment_secrets()]))
+
+    def recorder(self, caller: Caller | None, trigger: str = "message") -> TimelineRecorder:
+        secrets = self.secrets
+        if caller is not None and caller.config:
+            extra = sorted(set(_config_strings(dict(caller.config))), key=len, reverse=True)
+            secrets = tuple(dict.fromkeys([*extra, *secrets]))
+        return TimelineRecorder(_Log(self.settings, secrets, trigger))
+
+
+@dataclass(slots=True)
+class _Log:
+    """What a turn's recorder and those of its sub-step runs write to."""
+
+    settings: TimelineSettings
+    secrets: tuple[str, ...]
+    trigger: str
+    records: EventRecords = field(default_factory=lambda: EventRecords(detailed=True))
+    started: float = field(default_factory=time.perf_counter)
+    started_at: float = field(default_factory=time.time)
+    flow: str = ""
+    message: str = ""
+    session_id: str | None = None
+    turn: int = 1
+    failure: str | None = None
+    """What the loop's error said, for the developer (the result's text is the user's)."""
+    states_before: dict[str, Any] | None = None
+    state_entries: list[dict[str, Any]] = field(default_factory=list)
+    last_request: dict[tuple[str | None, str], tuple[str, Sequence[Message], int, bool]] = field(
+        default_factory=dict
+    )
+    """Per (parent, step): the previous request's system prompt and messages, its attempt, and
+    whether its answer was refused (the next request is then the next attempt)."""
+    calls: dict[tuple[str | None, str], tuple[dict[str, Any], float]] = field(default_factory=dict)
+
+
+class TimelineRecorder(TurnObserver):
+    """Records one turn (or, with ``parent``, a sub-step run inside it)."""
+
+    wants_session = True
+
+    def __init__(self, log: _Log, parent: str | None = None) -> None:
+        self.log = log
+        self.parent = parent
+        self.events = EventStream(log.records, parent=parent)
+
+    # --- the turn ---------------------------------------------------------------------------
+
+    def turn_started(self, flow: str, session_id: str | None, message: str) -> None:
+        self.log.flow, self.log.session_id, self.log.message = flow, session_id, message
+
+    def session_opened(self, session_id: str) -> None:
+        self.log.session_id = session_id
+
+    def session_before(self, session: Session) -> None:
+        self.log.flow = session.flow
+        self.log.turn = session.turns + 1
+        self.log.states_before = copy_json(session.states)
+
+    def session_after(self, session: Session) -> None:
+        before = self.log.states_before
+        if before is None:
+            return
+        after = session.states
+        for step in sorted(set(before) | set(after)):
+            changes = _diff(before.get(step) or {}, after.get(step) or {})
+            if changes:
+                self.log.state_entries.append({"kind": "state", "step": step, "changes": changes})
+
+    # --- model requests ---------------------------------------------------------------------
+
+    def model_started(self, step: str, model: str, request: ModelRequest) -> None:
+        log, key = self.log, (self.parent, step)
+        previous = log.last_request.get(key)
+        shared = 0
+        system: str | None = request.system
+        attempt = 1
+        if previous is not None:
+            prior_system, prior_messages, prior_attempt, refused = previous
+            shared = _shared_prefix(prior_messages, request.messages)
+            attempt = prior_attempt + 1 if refused else 1
+            if prior_system == system:
+                system = None  # said already
+        log.last_request[key] = (request.system, list(request.messages), attempt, False)
+        entry: dict[str, Any] = {
+            "kind": "model",
+            "step": step,
+            "model": model,
+            "attempt": attempt,
+            "at_ms": _ms(time.perf_counter() - log.started),
+            "system": system,
+            "history": shared,
+            "messages": [_message(m) for m in request.messages[shared:]],
+            "tools": [tool.name for tool in request.tools],
+            "output": request.output.name if request.output is not None else None,
+        }
+        if self.parent is not None:
+            entry["parent"] = self.parent
+        log.records.records.append(entry)
+        log.calls[key] = (entry, time.perf_counter())
+
+    def model_finished(self, step: str, response: ModelResponse) -> None:
+        found = self.log.calls.pop((self.parent, step), None)
+        if found is None:
+            return
+        entry, sent = found
+        usage = response.usage
+        entry.update(
+            latency_ms=_ms(time.perf_counter() - sent),
+            text=response.text,
+            tool_calls=[_call(call) for call in response.tool_calls],
+            usage={
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "model_calls": max(usage.model_calls, 1),
+                "tool_calls": 0,
+            },
+            finish_reason=response.finish_reason,
+            answered_by=response.answered_by or response.model,
+        )
+
+    def model_failed(self, step: str, error: BaseException) -> None:
+        key = (self.parent, step)
+        found = self.log.calls.pop(key, None)
+        if found is not None:
+            entry, sent = found
+            entry.update(latency_ms=_ms(time.perf_counter() - sent), error=_describe(error))
+        self._refused(key)
+
+    def response_rejected(self, step: str, check: str, reason: str) -> None:
+        entry: dict[str, Any] = {"kind": "rejected", "step": step, "check": check, "reason": reason}
+        if self.parent is not None:
+            entry["parent"] = self.parent
+        self.log.records.records.append(entry)
+        self._refused((self.parent, step))
+
+    def _refused(self, key: tuple[str | None, str]) -> None:
+        previous = self.log.last_request.get(key)
+        if previous is not None:
+            self.log.last_request[key] = (*previous[:3], True)
+
+    # --- what every observer sees, as eval scenarios see it ---------------------------------
+
+    def step_entered(self, step: str, previous: str | None) -> None:
+        self.events.step_entered(step, previous)
+
+    def tool_started(self, step: str, call: ToolCall) -> None:
+        self.events.tool_started(step, call)
+
+    def tool_answered(self, step: str, call: ToolCall, content: str, is_error: bool) -> None:
+        self.events.tool_answered(step, call, content, is_error)
+
+    def tool_failed(self, step: str, call: ToolCall, error: BaseException) -> None:
+        self.events.tool_answered(step, call, f"raised {_describe(error)}", True)
+
+    def approval_requested(self, step: str, approval: Approval) -> None:
+        self.events.approval_requested(step, approval)
+
+    def approval_decided(self, approval: Approval) -> None:
+        self.events.approval_decided(approval)
+
+    def reading_judged(self, step: str, verdicts: tuple[Verdict, ...]) -> None:
+        self.events.reading_judged(step, verdicts)
+
+    def pattern_fired(self, step: str, pattern: str, detail: str | None) -> None:
+        self.events.pattern_fired(step, pattern, detail)
+
+    def handed_off(self, step: str, reason: str | None, summary: str) -> None:
+        self.events.handed_off(step, reason, summary)
+
+    def memory_erased(self, namespace: str) -> None:
+        entry: dict[str, Any] = {"kind": "erased", "namespace": namespace}
+        if self.parent is not None:
+            entry["parent"] = self.parent
+        self.log.records.records.append(entry)
+
+    def turn_ended(self, error: BaseException | None) -> None:
+        if error is not None and self.parent is None:
+            self.log.failure = str(error)
+
+    def sub_turn(self, step: str, call: ToolCall | None) -> TurnObserver:
+        return TimelineRecorder(self.log, call.id if call is not None else step)
+
+    # --- the document -----------------------------------------------------------------------
+
+    def document(self, result: TurnResult) -> tuple[str, int, str] | None:
+        """(session id, turn, JSON text) of the turn that gave ``result``; None when it has no
+        session to be kept with (input refused before any session was known)."""
+        log = self.log
+        session_id = result.session_id or log.session_id
+        if session_id is None or result.session_id is None:
+            return None
+        cleaner = _Cleaner(log.settings, log.secrets)
+        error = result.error
+        if error is not None:
+            outcome = "failed"
+        elif result.pending:
+            outcome = "paused"
+        else:
+            outcome = "replied"
+        usage = result.usage
+        head: dict[str, Any] = {
+            "version": TIMELINE_VERSION,
+            "session_id": session_id,
+            "turn": log.turn,
+            "flow": result.flow or log.flow,
+            "trigger": log.trigger,
+            "message": cleaner.text(log.message),
+            "started_at": log.started_at,
+            "duration_ms": _ms(time.perf_counter() - log.started),
+            "outcome": outcome,
+            "reply": "" if error is not None else cleaner.text(result.message),
+            "step": result.step,
+            "error": None
+            if error is None
+            else {
+                "kind": error.kind,
+                "message": cleaner.text(log.failure or error.message),
+                "step": result.step,
+            },
+            "usage": {
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "model_calls": usage.model_calls,
+                "tool_calls": usage.tool_calls,
+            },
+        }
+        budget = log.settings.max_bytes
+        kept = [cleaner.encode(entry) for entry in log.state_entries]
+        size = len(json.dumps(head, ensure_ascii=False)) + sum(len(text) + 1 for text in kept)
+        shown: list[str] = []
+        omitted = omitted_bytes = 0
+        for entry in log.records.records:
+            text = cleaner.encode(entry)
+            if omitted or size + len(text) + 1 > budget:
+                omitted += 1
+                omitted_bytes += len(text)
+                continue
+            shown.append(text)
+            size += len(text) + 1
+        if omitted:
+            shown.append(json.dumps({"kind": "omitted", "entries": omitted, "bytes": omitted_bytes}))
+        shown += kept
+        head["size"] = sum(len(text.encode()) + 1 for text in shown)
+        body = json.dumps(head, ensure_ascii=False)
+        return session_id, log.turn, f'{body[:-1]}, "entries": [{",".join(shown)}]}}'
+
+
+_DATA = frozenset({"args", "value", "before", "after", "read_as"})
+"""Where an entry holds the application's data (whose fields the ``redact`` hook may hide); the
+rest of an entry is the timeline's own shape."""
+
+
+class _Cleaner:
+    """Makes recorded values safe and bounded: secrets replaced, redacted fields hidden, long texts
+    cut, anything not JSON made JSON."""
+
+    def __init__(self, settings: TimelineSettings, secrets: tuple[str, ...]) -> None:
+        self.limit = settings.max_text_chars
+        self.redact = settings.redact
+        self.secrets = secrets
+
+    def encode(self, entry: Mapping[str, Any]) -> str:
+        cleaned = self.clean(entry)
+        kind = entry.get("kind")
+        if kind in ("field_set", "field_dropped") and self._hidden(
+            str(entry.get("field")), entry.get("value")
+        ):
+            cleaned["value"] = REDACTED
+            if isinstance(cleaned.get("evidence"), dict):
+                cleaned["evidence"]["text"] = REDACTED
+            cleaned.pop("read_as", None)
+        elif kind == "state":
+            for change in cleaned["changes"]:
+                value = change.get("after", change.get("before"))
+                if any(self._hidden(part, value) for part in str(change["key"]).split(".")):
+                    for side in ("before", "after"):
+                        if side in change:
+                            change[side] = REDACTED
+        return json.dumps(cleaned, ensure_ascii=False)
+
+    def clean(self, value: Any) -> Any:
+        """The timeline's own shape: only its ``_DATA`` keys hold fields the hook may hide."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, Mapping):
+            return {
+                str(key): self._data(item) if key in _DATA else self.clean(item)
+                for key, item in value.items()
+            }
+        if isinstance(value, list | tuple):
+            return [self.clean(item) for item in value]
+        if value is None or isinstance(value, bool | int | float):
+            return value
+        return self.clean(to_jsonable_python(value, fallback=repr))
+
+    def _data(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, Mapping):
+            return {
+                str(key): REDACTED if self._hidden(str(key), item) else self._data(item)
+                for key, item in value.items()
+            }
+        if isinstance(value, list | tuple):
+            return [self._data(item) for item in value]
+        if value is None or isinstance(value, bool | int | float):
+            return value
+        return self._data(to_jsonable_python(value, fallback=repr))
+
+    def _hidden(self, key: str, value: Any) -> bool:
+        return bool(_SECRET_FIELD.search(key)) or (self.redact is not None and bool(self.redact(key, value)))
+
+    def text(self, text: str) -> str:
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, SECRET)
+        if len(text) > self.limit:
+            return f"{text[: self.limit]}… [{len(text) - self.limit} more characters]"
+        return text
+
+
+def _diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A step's state key by key, as JSON values: what was added, removed or changed. Inside a
+    mapping present on both sides the diff goes on, its keys joined by dots (``form.known.city``),
+    so a change deep in a large value shows as that change alone."""
+    changes: list[dict[str, Any]] = []
+    _walk(to_jsonable_python(before, fallback=repr), to_jsonable_python(after, fallback=repr), "", changes)
+    return changes
+
+
+def _walk(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str, changes: list[dict[str, Any]]) -> None:
+    for key in sorted(set(old) | set(new), key=str):
+        path = f"{prefix}{key}"
+        if key not in new:
+            changes.append({"key": path, "before": old[key], "removed": True})
+        elif key not in old:
+            changes.append({"key": path, "after": new[key], "added": True})
+        elif isinstance(old[key], dict) and isinstance(new[key], dict):
+            _walk(old[key], new[key], f"{path}.", changes)
+        elif old[key] != new[key]:
+            changes.append({"key": path, "before": old[key], "after": new[key]})
+
+
+def _shared_prefix(previous: Sequence[Message], current: Sequence[Message]) -> int:
+    shared = 0
+    for old, new in zip(previous, current, strict=False):
+        if old is not new and old != new:
+            break
+        shared += 1
+    return shared
+
+
+def _message(message: Message) -> dict[str, Any]:
+    shown: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.kind:
+        shown["kind"] = message.kind
+    if message.role == "tool":
+        shown["name"] = message.name
+        if message.is_error:
+            shown["is_error"] = True
+    if message.tool_calls:
+        shown["tool_calls"] = [_call(call) for call in message.tool_calls]
+    if message.attachments:
+        shown["files"] = [
+            {"name": ref.name, "media_type": ref.media_type, "size": ref.size} for ref in message.attachments
+        ]
+    return shown
+
+
+def _call(call: ToolCall) -> dict[str, Any]:
+    return {"id": call.id, "name": call.name, "args": call.args}
+
+
+def _describe(error: BaseException) -> str:
+    return f"{getattr(error, 'kind', type(error).__name__)}: {error}"
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 2)
