@@ -258,7 +258,8 @@ class PostgresStore(SQLStore):
         p = self._p
         # One statement: the retention's deletions and the insert commit together.
         query = (
-            f"WITH gone AS (DELETE FROM {p}picoflow_timelines WHERE session_id = %(id)s AND turn <= %(oldest)s)"
+            f"WITH gone AS (DELETE FROM {p}picoflow_timelines"
+            " WHERE session_id = %(id)s AND turn <= %(oldest)s)"
             f" INSERT INTO {p}picoflow_timelines (session_id, turn, recorded_at, body)"
             " VALUES (%(id)s, %(turn)s, %(at)s, %(body)s::json)"
         )
