@@ -327,6 +327,7 @@ TimelineEntry = Annotated[
     | Omitted,
     Field(discriminator="kind"),
 ]
+"""One entry of a turn's timeline, told apart by its ``kind``."""
 
 
 class TurnFailure(BaseModel):

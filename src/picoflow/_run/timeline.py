@@ -9,7 +9,6 @@ the turn, where each is cleaned once and measured against the turn's byte budget
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
@@ -17,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic_core import to_jsonable_python
+from pydantic_core import to_json, to_jsonable_python
 
 from picoflow._run.observers import EventStream, TurnObserver
 from picoflow.events import EventRecords
@@ -34,7 +33,9 @@ if TYPE_CHECKING:
 
 _SECRET_VARIABLE = re.compile(r"(API_KEYS?|_KEY|_TOKEN|_SECRET|_PASSWORD)$")
 """Environment variables whose values are keys: never shown in a timeline."""
-_SECRET_FIELD = re.compile(r"(?i)(pass(word)?|secret|api[_-]?key|token|authorization|credential)")
+_SECRET_FIELD = re.compile(
+    r"(?i)(passw(or)?d|passphrase|secret|api[_-]?key|private[_-]?key|token(?!s)|authorization|credential)"
+)
 """Field names hidden whatever the application's hook says."""
 MIN_SECRET = 4
 """Shorter config values are not looked for: they cannot be keys, and hiding every "de" or "42"
@@ -301,7 +302,7 @@ class TimelineRecorder(TurnObserver):
         }
         budget = log.settings.max_bytes
         kept = [cleaner.encode(entry) for entry in log.state_entries]
-        size = len(json.dumps(head, ensure_ascii=False)) + sum(len(text) + 1 for text in kept)
+        size = len(to_json(head)) + sum(len(text) + 1 for text in kept)
         shown: list[str] = []
         omitted = omitted_bytes = 0
         for entry in log.records.records:
@@ -313,13 +314,17 @@ class TimelineRecorder(TurnObserver):
             shown.append(text)
             size += len(text) + 1
         if omitted:
-            shown.append(json.dumps({"kind": "omitted", "entries": omitted, "bytes": omitted_bytes}))
+            shown.append(to_json({"kind": "omitted", "entries": omitted, "bytes": omitted_bytes}).decode())
         shown += kept
         head["size"] = sum(len(text.encode()) + 1 for text in shown)
-        body = json.dumps(head, ensure_ascii=False)
-        return session_id, log.turn, f'{body[:-1]}, "entries": [{",".join(shown)}]}}'
+        body = to_json(head).decode()
+        return session_id, log.turn, f'{body[:-1]},"entries":[{",".join(shown)}]}}'
 
 
+_SECRET_WORDS = re.compile("passw|passphrase|secret|api.?key|private|token|authorization|credential")
+"""Words one of which a key naming a secret holds: looked for first, once in the whole text."""
+_KEY = re.compile(r'"((?:[^"\\]|\\.)*)":')
+"""A key in JSON text (a string followed by a colon)."""
 _DATA = frozenset({"args", "value", "before", "after", "read_as"})
 """Where an entry holds the application's data (whose fields the ``redact`` hook may hide); the
 rest of an entry is the timeline's own shape."""
@@ -333,8 +338,24 @@ class _Cleaner:
         self.limit = settings.max_text_chars
         self.redact = settings.redact
         self.secrets = secrets
+        self.escaped = [to_json(secret).decode()[1:-1] for secret in secrets]
 
     def encode(self, entry: Mapping[str, Any]) -> str:
+        """The entry as JSON text, cleaned. Most entries need no change at all: encoded once, an
+        entry shorter than the text limit holds no text to cut, and one whose keys name no secret
+        (with no ``redact`` hook) hides no field; only secrets are then replaced, in the text."""
+        text = to_json(entry, fallback=repr).decode()
+        if len(text) > self.limit or self.redact is not None:
+            return self._encode_walked(entry)
+        lowered = text.lower().replace("tokens", "")  # counts of tokens are no secret
+        if _SECRET_WORDS.search(lowered) and any(_SECRET_FIELD.search(key) for key in _KEY.findall(text)):
+            return self._encode_walked(entry)
+        for escaped in self.escaped:
+            if escaped in text:
+                text = text.replace(escaped, SECRET)
+        return text
+
+    def _encode_walked(self, entry: Mapping[str, Any]) -> str:
         cleaned = self.clean(entry)
         kind = entry.get("kind")
         if kind in ("field_set", "field_dropped") and self._hidden(
@@ -351,7 +372,7 @@ class _Cleaner:
                     for side in ("before", "after"):
                         if side in change:
                             change[side] = REDACTED
-        return json.dumps(cleaned, ensure_ascii=False)
+        return to_json(cleaned).decode()
 
     def clean(self, value: Any) -> Any:
         """The timeline's own shape: only its ``_DATA`` keys hold fields the hook may hide."""

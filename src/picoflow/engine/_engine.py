@@ -137,6 +137,7 @@ class FlowEngine:
         self._tracing = TracingSetting(tracing, capture_content=trace_content)
         self.timeline_settings = timeline
         self._recording = Recording(timeline) if timeline is not None else None
+        self._timeline_store: TimelineStore | None = None
         self._override: Model | ModelSelection | None = None
         if isinstance(model, Model):
             self._override = model
@@ -264,9 +265,13 @@ class FlowEngine:
 
     async def _keep_timeline(self, recorder: TimelineRecorder, result: TurnResult) -> None:
         """Store the turn's timeline with its session (best effort: the turn's result stands)."""
-        store, settings = self.store, self.timeline_settings
-        if settings is None or not isinstance(store, TimelineStore):
+        settings, store = self.timeline_settings, self._timeline_store
+        if settings is None:
             return
+        if store is None:  # checked once: a protocol check costs more than a turn's recording
+            if not isinstance(self.store, TimelineStore):
+                return
+            store = self._timeline_store = self.store
         document = recorder.document(result)
         if document is None:
             return
