@@ -12,6 +12,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+
 from inspect_flow import (
     ADA,
     AGE,
@@ -25,7 +26,6 @@ from inspect_flow import (
     looping_model,
     play,
 )
-
 from picoflow import Flow, FlowEngine, RunContext, Step, tool
 from picoflow._run.observers import NO_OBSERVER, TurnObserver
 from picoflow.context import Caller
