@@ -27,6 +27,7 @@ from inspect_flow import (
     play,
 )
 from picoflow import Flow, FlowEngine, RunContext, Step, tool
+from picoflow.attachments import Attachment
 from picoflow._run.observers import NO_OBSERVER, TurnObserver
 from picoflow.context import Caller
 from picoflow.exceptions import UsageLimitExceeded
@@ -376,3 +377,62 @@ async def test_the_export_validates_against_the_published_schema() -> None:
     broken = {**exported, "turns": [{**exported["turns"][0], "outcome": "exploded"}]}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken, timeline_schema())
+
+
+class Helper(Step):
+    """Answer in one word."""
+
+
+class Boss(Step):
+    """Delegate."""
+
+    @tool
+    async def ask_helper(self, question: str) -> str:
+        """Ask the helper."""
+        return str(await self.run_step(Helper, question))
+
+
+class DelegateFlow(Flow):
+    name = "delegate"
+    steps = [Boss, Helper]
+
+
+async def test_a_sub_step_run_is_recorded_under_the_call_that_ran_it() -> None:
+    model = ScriptedModel([ToolCall("ask_helper", {"question": "colour?"}), "Blue.", "The helper says blue."])
+    engine = FlowEngine([DelegateFlow], model=model, timeline=TimelineSettings())
+    result = await engine.run("delegate", "Ask the helper")
+    assert result.ok
+    timeline = await engine.timeline(result.session_id or "")
+    assert timeline is not None
+    [turn] = timeline.turns
+    call = next(e for e in turn.entries if isinstance(e, ToolEntry))
+    assert [(e.kind, e.parent, getattr(e, "step", None)) for e in turn.entries] == [
+        ("entered", None, "Boss"),
+        ("model", None, "Boss"),
+        ("tool", None, "Boss"),
+        ("entered", call.id, "Helper"),
+        ("model", call.id, "Helper"),
+        ("model", None, "Boss"),
+    ]
+    helper = turn.entries[4]
+    assert (
+        isinstance(helper, ModelEntry) and helper.text == "Blue." and helper.system == "Answer in one word."
+    )
+    assert call.result == "Blue." and call.ok
+
+
+async def test_files_appear_as_name_type_and_size() -> None:
+    model = ScriptedModel(["Read it."])
+    engine = FlowEngine([DelegateFlow], model=model, timeline=TimelineSettings())
+    note = Attachment.from_bytes(b"the secret plan" * 10, "text/plain", "plan.txt")
+    result = await engine.run("delegate", "Read this", attachments=[note])
+    assert result.ok
+    stored = "".join(await engine.store.timelines(result.session_id or ""))  # type: ignore[attr-defined]
+    assert "the secret plan" not in stored and note.sha256 not in stored
+    timeline = await engine.timeline(result.session_id or "")
+    assert timeline is not None
+    [model_entry] = [e for e in timeline.turns[0].entries if isinstance(e, ModelEntry)]
+    [user] = model_entry.messages
+    assert [f.model_dump() for f in user.files] == [
+        {"name": "plan.txt", "media_type": "text/plain", "size": 150}
+    ]

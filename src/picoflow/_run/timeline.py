@@ -259,11 +259,11 @@ class TimelineRecorder(TurnObserver):
     # --- the document -----------------------------------------------------------------------
 
     def document(self, result: TurnResult) -> tuple[str, int, str] | None:
-        """(session id, turn, JSON text) of the turn that gave ``result``; None when it has no
-        session to be kept with (input refused before any session was known)."""
+        """(session id, turn, JSON text) of the turn that gave ``result``; None when nothing ran
+        here: input refused, an unknown or ended session, a turn run elsewhere (a durable executor)."""
         log = self.log
-        session_id = result.session_id or log.session_id
-        if session_id is None or result.session_id is None:
+        session_id = result.session_id
+        if session_id is None or log.states_before is None:
             return None
         cleaner = _Cleaner(log.settings, log.secrets)
         error = result.error

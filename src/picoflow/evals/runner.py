@@ -595,7 +595,7 @@ async def _observe(
     detail = None
     if result.error is not None and result.error.reference is not None:
         # The reply holds the public text only; the record filed beside the session says what broke.
-        # (Also for a first turn that failed: its record is filed under the id of a session never saved.)
+        # (Also for a first turn that failed: its record is filed with the session kept before it.)
         filed = await engine.session_errors(result.error.reference, principal=ANY_PRINCIPAL)
         detail = filed[-1].message if filed else None
     new = [m for m in messages if m.seq >= committed]
