@@ -27,8 +27,8 @@ from inspect_flow import (
     play,
 )
 from picoflow import Flow, FlowEngine, RunContext, Step, tool
-from picoflow.attachments import Attachment
 from picoflow._run.observers import NO_OBSERVER, TurnObserver
+from picoflow.attachments import Attachment
 from picoflow.context import Caller
 from picoflow.exceptions import UsageLimitExceeded
 from picoflow.messages import ToolCall
