@@ -195,6 +195,9 @@ async def test_a_conversation_is_recorded_turn_by_turn() -> None:
         "GuestReading",
         None,
     )
+    assert first.parsed == {"items": []}  # the accepted structured answer, as the output model read it
+    refused = turns[3].entries[2]
+    assert isinstance(refused, ModelEntry) and refused.parsed is None and refused.text == PROMISE
     assert first.usage is not None and first.usage.model_calls == 1 and first.usage.input_tokens > 0
     assert first.latency_ms is not None and first.latency_ms >= 0
     desk = turns[3].entries[0]

@@ -192,7 +192,10 @@ class ModelEntry(_Entry):
     text: str = ""
     """The answer's text as the model wrote it."""
     tool_calls: list[CallShown] = Field(default_factory=list)
-    """The tool calls read from the answer."""
+    """The tool calls read from the answer (once it was accepted: as the turn read them, calls
+    written as text included, each with its id)."""
+    parsed: Any = None
+    """An accepted structured answer, as the step's ``output`` model read it."""
     usage: TurnUsage | None = None
     finish_reason: str | None = None
     answered_by: str | None = None

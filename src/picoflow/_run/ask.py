@@ -168,9 +168,11 @@ async def ask(
             problem = await _gate(ws, step, spec, response)
         if problem is None:
             if spec.output is None or response.tool_calls or spec.cls.output is None:
+                observer.response_accepted(spec.name, response, None)
                 return response, None
             parsed = _parse(spec, response)
             if isinstance(parsed, _Parsed):
+                observer.response_accepted(spec.name, response, parsed.value)
                 return response, parsed.value
             problem = parsed
             observer.response_rejected(spec.name, "output", problem[1][-1].content)

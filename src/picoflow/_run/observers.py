@@ -81,6 +81,10 @@ class TurnObserver:
     def model_failed(self, step: str, error: BaseException) -> None:
         """The model call raised."""
 
+    def response_accepted(self, step: str, response: ModelResponse, parsed: Any) -> None:
+        """The model's answer passed every check: ``response`` as the turn reads it (calls written
+        as text read as calls, each with its id), ``parsed`` the step's ``output`` value (or None)."""
+
     def response_rejected(self, step: str, check: str, reason: str) -> None:
         """The model's answer was refused and it is asked again: ``check`` names what refused it
         (``check_response``, ``empty``, ``unusable``, ``output``), ``reason`` says why."""
@@ -185,6 +189,10 @@ class Observers(TurnObserver):
     def model_failed(self, step: str, error: BaseException) -> None:
         for observer in self.observers:
             observer.model_failed(step, error)
+
+    def response_accepted(self, step: str, response: ModelResponse, parsed: Any) -> None:
+        for observer in self.observers:
+            observer.response_accepted(step, response, parsed)
 
     def response_rejected(self, step: str, check: str, reason: str) -> None:
         for observer in self.observers:

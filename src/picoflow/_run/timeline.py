@@ -107,6 +107,8 @@ class _Log:
     """Per (parent, step): the previous request's system prompt and messages, its attempt, and
     whether its answer was refused (the next request is then the next attempt)."""
     calls: dict[tuple[str | None, str], tuple[dict[str, Any], float]] = field(default_factory=dict)
+    answered: dict[tuple[str | None, str], dict[str, Any]] = field(default_factory=dict)
+    """Per (parent, step): the entry of the latest request answered (where acceptance is noted)."""
 
 
 class TimelineRecorder(TurnObserver):
@@ -179,6 +181,7 @@ class TimelineRecorder(TurnObserver):
         if found is None:
             return
         entry, sent = found
+        self.log.answered[(self.parent, step)] = entry
         usage = response.usage
         entry.update(
             latency_ms=_ms(time.perf_counter() - sent),
@@ -201,6 +204,15 @@ class TimelineRecorder(TurnObserver):
             entry, sent = found
             entry.update(latency_ms=_ms(time.perf_counter() - sent), error=_describe(error))
         self._refused(key)
+
+    def response_accepted(self, step: str, response: ModelResponse, parsed: Any) -> None:
+        entry = self.log.answered.pop((self.parent, step), None)
+        if entry is None:
+            return
+        # As the turn reads the answer: calls written as text read as calls, each with its id.
+        entry["tool_calls"] = [_call(call) for call in response.tool_calls]
+        if parsed is not None:
+            entry["parsed"] = to_jsonable_python(parsed, fallback=repr)
 
     def response_rejected(self, step: str, check: str, reason: str) -> None:
         entry: dict[str, Any] = {"kind": "rejected", "step": step, "check": check, "reason": reason}
@@ -325,7 +337,7 @@ _SECRET_WORDS = re.compile("passw|passphrase|secret|api.?key|private|token|autho
 """Words one of which a key naming a secret holds: looked for first, once in the whole text."""
 _KEY = re.compile(r'"((?:[^"\\]|\\.)*)":')
 """A key in JSON text (a string followed by a colon)."""
-_DATA = frozenset({"args", "value", "before", "after", "read_as"})
+_DATA = frozenset({"args", "value", "before", "after", "read_as", "parsed"})
 """Where an entry holds the application's data (whose fields the ``redact`` hook may hide); the
 rest of an entry is the timeline's own shape."""
 
