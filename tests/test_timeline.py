@@ -439,3 +439,37 @@ async def test_files_appear_as_name_type_and_size() -> None:
     assert [f.model_dump() for f in user.files] == [
         {"name": "plan.txt", "media_type": "text/plain", "size": 150}
     ]
+
+
+class Signup(Step):
+    """Sign the user up."""
+
+    @tool
+    def register(self, login: str, password: str) -> str:
+        """Register an account."""
+        self.state["account"] = {"login": login, "password": password}
+        return f"registered {login}"
+
+
+class SignupFlow(Flow):
+    name = "signup"
+    steps = [Signup]
+
+
+async def test_fields_named_as_secrets_are_hidden_without_a_hook() -> None:
+    call = ToolCall("register", {"login": "ada", "password": "correct horse"})
+    engine = FlowEngine([SignupFlow], model=ScriptedModel([call, "Done."]), timeline=TimelineSettings())
+    result = await engine.run("signup", "sign me up as ada")
+    assert result.ok
+    timeline = await engine.timeline(result.session_id or "")
+    assert timeline is not None
+    [turn] = timeline.turns
+    assert "correct horse" not in json.dumps(turn.model_dump(mode="json"))
+    tool_entry = next(e for e in turn.entries if isinstance(e, ToolEntry))
+    assert tool_entry.args == {"login": "ada", "password": "[redacted]"}
+    [state] = [e for e in turn.entries if isinstance(e, StateEntry)]
+    assert [(c.key, c.after) for c in state.changes] == [
+        ("account", {"login": "ada", "password": "[redacted]"})
+    ]
+    usage = next(e for e in turn.entries if isinstance(e, ModelEntry)).usage
+    assert usage is not None and usage.input_tokens > 0  # counts of tokens are no secret

@@ -69,7 +69,7 @@ def _config_strings(value: Any) -> Iterable[str]:
 
 
 class Recording:
-    """An engine's timeline setting: makes the recorder of each turn (None when off)."""
+    """An engine's timeline setting, with the secrets it hides: makes each turn's recorder."""
 
     def __init__(self, settings: TimelineSettings) -> None:
         self.settings = settings
@@ -337,6 +337,8 @@ _SECRET_WORDS = re.compile("passw|passphrase|secret|api.?key|private|token|autho
 """Words one of which a key naming a secret holds: looked for first, once in the whole text."""
 _KEY = re.compile(r'"((?:[^"\\]|\\.)*)":')
 """A key in JSON text (a string followed by a colon)."""
+_NAMES_FIELDS = frozenset({"field_set", "field_dropped", "state"})
+"""Entries that name a field in a value (a reading's ``field``, a state change's ``key``)."""
 _DATA = frozenset({"args", "value", "before", "after", "read_as", "parsed"})
 """Where an entry holds the application's data (whose fields the ``redact`` hook may hide); the
 rest of an entry is the timeline's own shape."""
@@ -360,7 +362,9 @@ class _Cleaner:
         if len(text) > self.limit or self.redact is not None:
             return self._encode_walked(entry)
         lowered = text.lower().replace("tokens", "")  # counts of tokens are no secret
-        if _SECRET_WORDS.search(lowered) and any(_SECRET_FIELD.search(key) for key in _KEY.findall(text)):
+        if _SECRET_WORDS.search(lowered) and (
+            entry.get("kind") in _NAMES_FIELDS or any(_SECRET_FIELD.search(key) for key in _KEY.findall(text))
+        ):
             return self._encode_walked(entry)
         for escaped in self.escaped:
             if escaped in text:
