@@ -140,6 +140,8 @@ class TimelineRecorder(TurnObserver):
             return
         after = session.states
         for step in sorted(set(before) | set(after)):
+            if before.get(step) == after.get(step):
+                continue  # most steps' states are as they were: nothing to convert
             changes = _diff(before.get(step) or {}, after.get(step) or {})
             if changes:
                 self.log.state_entries.append({"kind": "state", "step": step, "changes": changes})
