@@ -3,9 +3,9 @@ it is gone, a new one (not recording) reads the same timelines, a failed first t
 
 from __future__ import annotations
 
-from inspect_flow import ADA, InspectFlow, LoopFlow, looping_model, play
 from store_helpers import Backend
 
+from inspect_flow import ADA, InspectFlow, LoopFlow, looping_model, play
 from picoflow import FlowEngine
 from picoflow.models import ScriptedModel
 from picoflow.timeline import TimelineSettings
