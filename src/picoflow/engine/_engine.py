@@ -657,8 +657,10 @@ class FlowEngine:
     ) -> list[LogRecord] | None:
         """The error records filed with the session, oldest first (None if unknown or another's).
 
-        With ``ANY_PRINCIPAL`` the records are read even when no session was ever saved under the
-        id: a first turn that failed files its error under the id its session would have had."""
+        A first turn that fails keeps its session as it was before the turn, and its record is
+        filed with it. With ``ANY_PRINCIPAL`` the records are read even when no session was saved
+        under the id (the store failed as the first turn did): the error is filed under the id its
+        session would have had."""
         if principal is ANY_PRINCIPAL:
             check_session_id(session_id)
         elif await self.get_session(session_id, principal=principal) is None:
