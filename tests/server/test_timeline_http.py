@@ -18,7 +18,7 @@ from picoflow.server import ServerSettings
 from picoflow.server.auth import Identity
 from picoflow.timeline import TimelineSettings, timeline_schema
 
-from .support import client_for
+from .support import client_for, events_of
 
 KEYS = {
     "k-ada": Identity("ada"),
@@ -101,5 +101,13 @@ async def test_a_failed_first_turn_over_http_is_inspected_in_the_open_mode() -> 
         # The session itself is there, as before the turn, and the next message retries in it.
         shown = await client.get(f"/v1/sessions/{session_id}")
         assert shown.status_code == 200 and shown.json()["turns"] == 0
+
+        # Streamed, the error event names the kept session too.
+        streamed = await client.post("/v1/flows/loop/sessions", json={"message": "again", "stream": True})
+        [(name, data)] = [event for event in events_of(streamed.text) if event[0] == "error"]
+        kept = data["error"]["session_id"]
+        assert kept and kept != session_id
+        again = (await client.get(f"/v1/sessions/{kept}/timeline")).json()
+        assert [turn["outcome"] for turn in again["turns"]] == ["failed"]
     other = await engine.timeline(session_id, principal=Caller(principal="someone").principal)
     assert other is None
