@@ -104,7 +104,7 @@ async def test_a_failed_first_turn_over_http_is_inspected_in_the_open_mode() -> 
 
         # Streamed, the error event names the kept session too.
         streamed = await client.post("/v1/flows/loop/sessions", json={"message": "again", "stream": True})
-        [(name, data)] = [event for event in events_of(streamed.text) if event[0] == "error"]
+        [data] = [data for name, data in events_of(streamed.text) if name == "error"]
         kept = data["error"]["session_id"]
         assert kept and kept != session_id
         again = (await client.get(f"/v1/sessions/{kept}/timeline")).json()
