@@ -52,6 +52,7 @@ def test_trace_renders_every_turn_in_80_columns(tmp_path: Path, monkeypatch: pyt
     for expected in (
         "› user: Ada",
         "✗ dropped age=30 by quoted",
+        "    why: A quote that is not the user's words",
         "✓ kept name=Ada",
         "    evidence (user [0:3]): “Ada”",
         "→ entered Desk (from Interview)",

@@ -146,11 +146,14 @@ def _verdict(entry: FieldSet | FieldDropped, nested: str) -> RenderableType:
     else:
         label = "repaired" if entry.action == "repaired" else "kept"
         head = _line(f"{nested}✓", "green", f"{label} {entry.field}={value}{rule}")
+    parts: list[RenderableType] = [head]
     evidence = entry.evidence or {}
-    if not evidence.get("text"):
-        return head
-    where = f"{evidence.get('source', 'user')} [{evidence.get('start')}:{evidence.get('end')}]"
-    return Group(head, _under(nested, f"evidence ({where}): “{_clip(str(evidence['text']), 100)}”", "dim"))
+    if evidence.get("text"):
+        where = f"{evidence.get('source', 'user')} [{evidence.get('start')}:{evidence.get('end')}]"
+        parts.append(_under(nested, f"evidence ({where}): “{_clip(str(evidence['text']), 100)}”", "dim"))
+    if isinstance(entry, FieldDropped) and entry.why:  # why the rule refused it, for the author
+        parts.append(_under(nested, f"why: {_short(entry.why)}", "dim"))
+    return parts[0] if len(parts) == 1 else Group(*parts)
 
 
 def _said(message: MessageShown) -> str:
