@@ -473,3 +473,18 @@ async def test_fields_named_as_secrets_are_hidden_without_a_hook() -> None:
     ]
     usage = next(e for e in turn.entries if isinstance(e, ModelEntry)).usage
     assert usage is not None and usage.input_tokens > 0  # counts of tokens are no secret
+
+
+async def test_recording_changes_nothing_the_turn_does() -> None:
+    async def played(timeline: TimelineSettings | None) -> tuple[Any, ...]:
+        model = ScriptedModel([])
+        engine = FlowEngine([InspectFlow], model=model, timeline=timeline)
+        session_id = await play(engine, model)
+        session = await engine.get_session(session_id, principal="ada")
+        transcript = await engine.transcript(session_id, principal="ada")
+        assert session is not None and transcript is not None
+        said = [(m.role, m.kind, m.content, m.step) for m in transcript]
+        requests = [(r.system, [(m.role, m.content) for m in r.messages]) for r in model.requests]
+        return said, session.states, session.sequence, session.usage, requests
+
+    assert await played(TimelineSettings()) == await played(None)
