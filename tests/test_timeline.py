@@ -207,6 +207,11 @@ async def test_a_conversation_is_recorded_turn_by_turn() -> None:
     dropped = turns[1].entries[2]
     assert isinstance(dropped, FieldDropped) and dropped.why and dropped.action == "dropped"
     assert all(turn.size > 0 for turn in turns)
+    # Every entry says when it happened, in the order the entries come.
+    for turn in turns:
+        assert all(entry.at_ms is not None for entry in turn.entries)
+        times = [entry.at_ms or 0.0 for entry in turn.entries]
+        assert times == sorted(times)
 
 
 async def test_a_first_turn_that_fails_is_kept_with_every_model_call() -> None:

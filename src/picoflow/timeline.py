@@ -113,6 +113,8 @@ class _Entry(BaseModel):
 
     parent: str | None = None
     """In a sub-step run: the tool call (or step) it ran under."""
+    at_ms: float | None = None
+    """When it happened, in milliseconds since the turn began (a state change: at the turn's end)."""
 
 
 class Entered(_Entry):
@@ -177,8 +179,6 @@ class ModelEntry(_Entry):
     model: str
     attempt: int
     """Which attempt of the step's budget (1 first; a rejected answer is asked again)."""
-    at_ms: float
-    """When the request was sent, in milliseconds since the turn started."""
     system: str | None = None
     """The system prompt; None when it is the same as the previous request's of this step."""
     history: int = 0

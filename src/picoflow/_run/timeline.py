@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic_core import to_json, to_jsonable_python
 
 from picoflow._run.observers import EventStream, TurnObserver
-from picoflow.events import EventRecords
+from picoflow.events import EventRecords, TurnEvent
 from picoflow.session import copy_json
 from picoflow.timeline import REDACTED, SECRET, TIMELINE_VERSION, TimelineSettings
 
@@ -83,6 +83,31 @@ class Recording:
         return TimelineRecorder(_Log(self.settings, secrets, trigger))
 
 
+class _Timed(EventRecords):
+    """The turn's records, each stamped with when it happened (``at_ms``, since the turn began)."""
+
+    __slots__ = ("started",)
+
+    def __init__(self, started: float) -> None:
+        super().__init__(detailed=True)
+        self.started = started
+
+    def __call__(self, event: TurnEvent) -> None:
+        first = len(self.records)
+        super().__call__(event)
+        if len(self.records) > first:
+            at = _ms(time.perf_counter() - self.started)
+            for record in self.records[first:]:
+                record["at_ms"] = at
+
+    def add(self, entry: dict[str, Any], parent: str | None) -> None:
+        """One of the timeline's own entries (not an event's), stamped as the others."""
+        if parent is not None:
+            entry["parent"] = parent
+        entry["at_ms"] = _ms(time.perf_counter() - self.started)
+        self.records.append(entry)
+
+
 @dataclass(slots=True)
 class _Log:
     """What a turn's recorder and those of its sub-step runs write to."""
@@ -90,8 +115,8 @@ class _Log:
     settings: TimelineSettings
     secrets: tuple[str, ...]
     trigger: str
-    records: EventRecords = field(default_factory=lambda: EventRecords(detailed=True))
     started: float = field(default_factory=time.perf_counter)
+    records: _Timed = field(init=False)
     started_at: float = field(default_factory=time.time)
     flow: str = ""
     message: str = ""
@@ -109,6 +134,9 @@ class _Log:
     calls: dict[tuple[str | None, str], tuple[dict[str, Any], float]] = field(default_factory=dict)
     answered: dict[tuple[str | None, str], dict[str, Any]] = field(default_factory=dict)
     """Per (parent, step): the entry of the latest request answered (where acceptance is noted)."""
+
+    def __post_init__(self) -> None:
+        self.records = _Timed(self.started)
 
 
 class TimelineRecorder(TurnObserver):
@@ -139,12 +167,15 @@ class TimelineRecorder(TurnObserver):
         if before is None:
             return
         after = session.states
+        at = _ms(time.perf_counter() - self.log.started)
         for step in sorted(set(before) | set(after)):
             if before.get(step) == after.get(step):
                 continue  # most steps' states are as they were: nothing to convert
             changes = _diff(before.get(step) or {}, after.get(step) or {})
             if changes:
-                self.log.state_entries.append({"kind": "state", "step": step, "changes": changes})
+                self.log.state_entries.append(
+                    {"kind": "state", "step": step, "changes": changes, "at_ms": at}
+                )
 
     # --- model requests ---------------------------------------------------------------------
 
@@ -166,16 +197,13 @@ class TimelineRecorder(TurnObserver):
             "step": step,
             "model": model,
             "attempt": attempt,
-            "at_ms": _ms(time.perf_counter() - log.started),
             "system": system,
             "history": shared,
             "messages": [_message(m) for m in request.messages[shared:]],
             "tools": [tool.name for tool in request.tools],
             "output": request.output.name if request.output is not None else None,
         }
-        if self.parent is not None:
-            entry["parent"] = self.parent
-        log.records.records.append(entry)
+        log.records.add(entry, self.parent)
         log.calls[key] = (entry, time.perf_counter())
 
     def model_finished(self, step: str, response: ModelResponse) -> None:
@@ -218,9 +246,7 @@ class TimelineRecorder(TurnObserver):
 
     def response_rejected(self, step: str, check: str, reason: str) -> None:
         entry: dict[str, Any] = {"kind": "rejected", "step": step, "check": check, "reason": reason}
-        if self.parent is not None:
-            entry["parent"] = self.parent
-        self.log.records.records.append(entry)
+        self.log.records.add(entry, self.parent)
         self._refused((self.parent, step))
 
     def _refused(self, key: tuple[str | None, str]) -> None:
@@ -258,10 +284,7 @@ class TimelineRecorder(TurnObserver):
         self.events.handed_off(step, reason, summary)
 
     def memory_erased(self, namespace: str) -> None:
-        entry: dict[str, Any] = {"kind": "erased", "namespace": namespace}
-        if self.parent is not None:
-            entry["parent"] = self.parent
-        self.log.records.records.append(entry)
+        self.log.records.add({"kind": "erased", "namespace": namespace}, self.parent)
 
     def turn_ended(self, error: BaseException | None) -> None:
         if error is not None and self.parent is None:
