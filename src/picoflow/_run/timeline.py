@@ -358,8 +358,23 @@ class TimelineRecorder(TurnObserver):
         return session_id, log.turn, f'{body[:-1]},"entries":[{",".join(shown)}]}}'
 
 
-_SECRET_WORDS = re.compile("passw|passphrase|secret|api.?key|private|token|authorization|credential")
-"""Words one of which a key naming a secret holds: looked for first, once in the whole text."""
+def _names_a_secret(lowered: str) -> bool:
+    """Whether a word a key naming a secret holds is anywhere in the (lowercased) text: looked for
+    first, as plain substrings (much faster than a pattern of alternatives)."""
+    return (
+        "passw" in lowered
+        or "passphrase" in lowered
+        or "secret" in lowered
+        or "api_key" in lowered
+        or "apikey" in lowered
+        or "api-key" in lowered
+        or "private" in lowered
+        or "token" in lowered
+        or "authorization" in lowered
+        or "credential" in lowered
+    )
+
+
 _KEY = re.compile(r'"((?:[^"\\]|\\.)*)":')
 """A key in JSON text (a string followed by a colon)."""
 _NAMES_FIELDS = frozenset({"field_set", "field_dropped", "state"})
@@ -387,7 +402,7 @@ class _Cleaner:
         if len(text) > self.limit or self.redact is not None:
             return self._encode_walked(entry)
         lowered = text.lower().replace("tokens", "")  # counts of tokens are no secret
-        if _SECRET_WORDS.search(lowered) and (
+        if _names_a_secret(lowered) and (
             entry.get("kind") in _NAMES_FIELDS or any(_SECRET_FIELD.search(key) for key in _KEY.findall(text))
         ):
             return self._encode_walked(entry)
