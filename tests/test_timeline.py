@@ -325,7 +325,7 @@ async def test_a_turn_is_bounded_and_long_texts_are_cut_with_a_mark() -> None:
         @tool
         def read(self) -> str:
             """Read a long document."""
-            return "y" * 5_000
+            return "y" * 5_000 + "é" * 50
 
     class TalkFlow(Flow):
         name = "talk"
@@ -341,11 +341,13 @@ async def test_a_turn_is_bounded_and_long_texts_are_cut_with_a_mark() -> None:
     [turn] = timeline.turns
     assert turn.reply == "x" * 100 + "… [400 more characters]"
     first_tool = next(e for e in turn.entries if isinstance(e, ToolEntry))
-    assert first_tool.result == "y" * 100 + "… [4900 more characters]"
+    assert first_tool.result == "y" * 100 + "… [4950 more characters]"
     omitted = [e for e in turn.entries if isinstance(e, Omitted)]
     assert len(omitted) == 1 and omitted[0].entries > 0
     assert isinstance(turn.entries[-1], Omitted)  # the entries past the budget, counted
     assert turn.size <= 8_192
+    [stored] = await engine.store.timelines(result.session_id or "")  # type: ignore[attr-defined]
+    assert len(stored.encode()) <= 8_192  # the whole document, in bytes
     assert len(json.dumps(turn.model_dump(mode="json"))) < 12_000
 
 

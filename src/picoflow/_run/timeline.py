@@ -339,17 +339,19 @@ class TimelineRecorder(TurnObserver):
         }
         budget = log.settings.max_bytes
         kept = [cleaner.encode(entry) for entry in log.state_entries]
-        size = len(to_json(head)) + sum(len(text) + 1 for text in kept)
+        kept_bytes = sum(len(text.encode()) + 1 for text in kept)
+        size = len(to_json(head)) + 64 + kept_bytes  # 64: room for the size and an ``omitted`` entry
         shown: list[str] = []
         omitted = omitted_bytes = 0
         for entry in log.records.records:
             text = cleaner.encode(entry)
-            if omitted or size + len(text) + 1 > budget:
+            length = len(text.encode()) + 1
+            if omitted or size + length > budget:
                 omitted += 1
-                omitted_bytes += len(text)
+                omitted_bytes += length - 1
                 continue
             shown.append(text)
-            size += len(text) + 1
+            size += length
         if omitted:
             shown.append(to_json({"kind": "omitted", "entries": omitted, "bytes": omitted_bytes}).decode())
         shown += kept
