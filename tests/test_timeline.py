@@ -12,6 +12,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from tests.server.handoff_support import CUSTOMER, support_engine
 
 from inspect_flow import (
     ADA,
@@ -41,6 +42,7 @@ from picoflow.timeline import (
     Erased,
     FieldDropped,
     FieldSet,
+    HandoffEntry,
     Left,
     ModelEntry,
     Omitted,
@@ -495,3 +497,15 @@ async def test_recording_changes_nothing_the_turn_does() -> None:
         return said, session.states, session.sequence, session.usage, requests
 
     assert await played(TimelineSettings()) == await played(None)
+
+
+async def test_a_handoff_is_recorded_with_its_reason() -> None:
+    engine = support_engine(MemoryStore(), timeline=TimelineSettings())
+    first = await engine.run("support", "about order 40001", caller=CUSTOMER)
+    second = await engine.run("support", "I want to talk to a person", first.session_id, caller=CUSTOMER)
+    assert second.awaiting_human
+    timeline = await engine.timeline(first.session_id or "", principal=CUSTOMER.principal)
+    assert timeline is not None
+    handoffs = [e for e in timeline.turns[1].entries if isinstance(e, HandoffEntry)]
+    assert [(e.step, e.reason) for e in handoffs] == [("Desk", "the customer asked for a person")]
+    assert timeline.turns[1].step == "Handoff" and timeline.turns[1].outcome == "replied"
