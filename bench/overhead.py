@@ -9,6 +9,9 @@ per-step memory, warnings, usage, hooks); the hand loop keeps a message list in 
 
     python bench/overhead.py [--turns 3000] [--context-window 8192]
 
+A third side, "picoflow + timeline", is the same engine recording each turn's timeline
+(``FlowEngine(timeline=TimelineSettings())``, kept in its ``MemoryStore``): the cost of recording.
+
 A second measurement compares ``engine.run_sync`` (code without an event loop) with ``await
 engine.run`` on the same workload, in alternating blocks of turns.
 
@@ -33,6 +36,7 @@ from pydantic import BaseModel, Field, ValidationError
 from picoflow import Caller, Flow, FlowEngine, RunContext, Step, tool
 from picoflow.messages import Message, ModelRequest, ToolCall, ToolDefinition
 from picoflow.models import ScriptedModel
+from picoflow.timeline import TimelineSettings
 
 SYSTEM = "You answer questions about the signed-in customer's orders."
 ORDERS = [
@@ -128,6 +132,8 @@ async def measure(turns: int, warmup: int, window: int | None = None) -> dict[st
     pico_model = ScriptedModel(SCRIPT * total, context_window=window, output_reserve=512 if window else 0)
     hand_model = ScriptedModel(SCRIPT * total)
     engine = FlowEngine([SupportFlow], model=pico_model)
+    recorded_model = ScriptedModel(SCRIPT * total, context_window=window, output_reserve=512 if window else 0)
+    recording = FlowEngine([SupportFlow], model=recorded_model, timeline=TimelineSettings())
     caller = Caller(principal="C-1")
     sessions: dict[int, list[Message]] = {}
 
@@ -137,10 +143,22 @@ async def measure(turns: int, warmup: int, window: int | None = None) -> dict[st
             raise RuntimeError(result.error)
         return result.message
 
+    async def recorded() -> str:
+        result = await recording.run(
+            "support", "Which orders were refunded since October 1st?", caller=caller
+        )
+        if not result.ok:
+            raise RuntimeError(result.error)
+        return result.message
+
     async def hand() -> str:
         return await hand_loop(hand_model, "Which orders were refunded since October 1st?", "C-1", sessions)
 
-    runs: dict[str, Callable[[], Awaitable[str]]] = {"picoflow": pico, "hand-written loop": hand}
+    runs: dict[str, Callable[[], Awaitable[str]]] = {
+        "picoflow": pico,
+        "picoflow + timeline": recorded,
+        "hand-written loop": hand,
+    }
     samples: dict[str, list[float]] = {name: [] for name in runs}
     gc.collect()
     for index in range(total):
@@ -216,6 +234,11 @@ def main() -> None:
     print(
         f"ratio picoflow / hand-written: p50 {percentile(pico, 0.5) / percentile(hand, 0.5):.2f}x, "
         f"p99 {percentile(pico, 0.99) / percentile(hand, 0.99):.2f}x (goal: <= 2x)"
+    )
+    timed = samples["picoflow + timeline"]
+    print(
+        f"ratio with timeline / without: p50 {percentile(timed, 0.5) / percentile(pico, 0.5):.2f}x, "
+        f"mean {statistics.mean(timed) / statistics.mean(pico):.2f}x (goal: <= 1.10x)"
     )
     sync = measure_sync(args.turns)
     print(f"\nsync vs async turn over {args.turns} turns each (µs)")

@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "picoflow.prompts",
             "picoflow.results",
             "picoflow.session",
+            "picoflow.timeline",
             "picoflow.usage",
         ),
     ),

@@ -210,7 +210,9 @@ async def test_usage_and_limits_count_across_nesting_and_a_limit_inside_stops_th
     # research_or_not catches SubStepFailed, but a spent budget is not a sub-step failure.
     assert result.error is not None and result.error.is_a(UsageLimitExceeded)
     assert result.usage.model_calls == 3 and result.usage.tool_calls == 3
-    assert await engine.store.load(result.session_id or "") is None  # a first turn: nothing stored
+    stored = await engine.store.load(result.session_id or "")  # a first turn: kept as before it
+    assert stored is not None and stored.turns == 0 and stored.states == {}
+    assert await engine.store.transcript(stored.id) == []
 
 
 async def test_a_sub_step_failure_fails_the_turn_as_its_cause_and_leaves_the_session_unchanged(

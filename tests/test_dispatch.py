@@ -131,7 +131,10 @@ async def test_a_failing_concurrent_call_stops_the_others_and_fails_the_turn_cle
         result = await engine.run("failing", "go")
     assert result.error is not None and result.error.is_a(ToolFailure)
     assert Failing.stopped == ["slow"]
-    assert await engine.list_sessions(principal=None) == []
+    # Nothing of the turn is stored: its session is kept as it was before it (to read its error).
+    [kept] = await engine.list_sessions(principal=None)
+    assert kept.id == result.session_id and kept.turns == 0
+    assert await engine.transcript(kept.id) == []
 
 
 class Timed(Step):

@@ -243,6 +243,7 @@ MODULES = [
     "picoflow.server",
     "picoflow.server.mcp",
     "picoflow.temporal",
+    "picoflow.timeline",
     "picoflow.evals",
     "picoflow.testing",
 ]

@@ -496,7 +496,11 @@ async def test_async_gate_rejecting_every_attempt_exhausts_the_budget() -> None:
     result = await engine.run("strict", "hi")
     assert not result.ok and result.error is not None
     assert result.error.is_a(AttemptsExhausted)
-    assert result.usage.model_calls == 2 and result.session_id is None
+    assert result.usage.model_calls == 2
+    # A failed first turn keeps its session as it was before the turn, to inspect and to retry.
+    stored = await engine.store.load(result.session_id or "")
+    assert stored is not None and stored.turns == 0 and stored.sequence == []
+    assert await engine.store.transcript(stored.id) == []
     assert request_lines(model.requests[1])[-2:] == [
         "assistant [correction]: Hello",
         "user [correction]: Your response was not accepted: say it in French",

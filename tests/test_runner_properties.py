@@ -249,7 +249,11 @@ async def play(turns: list[tuple[str, list[ModelResponse]]]) -> list[str]:
                 if after is None or session_to_json(after) != session_to_json(before):
                     problems.append("a failed turn changed the stored session")
             elif result.session_id is not None:
-                problems.append("a failed first turn returned a session id")
+                # A failed first turn keeps its session as it was before the turn: empty.
+                kept = await store.load(result.session_id)
+                if kept is None or kept.turns or kept.sequence or await store.transcript(kept.id):
+                    problems.append("a failed first turn kept more than an empty session")
+                session_id, revision = kept.id if kept else None, kept.revision if kept else 0
     return problems
 
 

@@ -251,7 +251,9 @@ async def test_a_history_hook_that_raises_fails_the_turn_as_a_hook_failure() -> 
     engine = FlowEngine([BrokenFlow], model=model)
     result = await engine.run("broken", "Hi")
     assert not result.ok and result.error is not None and result.error.is_a(HookFailure)
-    assert model.requests == [] and result.session_id is None
+    assert model.requests == [] and result.session_id == result.error.reference
+    stored = await engine.store.load(result.session_id or "")
+    assert stored is not None and stored.turns == 0 and stored.sequence == []
 
 
 # --- parse_output ---------------------------------------------------------------------------------------
@@ -320,7 +322,8 @@ async def test_parse_output_refusing_every_answer_exhausts_the_attempts() -> Non
     engine = FlowEngine([InvoiceFlow], model=model)
     result = await engine.run("invoice", "Total due: 42")
     assert not result.ok and result.error is not None and result.error.is_a(AttemptsExhausted)
-    assert result.usage.model_calls == 3 and result.session_id is None
+    assert result.usage.model_calls == 3
+    assert await engine.store.transcript(result.session_id or "") == []  # kept as before the turn
     assert request_lines(model.requests[2])[-4:] == [
         'assistant [correction]: {"amount": 0}',
         f"user [correction]: {CORRECTION} the amount must be more than zero, as written on the invoice",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,3 +127,102 @@ TurnEvent = (
     | PatternFired
     | HandedOff
 )
+
+
+class EventRecords:
+    """A turn's events as plain JSON records, each a mapping with a ``kind``, in the order they
+    came: what eval scenarios assert on (``picoflow.evals``) and what a turn's timeline holds
+    (``picoflow.timeline``). Call it with each event (an ``on_event`` listener).
+
+    * ``entered`` (``step``, ``from``) and ``left`` (``step``, ``to``): the conversation moved;
+    * ``field_set`` (``step``, ``field``, ``value``; ``repaired``: the rule that repaired it) and
+      ``field_dropped`` (``step``, ``field``, ``value``, ``rule``): a reading's verdicts;
+    * ``tool`` (``step``, ``id``, ``name``, ``args``, ``ok``, ``result``): a call and what the model
+      was told (a call refused before it ran has no ``args``);
+    * ``approval_requested`` and ``approval_decided``; ``pattern``; ``handoff``.
+
+    With ``detailed`` a verdict's record also carries its ``action`` and, when it has them, its
+    ``evidence`` (the words that bore it out: source, start, end, text) and ``why``; a tool record
+    its call's ``id``. Events of a sub-step run carry ``parent``.
+    """
+
+    __slots__ = ("_calls", "detailed", "records")
+
+    def __init__(self, *, detailed: bool = False) -> None:
+        self.records: list[dict[str, Any]] = []
+        self.detailed = detailed
+        self._calls: dict[str, dict[str, Any]] = {}
+
+    def __call__(self, event: TurnEvent) -> None:
+        for record in self._records_of(event):
+            if event.parent is not None:
+                record["parent"] = event.parent
+            self.records.append(record)
+
+    def _records_of(self, event: TurnEvent) -> Iterable[dict[str, Any]]:
+        if isinstance(event, StepEntered):
+            if event.previous is not None:
+                yield {"kind": "left", "step": event.previous, "to": event.step}
+            yield {"kind": "entered", "step": event.step, "from": event.previous}
+        elif isinstance(event, ReadingJudged):
+            for verdict in event.verdicts:
+                yield self._verdict_record(event.step, verdict)
+        elif isinstance(event, ToolCalled):
+            record: dict[str, Any] = {"kind": "tool", "step": event.step, "name": event.name}
+            if self.detailed:
+                record["id"] = event.id
+            record.update(args=dict(event.args), ok=None, result=None)
+            self._calls[event.id] = record
+            yield record
+        elif isinstance(event, ToolReturned):
+            known = self._calls.pop(event.id, None)
+            if known is not None:  # the call's record, completed in place
+                known.update(ok=not event.is_error, result=event.content)
+            else:  # refused before it ran (arguments that did not validate, a tool not offered)
+                refused: dict[str, Any] = {"kind": "tool", "step": event.step, "name": event.name}
+                if self.detailed:
+                    refused["id"] = event.id
+                refused.update(ok=False, result=event.content)
+                yield refused
+        elif isinstance(event, ApprovalRequested):
+            approval = event.approval
+            yield {
+                "kind": "approval_requested",
+                "step": event.step,
+                "tool": approval.tool,
+                "args": dict(approval.args),
+                "approval": approval.id,
+            }
+        elif isinstance(event, ApprovalDecided):
+            approval = event.approval
+            yield {
+                "kind": "approval_decided",
+                "step": approval.step,
+                "tool": approval.tool,
+                "args": dict(approval.args),
+                "decision": approval.status,
+                "by": approval.decided_by,
+            }
+        elif isinstance(event, PatternFired):
+            yield {"kind": "pattern", "step": event.step, "name": event.pattern, "detail": event.detail}
+        elif isinstance(event, HandedOff):
+            yield {"kind": "handoff", "step": event.step, "reason": event.reason}
+        # TextChunk: the reply is the reader's to add, whole (its parts say nothing more)
+
+    def _verdict_record(self, step: str, verdict: Mapping[str, Any]) -> dict[str, Any]:
+        record: dict[str, Any] = {"step": step, "field": verdict["field"], "value": verdict.get("value")}
+        action = verdict["action"]
+        if action == "dropped":
+            record = {"kind": "field_dropped", **record, "rule": verdict.get("rule")}
+        else:
+            record = {"kind": "field_set", **record}
+            if action == "repaired":
+                record["repaired"] = verdict.get("rule")
+        if self.detailed:
+            record["action"] = action
+            if action != "dropped":
+                record["rule"] = verdict.get("rule")
+            for key in ("evidence", "read_as", "why"):
+                if key in verdict:
+                    record[key] = verdict[key]
+        return record

@@ -27,7 +27,8 @@ class TurnError:
     retry_after: float | None = None
     """Seconds to wait before retrying, when the failing dependency said so."""
     reference: str | None = None
-    """Session id the error record was filed under (also for a first turn that stored nothing)."""
+    """Session id the error record was filed under (for a failed first turn, the session kept as it
+    was before the turn; or, when even that could not be stored, the id it would have had)."""
     field: str | None = None
     """For refused input: which input broke the rule (``message``, ``session_id``)."""
 

@@ -95,12 +95,13 @@ turns:
 """
     result = await run_eval(scenarios(tmp_path, text), [ShopFlow], model=SCRIPTED)
     turns = result.scenarios[0].runs[0].turns
-    # Nothing was stored by the failed first turn: no step, and the next turn starts a session.
+    # The failed first turn kept its session as it was before it (in its start step), and the
+    # next turn goes on in it.
     assert [(turn.passed, turn.error, turn.step, turn.completed) for turn in turns] == [
         (
             False,
             "script_exhausted: turn 1 has 0 scripted response(s) and step Shop asked for one more",
-            None,
+            "Shop",
             False,
         ),
         (False, None, "Shop", False),

@@ -684,8 +684,11 @@ async def test_a_provider_outage_is_a_503_to_retry_or_an_error_event_once_stream
             await read()
     assert failed.value.body == outage
     assert [chunk["choices"][0]["delta"] for chunk in seen] == [{"role": "assistant", "content": ""}]
-    # A first turn that failed stores no session, streamed or not.
-    assert await engine.store.list_sessions() == []
+    # A first turn that failed keeps its session as it was before the turn, streamed or not: empty.
+    kept = await engine.store.list_sessions()
+    assert len(kept) == 2 and {(info.turns, info.current_step) for info in kept} == {(0, "Desk")}
+    assert [await engine.store.transcript(info.id) for info in kept] == [[], []]
+    assert [len(await engine.store.errors(info.id)) for info in kept] == [1, 1]
 
 
 # --- approvals -----------------------------------------------------------------------------------------

@@ -263,8 +263,11 @@ async def test_provider_down_is_503_with_a_retry_hint_and_the_session_unchanged(
         assert "connection reset" not in flaky.text
         after = (await client.get(f"/v1/sessions/{session}")).json()
         assert after == before
+        # A first turn that fails keeps its session as it was before the turn (to inspect, to retry).
         first = await client.post("/v1/flows/desk/sessions", json={"message": "down"})
-        assert first.status_code == 503 and first.json()["error"]["session_id"] is None
+        kept = first.json()["error"]["session_id"]
+        assert first.status_code == 503 and kept
+        assert (await client.get(f"/v1/sessions/{kept}")).json()["turns"] == 0
 
 
 async def test_a_failing_tool_is_500_with_the_public_message_only() -> None:

@@ -15,6 +15,7 @@ TABLES = [
     "picoflow_messages",
     "picoflow_schema_migrations",
     "picoflow_sessions",
+    "picoflow_timelines",
 ]
 
 
@@ -42,13 +43,14 @@ async def test_upgrade_from_an_empty_database_then_again_is_a_no_op(sql_backend:
 
     with pytest.raises(StoreError, match=r"schema version 0 .* `picoflow db upgrade`"):
         await store.load("any")
-    assert await store.upgrade() == [1, 2]
+    assert await store.upgrade() == [1, 2, 3]
     assert await store.upgrade() == []
 
     assert tables(sql_backend) == TABLES
     assert sql_backend.sql("SELECT version, name FROM {p}picoflow_schema_migrations ORDER BY version") == [
         (1, SQLITE_MIGRATIONS[0].name),
         (2, SQLITE_MIGRATIONS[1].name),
+        (3, SQLITE_MIGRATIONS[2].name),
     ]
     session = new_session("after-upgrade")
     assert await store.save(session, expected_revision=None, appended=play_turn(session, "t1")) == 1
@@ -76,5 +78,5 @@ async def test_a_database_from_a_newer_release_is_refused(sql_backend: Backend) 
 
     with pytest.raises(StoreError, match="schema version 99, newer than this picoflow"):
         await sql_backend.open().load("any")
-    with pytest.raises(StoreError, match="needs 2"):
+    with pytest.raises(StoreError, match="needs 3"):
         await sql_backend.open(auto_upgrade=False).load("any")

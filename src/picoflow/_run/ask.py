@@ -168,11 +168,14 @@ async def ask(
             problem = await _gate(ws, step, spec, response)
         if problem is None:
             if spec.output is None or response.tool_calls or spec.cls.output is None:
+                observer.response_accepted(spec.name, response, None)
                 return response, None
             parsed = _parse(spec, response)
             if isinstance(parsed, _Parsed):
+                observer.response_accepted(spec.name, response, parsed.value)
                 return response, parsed.value
             problem = parsed
+            observer.response_rejected(spec.name, "output", problem[1][-1].content)
         problems.append(problem[0])
         extra.extend(problem[1])
     raise AttemptsExhausted(
@@ -199,12 +202,14 @@ def _problem(ws: Workspace, spec: StepSpec, response: ModelResponse) -> tuple[st
     """What is wrong with ``response`` and the messages that tell the model, or None."""
     if response.is_empty:
         ws.warn("empty_response", "the model returned an empty response", spec.name)
+        ws.config.observer.response_rejected(spec.name, "empty", "the model returned an empty response")
         return "empty response", [Message.user(NUDGE, kind="nudge")]
     unusable = _unusable(response, ws.config.max_reply_chars)
     if unusable is not None:
         # An oversize or unstorable reply is the model's to correct; it is never stored, and the
         # correction quotes none of it (it may be megabytes, or not encodable at all).
         ws.warn("response_unusable", f"the model's response {unusable}", spec.name)
+        ws.config.observer.response_rejected(spec.name, "unusable", f"the model's response {unusable}")
         return unusable, [
             Message.assistant("[response withheld]", kind="correction"),
             Message.user(f"Your response {unusable}. Answer again, briefly.", kind="correction"),
@@ -225,6 +230,7 @@ async def _gate(
         return None
     if isinstance(verdict, Reject):
         ws.warn("response_rejected", verdict.reason, spec.name)
+        ws.config.observer.response_rejected(spec.name, "check_response", verdict.reason)
         reason = f"Your response was not accepted: {verdict.reason}"
         return f"rejected: {verdict.reason}", _correction(response, reason)
     if verdict is not None:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from picoflow.approvals import Approval
     from picoflow.messages import ModelRequest, ModelResponse, ToolCall
     from picoflow.results import TurnResult
+    from picoflow.session import Session
     from picoflow.slots.grounding import Verdict
 
 
@@ -38,6 +39,10 @@ class TurnObserver:
     """True when the observer wants the answer's text as it is generated (``text``): the model is
     then asked to stream."""
 
+    wants_session = False
+    """True when the observer wants to see the session as the turn found it and as it left it
+    (``session_before``, ``session_after``): a turn nobody asks it of copies nothing."""
+
     def turn_started(self, flow: str, session_id: str | None, message: str) -> None:
         """The engine took a turn of ``flow`` (``session_id`` None for a new session)."""
 
@@ -46,6 +51,14 @@ class TurnObserver:
 
     def turn_finished(self, result: TurnResult) -> None:
         """The turn is over, committed or failed: ``result`` is what the caller gets."""
+
+    def session_before(self, session: Session) -> None:
+        """The session as the turn found it, before any step ran (only when ``wants_session``).
+        Read it now: the turn goes on changing it."""
+
+    def session_after(self, session: Session) -> None:
+        """The session as the turn left it, before the commit, or as a failure left it (only when
+        ``wants_session``): never stored when the turn failed."""
 
     def turn_aborted(self, error: BaseException) -> None:
         """The turn was interrupted (cancelled) and gives no result."""
@@ -67,6 +80,14 @@ class TurnObserver:
 
     def model_failed(self, step: str, error: BaseException) -> None:
         """The model call raised."""
+
+    def response_accepted(self, step: str, response: ModelResponse, parsed: Any) -> None:
+        """The model's answer passed every check: ``response`` as the turn reads it (calls written
+        as text read as calls, each with its id), ``parsed`` the step's ``output`` value (or None)."""
+
+    def response_rejected(self, step: str, check: str, reason: str) -> None:
+        """The model's answer was refused and it is asked again: ``check`` names what refused it
+        (``check_response``, ``empty``, ``unusable``, ``output``), ``reason`` says why."""
 
     def tool_started(self, step: str, call: ToolCall) -> None:
         """A validated tool call is about to run."""
@@ -95,6 +116,9 @@ class TurnObserver:
     def handed_off(self, step: str, reason: str | None, summary: str) -> None:
         """The conversation was handed to a person from ``step``: the session awaits a human."""
 
+    def memory_erased(self, namespace: str) -> None:
+        """The memory of ``namespace`` was erased (``erase_memory``)."""
+
     def turn_ended(self, error: BaseException | None) -> None:
         """The loop stopped (before the commit): ``error`` is None when it produced a reply."""
 
@@ -114,6 +138,7 @@ class Observers(TurnObserver):
     def __init__(self, observers: Sequence[TurnObserver]) -> None:
         self.observers = tuple(observers)
         self.wants_text = any(observer.wants_text for observer in observers)
+        self.wants_session = any(observer.wants_session for observer in observers)
 
     def turn_started(self, flow: str, session_id: str | None, message: str) -> None:
         for observer in self.observers:
@@ -130,6 +155,16 @@ class Observers(TurnObserver):
     def turn_aborted(self, error: BaseException) -> None:
         for observer in self.observers:
             observer.turn_aborted(error)
+
+    def session_before(self, session: Session) -> None:
+        for observer in self.observers:
+            if observer.wants_session:
+                observer.session_before(session)
+
+    def session_after(self, session: Session) -> None:
+        for observer in self.observers:
+            if observer.wants_session:
+                observer.session_after(session)
 
     def step_started(self, step: str) -> None:
         for observer in self.observers:
@@ -154,6 +189,18 @@ class Observers(TurnObserver):
     def model_failed(self, step: str, error: BaseException) -> None:
         for observer in self.observers:
             observer.model_failed(step, error)
+
+    def response_accepted(self, step: str, response: ModelResponse, parsed: Any) -> None:
+        for observer in self.observers:
+            observer.response_accepted(step, response, parsed)
+
+    def response_rejected(self, step: str, check: str, reason: str) -> None:
+        for observer in self.observers:
+            observer.response_rejected(step, check, reason)
+
+    def memory_erased(self, namespace: str) -> None:
+        for observer in self.observers:
+            observer.memory_erased(namespace)
 
     def tool_started(self, step: str, call: ToolCall) -> None:
         for observer in self.observers:

@@ -142,6 +142,8 @@ class SessionTurns:
             if request.files or ws.session.files_sent:
                 loader = functools.partial(self.host.store.load_files, ws.session.id)
                 ws.files = TurnFiles(request.files, loader)
+            if observer.wants_session:
+                observer.session_before(ws.session)
             if ws.session.paused is not None:
                 await self._close_paused(ws, ws.session.paused)
             try:
@@ -151,9 +153,9 @@ class SessionTurns:
                 else:
                     reply = await run_turn(ws, request.text)
             except BaseException as exc:
-                observer.turn_ended(exc)
+                _ended(ws, observer, exc)
                 raise
-            observer.turn_ended(None)
+            _ended(ws, observer, None)
             await self._commit(ws, expected, request.files)
             return _result(ws, reply)
         except RunError as exc:
@@ -201,6 +203,8 @@ class SessionTurns:
             )
             ws = self.workspace(spec, stored, owner, observer)
             self._restore(ws)
+            if observer.wants_session:
+                observer.session_before(ws.session)
             session = ws.session  # what the flow made of it: checked again
             approval, paused = check_decision(session, spec, request.approval_id, request.caller, request.at)
             session.updated_at = time.time()
@@ -225,9 +229,9 @@ class SessionTurns:
             try:
                 ended = await resume_turn(ws, paused, checkpoint)
             except BaseException as exc:
-                observer.turn_ended(exc)
+                _ended(ws, observer, exc)
                 raise
-            observer.turn_ended(None)
+            _ended(ws, observer, None)
             await self._commit(ws, expected, ())
             return _result(ws, ended)
         except RunError as exc:
@@ -389,6 +393,8 @@ class SessionTurns:
         if exc.__cause__ is not None and type(exc.__cause__).__name__ not in detail:
             detail = f"{detail} (caused by {type(exc.__cause__).__name__})"
         if reference is not None and exc.recorded:
+            if requested_id is None and ws is not None and await self._keep_first(ws, exc):
+                requested_id = reference
             record = LogRecord(exc.kind, detail, "error", step, (ws.session.turns + 1) if ws else None)
             try:
                 await self.host.store.record_error(reference, record)
@@ -415,6 +421,24 @@ class SessionTurns:
             warnings=tuple(record.message for record in ws.warnings) if ws else (),
             flow=ws.config.spec.name if ws else None,
         )
+
+    async def _keep_first(self, ws: Workspace, exc: RunError) -> bool:
+        """A session's first turn failed once it ran: store the session as it was before that turn
+        (its start step, not yet entered, no message), so its error record and timeline belong to
+        a session its owner can read, and the next message can try again in it. Nothing of the
+        failed turn is in it. Whether it was stored."""
+        if not exc.keeps_session or isinstance(exc, StoreError | SessionConflict):
+            return False
+        ran = ws.session
+        session = Session(
+            id=ran.id, flow=ran.flow, current_step=ws.config.spec.start, principal=ran.principal
+        )
+        try:
+            await self.host.store.save(session, expected_revision=None)
+        except Exception:
+            logger.exception("picoflow: could not store session %s after its first turn failed", ran.id)
+            return False
+        return True
 
     def session_lock(self, session_id: str) -> AbstractAsyncContextManager[None]:
         """Hold the turn lock of ``session_id`` (e.g. to delete it between turns)."""
@@ -448,6 +472,13 @@ class SessionTurns:
             del self._locks[session_id]
         else:
             self._locks[session_id] = (lock, users - 1)
+
+
+def _ended(ws: Workspace, observer: TurnObserver, error: BaseException | None) -> None:
+    """Tell ``observer`` the loop stopped, and show it the session as the turn left it."""
+    if observer.wants_session:
+        observer.session_after(ws.session)
+    observer.turn_ended(error)
 
 
 def _result(ws: Workspace, ended: Reply | Paused) -> TurnResult:

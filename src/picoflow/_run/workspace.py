@@ -215,6 +215,7 @@ class Workspace:
         ns.messages = []
         ns.start = self.session.next_seq
         ns.summary = None
+        self.config.observer.memory_erased(namespace)
 
     def terminate_target(self) -> str | None:
         return self.config.spec.terminate

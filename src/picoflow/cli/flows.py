@@ -21,6 +21,7 @@ from picoflow.cli.loading import (
     console,
     fail,
     load_flows,
+    timeline_setting,
 )
 from picoflow.diagram import flow_mermaid
 from picoflow.evals import SCRIPTED, EvalResult, ScenarioError, load_scenarios, run_eval
@@ -170,7 +171,7 @@ def eval_scenarios(
             return await run_eval(
                 loaded, flow_classes, model=chosen, runs=runs, judge=referee, default_flow=flow,
                 store=opened, on_turn=ProgressPrinter(console, runs), user_model=player, record=record,
-                replay=replay,
+                replay=replay, timeline=timeline_setting() if opened is not None else None,
             )  # fmt: skip
         finally:
             if opened is not None:

@@ -27,6 +27,7 @@ from picoflow.messages import ToolCall
 from picoflow.models import Model, ScriptedModel
 from picoflow.models.catalog import default_selection
 from picoflow.sessions import open_store
+from picoflow.timeline import TimelineSettings
 
 T = TypeVar("T")
 
@@ -186,9 +187,34 @@ def _python_model(target: str) -> Model:
     return model
 
 
+TIMELINE_ENV = "PICOFLOW_TIMELINE"
+"""``off`` (or ``0``, ``false``, ``no``): the command line and ``picoflow serve`` record no timeline."""
+TimelineOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--timeline/--no-timeline",
+        help=f"Record each turn's timeline with its session (default: on, unless {TIMELINE_ENV}=off).",
+    ),
+]
+
+
+def timeline_setting(wanted: bool | None = None) -> TimelineSettings | None:
+    """What the command line records: each turn's timeline, unless ``wanted`` is False or, when it
+    is None, ``PICOFLOW_TIMELINE`` says off."""
+    if wanted is None:
+        wanted = os.environ.get(TIMELINE_ENV, "").strip().lower() not in ("off", "0", "false", "no")
+    return TimelineSettings() if wanted else None
+
+
 def build_engine(flows: str | None, store: str | None, model: str | None) -> FlowEngine:
-    """The engine of the ``--flows``, ``--store`` and ``--model`` options."""
-    return FlowEngine(load_flows(flows), store=open_store(store), model=build_model(model), clock=clock)
+    """The engine of the ``--flows``, ``--store`` and ``--model`` options (recording timelines)."""
+    return FlowEngine(
+        load_flows(flows),
+        store=open_store(store),
+        model=build_model(model),
+        clock=clock,
+        timeline=timeline_setting(),
+    )
 
 
 def store_engine(store: str | None) -> FlowEngine:

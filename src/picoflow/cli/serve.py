@@ -18,12 +18,14 @@ from picoflow.cli.loading import (
     FlowsOpt,
     ModelOpt,
     StoreOpt,
+    TimelineOpt,
     build_model,
     console,
     describe_model,
     fail,
     load_flows,
     needs_extra,
+    timeline_setting,
 )
 from picoflow.engine import FlowEngine
 from picoflow.models.readiness import Phase
@@ -80,6 +82,7 @@ def serve(
     task_queue: Annotated[
         str, typer.Option("--task-queue", envvar="PICOFLOW_TASK_QUEUE", help="Temporal task queue.")
     ] = "picoflow",
+    timeline: TimelineOpt = None,
 ) -> None:
     """Serve the flows: chat page at /, HTTP API under /ai and /v1, OpenAPI docs at /docs, and the
     protocols other clients speak (AG-UI, the AI SDK stream, A2A, OpenAI Chat Completions)."""
@@ -94,7 +97,11 @@ def serve(
         flow_classes = load_flows(flows)
         opened = open_store(store)  # kept to say which store is served
         engine = FlowEngine(
-            flow_classes, store=opened, model=build_model(model), executor=_executor(temporal, task_queue)
+            flow_classes,
+            store=opened,
+            model=build_model(model),
+            executor=_executor(temporal, task_queue),
+            timeline=timeline_setting(timeline),
         )
         names = [spec.name for spec in engine.flows]
         first = default_flow or ("hotel" if "hotel" in names else None)

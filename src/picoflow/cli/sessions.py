@@ -4,7 +4,9 @@ administrator's command and opens the store itself."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Annotated, TypeVar
 
 import typer
@@ -13,11 +15,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from picoflow.cli.loading import CliError, StoreOpt, console, resolve_session_id, run, store_engine
+from picoflow.cli.timeline import render_timeline
 from picoflow.cli.views import decisions_table, when
 from picoflow.engine import ANY_PRINCIPAL, FlowEngine
 from picoflow.messages import Message
 from picoflow.session import LogRecord, Session, SessionInfo, SessionStatus
 from picoflow.sessions import open_store
+from picoflow.timeline import SessionTimeline, timeline_schema
 
 T = TypeVar("T")
 _Record = tuple[Session, list[Message], list[LogRecord]]
@@ -116,15 +120,31 @@ def _prefixes(ids: list[str]) -> list[str]:
 def sessions_show(
     session_id: Annotated[str, typer.Argument(metavar="ID", help="The session id (or a unique prefix).")],
     store: StoreOpt = None,
+    trace: Annotated[
+        bool, typer.Option("--trace", help="Show each turn's recorded timeline instead of the transcript.")
+    ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="Print the timeline as JSON (valid against `picoflow sessions timeline-schema`)."
+        ),
+    ] = False,
 ) -> None:
     """Show a session: transcript, steps visited, usage, the decisions on its approvals, warnings and
-    errors."""
+    errors; with --trace, what happened inside each turn (the inspector's timeline)."""
 
-    async def work(engine: FlowEngine) -> tuple[_Record, float]:
+    async def work(engine: FlowEngine) -> tuple[_Record, SessionTimeline | None, float]:
         found = await resolve_session_id(engine, session_id)
-        return await _read_session(engine, found), engine.clock()
+        record = await _read_session(engine, found)
+        timeline = await engine.timeline(found, principal=ANY_PRINCIPAL) if trace or as_json else None
+        return record, timeline, engine.clock()
 
-    (session, transcript, failures), now = run(lambda: _with_engine(store, work))
+    (session, transcript, failures), timeline, now = run(lambda: _with_engine(store, work))
+    if as_json:
+        assert timeline is not None
+        exported = timeline.model_dump(mode="json", by_alias=True, exclude_none=True)
+        typer.echo(json.dumps(exported, ensure_ascii=False, indent=2))
+        return
     console.rule(f"session {escape(session.id)}")
     facts = Table.grid(padding=(0, 2))
     for name, value in (
@@ -145,9 +165,13 @@ def sessions_show(
         f"[dim]usage[/dim]  {usage.input_tokens} in + {usage.output_tokens} out = "
         f"{usage.total_tokens} tokens, {usage.model_calls} model calls, {usage.tool_calls} tool calls"
     )
-    console.rule("transcript", style="dim")
-    for message in transcript:
-        console.print(_transcript_line(message))
+    if timeline is not None:
+        console.rule("timeline", style="dim")
+        console.print(render_timeline(timeline))
+    else:
+        console.rule("transcript", style="dim")
+        for message in transcript:
+            console.print(_transcript_line(message))
     if session.approvals:
         console.rule("decisions", style="dim")
         console.print(decisions_table(session.approvals, now))
@@ -160,6 +184,24 @@ def sessions_show(
         for record in failures:
             where = f" in {record.step}" if record.step else ""
             console.print(f"[red]{escape(record.code)}[/red]{escape(where)}: {escape(record.message)}")
+
+
+@sessions_app.command("timeline-schema")
+def timeline_schema_command(
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write it to this file (default: print it).")
+    ] = None,
+) -> None:
+    """Print the JSON schema of the timeline `sessions show --json` exports."""
+    text = json.dumps(timeline_schema(), indent=2) + "\n"
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise CliError(f"cannot write {output}: {exc.strerror or exc}") from None
+    console.print(f"[dim]schema written to {escape(str(output))}[/dim]")
 
 
 async def _read_session(engine: FlowEngine, session_id: str) -> _Record:

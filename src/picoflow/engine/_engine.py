@@ -29,6 +29,7 @@ from picoflow._run.observers import NO_OBSERVER, EventStream, TurnObserver, comb
 from picoflow._run.session_turn import DecisionRequest, SessionTurns, TurnRequest, may_access, store_call
 from picoflow._run.text import check_message
 from picoflow._run.text import check_text as check_text  # the one input rule, public here
+from picoflow._run.timeline import Recording, TimelineRecorder
 from picoflow._run.tracing import TracingSetting
 from picoflow.approvals import Approval, Decision, visible_to
 from picoflow.attachments import Attachment, AttachmentLimits, AttachmentRef, check_attachments
@@ -46,9 +47,10 @@ from picoflow.models.catalog import ModelSelection, as_selection, default_select
 from picoflow.models.fallback import as_model
 from picoflow.results import TurnFinished, TurnResult
 from picoflow.session import LogRecord, Session, SessionInfo, SessionStatus, new_session_id
-from picoflow.sessions.base import SessionStore
+from picoflow.sessions.base import SessionStore, TimelineStore
 from picoflow.sessions.health import StoreHealth, store_check
 from picoflow.sessions.memory import MemoryStore
+from picoflow.timeline import SessionTimeline, TimelineSettings, TurnTimeline
 from picoflow.usage import UsageLimits
 
 __all__ = ["ANY_PRINCIPAL", "MAX_OFFSET", "SESSION_ID", "FlowEngine", "check_session_id", "check_text"]
@@ -82,6 +84,7 @@ class FlowEngine:
         approval_lease: float = 300.0,
         clock: Callable[[], float] = time.time,
         staff_visibility: str = STAFF_VISIBILITY,
+        timeline: TimelineSettings | None = None,
     ) -> None:
         """
         Args:
@@ -112,6 +115,9 @@ class FlowEngine:
                 made and taken at (``time.time``).
             staff_visibility: The visibility (``Caller.visibilities``) a caller needs to see the
                 queue of handoffs, take one, reply as staff and hand back (``"staff"``).
+            timeline: Record each turn's timeline and keep it with the session, failed turns
+                included (``picoflow.timeline``; ``picoflow serve`` and the command line pass
+                ``TimelineSettings()``). None records nothing and attaches no observer.
         """
         self.store: SessionStore = store if store is not None else MemoryStore()
         self.deps = deps
@@ -129,6 +135,9 @@ class FlowEngine:
             raise ValueError("staff_visibility must be a non-empty string")
         self.staff_visibility = staff_visibility
         self._tracing = TracingSetting(tracing, capture_content=trace_content)
+        self.timeline_settings = timeline
+        self._recording = Recording(timeline) if timeline is not None else None
+        self._timeline_store: TimelineStore | None = None
         self._override: Model | ModelSelection | None = None
         if isinstance(model, Model):
             self._override = model
@@ -236,10 +245,11 @@ class FlowEngine:
         their type is not accepted, contradicts their bytes, or they exceed ``attachment_limits``).
         """
         tracer = self._tracing.observer()
+        recorder = None if self._recording is None else self._recording.recorder(caller)
         observer = (
             NO_OBSERVER
-            if tracer is None and on_event is None
-            else combine(tracer, EventStream(on_event) if on_event is not None else None)
+            if tracer is None and on_event is None and recorder is None
+            else combine(tracer, EventStream(on_event) if on_event is not None else None, recorder)
         )
         flow_name = flow if isinstance(flow, str) or flow is None else flow.name
         observer.turn_started(flow_name or "session", session_id, message)
@@ -249,7 +259,27 @@ class FlowEngine:
             observer.turn_aborted(exc)
             raise
         observer.turn_finished(result)
+        if recorder is not None:
+            await self._keep_timeline(recorder, result)
         return result
+
+    async def _keep_timeline(self, recorder: TimelineRecorder, result: TurnResult) -> None:
+        """Store the turn's timeline with its session (best effort: the turn's result stands)."""
+        settings, store = self.timeline_settings, self._timeline_store
+        if settings is None:
+            return
+        if store is None:  # checked once: a protocol check costs more than a turn's recording
+            if not isinstance(self.store, TimelineStore):
+                return
+            store = self._timeline_store = self.store
+        document = recorder.document(result)
+        if document is None:
+            return
+        session_id, turn, body = document
+        try:
+            await store.record_timeline(session_id, turn, body, keep_turns=settings.keep_turns)
+        except Exception:
+            logger.warning("picoflow: could not store the timeline of session %s", session_id, exc_info=True)
 
     def _take(
         self,
@@ -393,10 +423,11 @@ class FlowEngine:
         process at the same moment (``ApprovalConflict``), all 409.
         """
         tracer = self._tracing.observer()
+        recorder = None if self._recording is None else self._recording.recorder(caller, "decision")
         observer = (
             NO_OBSERVER
-            if tracer is None and on_event is None
-            else combine(tracer, EventStream(on_event) if on_event is not None else None)
+            if tracer is None and on_event is None and recorder is None
+            else combine(tracer, EventStream(on_event) if on_event is not None else None, recorder)
         )
         observer.turn_started("decision", session_id, f"{decision} {approval_id}")
         try:
@@ -405,6 +436,8 @@ class FlowEngine:
             observer.turn_aborted(exc)
             raise
         observer.turn_finished(result)
+        if recorder is not None:
+            await self._keep_timeline(recorder, result)
         return result
 
     def _decide(
@@ -624,14 +657,33 @@ class FlowEngine:
     ) -> list[LogRecord] | None:
         """The error records filed with the session, oldest first (None if unknown or another's).
 
-        With ``ANY_PRINCIPAL`` the records are read even when no session was ever saved under the
-        id: a first turn that failed files its error under the id its session would have had."""
+        A first turn that fails keeps its session as it was before the turn, and its record is
+        filed with it. With ``ANY_PRINCIPAL`` the records are read even when no session was saved
+        under the id (the store failed as the first turn did): the error is filed under the id its
+        session would have had."""
         if principal is ANY_PRINCIPAL:
             check_session_id(session_id)
         elif await self.get_session(session_id, principal=principal) is None:
             return None
         async with store_call("reading error records"):
             return await self.store.errors(session_id)
+
+    async def timeline(
+        self, session_id: str, *, principal: PrincipalFilter = None, turn: int | None = None
+    ) -> SessionTimeline | None:
+        """The recorded timelines of the session's turns, oldest first (only ``turn``'s when
+        given; a failed turn and its retry share a number); None if the session is unknown or
+        another principal's. Who may inspect at all is the edge's to decide (the HTTP route asks
+        for the ``inspect`` visibility). Raises ``InvalidInput`` for a malformed id, ``StoreError``."""
+        session = await self.get_session(session_id, principal=principal)
+        if session is None:
+            return None
+        turns: list[TurnTimeline] = []
+        if isinstance(self.store, TimelineStore):
+            async with store_call("reading timelines", session_id):
+                texts = await self.store.timelines(session_id, turn)
+            turns = [TurnTimeline.from_json(text) for text in texts]
+        return SessionTimeline(session_id=session.id, flow=session.flow, turns=turns)
 
     async def list_sessions(
         self,

@@ -40,22 +40,10 @@ What follows the kind is a matcher on the record (``checks.matches``: a subset o
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from picoflow.events import (
-    ApprovalDecided,
-    ApprovalRequested,
-    HandedOff,
-    PatternFired,
-    ReadingJudged,
-    StepEntered,
-    TextChunk,
-    ToolCalled,
-    ToolReturned,
-    TurnEvent,
-)
+from picoflow.events import EventRecords
 
 __all__ = [
     "EVENT_KINDS",
@@ -140,91 +128,16 @@ def normalize_assertion(item: Any) -> dict[str, Any]:
         raise ValueError(f"{kind}: {exc}") from None
 
 
-@dataclass(slots=True)
-class EventLog:
+class EventLog(EventRecords):
     """Collects a turn's events as records (an ``on_event`` listener), in the order they came."""
 
-    records: list[dict[str, Any]] = field(default_factory=list)
-    _calls: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def __call__(self, event: TurnEvent) -> None:
-        for record in self._records_of(event):
-            if event.parent is not None:
-                record["parent"] = event.parent
-            self.records.append(record)
+    __slots__ = ()
 
     def close(self, reply: str) -> list[dict[str, Any]]:
         """The turn's records, its reply last."""
         if reply:
             self.records.append({"kind": "said", "text": reply})
         return self.records
-
-    def _records_of(self, event: TurnEvent) -> Iterable[dict[str, Any]]:
-        if isinstance(event, StepEntered):
-            if event.previous is not None:
-                yield {"kind": "left", "step": event.previous, "to": event.step}
-            yield {"kind": "entered", "step": event.step, "from": event.previous}
-        elif isinstance(event, ReadingJudged):
-            for verdict in event.verdicts:
-                yield _verdict_record(event.step, verdict)
-        elif isinstance(event, ToolCalled):
-            record: dict[str, Any] = {
-                "kind": "tool",
-                "step": event.step,
-                "name": event.name,
-                "args": dict(event.args),
-                "ok": None,
-                "result": None,
-            }
-            self._calls[event.id] = record
-            yield record
-        elif isinstance(event, ToolReturned):
-            known = self._calls.pop(event.id, None)
-            if known is not None:  # the call's record, completed in place
-                known.update(ok=not event.is_error, result=event.content)
-            else:  # refused before it ran (arguments that did not validate, a tool not offered)
-                yield {
-                    "kind": "tool",
-                    "step": event.step,
-                    "name": event.name,
-                    "ok": False,
-                    "result": event.content,
-                }
-        elif isinstance(event, ApprovalRequested):
-            approval = event.approval
-            yield {
-                "kind": "approval_requested",
-                "step": event.step,
-                "tool": approval.tool,
-                "args": dict(approval.args),
-                "approval": approval.id,
-            }
-        elif isinstance(event, ApprovalDecided):
-            approval = event.approval
-            yield {
-                "kind": "approval_decided",
-                "step": approval.step,
-                "tool": approval.tool,
-                "args": dict(approval.args),
-                "decision": approval.status,
-                "by": approval.decided_by,
-            }
-        elif isinstance(event, PatternFired):
-            yield {"kind": "pattern", "step": event.step, "name": event.pattern, "detail": event.detail}
-        elif isinstance(event, HandedOff):
-            yield {"kind": "handoff", "step": event.step, "reason": event.reason}
-        elif isinstance(event, TextChunk):
-            return  # the reply is one ``said`` record at the end
-
-
-def _verdict_record(step: str, verdict: Mapping[str, Any]) -> dict[str, Any]:
-    base: dict[str, Any] = {"step": step, "field": verdict["field"], "value": verdict.get("value")}
-    if verdict["action"] == "dropped":
-        return {"kind": "field_dropped", **base, "rule": verdict.get("rule")}
-    record = {"kind": "field_set", **base}
-    if verdict["action"] == "repaired":
-        record["repaired"] = verdict.get("rule")
-    return record
 
 
 def describe_event(record: Mapping[str, Any], width: int = 70) -> str:

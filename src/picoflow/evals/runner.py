@@ -36,6 +36,7 @@ from picoflow.models.fallback import FallbackModel, as_model
 from picoflow.models.scripted import ScriptedModel
 from picoflow.sessions.base import SessionStore
 from picoflow.sessions.memory import MemoryStore
+from picoflow.timeline import TimelineSettings
 from picoflow.usage import Usage, UsageLimits
 
 __all__ = ["SCRIPTED", "TurnReporter", "run_eval"]
@@ -176,6 +177,7 @@ async def run_eval(
     user_model: Model | str | ModelSelection | None = None,
     record: Path | None = None,
     replay: Path | None = None,
+    timeline: TimelineSettings | None = None,
 ) -> EvalResult:
     """Play every scenario ``runs`` times and check each turn's expectations.
 
@@ -197,6 +199,8 @@ async def run_eval(
         replay: Answer every request from this recording instead, with no model at all (leave out
             ``model``, ``user_model`` and ``judge``): a request it does not hold ends the run with a
             failed ``replay`` check.
+        timeline: Record each turn's timeline with its session (``FlowEngine(timeline=...)``), to
+            inspect the runs in ``store`` afterwards.
 
     Raises ``ScenarioError`` before anything runs when a scenario names an unknown flow, step or tool.
     """
@@ -216,7 +220,14 @@ async def run_eval(
     # A fallback list keeps its own recovery (the engine asks its next member), so it goes unwrapped
     # and its answers unnoted; a flow's own models (model=None) are not noted either.
     noted = _Noted(chosen) if chosen is not None and not isinstance(chosen, FallbackModel) else None
-    engine = FlowEngine(flows, store=store or MemoryStore(), model=noted or chosen, deps=deps, limits=limits)
+    engine = FlowEngine(
+        flows,
+        store=store or MemoryStore(),
+        model=noted or chosen,
+        deps=deps,
+        limits=limits,
+        timeline=timeline,
+    )
     planned = [(scenario, _flow_of(engine, scenario, default_flow)) for scenario in scenarios]
     for scenario, spec in planned:
         _check_names(scenario, spec)
@@ -584,7 +595,7 @@ async def _observe(
     detail = None
     if result.error is not None and result.error.reference is not None:
         # The reply holds the public text only; the record filed beside the session says what broke.
-        # (Also for a first turn that failed: its record is filed under the id of a session never saved.)
+        # (Also for a first turn that failed: its record is filed with the session kept before it.)
         filed = await engine.session_errors(result.error.reference, principal=ANY_PRINCIPAL)
         detail = filed[-1].message if filed else None
     new = [m for m in messages if m.seq >= committed]

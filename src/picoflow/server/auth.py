@@ -149,6 +149,12 @@ class Authenticator:
             principal=identity.principal, visibilities=identity.visibilities, config=dict(config or {})
         )
 
+    def is_open(self, connection: HTTPConnection) -> bool:
+        """Whether ``connection`` is served by the open mode: no key, and the server open."""
+        return (
+            self.open_mode and not connection.headers.get("authorization") and not _presented_key(connection)
+        )
+
 
 def _presented_key(connection: HTTPConnection) -> str | None:
     header = connection.headers.get("authorization")

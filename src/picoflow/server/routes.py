@@ -12,7 +12,7 @@ from enum import Enum
 from functools import partial
 from typing import Annotated, Any, Literal
 
-from fastapi import FastAPI, Query
+from fastapi import FastAPI, Query, Request
 from fastapi.responses import PlainTextResponse, Response
 
 from picoflow.approvals import visible_to
@@ -35,6 +35,7 @@ from picoflow.server.state import ERRORS, Access, AccessDep, ApiRoute
 from picoflow.server.turns import RENDER_DOC, TurnRoute, add_turn, create_session, turn_parameters
 from picoflow.server.uploads import get_attachment, list_attachments
 from picoflow.session import Session, SessionStatus
+from picoflow.timeline import SessionTimeline
 
 __all__ = ["install"]
 
@@ -134,6 +135,26 @@ async def get_session(
         session.approvals, caller.principal, caller.visibilities, session.principal, access.engine.clock()
     )
     return SessionOut.from_session(session, messages, render, files, shown)
+
+
+async def get_timeline(
+    session_id: str,
+    request: Request,
+    access: AccessDep,
+    turn: Annotated[int | None, Query(ge=1, le=MAX_OFFSET, description="Only this turn's.")] = None,
+) -> SessionTimeline:
+    """The inspector's view: the recorded timeline of each turn of the session (failed turns
+    included), oldest first. Answered only to callers with the inspect visibility, or in the local
+    open mode; anyone else, like another principal, gets the 404 of an unknown session."""
+    caller = access.caller
+    state = access.state
+    if state.settings.inspect_visibility not in caller.visibilities and not state.auth.is_open(request):
+        raise not_found(session_id)
+    async with engine_call(session_id):
+        found = await access.engine.timeline(session_id, principal=caller.principal, turn=turn)
+    if found is None:
+        raise not_found(session_id)
+    return found
 
 
 async def delete_session(session_id: str, access: AccessDep) -> Response:
@@ -238,6 +259,13 @@ def install(app: FastAPI) -> None:
     api("/v1/sessions/{session_id}", get_session, methods=["GET"], **sessions)
     api("/v1/sessions/{session_id}", delete_session, methods=["DELETE"], status_code=204, **sessions)
     api("/v1/sessions/{session_id}/attachments", list_attachments, methods=["GET"], **sessions)
+    api(
+        "/v1/sessions/{session_id}/timeline",
+        get_timeline,
+        methods=["GET"],
+        response_model_exclude_none=True,
+        **sessions,
+    )
     api(
         "/v1/sessions/{session_id}/attachments/{sha256}",
         get_attachment,

@@ -77,6 +77,9 @@ class ServerSettings:
     """Serve requests without a key. ``None``: only when no keys are set and ``host`` is loopback."""
     open_principal: str | None = "local"
     """Principal of keyless requests in open mode (owns the sessions they create)."""
+    inspect_visibility: str = "inspect"
+    """The visibility (``Caller.visibilities``, from the API key) a caller needs to read its
+    sessions' timelines (``GET /v1/sessions/{id}/timeline``); keyless callers in open mode may."""
     max_message_chars: int | None = None
     """Longest user message accepted (413 beyond). ``create_app`` makes it the engine's
     ``max_message_chars``, the one rule every caller of the engine meets; ``None`` keeps the engine's."""

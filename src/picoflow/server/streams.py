@@ -312,7 +312,7 @@ def _respond(
                 if isinstance(item, TurnFinished):
                     result = item.result
                     if result.error is not None:
-                        yield _error_event(error_of(result.error, session_id))
+                        yield _error_event(error_of(result.error, session_id or result.session_id))
                         return
                     name = result.flow or ""
                     yield _sse(

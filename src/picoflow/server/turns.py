@@ -143,8 +143,8 @@ async def run_turn(
         return await stream_turn(access.state, flow, body.message, session_id, caller, render, files)
     with TurnWatch(access.state.readiness):
         result = await access.engine.run(flow, body.message, session_id, caller=caller, attachments=files)
-    if result.error is not None:
-        raise v1_error(result.error, session_id)
+    if result.error is not None:  # a failed first turn still names its session (kept to inspect)
+        raise v1_error(result.error, session_id or result.session_id)
     # Serialised by pydantic-core straight to JSON: no intermediate dict, no second encoder.
     content = TurnResponse.from_result(result, result.flow or "", render).model_dump_json()
     if session_id is None:

@@ -39,6 +39,10 @@ class Statements:
     errors: str
     record_error: str
     """Parameters: session id, encoded record."""
+    timelines: str
+    """Rows ``(body,)`` in the order recorded; parameter: session id."""
+    timelines_of_turn: str
+    """Rows ``(body,)`` of one turn; parameters: session id, turn."""
     load_files: str
     """Rows ``(sha256, data)``; parameters: session id, the hashes as ``hash_list`` gives them."""
     hash_list: Callable[[list[str]], object]
@@ -85,6 +89,13 @@ class SQLStore(ABC):
     async def errors(self, session_id: str) -> list[LogRecord]:
         rows = await self._fetch(self.statements.errors, (session_id,))
         return _rows.decode_records(row[0] for row in rows)
+
+    async def timelines(self, session_id: str, turn: int | None = None) -> list[str]:
+        if turn is None:
+            rows = await self._fetch(self.statements.timelines, (session_id,))
+        else:
+            rows = await self._fetch(self.statements.timelines_of_turn, (session_id, turn))
+        return [row[0] for row in rows]
 
     async def load_files(self, session_id: str, hashes: Collection[str]) -> dict[str, bytes]:
         wanted = wanted_hashes(hashes)

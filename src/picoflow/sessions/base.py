@@ -28,6 +28,7 @@ __all__ = [
     "SessionInfo",
     "SessionStatus",
     "SessionStore",
+    "TimelineStore",
     "copy_json",
     "session_from_json",
     "session_to_json",
@@ -98,3 +99,22 @@ class SessionStore(Protocol):
     async def errors(self, session_id: str) -> list[LogRecord]: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class TimelineStore(Protocol):
+    """A store that keeps turns' timelines beside its sessions (``picoflow.timeline``); every store
+    picoflow ships is one. An engine recording timelines on a store without it records nothing.
+
+    * ``record_timeline`` keeps one turn's timeline (JSON text), in its own write, without touching
+      the document; with ``keep_turns`` it also deletes the session's timelines of turns older than
+      the last ``keep_turns`` (a failed turn and its retry share a number).
+    * ``timelines`` returns a session's timelines in the order recorded, or those of one turn.
+    * ``delete`` removes them with the session.
+    """
+
+    async def record_timeline(
+        self, session_id: str, turn: int, body: str, *, keep_turns: int | None = None
+    ) -> None: ...
+
+    async def timelines(self, session_id: str, turn: int | None = None) -> list[str]: ...

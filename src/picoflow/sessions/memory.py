@@ -22,6 +22,7 @@ class MemoryStore:
         self._sessions: dict[str, Session] = {}
         self._transcripts: dict[str, list[Message]] = {}
         self._errors: dict[str, list[LogRecord]] = {}
+        self._timelines: dict[str, list[tuple[int, str]]] = {}
         self._files = SessionFiles()
 
     async def load(self, session_id: str) -> Session | None:
@@ -66,6 +67,7 @@ class MemoryStore:
     async def delete(self, session_id: str) -> bool:
         self._transcripts.pop(session_id, None)
         self._errors.pop(session_id, None)
+        self._timelines.pop(session_id, None)
         self._files.drop(session_id)
         return self._sessions.pop(session_id, None) is not None
 
@@ -102,6 +104,19 @@ class MemoryStore:
 
     async def errors(self, session_id: str) -> list[LogRecord]:
         return list(self._errors.get(session_id, ()))
+
+    async def record_timeline(
+        self, session_id: str, turn: int, body: str, *, keep_turns: int | None = None
+    ) -> None:
+        if not isinstance(body, str):
+            raise TypeError(f"record_timeline() needs JSON text, not {type(body).__name__}")
+        kept = self._timelines.setdefault(session_id, [])
+        if keep_turns is not None:
+            kept[:] = [(number, text) for number, text in kept if number > turn - keep_turns]
+        kept.append((turn, body))
+
+    async def timelines(self, session_id: str, turn: int | None = None) -> list[str]:
+        return [text for number, text in self._timelines.get(session_id, ()) if turn in (None, number)]
 
     async def close(self) -> None:
         """Nothing to release."""

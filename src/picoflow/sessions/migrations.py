@@ -88,6 +88,20 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        3,
+        "timelines of turns, beside the session",
+        (
+            """CREATE TABLE picoflow_timelines (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                session_id TEXT NOT NULL,
+                turn INTEGER NOT NULL,
+                recorded_at REAL NOT NULL,
+                body TEXT NOT NULL
+            )""",
+            "CREATE INDEX picoflow_timelines_session ON picoflow_timelines (session_id, turn, id)",
+        ),
+    ),
 )
 
 POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
@@ -150,6 +164,20 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
             )""",
             # Images and PDFs are compressed already: out of line, without a compression attempt.
             "ALTER TABLE {p}picoflow_files ALTER COLUMN data SET STORAGE EXTERNAL",
+        ),
+    ),
+    Migration(
+        3,
+        "timelines of turns, beside the session",
+        (
+            """CREATE TABLE {p}picoflow_timelines (
+                id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                session_id text NOT NULL,
+                turn bigint NOT NULL,
+                recorded_at double precision NOT NULL,
+                body json NOT NULL
+            )""",
+            "CREATE INDEX picoflow_timelines_session ON {p}picoflow_timelines (session_id, turn, id)",
         ),
     ),
 )

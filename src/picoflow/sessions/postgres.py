@@ -119,6 +119,10 @@ def _statements(p: str) -> Statements:
         transcript=f"SELECT body::text FROM {p}picoflow_messages WHERE session_id = %s ORDER BY seq",
         errors=f"SELECT body::text FROM {p}picoflow_errors WHERE session_id = %s ORDER BY id",
         record_error=f"INSERT INTO {p}picoflow_errors (session_id, body) VALUES (%s, %s::json)",
+        timelines=f"SELECT body::text FROM {p}picoflow_timelines WHERE session_id = %s ORDER BY id",
+        timelines_of_turn=(
+            f"SELECT body::text FROM {p}picoflow_timelines WHERE session_id = %s AND turn = %s ORDER BY id"
+        ),
         load_files=f"SELECT sha256, data FROM {p}picoflow_files WHERE session_id = %s AND sha256 = ANY(%s)",
         hash_list=list,
         list_files=(
@@ -242,8 +246,26 @@ class PostgresStore(SQLStore):
             await conn.execute(f"DELETE FROM {p}picoflow_messages WHERE session_id = %s", (session_id,))
             await conn.execute(f"DELETE FROM {p}picoflow_errors WHERE session_id = %s", (session_id,))
             await conn.execute(f"DELETE FROM {p}picoflow_files WHERE session_id = %s", (session_id,))
+            await conn.execute(f"DELETE FROM {p}picoflow_timelines WHERE session_id = %s", (session_id,))
         self._forget(session_id)
         return existed
+
+    async def record_timeline(
+        self, session_id: str, turn: int, body: str, *, keep_turns: int | None = None
+    ) -> None:
+        if not isinstance(body, str):
+            raise TypeError(f"record_timeline() needs JSON text, not {type(body).__name__}")
+        p = self._p
+        # One statement: the retention's deletions and the insert commit together.
+        query = (
+            f"WITH gone AS (DELETE FROM {p}picoflow_timelines"
+            " WHERE session_id = %(id)s AND turn <= %(oldest)s)"
+            f" INSERT INTO {p}picoflow_timelines (session_id, turn, recorded_at, body)"
+            " VALUES (%(id)s, %(turn)s, %(at)s, %(body)s::json)"
+        )
+        oldest = turn - keep_turns if keep_turns is not None else -1
+        params = {"id": session_id, "oldest": oldest, "turn": turn, "at": time.time(), "body": body}
+        await self._execute(query, params)
 
     async def ping(self) -> None:
         """One ``SELECT 1`` (readiness checks); fails like any call while the database is down."""

@@ -82,6 +82,8 @@ STATEMENTS = Statements(
     transcript="SELECT body FROM picoflow_messages WHERE session_id = ? ORDER BY seq",
     errors="SELECT body FROM picoflow_errors WHERE session_id = ? ORDER BY id",
     record_error="INSERT INTO picoflow_errors (session_id, body) VALUES (?, ?)",
+    timelines="SELECT body FROM picoflow_timelines WHERE session_id = ? ORDER BY id",
+    timelines_of_turn="SELECT body FROM picoflow_timelines WHERE session_id = ? AND turn = ? ORDER BY id",
     # One parameter however many hashes (SQLite limits a statement's parameters).
     load_files=(
         "SELECT sha256, data FROM picoflow_files"
@@ -174,9 +176,29 @@ def _delete(session_id: str, conn: sqlite3.Connection) -> bool:
         conn.execute("DELETE FROM picoflow_messages WHERE session_id = ?", (session_id,))
         conn.execute("DELETE FROM picoflow_errors WHERE session_id = ?", (session_id,))
         conn.execute("DELETE FROM picoflow_files WHERE session_id = ?", (session_id,))
+        conn.execute("DELETE FROM picoflow_timelines WHERE session_id = ?", (session_id,))
         return conn.execute("DELETE FROM picoflow_sessions WHERE id = ?", (session_id,)).rowcount > 0
 
     return transaction(conn, delete)
+
+
+def _record_timeline(
+    session_id: str, turn: int, body: str, keep_turns: int | None, conn: sqlite3.Connection
+) -> None:
+    """One turn's timeline and, in the same transaction, the retention's deletions."""
+
+    def write(conn: sqlite3.Connection) -> None:
+        if keep_turns is not None:
+            conn.execute(
+                "DELETE FROM picoflow_timelines WHERE session_id = ? AND turn <= ?",
+                (session_id, turn - keep_turns),
+            )
+        conn.execute(
+            "INSERT INTO picoflow_timelines (session_id, turn, recorded_at, body) VALUES (?, ?, ?, ?)",
+            (session_id, turn, time.time(), body),
+        )
+
+    transaction(conn, write)
 
 
 def _fetch(query: str, params: Params, conn: sqlite3.Connection) -> list[Any]:
@@ -261,6 +283,15 @@ class SQLiteStore(SQLStore):
         existed = await self._connections.write(functools.partial(self._delete, session_id))
         self._forget(session_id)
         return existed
+
+    async def record_timeline(
+        self, session_id: str, turn: int, body: str, *, keep_turns: int | None = None
+    ) -> None:
+        if not isinstance(body, str):
+            raise TypeError(f"record_timeline() needs JSON text, not {type(body).__name__}")
+        await self._connections.write(
+            functools.partial(_record_timeline, session_id, turn, body, keep_turns), inline=len(body) < 65_536
+        )
 
     async def close(self) -> None:
         """Finish pending calls and close every connection. The store cannot be used afterwards."""

@@ -595,8 +595,8 @@ async def _new_session(access: Access, flow: str) -> str:
 
 
 async def _discard(access: Access, session_id: str) -> None:
-    """Drop the session made for a first turn that did not happen, as the engine stores nothing
-    for a failed first turn."""
+    """Drop the session made for a first turn that did not happen (refused before it ran, or lost
+    to an internal error)."""
     try:
         await access.engine.delete_session(session_id, principal=access.caller.principal)
     except RunError:
@@ -655,7 +655,10 @@ async def _chunks(
             elif isinstance(item, TurnFinished):
                 result = item.result
                 if result.error is not None:
-                    if created:
+                    failure = result.error.error_class
+                    # A first turn that ran and failed keeps its session, as the engine keeps it
+                    # (its error and timeline are filed with it); one refused is dropped.
+                    if created and not (failure.recorded and failure.keeps_session):
                         await _discard(access, session_id)
                     yield _turn_failure(result.error, ask).event()
                     return

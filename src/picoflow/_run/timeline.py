@@ -1,0 +1,533 @@
+"""Recording a turn's timeline (``picoflow.timeline``): an observer that keeps what the turn
+emits as entries, bounded and cleaned of secrets, and hands the engine one JSON document to store.
+
+The events every observer sees become records the way eval scenarios see them
+(``picoflow.events.EventRecords``); what only an inspector needs — the model requests, refused
+answers, erasures and state changes — is added here. Entries are plain dicts until the end of
+the turn, where each is cleaned once and measured against the turn's byte budget.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic_core import to_json, to_jsonable_python
+
+from picoflow._run.observers import EventStream, TurnObserver
+from picoflow.events import EventRecords, TurnEvent
+from picoflow.session import copy_json
+from picoflow.timeline import REDACTED, SECRET, TIMELINE_VERSION, TimelineSettings
+
+if TYPE_CHECKING:
+    from picoflow.approvals import Approval
+    from picoflow.context import Caller
+    from picoflow.messages import Message, ModelRequest, ModelResponse, ToolCall
+    from picoflow.results import TurnResult
+    from picoflow.session import Session
+    from picoflow.slots.grounding import Verdict
+
+_SECRET_VARIABLE = re.compile(r"(API_KEYS?|_KEY|_TOKEN|_SECRET|_PASSWORD)$")
+"""Environment variables whose values are keys: never shown in a timeline."""
+_SECRET_FIELD = re.compile(
+    r"(?i)(passw(or)?d|passphrase|secret|api[_-]?key|private[_-]?key|token(?!s)|authorization|credential)"
+)
+"""Field names hidden whatever the application's hook says."""
+MIN_SECRET = 4
+"""Shorter config values are not looked for: they cannot be keys, and hiding every "de" or "42"
+from the texts would make them unreadable."""
+
+
+def environment_secrets(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The values of the environment variables that hold keys (provider keys, tokens)."""
+    env = os.environ if environ is None else environ
+    found: list[str] = []
+    for name, value in env.items():
+        if not _SECRET_VARIABLE.search(name.upper()):
+            continue
+        if name.upper().endswith("API_KEYS"):  # picoflow's own: key=principal pairs
+            found += [part.split("=", 1)[0].strip() for part in value.replace(",", "\n").splitlines()]
+        else:
+            found.append(value.strip())
+    return tuple(sorted({value for value in found if len(value) >= 8}, key=len, reverse=True))
+
+
+def _config_strings(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        if len(value) >= MIN_SECRET:
+            yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _config_strings(item)
+    elif isinstance(value, list | tuple | set | frozenset):
+        for item in value:
+            yield from _config_strings(item)
+
+
+class Recording:
+    """An engine's timeline setting, with the secrets it hides: makes each turn's recorder."""
+
+    def __init__(self, settings: TimelineSettings) -> None:
+        self.settings = settings
+        self.secrets = tuple(dict.fromkeys([*settings.secrets, *environment_secrets()]))
+
+    def recorder(self, caller: Caller | None, trigger: str = "message") -> TimelineRecorder:
+        secrets = self.secrets
+        if caller is not None and caller.config:
+            extra = sorted(set(_config_strings(dict(caller.config))), key=len, reverse=True)
+            secrets = tuple(dict.fromkeys([*extra, *secrets]))
+        return TimelineRecorder(_Log(self.settings, secrets, trigger))
+
+
+class _Timed(EventRecords):
+    """The turn's records, each stamped with when it happened (``at_ms``, since the turn began)."""
+
+    __slots__ = ("started",)
+
+    def __init__(self, started: float) -> None:
+        super().__init__(detailed=True)
+        self.started = started
+
+    def __call__(self, event: TurnEvent) -> None:
+        first = len(self.records)
+        super().__call__(event)
+        if len(self.records) > first:
+            at = _ms(time.perf_counter() - self.started)
+            for record in self.records[first:]:
+                record["at_ms"] = at
+
+    def add(self, entry: dict[str, Any], parent: str | None) -> None:
+        """One of the timeline's own entries (not an event's), stamped as the others."""
+        if parent is not None:
+            entry["parent"] = parent
+        entry["at_ms"] = _ms(time.perf_counter() - self.started)
+        self.records.append(entry)
+
+
+@dataclass(slots=True)
+class _Log:
+    """What a turn's recorder and those of its sub-step runs write to."""
+
+    settings: TimelineSettings
+    secrets: tuple[str, ...]
+    trigger: str
+    started: float = field(default_factory=time.perf_counter)
+    records: _Timed = field(init=False)
+    started_at: float = field(default_factory=time.time)
+    flow: str = ""
+    message: str = ""
+    session_id: str | None = None
+    turn: int = 1
+    failure: str | None = None
+    """What the loop's error said, for the developer (the result's text is the user's)."""
+    states_before: dict[str, Any] | None = None
+    state_entries: list[dict[str, Any]] = field(default_factory=list)
+    last_request: dict[tuple[str | None, str], tuple[str, Sequence[Message], int, bool]] = field(
+        default_factory=dict
+    )
+    """Per (parent, step): the previous request's system prompt and messages, its attempt, and
+    whether its answer was refused (the next request is then the next attempt)."""
+    calls: dict[tuple[str | None, str], tuple[dict[str, Any], float]] = field(default_factory=dict)
+    answered: dict[tuple[str | None, str], dict[str, Any]] = field(default_factory=dict)
+    """Per (parent, step): the entry of the latest request answered (where acceptance is noted)."""
+
+    def __post_init__(self) -> None:
+        self.records = _Timed(self.started)
+
+
+class TimelineRecorder(TurnObserver):
+    """Records one turn (or, with ``parent``, a sub-step run inside it)."""
+
+    wants_session = True
+
+    def __init__(self, log: _Log, parent: str | None = None) -> None:
+        self.log = log
+        self.parent = parent
+        self.events = EventStream(log.records, parent=parent)
+
+    # --- the turn ---------------------------------------------------------------------------
+
+    def turn_started(self, flow: str, session_id: str | None, message: str) -> None:
+        self.log.flow, self.log.session_id, self.log.message = flow, session_id, message
+
+    def session_opened(self, session_id: str) -> None:
+        self.log.session_id = session_id
+
+    def session_before(self, session: Session) -> None:
+        self.log.flow = session.flow
+        self.log.turn = session.turns + 1
+        self.log.states_before = copy_json(session.states)
+
+    def session_after(self, session: Session) -> None:
+        before = self.log.states_before
+        if before is None:
+            return
+        after = session.states
+        at = _ms(time.perf_counter() - self.log.started)
+        for step in sorted(set(before) | set(after)):
+            if before.get(step) == after.get(step):
+                continue  # most steps' states are as they were: nothing to convert
+            changes = _diff(before.get(step) or {}, after.get(step) or {})
+            if changes:
+                self.log.state_entries.append(
+                    {"kind": "state", "step": step, "changes": changes, "at_ms": at}
+                )
+
+    # --- model requests ---------------------------------------------------------------------
+
+    def model_started(self, step: str, model: str, request: ModelRequest) -> None:
+        log, key = self.log, (self.parent, step)
+        previous = log.last_request.get(key)
+        shared = 0
+        system: str | None = request.system
+        attempt = 1
+        if previous is not None:
+            prior_system, prior_messages, prior_attempt, refused = previous
+            shared = _shared_prefix(prior_messages, request.messages)
+            attempt = prior_attempt + 1 if refused else 1
+            if prior_system == system:
+                system = None  # said already
+        log.last_request[key] = (request.system, list(request.messages), attempt, False)
+        entry: dict[str, Any] = {
+            "kind": "model",
+            "step": step,
+            "model": model,
+            "attempt": attempt,
+            "system": system,
+            "history": shared,
+            "messages": [_message(m) for m in request.messages[shared:]],
+            "tools": [tool.name for tool in request.tools],
+            "output": request.output.name if request.output is not None else None,
+        }
+        log.records.add(entry, self.parent)
+        log.calls[key] = (entry, time.perf_counter())
+
+    def model_finished(self, step: str, response: ModelResponse) -> None:
+        found = self.log.calls.pop((self.parent, step), None)
+        if found is None:
+            return
+        entry, sent = found
+        self.log.answered[(self.parent, step)] = entry
+        usage = response.usage
+        entry.update(
+            latency_ms=_ms(time.perf_counter() - sent),
+            text=response.text,
+            tool_calls=[_call(call) for call in response.tool_calls],
+            usage={
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "model_calls": max(usage.model_calls, 1),
+                "tool_calls": 0,
+            },
+            finish_reason=response.finish_reason,
+            answered_by=response.answered_by or response.model,
+        )
+
+    def model_failed(self, step: str, error: BaseException) -> None:
+        key = (self.parent, step)
+        found = self.log.calls.pop(key, None)
+        if found is not None:
+            entry, sent = found
+            entry.update(latency_ms=_ms(time.perf_counter() - sent), error=_describe(error))
+        self._refused(key)
+
+    def response_accepted(self, step: str, response: ModelResponse, parsed: Any) -> None:
+        entry = self.log.answered.pop((self.parent, step), None)
+        if entry is None:
+            return
+        # As the turn reads the answer: calls written as text read as calls, each with its id.
+        entry["tool_calls"] = [_call(call) for call in response.tool_calls]
+        if parsed is not None:
+            entry["parsed"] = to_jsonable_python(parsed, fallback=repr)
+
+    def response_rejected(self, step: str, check: str, reason: str) -> None:
+        entry: dict[str, Any] = {"kind": "rejected", "step": step, "check": check, "reason": reason}
+        self.log.records.add(entry, self.parent)
+        self._refused((self.parent, step))
+
+    def _refused(self, key: tuple[str | None, str]) -> None:
+        previous = self.log.last_request.get(key)
+        if previous is not None:
+            self.log.last_request[key] = (*previous[:3], True)
+
+    # --- what every observer sees, as eval scenarios see it ---------------------------------
+
+    def step_entered(self, step: str, previous: str | None) -> None:
+        self.events.step_entered(step, previous)
+
+    def tool_started(self, step: str, call: ToolCall) -> None:
+        self.events.tool_started(step, call)
+
+    def tool_answered(self, step: str, call: ToolCall, content: str, is_error: bool) -> None:
+        self.events.tool_answered(step, call, content, is_error)
+
+    def tool_failed(self, step: str, call: ToolCall, error: BaseException) -> None:
+        self.events.tool_answered(step, call, f"raised {_describe(error)}", True)
+
+    def approval_requested(self, step: str, approval: Approval) -> None:
+        self.events.approval_requested(step, approval)
+
+    def approval_decided(self, approval: Approval) -> None:
+        self.events.approval_decided(approval)
+
+    def reading_judged(self, step: str, verdicts: tuple[Verdict, ...]) -> None:
+        self.events.reading_judged(step, verdicts)
+
+    def pattern_fired(self, step: str, pattern: str, detail: str | None) -> None:
+        self.events.pattern_fired(step, pattern, detail)
+
+    def handed_off(self, step: str, reason: str | None, summary: str) -> None:
+        self.events.handed_off(step, reason, summary)
+
+    def memory_erased(self, namespace: str) -> None:
+        self.log.records.add({"kind": "erased", "namespace": namespace}, self.parent)
+
+    def turn_ended(self, error: BaseException | None) -> None:
+        if error is not None and self.parent is None:
+            self.log.failure = str(error)
+
+    def sub_turn(self, step: str, call: ToolCall | None) -> TurnObserver:
+        return TimelineRecorder(self.log, call.id if call is not None else step)
+
+    # --- the document -----------------------------------------------------------------------
+
+    def document(self, result: TurnResult) -> tuple[str, int, str] | None:
+        """(session id, turn, JSON text) of the turn that gave ``result``; None when nothing ran
+        here: input refused, an unknown or ended session, a turn run elsewhere (a durable executor)."""
+        log = self.log
+        session_id = result.session_id
+        if session_id is None or log.states_before is None:
+            return None
+        cleaner = _Cleaner(log.settings, log.secrets)
+        error = result.error
+        if error is not None:
+            outcome = "failed"
+        elif result.pending:
+            outcome = "paused"
+        else:
+            outcome = "replied"
+        usage = result.usage
+        head: dict[str, Any] = {
+            "version": TIMELINE_VERSION,
+            "session_id": session_id,
+            "turn": log.turn,
+            "flow": result.flow or log.flow,
+            "trigger": log.trigger,
+            "message": cleaner.text(log.message),
+            "started_at": log.started_at,
+            "duration_ms": _ms(time.perf_counter() - log.started),
+            "outcome": outcome,
+            "reply": "" if error is not None else cleaner.text(result.message),
+            "step": result.step,
+            "error": None
+            if error is None
+            else {
+                "kind": error.kind,
+                "message": cleaner.text(log.failure or error.message),
+                "step": result.step,
+            },
+            "usage": {
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "model_calls": usage.model_calls,
+                "tool_calls": usage.tool_calls,
+            },
+        }
+        budget = log.settings.max_bytes
+        kept = [cleaner.encode(entry) for entry in log.state_entries]
+        kept_bytes = sum(len(text.encode()) + 1 for text in kept)
+        size = len(to_json(head)) + 64 + kept_bytes  # 64: room for the size and an ``omitted`` entry
+        shown: list[str] = []
+        omitted = omitted_bytes = 0
+        for entry in log.records.records:
+            text = cleaner.encode(entry)
+            length = len(text.encode()) + 1
+            if omitted or size + length > budget:
+                omitted += 1
+                omitted_bytes += length - 1
+                continue
+            shown.append(text)
+            size += length
+        if omitted:
+            shown.append(to_json({"kind": "omitted", "entries": omitted, "bytes": omitted_bytes}).decode())
+        shown += kept
+        head["size"] = sum(len(text.encode()) + 1 for text in shown)
+        body = to_json(head).decode()
+        return session_id, log.turn, f'{body[:-1]},"entries":[{",".join(shown)}]}}'
+
+
+def _names_a_secret(lowered: str) -> bool:
+    """Whether a word a key naming a secret holds is anywhere in the (lowercased) text: looked for
+    first, as plain substrings (much faster than a pattern of alternatives)."""
+    return (
+        "passw" in lowered
+        or "passphrase" in lowered
+        or "secret" in lowered
+        or "api_key" in lowered
+        or "apikey" in lowered
+        or "api-key" in lowered
+        or "private" in lowered
+        or "token" in lowered
+        or "authorization" in lowered
+        or "credential" in lowered
+    )
+
+
+_KEY = re.compile(r'"((?:[^"\\]|\\.)*)":')
+"""A key in JSON text (a string followed by a colon)."""
+_NAMES_FIELDS = frozenset({"field_set", "field_dropped", "state"})
+"""Entries that name a field in a value (a reading's ``field``, a state change's ``key``)."""
+_DATA = frozenset({"args", "value", "before", "after", "read_as", "parsed"})
+"""Where an entry holds the application's data (whose fields the ``redact`` hook may hide); the
+rest of an entry is the timeline's own shape."""
+
+
+class _Cleaner:
+    """Makes recorded values safe and bounded: secrets replaced, redacted fields hidden, long texts
+    cut, anything not JSON made JSON."""
+
+    def __init__(self, settings: TimelineSettings, secrets: tuple[str, ...]) -> None:
+        self.limit = settings.max_text_chars
+        self.redact = settings.redact
+        self.secrets = secrets
+        self.escaped = [to_json(secret).decode()[1:-1] for secret in secrets]
+
+    def encode(self, entry: Mapping[str, Any]) -> str:
+        """The entry as JSON text, cleaned. Most entries need no change at all: encoded once, an
+        entry shorter than the text limit holds no text to cut, and one whose keys name no secret
+        (with no ``redact`` hook) hides no field; only secrets are then replaced, in the text."""
+        text = to_json(entry, fallback=repr).decode()
+        if len(text) > self.limit or self.redact is not None:
+            return self._encode_walked(entry)
+        lowered = text.lower().replace("tokens", "")  # counts of tokens are no secret
+        if _names_a_secret(lowered) and (
+            entry.get("kind") in _NAMES_FIELDS or any(_SECRET_FIELD.search(key) for key in _KEY.findall(text))
+        ):
+            return self._encode_walked(entry)
+        for escaped in self.escaped:
+            if escaped in text:
+                text = text.replace(escaped, SECRET)
+        return text
+
+    def _encode_walked(self, entry: Mapping[str, Any]) -> str:
+        cleaned = self.clean(entry)
+        kind = entry.get("kind")
+        if kind in ("field_set", "field_dropped") and self._hidden(
+            str(entry.get("field")), entry.get("value")
+        ):
+            cleaned["value"] = REDACTED
+            if isinstance(cleaned.get("evidence"), dict):
+                cleaned["evidence"]["text"] = REDACTED
+            cleaned.pop("read_as", None)
+        elif kind == "state":
+            for change in cleaned["changes"]:
+                value = change.get("after", change.get("before"))
+                if any(self._hidden(part, value) for part in str(change["key"]).split(".")):
+                    for side in ("before", "after"):
+                        if side in change:
+                            change[side] = REDACTED
+        return to_json(cleaned).decode()
+
+    def clean(self, value: Any) -> Any:
+        """The timeline's own shape: only its ``_DATA`` keys hold fields the hook may hide."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, Mapping):
+            return {
+                str(key): self._data(item) if key in _DATA else self.clean(item)
+                for key, item in value.items()
+            }
+        if isinstance(value, list | tuple):
+            return [self.clean(item) for item in value]
+        if value is None or isinstance(value, bool | int | float):
+            return value
+        return self.clean(to_jsonable_python(value, fallback=repr))
+
+    def _data(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, Mapping):
+            return {
+                str(key): REDACTED if self._hidden(str(key), item) else self._data(item)
+                for key, item in value.items()
+            }
+        if isinstance(value, list | tuple):
+            return [self._data(item) for item in value]
+        if value is None or isinstance(value, bool | int | float):
+            return value
+        return self._data(to_jsonable_python(value, fallback=repr))
+
+    def _hidden(self, key: str, value: Any) -> bool:
+        return bool(_SECRET_FIELD.search(key)) or (self.redact is not None and bool(self.redact(key, value)))
+
+    def text(self, text: str) -> str:
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, SECRET)
+        if len(text) > self.limit:
+            return f"{text[: self.limit]}… [{len(text) - self.limit} more characters]"
+        return text
+
+
+def _diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A step's state key by key, as JSON values: what was added, removed or changed. Inside a
+    mapping present on both sides the diff goes on, its keys joined by dots (``form.known.city``),
+    so a change deep in a large value shows as that change alone."""
+    changes: list[dict[str, Any]] = []
+    _walk(to_jsonable_python(before, fallback=repr), to_jsonable_python(after, fallback=repr), "", changes)
+    return changes
+
+
+def _walk(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str, changes: list[dict[str, Any]]) -> None:
+    for key in sorted(set(old) | set(new), key=str):
+        path = f"{prefix}{key}"
+        if key not in new:
+            changes.append({"key": path, "before": old[key], "removed": True})
+        elif key not in old:
+            changes.append({"key": path, "after": new[key], "added": True})
+        elif isinstance(old[key], dict) and isinstance(new[key], dict):
+            _walk(old[key], new[key], f"{path}.", changes)
+        elif old[key] != new[key]:
+            changes.append({"key": path, "before": old[key], "after": new[key]})
+
+
+def _shared_prefix(previous: Sequence[Message], current: Sequence[Message]) -> int:
+    shared = 0
+    for old, new in zip(previous, current, strict=False):
+        if old is not new and old != new:
+            break
+        shared += 1
+    return shared
+
+
+def _message(message: Message) -> dict[str, Any]:
+    shown: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.kind:
+        shown["kind"] = message.kind
+    if message.role == "tool":
+        shown["name"] = message.name
+        if message.is_error:
+            shown["is_error"] = True
+    if message.tool_calls:
+        shown["tool_calls"] = [_call(call) for call in message.tool_calls]
+    if message.attachments:
+        shown["files"] = [
+            {"name": ref.name, "media_type": ref.media_type, "size": ref.size} for ref in message.attachments
+        ]
+    return shown
+
+
+def _call(call: ToolCall) -> dict[str, Any]:
+    return {"id": call.id, "name": call.name, "args": call.args}
+
+
+def _describe(error: BaseException) -> str:
+    return f"{getattr(error, 'kind', type(error).__name__)}: {error}"
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 2)

@@ -1,0 +1,387 @@
+"""A turn's timeline: what happened inside it, kept with the session for its author to inspect.
+
+The engine records it from the events the turn emits (``FlowEngine(timeline=TimelineSettings())``;
+``picoflow serve`` and the command line record by default) and stores one ``TurnTimeline`` per
+turn beside the session, failed turns included. ``FlowEngine.timeline`` reads them back, the HTTP
+route ``GET /v1/sessions/{id}/timeline`` serves them to callers allowed to inspect, and
+``picoflow sessions show ID --trace`` renders them (``--json`` exports a ``SessionTimeline``,
+valid against ``timeline_schema()``).
+
+Entries come in the order they happened; each has a ``kind``:
+
+* ``entered`` / ``left``: the conversation moved between steps;
+* ``model``: one model request (system prompt, messages, tool names, output schema) and its
+  answer (text, tool calls, tokens, latency), or the error it raised;
+* ``rejected``: an answer refused and asked again (the acceptance gate ``check_response``, an
+  empty or unusable answer, one that did not match the output schema), with the reason;
+* ``field_set`` / ``field_dropped``: a reading's verdicts (action, rule, evidence in the words);
+* ``tool``: a call with its validated arguments and what the model was told (``ok`` false: a
+  refusal or an error);
+* ``approval_requested`` / ``approval_decided``, ``pattern`` (a repair pattern), ``handoff``;
+* ``erased``: a namespace's memory was erased;
+* ``state``: a step's state as the turn changed it, key by key (before and after);
+* ``omitted``: entries left out because the turn outgrew ``TimelineSettings.max_bytes``.
+
+What is kept is bounded and safe: long texts are cut with a mark (``… [N more characters]``), the
+caller's config values and provider keys are replaced by ``[secret]``, attachments appear as name,
+type and size, and fields the application's ``redact`` hook names read ``[redacted]``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "REDACTED",
+    "SECRET",
+    "TIMELINE_VERSION",
+    "ApprovalDecidedEntry",
+    "ApprovalRequestedEntry",
+    "CallShown",
+    "Entered",
+    "Erased",
+    "FieldDropped",
+    "FieldSet",
+    "FileShown",
+    "HandoffEntry",
+    "Left",
+    "MessageShown",
+    "ModelEntry",
+    "Omitted",
+    "PatternEntry",
+    "Rejected",
+    "SessionTimeline",
+    "StateChange",
+    "StateEntry",
+    "TimelineEntry",
+    "TimelineSettings",
+    "ToolEntry",
+    "TurnFailure",
+    "TurnTimeline",
+    "TurnUsage",
+    "timeline_schema",
+]
+
+TIMELINE_VERSION = 1
+"""The version of the stored shape; a reader refuses none it knows, and ignores keys it does not."""
+REDACTED = "[redacted]"
+"""What a field the application's ``redact`` hook hides reads."""
+SECRET = "[secret]"
+"""What a caller's config value or a provider key reads wherever it appeared."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TimelineSettings:
+    """How a turn's timeline is recorded (``FlowEngine(timeline=...)``)."""
+
+    max_text_chars: int = 2_000
+    """Longest text kept whole (a prompt, a message, a tool result); a longer one is cut and ends
+    with ``… [N more characters]``."""
+    max_bytes: int = 256_000
+    """Most bytes of JSON one turn's timeline keeps; the entries past it are replaced by one
+    ``omitted`` entry counting them (the turn's error, usage and state changes are always kept)."""
+    keep_turns: int | None = 50
+    """Retention: the timelines of a session's last N turns are kept, older ones deleted as new
+    ones are stored (None keeps every one). Counted in turns, so a long-lived session's inspector
+    shows its recent past, whatever the time between turns."""
+    redact: Callable[[str, Any], bool] | None = None
+    """The application's hook: called with a field's name and value wherever a mapping is recorded
+    (tool arguments, state, a reading's fields, structured answers); True hides the value
+    (``[redacted]``). Keys that name a secret (``password``, ``api_key``, ``token``...) are hidden
+    whatever it says."""
+    secrets: tuple[str, ...] = ()
+    """Strings never to appear (keys given in code); each is replaced by ``[secret]``, as are the
+    caller's config values and the values of environment variables that hold keys
+    (``*_API_KEY``, ``*_TOKEN``, ``*_SECRET``, ``*_PASSWORD``)."""
+
+    def __post_init__(self) -> None:
+        if self.max_text_chars < 40:
+            raise ValueError("max_text_chars must be at least 40")
+        if self.max_bytes < 4_096:
+            raise ValueError("max_bytes must be at least 4096")
+        if self.keep_turns is not None and self.keep_turns < 1:
+            raise ValueError("keep_turns must be 1 or more, or None to keep every turn's timeline")
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    parent: str | None = None
+    """In a sub-step run: the tool call (or step) it ran under."""
+    at_ms: float | None = None
+    """When it happened, in milliseconds since the turn began (a state change: at the turn's end)."""
+
+
+class Entered(_Entry):
+    """The conversation moved into ``step``."""
+
+    kind: Literal["entered"] = "entered"
+    step: str
+    from_: str | None = Field(None, alias="from")
+
+
+class Left(_Entry):
+    """The conversation left ``step`` for ``to``."""
+
+    kind: Literal["left"] = "left"
+    step: str
+    to: str
+
+
+class FileShown(BaseModel):
+    """A file sent with a message: what it is, never its bytes."""
+
+    name: str
+    media_type: str
+    size: int
+
+
+class CallShown(BaseModel):
+    """A tool call a model proposed."""
+
+    id: str = ""
+    name: str
+    args: Any = None
+
+
+class MessageShown(BaseModel):
+    """One message of a model request."""
+
+    role: str
+    content: str = ""
+    kind: str | None = None
+    name: str | None = None
+    """A tool message's tool."""
+    is_error: bool = False
+    tool_calls: list[CallShown] = Field(default_factory=list)
+    files: list[FileShown] = Field(default_factory=list)
+
+
+class TurnUsage(BaseModel):
+    """Tokens and calls."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    model_calls: int = 0
+    tool_calls: int = 0
+
+
+class ModelEntry(_Entry):
+    """One model request and its answer."""
+
+    kind: Literal["model"] = "model"
+    step: str
+    model: str
+    attempt: int
+    """Which attempt of the step's budget (1 first; a rejected answer is asked again)."""
+    system: str | None = None
+    """The system prompt; None when it is the same as the previous request's of this step."""
+    history: int = 0
+    """Messages this request shares with the previous one of this step, not repeated here."""
+    messages: list[MessageShown]
+    """The messages sent (after the ``history`` shared ones)."""
+    tools: list[str] = Field(default_factory=list)
+    output: str | None = None
+    """The name of the output schema asked for, if any."""
+    latency_ms: float | None = None
+    text: str = ""
+    """The answer's text as the model wrote it."""
+    tool_calls: list[CallShown] = Field(default_factory=list)
+    """The tool calls read from the answer (once it was accepted: as the turn read them, calls
+    written as text included, each with its id)."""
+    parsed: Any = None
+    """An accepted structured answer, as the step's ``output`` model read it."""
+    usage: TurnUsage | None = None
+    finish_reason: str | None = None
+    answered_by: str | None = None
+    error: str | None = None
+    """What the call raised, when it did."""
+
+
+class Rejected(_Entry):
+    """An answer refused and asked again."""
+
+    kind: Literal["rejected"] = "rejected"
+    step: str
+    check: str
+    """``check_response`` (the acceptance gate), ``empty``, ``unusable`` or ``output``."""
+    reason: str
+
+
+class _Verdict(_Entry):
+    step: str
+    field: str
+    value: Any = None
+    action: Literal["kept", "dropped", "repaired"]
+    rule: str | None = None
+    evidence: dict[str, Any] | None = None
+    """The words that bore the item out: ``source`` (user or assistant), ``start``, ``end``, ``text``."""
+    read_as: dict[str, Any] | None = None
+    why: str | None = None
+
+
+class FieldSet(_Verdict):
+    """A reading's item kept (or repaired: ``repaired`` names the rule)."""
+
+    kind: Literal["field_set"] = "field_set"
+    repaired: str | None = None
+
+
+class FieldDropped(_Verdict):
+    """A reading's item dropped by ``rule``."""
+
+    kind: Literal["field_dropped"] = "field_dropped"
+
+
+class ToolEntry(_Entry):
+    """A tool call: its validated arguments (absent when it was refused before it ran) and what
+    the model was told."""
+
+    kind: Literal["tool"] = "tool"
+    step: str
+    id: str = ""
+    name: str
+    args: Any = None
+    ok: bool | None = None
+    """False: refused, or an error; None: the turn failed before it answered."""
+    result: str | None = None
+
+
+class ApprovalRequestedEntry(_Entry):
+    kind: Literal["approval_requested"] = "approval_requested"
+    step: str
+    tool: str
+    args: Any = None
+    approval: str
+
+
+class ApprovalDecidedEntry(_Entry):
+    kind: Literal["approval_decided"] = "approval_decided"
+    step: str
+    tool: str
+    args: Any = None
+    decision: str
+    by: str | None = None
+
+
+class PatternEntry(_Entry):
+    """A repair pattern took over."""
+
+    kind: Literal["pattern"] = "pattern"
+    step: str
+    name: str
+    detail: str | None = None
+
+
+class HandoffEntry(_Entry):
+    kind: Literal["handoff"] = "handoff"
+    step: str
+    reason: str | None = None
+
+
+class Erased(_Entry):
+    kind: Literal["erased"] = "erased"
+    namespace: str
+
+
+class StateChange(BaseModel):
+    """One key of a step's state: absent before (added) or after (removed), or changed."""
+
+    key: str
+    before: Any = None
+    after: Any = None
+    added: bool = False
+    removed: bool = False
+
+
+class StateEntry(_Entry):
+    """A step's state as the turn changed it."""
+
+    kind: Literal["state"] = "state"
+    step: str
+    changes: list[StateChange]
+
+
+class Omitted(_Entry):
+    kind: Literal["omitted"] = "omitted"
+    entries: int
+    bytes: int
+
+
+TimelineEntry = Annotated[
+    Entered
+    | Left
+    | ModelEntry
+    | Rejected
+    | FieldSet
+    | FieldDropped
+    | ToolEntry
+    | ApprovalRequestedEntry
+    | ApprovalDecidedEntry
+    | PatternEntry
+    | HandoffEntry
+    | Erased
+    | StateEntry
+    | Omitted,
+    Field(discriminator="kind"),
+]
+"""One entry of a turn's timeline, told apart by its ``kind``."""
+
+
+class TurnFailure(BaseModel):
+    """Why the turn failed: its error's kind, the text for the developer, and the step."""
+
+    kind: str
+    message: str
+    step: str | None = None
+
+
+class TurnTimeline(BaseModel):
+    """One turn, as it was recorded."""
+
+    model_config = ConfigDict(extra="allow")
+
+    version: int = TIMELINE_VERSION
+    session_id: str
+    turn: int
+    """The turn's number in the session (a failed turn has the number the next one will have)."""
+    flow: str
+    trigger: Literal["message", "decision"] = "message"
+    message: str
+    """The user's message (or the decision taken)."""
+    started_at: float
+    """Unix time."""
+    duration_ms: float
+    outcome: Literal["replied", "paused", "failed"]
+    reply: str = ""
+    step: str | None = None
+    """The step the turn ended in."""
+    error: TurnFailure | None = None
+    usage: TurnUsage = Field(default_factory=TurnUsage)
+    entries: list[TimelineEntry] = Field(default_factory=list)
+    size: int = 0
+    """Bytes of JSON the entries took when stored."""
+
+    @classmethod
+    def from_json(cls, text: str) -> TurnTimeline:
+        return cls.model_validate(json.loads(text))
+
+
+class SessionTimeline(BaseModel):
+    """A session's recorded turns, oldest first: what ``--json`` exports."""
+
+    session_id: str
+    flow: str
+    turns: list[TurnTimeline]
+
+
+def timeline_schema() -> dict[str, Any]:
+    """The JSON schema of a ``SessionTimeline`` as exported (``picoflow sessions timeline-schema``)."""
+    schema = SessionTimeline.model_json_schema(by_alias=True, mode="serialization")
+    schema["$id"] = f"https://picoflow.dev/schemas/timeline-v{TIMELINE_VERSION}.json"
+    return schema
