@@ -186,7 +186,11 @@ async def test_an_ungated_call_runs_at_once_and_its_result_goes_to_the_model() -
 async def test_a_call_code_gets_wrong_fails_the_turn_and_stores_nothing(action: str, why: str) -> None:
     engine, _ = engine_for([f'{{"order": 40001, "action": "{action}"}}'])
     result = await engine.run("orders", "refund order 40001", caller=CUSTOMER)
-    assert result.error is not None and result.error.is_a(HookFailure) and result.session_id is None
+    assert result.error is not None and result.error.is_a(HookFailure)
+    # A failed first turn keeps its session as it was before the turn: nothing of the turn in it.
+    kept = await engine.store.load(result.session_id or "")
+    assert kept is not None and kept.turns == 0 and kept.approvals == ()
+    assert not any(namespace.messages for namespace in kept.memory.values())
     assert Orders.ledger == []
     records = await engine.store.errors(result.error.reference or "")
     assert why in records[0].message

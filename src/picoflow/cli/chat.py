@@ -155,10 +155,11 @@ async def _converse(
                 if result.session_id is not None:  # a failed first turn keeps its session: go on in it
                     session_id = result.session_id
                     trace = " --trace" if engine.timeline_settings is not None else ""
-                    console.print(
-                        f"[dim]what happened: picoflow sessions show {escape(session_id)}{trace}[/dim]",
-                        soft_wrap=True,
-                    )
+                    if not isinstance(engine.store, MemoryStore):  # another process could not read it
+                        console.print(
+                            f"[dim]what happened: picoflow sessions show {escape(session_id)}{trace}[/dim]",
+                            soft_wrap=True,
+                        )
                 if pending.files:
                     console.print("[dim]the files wait for your next message (/detach drops them)[/dim]")
                 continue
