@@ -345,3 +345,28 @@ async def test_a_pick_without_words_of_choosing_is_no_booking(listed: Chat) -> N
     assert listed.model.remaining == 0 and result.message.startswith("**")
     session = await listed.engine.store.load(listed.session_id or "")
     assert session is not None and "booking" not in session.state_of("Goodbye")
+
+
+@pytest.mark.parametrize(
+    ("said", "quote", "changed"),
+    [
+        ("Actually I'd prefer two beds, my son is coming along", "two beds", "Changed: two beds."),
+        ("Hm, lieber doch zwei Betten", "zwei Betten", "Geändert: zwei Betten."),
+    ],
+)
+async def test_a_new_room_type_read_as_a_comparison_changes_the_search(
+    listed: Chat, said: str, quote: str, changed: str
+) -> None:
+    # The small model read the room type as a comparison of hotels the guest never named (its
+    # "beds" a comparison's word): with no hotel named and no other word of a comparison, it is
+    # a new value for the search, in any language the search step reads.
+    listed.model.extend([wants("compare", [1, 4], ["roomType"]), found(("room_types", quote, ["two beds"]))])
+    result = await listed.say(said)
+    assert result.step == "Present" and result.message.startswith(f"{changed}\n\n**")
+    assert (await known(listed))["room_types"] == ["two beds"]
+
+
+async def test_a_comparison_that_names_an_amenity_is_still_a_comparison(listed: Chat) -> None:
+    listed.model.extend([wants("compare", [1, 2], ["amenities"])])
+    result = await listed.say("compare the first two on amenities, I need a pool")
+    assert result.step == "Compare" and result.message.startswith("| Amenity |")

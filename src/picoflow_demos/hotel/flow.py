@@ -50,8 +50,17 @@ from picoflow import (
 )
 from picoflow.messages import Message
 from picoflow.slots import bears_out, options_said, says_field
+from picoflow.slots.words import words
 from picoflow_demos._common import as_typed
-from picoflow_demos.hotel.criteria import CONFIRM, GOODBYE_WORDS, Criteria, refusal, today
+from picoflow_demos.hotel.criteria import (
+    AMENITY_WORDS,
+    CONFIRM,
+    GOODBYE_WORDS,
+    ROOM_WORDS,
+    Criteria,
+    refusal,
+    today,
+)
 from picoflow_demos.hotel.pricing import HotelQuote, RoomType, hotels, stay_nights
 from picoflow_demos.hotel.questions import ANSWERS, Question
 from picoflow_demos.hotel.replies import (
@@ -364,6 +373,33 @@ class GuestRequest(BaseModel):
     )
 
 
+CRITERION_WORDS = tuple(
+    sorted(
+        {
+            phrase.casefold()
+            for marker in (*ROOM_WORDS, *AMENITY_WORDS)
+            for option, phrases in marker.options.items()
+            for phrase in (str(option), *phrases)
+        },
+        key=len,
+        reverse=True,
+    )
+)
+"""The words of every room type and amenity the search step reads, longest first."""
+
+
+def changes_criterion(said: str) -> bool:
+    """Whether the guest's words name a value of a search criterion (a room type, an amenity) and,
+    once those words are set aside, say nothing of a comparison: "I'd rather have two beds" read
+    as a comparison (its "beds" a comparison's word) is a change of the search."""
+    if not any(options_said(Criteria, name, said, LOCALES) for name in ("room_types", "amenities")):
+        return False
+    rest = f" {' '.join(words(said))} "
+    for phrase in CRITERION_WORDS:
+        rest = rest.replace(f" {' '.join(words(phrase))} ", " ")
+    return not bears_out(GuestRequest, "action", "compare", rest, LOCALES)
+
+
 def picked(quotes: Sequence[HotelQuote], pick: Pick) -> int:
     """The list number of the hotel ``pick`` names among ``quotes`` (the first of equals)."""
     where = {hotel.name: hotel for hotel in hotels()}
@@ -417,6 +453,11 @@ class Present(Step):
                 return self.choose(listed[numbers[0] - 1])
             return self.show_list(with_help=True)
         action = request.action
+        named = [n for n in numbers if bears_out(GuestRequest, "hotels", [n], said, LOCALES)]
+        if action == "compare" and pick == "none" and not named and changes_criterion(said):
+            # "I'd rather have two beds": a new value for a search criterion, with no hotel named
+            # and no word of a comparison besides that value's, changes the search.
+            return repair("correction", detail="the search")
         if pick != "none" and listed:  # "the cheapest" is found in code, whatever number was read
             numbers = [picked(listed, pick)]
             if action in ("change_search", "show_list", "other") and says_field(
