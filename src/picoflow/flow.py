@@ -303,7 +303,10 @@ def _repair_edges(
     if cancels and policy.allows("cancel") and cancel_name != step_cls.name:
         edges.append(Transition(step_cls.name, cancel_name, "cancel"))
     if "digression" in patterns and policy.digress_to is not None and policy.allows("digression"):
-        edges.append(Transition(step_cls.name, _named_step(policy.digress_to), "digression"))
+        # There and back: the digression's step resumes the step it interrupted.
+        answering = _named_step(policy.digress_to)
+        edges.append(Transition(step_cls.name, answering, "digression"))
+        edges.append(Transition(answering, step_cls.name, "resume"))
     if "correction" in patterns and policy.allows("correction") and not step_cls.takes_corrections:
         # Back to the step declared, else to the one step that takes corrections, when it is one.
         taking = [name for name, step in steps.items() if step.takes_corrections and name != step_cls.name]

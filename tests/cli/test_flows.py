@@ -40,6 +40,7 @@ def test_graph_prints_mermaid_derived_from_the_code() -> None:
         "    Explore -->|on_complete| Present",
         "    Explore -->|goodbye| Goodbye",
         "    Explore -.->|digression| HotelQuestions",
+        "    HotelQuestions -.->|resume| Explore",
         "    Present -->|goodbye, book| Goodbye",
         "    Present -->|show_list| Present",
         "    Present -->|compare| Compare",
