@@ -615,3 +615,15 @@ def test_seed_module_runs_from_the_command_line(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert path.exists() and OrdersDatabase(path).get(ME, 40001) is not None
+
+
+@pytest.mark.parametrize("said", ["both, 40004 and 40006", "beide, 40004 und 40006"])
+async def test_order_numbers_read_as_a_search_answer_which_order_to_refund(
+    orders_db: OrdersDatabase, said: str
+) -> None:
+    # A search names dates or a status; numbers alone, read as a search, are the orders the
+    # customer means: here, the answer to "which one?", asked again since it names two.
+    chat = chat_with([reading([40004, 40006], "refund"), reading([40004, 40006], "search")], orders_db)
+    assert (await chat.say("refund 40004 and 40006")).message == "Which one do you mean? 1. #40004 2. #40006"
+    again = await chat.say(said)
+    assert again.message == "Which one do you mean? 1. #40004 2. #40006" and again.step == "Support"

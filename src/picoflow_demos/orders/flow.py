@@ -216,6 +216,11 @@ def borne_out(request: CustomerRequest, said: str) -> CustomerRequest:
     )
 
 
+def days_of(request: CustomerRequest) -> list[Day]:
+    """The days the request gives (its since and until, when read)."""
+    return [day for day in (request.since, request.until) if day is not None]
+
+
 def asks(said: str) -> bool:
     """Whether the customer's message asks a question of its own (a question mark of any script)."""
     return any(mark in said for mark in "?？¿؟")
@@ -299,6 +304,9 @@ class Support(Step):
         # Only what the customer's own words bear out is acted on: a number, status or date the
         # model read but the customer never wrote is its invention.
         request = borne_out(request, said)
+        if request.action == "search" and request.orders and request.status == "any" and not days_of(request):
+            # A search names dates or a status; order numbers alone are orders to look up.
+            request = request.model_copy(update={"action": "order"})
         if asked == "refund" and request.orders and request.action in ("order", "other") and not asks(said):
             # "Order number: 40004" answers "which order shall I refund?"; "Where is 40004?" asks anew.
             request = request.model_copy(update={"action": "refund"})
@@ -312,7 +320,7 @@ class Support(Step):
             return repair("handoff", detail="the customer asked for a person")
         order_ids = request.orders
         status = None if request.status == "any" else request.status
-        days = [day for day in (request.since, request.until) if day is not None]
+        days = days_of(request)
         if request.action not in ("refund", "search") and not (order_ids or status or days):
             return direct(HELP)
         customer = self.context.customer_id
