@@ -27,7 +27,8 @@ __all__ = ["flow_mermaid", "flow_svg"]
 TERMINATE_VIA = "terminate_session"
 FAINT_VIAS = frozenset({TERMINATE_VIA, "handoff", "cancel", "digression", "resume"})
 """Edges most steps may have (ending the session, the repair patterns' handoff, cancel and
-digression, and the resume that ends a digression): drawn faint and unlabelled in the SVG, so they do not bury the flow's own."""
+digression, and the resume that ends a digression): drawn faint and unlabelled in the SVG, so
+they do not bury the flow's own."""
 
 _NODE_HEIGHT = 40
 _RANK_GAP = 64
