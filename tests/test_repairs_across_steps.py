@@ -305,3 +305,17 @@ async def test_repairs_in_a_row_ask_the_question_again_not_the_last_repair_s_wor
     # The second one asks the question, not "I'm sorry ... I'm sorry ... Which order ...?"
     assert await chat.say("a car then?", ToolCall("elsewhere", {})) == sorry
     assert chat.patterns == [("Patient", "out_of_scope", None)] * 2
+
+
+async def test_a_correction_names_its_fields_in_the_form_s_order() -> None:
+    chat = Chat(StayFlow)
+    await chat.say("hi", found())
+    await chat.say("Paris, 3 nights", found(("city", "Paris", "Paris"), ("nights", "3 nights", 3)))
+    # The reading gives the nights first; the pattern names the fields as the slots model orders them.
+    reply = await chat.say(
+        "make it 4 nights in Lyon",
+        ToolCall("change", {}),
+        found(("nights", "4 nights", 4), ("city", "Lyon", "Lyon")),
+    )
+    assert reply == "Changed: city=Lyon, nights=4\n\nOffer 2: Hotel Lyon for 4 nights. Book it?"
+    assert chat.patterns[-1] == ("Search", "correction", "city, nights")

@@ -272,10 +272,14 @@ class SlotStep(Step):
         correction), when the policy lets the pattern fire."""
         before = self._before.known if self._before is not None else {}
         roles = (self.go_ahead, self.goodbye, self.repairs_from)
-        changed = [
+        taken = set(accepted)
+        changed = [  # in the order of the slots model, whatever order the reading gave them in
             name
-            for name in accepted
-            if name not in roles and before.get(name) is not None and before.get(name) != form.known.get(name)
+            for name in self.slots.model_fields
+            if name in taken
+            and name not in roles
+            and before.get(name) is not None
+            and before.get(name) != form.known.get(name)
         ]
         return changed if changed and self.repair_policy.allows("correction") else []
 
