@@ -370,3 +370,34 @@ async def test_a_comparison_that_names_an_amenity_is_still_a_comparison(listed: 
     listed.model.extend([wants("compare", [1, 2], ["amenities"])])
     result = await listed.say("compare the first two on amenities, I need a pool")
     assert result.step == "Compare" and result.message.startswith("| Amenity |")
+
+
+@pytest.mark.parametrize(
+    ("said", "quote", "changed"),
+    [
+        ("actually I'd rather have two beds", "two beds", "Changed: two beds."),
+        ("mejor con dos camas", "dos camas", "Cambiado: dos camas."),
+    ],
+)
+async def test_a_correction_while_the_booking_waits_withdraws_it_and_searches_again(
+    listed: Chat, said: str, quote: str, changed: str
+) -> None:
+    listed.model.extend(
+        [
+            wants("book", pick="cheapest"),
+            wants("change_search"),
+            found(("room_types", quote, ["two beds"])),
+        ]
+    )
+    (approval,) = (await listed.say("book the cheapest")).pending
+    # The booking waited on a suite; the guest changes the room type: what waited is withdrawn,
+    # the search step takes the new value, says what changed, and lists again. Nothing is booked.
+    result = await listed.say(said)
+    assert result.ok and result.step == "Present" and result.message.startswith(f"{changed}\n\n**")
+    assert result.pending == ()
+    session = await listed.engine.store.load(listed.session_id or "")
+    assert session is not None and booked(session) == []
+    assert [a.status for a in session.approvals] == ["withdrawn"]
+    assert session.state_of("Explore")["form"]["known"]["room_types"] == ["two beds"]
+    late = await listed.decide("approve", approval)
+    assert late.error is not None and late.error.is_a(ApprovalStale)
