@@ -555,3 +555,105 @@ def test_named_words_tell_a_yes_however_short() -> None:
     assert told("ok", Stay, "local") is None  # a short yes word answers whatever was asked
     assert left_out("pdx, aug 20", [], Stay) == ["pdx", "aug 20"]
     assert left_out("ok, 3 nights", [("nights", "3 nights", 3)], Stay) == []
+
+
+def test_a_dates_month_needs_evidence_of_its_own_apart_from_its_day() -> None:
+    """ "The first day" is no January 1: a month is borne out by a month the conversation names in a
+    declared locale's words, a date written in digits, or a date the form already holds."""
+
+    def judged(
+        said: str,
+        value: dict[str, int],
+        *,
+        locale: str,
+        known: dict[str, object] | None = None,
+        previous: str | None = None,
+        others: tuple[Item, ...] = (),
+    ) -> list[str | None]:
+        item = Item("since", said, value)
+        _, verdicts = Grounding.for_small_models().judge(
+            Range, (item, *others), Heard(said, previous, slips=True, locales=(locale,)), known=known
+        )
+        return [verdict.rule if verdict.action == "dropped" else verdict.action for verdict in verdicts][:1]
+
+    january_1 = {"month": 1, "day": 1, "year": 2027}
+    september_18 = {"month": 9, "day": 18}
+    # An ordinal of a day, nothing naming a month: dropped, in French and in English.
+    assert judged("le premier jour", january_1, locale="fr") == ["month_given"]
+    assert judged("the first day", january_1, locale="en") == ["month_given"]
+    # A month named in the locale's words, in the message or in the assistant's question.
+    assert judged("le premier janvier", january_1, locale="fr") == ["kept"]
+    assert judged("the first of January", january_1, locale="en") == ["kept"]
+    assert judged(
+        "le 18", september_18, locale="fr", previous="Arrivée le 12 septembre : et le départ ?"
+    ) == ["kept"]
+    assert judged(
+        "the 18th", september_18, locale="en", previous="Check-in September 12: and check-out?"
+    ) == ["kept"]
+    # Another locale's month word is no evidence: "septembre" is not English.
+    assert judged("18 septembre", september_18, locale="en") == ["month_given"]
+    # A date written in digits gives its month.
+    assert judged("18/09", september_18, locale="fr") == ["kept"]
+    assert judged("9/18", september_18, locale="en") == ["kept"]
+    # The month of a date the form already holds, or of another date of the reading, carries over.
+    held = {"until": {"month": 9, "day": 12}}
+    assert judged("le 18", september_18, locale="fr", known=held) == ["kept"]
+    assert judged("on the 18th", september_18, locale="en", known=held) == ["kept"]
+    assert judged("on the 18th", september_18, locale="en", known={"until": {"month": 8, "day": 12}}) == [
+        "month_given"
+    ]
+    until = Item("until", "the 12th of September", {"month": 9, "day": 12})
+    assert judged("on the 18th", september_18, locale="en", others=(until,)) == ["kept"]
+
+
+def test_a_date_fields_month_needs_evidence_whether_read_as_parts_or_as_an_iso_day() -> None:
+    """The same rule for a ``datetime.date`` field: its value read as parts or as an ISO day, the
+    form's dates held as ISO days."""
+    from datetime import date
+
+    class Trip(BaseModel):
+        arrive: date | None = None
+        leave: date | None = None
+
+    def rule(said: str, value: object, *, locale: str, known: dict[str, object] | None = None) -> str | None:
+        _, verdicts = Grounding.for_small_models().judge(
+            Trip, (Item("arrive", said, value),), Heard(said, slips=True, locales=(locale,)), known=known
+        )
+        return verdicts[0].rule if verdicts[0].action == "dropped" else verdicts[0].action
+
+    assert rule("el primer día", {"month": 1, "day": 1, "year": 2027}, locale="es") == "month_given"
+    assert rule("el primer día", "2027-01-01", locale="es") == "month_given"
+    assert rule("el 1 de enero", "2027-01-01", locale="es") == "kept"
+    assert rule("am ersten Tag", {"month": 1, "day": 1, "year": 2027}, locale="de") == "month_given"
+    assert rule("am 1. Januar", {"month": 1, "day": 1, "year": 2027}, locale="de") == "kept"
+    leaving = {"leave": "2027-09-15"}
+    assert rule("el día 12", {"month": 9, "day": 12, "year": None}, locale="es", known=leaving) == "kept"
+    assert rule("am 12.", {"month": 9, "day": 12, "year": None}, locale="de", known=leaving) == "kept"
+    assert (
+        rule("el día 12", {"month": 11, "day": 12, "year": None}, locale="es", known=leaving) == "month_given"
+    )
+
+
+def test_a_day_written_without_its_month_after_a_held_date_may_be_in_the_next_month() -> None:
+    """In on August 30, out "on the 2nd" is September 2, in any language; a day after the held one
+    in the next month is no such reading."""
+    held = {"until": {"month": 8, "day": 30}}
+
+    def rule(said: str, value: dict[str, int], locale: str) -> str | None:
+        _, verdicts = Grounding.for_small_models().judge(
+            Range, (Item("since", said, value),), Heard(said, slips=True, locales=(locale,)), known=held
+        )
+        return verdicts[0].rule if verdicts[0].action == "dropped" else verdicts[0].action
+
+    assert rule("out on the 2nd", {"month": 9, "day": 2}, "en") == "kept"
+    assert rule("salida el día 2", {"month": 9, "day": 2}, "es") == "kept"
+    assert rule("out on the 30th", {"month": 9, "day": 30}, "en") == "month_given"
+    assert rule("salida el día 30", {"month": 9, "day": 30}, "es") == "month_given"
+    december = {"until": {"month": 12, "day": 30}}
+    _, verdicts = Grounding.for_small_models().judge(
+        Range,
+        (Item("since", "the 2nd", {"month": 1, "day": 2}),),
+        Heard("the 2nd", slips=True),
+        known=december,
+    )
+    assert verdicts[0].action == "kept"

@@ -31,6 +31,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import date
 from functools import cache
 from typing import Any, ClassVar, Literal
 
@@ -38,7 +39,7 @@ from pydantic import BaseModel
 
 from picoflow.exceptions import FlowDefinitionError
 from picoflow.locale import Locale
-from picoflow.slots.dates import WrittenDates
+from picoflow.slots.dates import DatePart, WrittenDates
 from picoflow.slots.said import FieldEvidence, Said, evidence_of
 from picoflow.slots.words import (
     locale_numbers,
@@ -136,6 +137,9 @@ class Heard:
         self.parts = tuple(parts_of(message))
         self.dates = WrittenDates.of(message, self.locale.date_order())
         self.numbers = self.numbers_of(message)
+        self.months = self._months_named(message) | self._months_named(self.previous)
+        """The months the message or the assistant's previous message names, in a declared
+        locale's words (English's when none is declared)."""
         self.asked = tuple(_questions(self.previous))
         """The questions of the assistant's previous message: what it put forward to accept."""
         self.accepted = accept.answer(self.sequence, exact=not slips) if accept is not None else None
@@ -146,6 +150,13 @@ class Heard:
         """The numbers ``text`` writes, in digits or in words, as one of the declared locales writes
         them (every plausible way when none is declared)."""
         return locale_numbers(text, self.locales)
+
+    def _months_named(self, text: str) -> frozenset[int]:
+        locales = [Locale.of(tag) for tag in self.locales] or [Locale.any()]
+        said = words(text)
+        return frozenset(
+            month for locale in locales for word in said if (month := locale.months().get(word)) is not None
+        )
 
     @property
     def exact(self) -> bool:
@@ -229,6 +240,9 @@ class Seen:
     items: Sequence[Item]
     asked: tuple[str, ...] = ()
     """The fields of the question the message answers (none when no question is open)."""
+    known: Mapping[str, Any] = field(default_factory=dict)
+    """What the form held before this message: a later message may lean on it ("... and leave on
+    the 18th", the month of the check-in)."""
 
 
 Judged = Item | None
@@ -383,6 +397,74 @@ class NumbersWritten(Rule):
         return item if numbers & seen.heard.numbers_of(item.quote) else None
 
 
+class MonthGiven(Rule):
+    """A date's month needs evidence of its own, apart from its day: a month the message or the
+    assistant's previous message names in a declared locale's words, a date written in digits with
+    that month, or the month of a date the conversation already holds (the form's dates, another
+    date of this reading), or the next month for a day before that date's. "The first day" is no
+    January 1; "and leave on the 18th" takes the check-in's month."""
+
+    name = "month_given"
+
+    def judge(self, item: Item, seen: Seen) -> Judged:
+        own = seen.evidence.get(item.field)
+        day = _calendar_day(own, item.value) if own is not None else None
+        if day is None:
+            return item
+        heard = seen.heard
+        if day["month"] in heard.months or heard.dates.reads(_PARTS, day):
+            return item
+        held = [(name, value) for name, value in seen.known.items()] + [
+            (other.field, other.value) for other in seen.items if other is not item
+        ]
+        for name, value in held:
+            evidence = seen.evidence.get(name)
+            other_day = _calendar_day(evidence, value) if evidence is not None else None
+            if other_day is not None and _month_follows(other_day, day):
+                return item
+        return None
+
+
+_PARTS: Mapping[DatePart, str] = {"day": "day", "month": "month", "year": "year"}
+
+
+def _month_follows(held: Mapping[DatePart, int], day: Mapping[DatePart, int]) -> bool:
+    """Whether ``day``'s month is the one a day written without it takes beside the date ``held``:
+    the same month, or the next one for a day that comes before ``held``'s (in at the 30th of
+    August, out "on the 2nd" is September 2)."""
+    if day["month"] == held["month"]:
+        return True
+    return day["month"] == held["month"] % 12 + 1 and day["day"] < held["day"]
+
+
+def _calendar_day(own: FieldEvidence, value: Any) -> dict[DatePart, int] | None:
+    """The day, month (and year) of a date value: a model's parts marked ``Said(date=...)``, or a
+    ``datetime.date`` field's value (an ISO day, a date, or its parts ``month``, ``day``, ``year``)."""
+    plain = value.model_dump() if isinstance(value, BaseModel) else value
+    if own.date_fields:
+        fields = own.date_fields
+    elif own.calendar:
+        if isinstance(plain, date):
+            return {"day": plain.day, "month": plain.month, "year": plain.year}
+        if isinstance(plain, str):
+            try:
+                iso = date.fromisoformat(plain)
+            except ValueError:
+                return None
+            return {"day": iso.day, "month": iso.month, "year": iso.year}
+        fields = _PARTS
+    else:
+        return None
+    if not isinstance(plain, Mapping):
+        return None
+    day: dict[DatePart, int] = {}
+    for part, name in fields.items():
+        number = plain.get(name)
+        if isinstance(number, int) and not isinstance(number, bool):
+            day[part] = number
+    return day if {"day", "month"} <= day.keys() else None
+
+
 class WrittenDatesOrder(Rule):
     """The numbers of a date written in digits ("01/10/2026") are read together, in the order the
     message writes its dates: beside "15/10/2026", a day read as January 10 is the first of October;
@@ -473,6 +555,7 @@ SMALL_MODEL_RULES: tuple[Rule, ...] = (
     Quoted(),
     NumbersWritten(),
     WrittenDatesOrder(),
+    MonthGiven(),
     YesNo(),
     YesNoSaid(),
     OptionWords(),
@@ -571,11 +654,17 @@ class Grounding:
             )
 
     def judge(
-        self, slots: type[BaseModel], items: Sequence[Item], heard: Heard, asked: Sequence[str] = ()
+        self,
+        slots: type[BaseModel],
+        items: Sequence[Item],
+        heard: Heard,
+        asked: Sequence[str] = (),
+        known: Mapping[str, Any] | None = None,
     ) -> tuple[tuple[Item, ...], tuple[Verdict, ...]]:
         """The items ``heard`` bears out (some put right), and a verdict for every item read;
-        ``asked``: the fields of the question the message answers."""
-        seen = Seen(heard, evidence_of(slots, heard.locales), tuple(items), tuple(asked))
+        ``asked``: the fields of the question the message answers; ``known``: what the form held
+        before the message."""
+        seen = Seen(heard, evidence_of(slots, heard.locales), tuple(items), tuple(asked), known or {})
         kept: list[Item] = []
         verdicts: list[Verdict] = []
         for read in items:

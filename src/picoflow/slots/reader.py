@@ -106,7 +106,9 @@ class Reader:
         """What the model's answer ``extraction`` gives: another look, or the finished reading."""
         question = self.form.asked(self.questions)
         asked = question.fields if question is not None else ()
-        items, verdicts = self.grounding.judge(self.slots, extraction.items, self.heard, asked)
+        items, verdicts = self.grounding.judge(
+            self.slots, extraction.items, self.heard, asked, self.form.known
+        )
         self._verdicts.extend(verdicts)
         merged = self.form.merge(self.slots, given(items), self.questions)
         if merged.problems and self.looks < self.max_corrections:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from functools import cache
 from types import MappingProxyType, UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -180,6 +181,9 @@ class FieldEvidence:
     """The model a value of the field is made of (a day of a month and day), checked field by field."""
     options: tuple[str, ...] = ()
     """The options of the field (of a ``Literal``, and those its markers declare)."""
+    calendar: bool = False
+    """The field holds a ``datetime.date`` (read as an ISO day, or as its parts ``month``, ``day``,
+    ``year`` where its schema asks for them)."""
 
     def names_field(self, quote: Sequence[str], *, exact: bool = False) -> bool:
         return any(marker.names_field(quote, exact=exact) for marker in self.said)
@@ -292,6 +296,7 @@ def evidence_of(slots: type[BaseModel], locales: tuple[str, ...] = ()) -> Mappin
             text,
             parts,
             tuple(dict.fromkeys((*sorted(options), *declared))),
+            _holds_date(info.annotation),
         )
     return MappingProxyType(found)
 
@@ -559,6 +564,16 @@ def _walk(annotation: Any, markers: list[Said], options: set[str], models: list[
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         models.append(annotation)
     return annotation is str
+
+
+def _holds_date(annotation: Any) -> bool:
+    """Whether ``annotation`` is a ``datetime.date`` (optional, annotated or not), never a datetime."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _holds_date(get_args(annotation)[0])
+    if origin in (Union, UnionType):
+        return any(_holds_date(arg) for arg in get_args(annotation) if arg is not type(None))
+    return annotation is date
 
 
 def _option(value: Any) -> bool:
