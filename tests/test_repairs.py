@@ -384,3 +384,57 @@ async def test_the_same_reply_from_code_is_not_sent_a_third_time_in_the_same_wor
     assert chat.patterns == [("Desk", "no_progress", None)]
     # Something new given starts the count again.
     assert await chat.say("4 nights then", found(("nights", "4 nights", 4))) == full
+
+
+class Stay(Booking):
+    request: Annotated[  # type: ignore[assignment]
+        Literal["cancel", "repeat", "skip", "handoff", "out_of_scope"] | None, *REQUEST_WORDS
+    ] = None
+
+
+class Hostel(Desk):
+    """Take a booking, where the guest may ask for what the desk does not do."""
+
+    slots = Stay
+
+
+class HostelFlow(Flow):
+    name = "hostel"
+    steps = [Hostel, Person]
+
+
+async def test_a_question_that_gives_nothing_while_one_waits_is_out_of_scope_to_a_small_model() -> None:
+    """A small model rarely reads ``out_of_scope``: while a question of the step waits for its
+    answer, a question of the user's own that the reading took nothing from is one, in any
+    language; the pending question comes back."""
+    chat = Chat(HostelFlow)
+    # The first message: no question of the step was waiting, so a question is a greeting.
+    assert await chat.say("Hello, can you help me book?", found()) == NAME
+    assert await chat.say("Ada", found(("name", "Ada", "Ada"))) == CITY
+    sorry = f"I'm sorry, I can't help with that here. {CITY}"
+    assert await chat.say("Can you get me a flight too?", found()) == sorry
+    assert await chat.say("¿Y un coche de alquiler?", found()) == sorry
+    # Past max_out_of_scope in a row, a person takes over.
+    assert await chat.say("And a train?", found()) == "Someone will help you shortly."
+    assert [(step, pattern) for step, pattern, _ in chat.patterns] == [
+        ("Hostel", "out_of_scope"),
+        ("Hostel", "out_of_scope"),
+        ("Hostel", "out_of_scope"),
+        ("Hostel", "handoff"),
+    ]
+
+
+async def test_no_question_or_a_value_read_is_not_out_of_scope_and_a_hosted_model_reads_it_itself() -> None:
+    chat = Chat(HostelFlow)
+    await chat.say("hi", found())
+    await chat.say("Ada", found(("name", "Ada", "Ada")))
+    assert await chat.say("hmm, let me think", found()) == NIGHTS  # nothing asked: the optional city left
+    assert await chat.say("3, ¿vale?", found(("nights", "3", 3))) == "Booked 3 nights for Ada."  # an answer
+    assert chat.patterns == []
+    hosted = Chat(HostelFlow)
+    hosted.model = ScriptedModel([], grounding="default")
+    hosted.engine = FlowEngine([HostelFlow], model=hosted.model)
+    await hosted.say("hi", found())
+    await hosted.say("Ada", found(("name", "Ada", "Ada")))
+    assert await hosted.say("Can you get me a flight too?", found()) == NIGHTS  # the optional city left
+    assert hosted.patterns == []

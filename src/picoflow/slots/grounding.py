@@ -205,6 +205,12 @@ def _question_marks() -> frozenset[str]:
     )
 
 
+def asks(text: str) -> bool:
+    """Whether ``text`` asks something: one of its sentences holds a question mark, of any script
+    ("?", "¿", "؟", "？")."""
+    return bool(_questions(text))
+
+
 def _questions(text: str) -> list[str]:
     """The sentences of ``text`` that ask something: those holding a question mark."""
     if not text:

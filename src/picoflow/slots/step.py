@@ -30,7 +30,7 @@ from picoflow.exceptions import FlowDefinitionError
 from picoflow.outcomes import PATTERNS, Direct, Outcome, Repair, direct, go, repair, stay
 from picoflow.repairs import counts, keep
 from picoflow.slots.form import Ask, Form
-from picoflow.slots.grounding import Grounding
+from picoflow.slots.grounding import Grounding, asks
 from picoflow.slots.reader import Again, Reader, Reading
 from picoflow.slots.reading import EXTRACT_RULES, Extraction, ReadingFormat, parse_reading, reading_of
 from picoflow.slots.said import Said, evidence_of, options_said
@@ -305,6 +305,8 @@ class SlotStep(Step):
             if pattern is None and not answered and not taken.problems and self._grounding().told:
                 said = options_said(self.slots, name, message, self.locales)
                 pattern = said[0] if len(said) == 1 else None
+                if pattern is None and self._left_the_path(name, message):
+                    pattern = "out_of_scope"
         else:
             answered = list(taken.accepted)
         self.form = form
@@ -322,6 +324,18 @@ class SlotStep(Step):
             return None
         asked = form.asked(self.questions)
         return repair(named, detail=asked.key if asked is not None and named == "skip" else None)
+
+    def _left_the_path(self, name: str, message: str) -> bool:
+        """Whether a message the reading took nothing from asks for something else: while a
+        question of this step was waiting for its answer, the user asked one of their own (a
+        sentence with a question mark, in any script), and the repairs field offers
+        ``out_of_scope``. A small model reads the values of a form, but rarely sees that a
+        question about a flight, the weather or a restaurant is none of its business; a hosted
+        model reads the option itself."""
+        if "out_of_scope" not in literal_options(self.slots.model_fields.get(name)):
+            return False
+        before = self._before
+        return before is not None and before.asked(self.questions) is not None and asks(message)
 
     async def on_repair(self, fired: Repair) -> Outcome | Any:
         going_on, self._going_on = self._going_on, None
