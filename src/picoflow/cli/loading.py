@@ -26,7 +26,7 @@ from picoflow.flow import Flow
 from picoflow.messages import ToolCall
 from picoflow.models import Model, ScriptedModel
 from picoflow.models.catalog import default_selection
-from picoflow.sessions import open_store
+from picoflow.sessions import SQLiteStore, open_store
 from picoflow.timeline import TimelineSettings
 
 T = TypeVar("T")
@@ -218,8 +218,16 @@ def build_engine(flows: str | None, store: str | None, model: str | None) -> Flo
 
 
 def store_engine(store: str | None) -> FlowEngine:
-    """An engine for commands that only read sessions: no flows to load, no model to build."""
-    return FlowEngine(store=open_store(store), clock=clock)
+    """An engine for commands that work on stored sessions: no flows to load, no model to build.
+    A SQLite file that does not exist is an error, not an empty store created on the spot (a
+    command run in the wrong folder would leave a ``picoflow.sqlite3`` behind)."""
+    opened = open_store(store)
+    if isinstance(opened, SQLiteStore) and not opened.path.exists():
+        raise CliError(
+            f"no session store at {opened.path}: run this where the sessions were stored, or give "
+            "--store (or PICOFLOW_STORE)"
+        )
+    return FlowEngine(store=opened, clock=clock)
 
 
 async def resolve_session_id(engine: FlowEngine, given: str) -> str:
