@@ -317,15 +317,24 @@ def test_sessions_show_marks_structured_answers_in_sessions_stored_before_and_af
     assert transcript_section(before.output) == expected
 
 
-def test_commands_on_stored_sessions_never_create_a_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_commands_on_stored_sessions_never_create_a_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Run in a folder without a store, ``sessions``, ``approvals`` and ``handoffs`` say where they
     looked, in one line, and leave no empty ``picoflow.sqlite3`` behind."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("PICOFLOW_STORE", raising=False)
-    for args in (["sessions", "list"], ["sessions", "show", "s1"], ["approvals", "list"], ["handoffs", "list"]):
+    for args in (
+        ["sessions", "list"],
+        ["sessions", "show", "s1"],
+        ["approvals", "list"],
+        ["handoffs", "list"],
+    ):
         refused = invoke(*args)
         assert refused.exit_code == 1, refused.output
-        assert len(refused.output.splitlines()) == 1 and "no session store at" in refused.output, refused.output
+        assert len(refused.output.splitlines()) == 1 and "no session store at" in refused.output, (
+            refused.output
+        )
     missing = tmp_path / "elsewhere.db"
     refused = invoke("sessions", "list", "--store", f"sqlite:///{missing}")
     assert refused.exit_code == 1 and str(missing) in refused.output.replace("\n", "")

@@ -274,20 +274,29 @@ async def test_the_printed_tables(result: EvalResult) -> None:
     assert [line.rstrip() for line in console.export_text().splitlines()] == [
         "                      apples · flow shop · model function:test · 2 run(s)",
         "",
-        "   #   user                passed     median s   p90 s   max s   calls   failed most",
-        " " + "─" * 94,
-        "   1   hello               2/2 100%       2.50    4.00    4.00     1.0",
-        "   2   two apples please   1/2 50%        2.00    3.00    3.00     1.0   tool_called: add (1×)",
-        "   3   thanks              2/2 100%       1.75    2.00    2.00     1.0",
+        "  #   user                passed     median s   p90 s   max s   calls   failed most",
+        " " + "─" * 93,
+        "  1   hello               2/2 100%       2.50    4.00    4.00       1",
+        "  2   two apples please   1/2 50%        2.00    3.00    3.00       1   tool_called: add (1×)",
+        "  3   thanks              2/2 100%       1.75    2.00    2.00       1",
         "",
         "  runs passed     1/2 (50%)",
         "  checks passed   5/6 (83.3%)",
-        "  turn time       median 1.75s, p90 4.00s, max 4.00s; median without the first turn 1.75s",
-        "  usage           6 model call(s), 1 tool call(s), 105 tokens (84 in + 21 out)",
+        "  turn time       median 1.75s (1.75s after the first), p90 4.00s, max 4.00s",
+        "  usage           6 model calls, 1 tool call",
+        "  tokens          105 (84 in, 21 out)",
         "note: 2 judge check(s) were not scored; pass --judge MODEL to score them",
         "checks passed: 5/6 (83.3%)",
         "PASS 1/2 runs passed (50%); minimum 50%",
     ]
+    # At 80 columns (a log file): no line is longer, no column is dropped, the short ones are whole.
+    narrow = Console(record=True, width=80)
+    print_result(narrow, result, min_pass=0.5)
+    lines = narrow.export_text().splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    header = next(line for line in lines if "median s" in line)
+    assert header.split()[:8] == ["#", "user", "passed", "median", "s", "p90", "s", "max"]
+    assert any("2/2 100%       2.50    4.00    4.00       1" in line for line in lines)
     console = Console(record=True, width=120)
     print_result(console, result, min_pass=0.6)
     assert console.export_text().splitlines()[-1] == "FAIL 1/2 runs passed (50%); minimum 60%"

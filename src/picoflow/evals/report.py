@@ -11,6 +11,7 @@ from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from picoflow.evals.coverage import Coverage
 from picoflow.evals.results import EvalResult, ScenarioResult, Timing, TurnRecord
@@ -152,29 +153,44 @@ def _print_scenario(console: Console, result: EvalResult, scenario: ScenarioResu
         f"{escape(scenario.scenario.name)} · flow {escape(scenario.flow)} · model {escape(result.model)} · "
         f"{len(scenario.runs)} run(s)"
     )
-    # No vertical rules: the table fits 80 columns (a log file) and grows on a wide terminal.
-    table = Table(title=title, box=box.SIMPLE_HEAD)
-    table.add_column("#", justify="right", no_wrap=True, min_width=2)
-    table.add_column("user", overflow="ellipsis", no_wrap=True, min_width=12, max_width=40, ratio=2)
-    table.add_column("passed", no_wrap=True)
-    for heading in ("median s", "p90 s", "max s", "calls"):
-        table.add_column(heading, justify="right", no_wrap=True)
-    table.add_column("failed most", overflow="fold", min_width=12, ratio=3)
+    rows: list[tuple[str, ...]] = []
     for index, turn in enumerate(scenario.scenario.turns, 1):
         records = scenario.turns_at(index)
         passed = sum(record.passed for record in records)
         rate = f"{passed}/{len(records)} {_percent(scenario.turn_pass_rate(index))}"
         worst = scenario.most_failed(index)
         timing = Timing.of([record.seconds for record in records])
-        calls = sum(record.usage.model_calls for record in records) / len(records) if records else 0.0
-        table.add_row(
-            str(index),
-            escape(turn.said),
-            rate if passed == len(records) else f"[red]{rate}[/red]",
-            *_seconds(timing),
-            f"{calls:.1f}",
-            escape(f"{worst[0]} ({worst[1]}×)") if worst else "",
+        calls = sum(record.usage.model_calls for record in records) / len(records) if records else 0
+        rows.append((
+            str(index), escape(turn.said), rate if passed == len(records) else f"[red]{rate}[/red]",
+            *_seconds(timing), f"{calls:g}", escape(f"{worst[0]} ({worst[1]}×)") if worst else "",
+        ))  # fmt: skip
+    # No vertical rules, and the short columns never cut (their width is their widest cell): the
+    # table fits 80 columns (a log file), the messages and failures take what is left, and it grows
+    # on a wide terminal. Calls are a mean over the runs: "1", or "1.5" when runs differ.
+    table = Table(title=title, box=box.SIMPLE_HEAD)
+    fixed = {"#": 0, "passed": 2, "median s": 3, "p90 s": 4, "max s": 5, "calls": 6}
+    widths = {
+        heading: max([len(heading), *(len(Text.from_markup(row[column]).plain) for row in rows)])
+        for heading, column in fixed.items()
+    }
+    # What is left after the short columns and each column's padding (3 a column, 2 at the edges).
+    left = console.width - sum(widths.values()) - 3 * (len(fixed) + 2) - 2
+    saying = max(len(Text.from_markup(row[1]).plain) for row in rows) if rows else 4
+    user = max(8, min(saying, 40, left * 2 // 3))
+    table.add_column("#", justify="right", no_wrap=True, min_width=widths["#"])
+    table.add_column("user", overflow="ellipsis", no_wrap=True, width=user)
+    for heading in ("passed", "median s", "p90 s", "max s", "calls"):
+        table.add_column(
+            heading,
+            justify="left" if heading == "passed" else "right",
+            no_wrap=True,
+            min_width=widths[heading],
         )
+    failures = max((len(row[7]) for row in rows), default=0)
+    table.add_column("failed most", overflow="fold", min_width=max(8, min(left - user, failures)))
+    for row in rows:
+        table.add_row(*row)
     if scenario.scenario.goal is not None:
         table = goal_table(title, scenario)
     console.print(table)
@@ -187,12 +203,13 @@ def _print_scenario(console: Console, result: EvalResult, scenario: ScenarioResu
     timing, later = scenario.timing(), scenario.timing(skip_first=True)
     if timing is not None:
         median, p90, slowest = _seconds(timing)
-        after = f"; median without the first turn {later.median:.2f}s" if later else ""
-        console.print(f"  turn time       median {median}s, p90 {p90}s, max {slowest}s{after}")
+        after = f" ({later.median:.2f}s after the first)" if later else ""
+        console.print(f"  turn time       median {median}s{after}, p90 {p90}s, max {slowest}s")
     usage = scenario.usage()
+    calls = f"{_count(usage.model_calls, 'model call')}, {_count(usage.tool_calls, 'tool call')}"
+    console.print(f"  usage           {calls}")
     console.print(
-        f"  usage           {usage.model_calls} model call(s), {usage.tool_calls} tool call(s), "
-        f"{usage.total_tokens:,} tokens ({usage.input_tokens:,} in + {usage.output_tokens:,} out)"
+        f"  tokens          {usage.total_tokens:,} ({usage.input_tokens:,} in, {usage.output_tokens:,} out)"
     )
 
 
@@ -241,6 +258,10 @@ def _seconds(timing: Timing | None) -> tuple[str, str, str]:
     if timing is None:
         return ("-", "-", "-")
     return (f"{timing.median:.2f}", f"{timing.p90:.2f}", f"{timing.max:.2f}")
+
+
+def _count(number: int, thing: str) -> str:
+    return f"{number} {thing}{'' if number == 1 else 's'}"
 
 
 def _percent(rate: float) -> str:
