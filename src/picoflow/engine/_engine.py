@@ -24,9 +24,10 @@ from contextlib import AbstractAsyncContextManager
 from types import MappingProxyType
 from typing import Any
 
+from picoflow._run.jobs import DecisionRequest, TurnRequest
 from picoflow._run.loop import first_request
 from picoflow._run.observers import NO_OBSERVER, EventStream, TurnObserver, combine
-from picoflow._run.session_turn import DecisionRequest, SessionTurns, TurnRequest, may_access, store_call
+from picoflow._run.session_turn import SessionTurns, may_access, store_call
 from picoflow._run.text import check_message
 from picoflow._run.text import check_text as check_text  # the one input rule, public here
 from picoflow._run.timeline import Recording, TimelineRecorder

@@ -19,8 +19,9 @@ from temporalio.client import (
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
+from picoflow._run.jobs import DecisionRequest, TurnRequest
 from picoflow._run.observers import NO_OBSERVER, TurnObserver
-from picoflow._run.session_turn import DecisionRequest, SessionTurns, TurnRequest, store_call
+from picoflow._run.session_turn import SessionTurns, store_call
 from picoflow.exceptions import InvalidInput, RunError, StoreUnavailable
 from picoflow.results import TurnResult
 from picoflow.temporal import _codec as codec

@@ -26,8 +26,9 @@ from typing import Any
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
+from picoflow._run.jobs import DecisionRequest, TurnRequest
 from picoflow._run.observers import NO_OBSERVER
-from picoflow._run.session_turn import DecisionRequest, SessionTurns, TurnRequest
+from picoflow._run.session_turn import SessionTurns
 from picoflow.exceptions import ApprovalConflict, RunError
 from picoflow.results import TurnResult
 from picoflow.temporal import _codec as codec
