@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from functools import partial
 from types import MappingProxyType
 from typing import Any
 
@@ -241,7 +242,9 @@ class FlowEngine:
         The turn runs to its end even if the consumer stops listening, so a disconnect never
         leaves a half-done turn.
         """
-        return self._jobs.run_stream(flow, message, session_id, caller, attachments)
+        return self._jobs.stream(
+            partial(self.run, flow, message, session_id, caller=caller, attachments=attachments)
+        )
 
     def run_sync(
         self,
@@ -257,7 +260,9 @@ class FlowEngine:
         Each thread keeps one event loop for all its calls, so connections the store and the
         models opened on the first call serve the next ones too.
         """
-        return self._jobs.run_sync(flow, message, session_id, caller, attachments)
+        return self._jobs.run_sync(
+            partial(self.run, flow, message, session_id, caller=caller, attachments=attachments)
+        )
 
     async def warm(self, flow: str | type[Flow], *, message: str = "Hello") -> bool:
         """Send the first request of a new session of ``flow`` once, answering at most one token.

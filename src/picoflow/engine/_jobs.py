@@ -1,8 +1,9 @@
 """Turns and decisions as the engine hands them over: each one's input checked into a job (a
 ``TurnRequest``, a ``DecisionRequest``) or refused, the job handed to the executor, and every one
 watched the same way — traced, its events streamed to the caller, its timeline recorded and kept
-with its session. ``run_stream`` and ``run_sync`` are a turn for a caller that watches its events,
-or that has no event loop; ``warm`` sends a flow's first request once, ahead of any turn.
+with its session. ``stream`` and ``run_sync`` run a turn (``engine.run``) for a caller that
+watches its events, or that has no event loop; ``warm`` sends a flow's first request once, ahead
+of any turn.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import atexit
 import dataclasses
 import logging
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from typing import Any, Protocol
 
 from picoflow._run.jobs import TurnRequest
 from picoflow._run.loop import first_request
@@ -38,6 +39,8 @@ logger = logging.getLogger("picoflow")
 
 Submit = Callable[[TurnObserver], Awaitable[TurnResult]]
 """A job handed over (or its refusal), to await for its result, watched by the observer given."""
+Turn = Callable[..., Coroutine[Any, Any, TurnResult]]
+"""``engine.run`` with a turn's input bound (``on_event`` may be given)."""
 
 
 class JobsHost(Protocol):
@@ -127,8 +130,26 @@ class Jobs:
         on_event: Callable[[TurnEvent], None] | None,
         attachments: Sequence[Attachment],
     ) -> TurnResult:
+        host = self.host
+
         def submit(observer: TurnObserver) -> Awaitable[TurnResult]:
-            return self._turn(flow, message, session_id, caller, attachments, observer)
+            """The turn to await for its result: the executor's, or the failure of input refused
+            (filed like any other: nothing ran, nothing was stored)."""
+            try:
+                spec = host.flow(flow) if flow is not None or session_id is None else None
+                text = host.check_message(message)
+                if session_id is not None:
+                    check_session_id(session_id)
+                files = tuple(attachments)
+                if files:
+                    check_attachments(list(files), host.attachment_limits)
+                if session_id is None:
+                    request = TurnRequest(spec, text, new_session_id(), True, caller or Caller(), files)
+                else:
+                    request = TurnRequest(spec, text, session_id, False, caller or Caller(), files)
+            except RunError as exc:
+                return host.turns.failed(exc, session_id, session_id, None)
+            return host.executor.take(host.turns, request, observer)
 
         flow_name = flow if isinstance(flow, str) or flow is None else flow.name
         return await self._watched(
@@ -141,34 +162,6 @@ class Jobs:
             summary=message,
         )
 
-    def _turn(
-        self,
-        flow: str | type[Flow] | None,
-        message: str,
-        session_id: str | None,
-        caller: Caller | None,
-        attachments: Sequence[Attachment],
-        observer: TurnObserver,
-    ) -> Awaitable[TurnResult]:
-        """The turn to await for its result: the executor's, or the failure of input refused
-        (filed like any other: nothing ran, nothing was stored)."""
-        host = self.host
-        try:
-            spec = host.flow(flow) if flow is not None or session_id is None else None
-            text = host.check_message(message)
-            if session_id is not None:
-                check_session_id(session_id)
-            files = tuple(attachments)
-            if files:
-                check_attachments(list(files), host.attachment_limits)
-            if session_id is None:
-                request = TurnRequest(spec, text, new_session_id(), True, caller or Caller(), files)
-            else:
-                request = TurnRequest(spec, text, session_id, False, caller or Caller(), files)
-        except RunError as exc:
-            return host.turns.failed(exc, session_id, session_id, None)
-        return host.executor.take(host.turns, request, observer)
-
     async def decide(
         self,
         session_id: str,
@@ -178,8 +171,17 @@ class Jobs:
         caller: Caller | None,
         on_event: Callable[[TurnEvent], None] | None,
     ) -> TurnResult:
+        host = self.host
+
         def submit(observer: TurnObserver) -> Awaitable[TurnResult]:
-            return self._decision(session_id, approval_id, decision, reason, caller, observer)
+            """The decision to await for its result: the executor's, or its input refused."""
+            try:
+                request = self.approvals.request(
+                    session_id, approval_id, decision, reason, caller or Caller()
+                )
+            except RunError as exc:
+                return host.turns.failed(exc, None, None, None)
+            return host.executor.decide(host.turns, request, observer)
 
         return await self._watched(
             submit,
@@ -191,37 +193,13 @@ class Jobs:
             summary=f"{decision} {approval_id}",
         )
 
-    def _decision(
-        self,
-        session_id: str,
-        approval_id: str,
-        decision: str,
-        reason: str | None,
-        caller: Caller | None,
-        observer: TurnObserver,
-    ) -> Awaitable[TurnResult]:
-        """The decision to await for its result: the executor's, or its input refused."""
-        host = self.host
-        try:
-            request = self.approvals.request(session_id, approval_id, decision, reason, caller or Caller())
-        except RunError as exc:
-            return host.turns.failed(exc, None, None, None)
-        return host.executor.decide(host.turns, request, observer)
-
     # --- turns for other callers ------------------------------------------------------------------
 
-    async def run_stream(
-        self,
-        flow: str | type[Flow] | None,
-        message: str,
-        session_id: str | None,
-        caller: Caller | None,
-        attachments: Sequence[Attachment],
-    ) -> AsyncIterator[TurnEvent | TurnFinished]:
+    async def stream(self, turn: Turn) -> AsyncIterator[TurnEvent | TurnFinished]:
+        """The events of ``turn(on_event=...)`` as they happen, and ``TurnFinished`` last. The
+        turn runs to its end even if the consumer stops listening."""
         queue: asyncio.Queue[TurnEvent | TurnFinished | None] = asyncio.Queue()
-        task = asyncio.ensure_future(
-            self.run(flow, message, session_id, caller, queue.put_nowait, attachments)
-        )
+        task = asyncio.ensure_future(turn(on_event=queue.put_nowait))
         # The loop holds tasks weakly; keep this one alive even if the consumer walks away.
         self._background.add(task)
 
@@ -240,16 +218,11 @@ class Jobs:
             if isinstance(event, TurnFinished):
                 return
 
-    def run_sync(
-        self,
-        flow: str | type[Flow] | None,
-        message: str,
-        session_id: str | None,
-        caller: Caller | None,
-        attachments: Sequence[Attachment],
-    ) -> TurnResult:
+    @staticmethod
+    def run_sync(turn: Turn) -> TurnResult:
+        """The result of ``turn()``, run on this thread's event loop."""
         loop = _thread_loop()
-        task = loop.create_task(self.run(flow, message, session_id, caller, None, attachments))
+        task = loop.create_task(turn())
         try:
             return loop.run_until_complete(task)
         except BaseException:
