@@ -32,7 +32,8 @@ class TurnExecutor(Protocol):
     async def decide(
         self, turns: SessionTurns, request: DecisionRequest, observer: TurnObserver
     ) -> TurnResult:
-        """The result of a decision (``SessionTurns.decide``): the turn it resumes, or its refusal."""
+        """The result of a decision: the turn it resumes, or its refusal. A decision is the other
+        kind of job a session runs; ``SessionTurns.take`` (``decide`` is the same) runs both."""
         ...
 
 
