@@ -1,50 +1,40 @@
-"""One turn end to end around the loop: open the session, restore it, run the loop, commit it
-atomically, or turn a failure into a ``TurnResult`` — the stored session left exactly as it was.
+"""The one path of a job against a session — a turn, a decision (``jobs``): lock the session in
+this process, open it, restore it, run the job, commit it atomically, or turn a failure into a
+``TurnResult`` — the stored session left exactly as it was.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from picoflow._run.approvals import answer_unfinished, approvals_of, check_decision, decide_approval
 from picoflow._run.compose import Composer
 from picoflow._run.dispatch import LOCAL_TOOLS
 from picoflow._run.effects import Paused, Reply
-from picoflow._run.files import TurnFiles
-from picoflow._run.handoff import wait_for_staff
-from picoflow._run.loop import resume_turn, run_turn
 from picoflow._run.observers import TurnObserver
 from picoflow._run.window import TRIMMED
 from picoflow._run.workspace import ToolRunner, TurnConfig, Workspace, compact_memory
-from picoflow.approvals import Decision, PausedResponse
 from picoflow.attachments import Attachment
 from picoflow.context import ANY_PRINCIPAL, Caller, PrincipalFilter
 from picoflow.exceptions import (
-    ApprovalConflict,
-    ApprovalNotFound,
-    ApprovalPending,
     ApprovalRefused,
-    FlowMismatch,
     InvalidInput,
     RunError,
     SessionCompleted,
     SessionConflict,
-    SessionNotFound,
     StoreError,
     SubStepFailed,
 )
 from picoflow.flow import FlowSpec, StepSpec
 from picoflow.models.base import Model
 from picoflow.results import TurnError, TurnResult
-from picoflow.session import OPEN_STATUSES, LogRecord, Session
+from picoflow.session import LogRecord, Session
 from picoflow.sessions.base import SessionStore
 from picoflow.usage import Usage, UsageLimits
 
@@ -55,38 +45,7 @@ MAX_WARNINGS = 200
 #: latest of each per step (each turn's result still lists its own), so its document stays small.
 LATEST_ONLY = frozenset({TRIMMED})
 
-
-@dataclass(slots=True)
-class TurnRequest:
-    """A turn as the engine checked it: the flow (None: the session's own), the text, the session."""
-
-    spec: FlowSpec | None
-    text: str
-    session_id: str
-    """The session the turn continues, or the id of the one it starts."""
-    starts: bool
-    """The turn starts the session ``session_id`` (its id chosen by the engine, before the turn)."""
-    caller: Caller
-    files: tuple[Attachment, ...] = ()
-    """The files sent with the message, checked."""
-
-    @property
-    def continues(self) -> str | None:
-        """The id of the stored session the turn continues; None for a new one."""
-        return None if self.starts else self.session_id
-
-
-@dataclass(slots=True)
-class DecisionRequest:
-    """A decision as the engine checked it: on which approval, by whom, when (the deciding
-    process's clock: a durable executor decides by it wherever the decision runs)."""
-
-    session_id: str
-    approval_id: str
-    decision: Decision
-    reason: str | None
-    caller: Caller
-    at: float
+R = TypeVar("R")
 
 
 class TurnHost(Protocol):
@@ -115,9 +74,50 @@ class TurnHost(Protocol):
     def model_for(self, flow: FlowSpec, step: StepSpec) -> Model: ...
 
 
+@dataclass(slots=True)
+class Opened:
+    """A job's session as the job opened it, before the flow restores it."""
+
+    spec: FlowSpec
+    """The session's flow, its MCP tools listed."""
+    session: Session
+    caller: Caller
+    """Who the job's calls run as."""
+    expected: int | None
+    """The stored revision the job's commit expects (None: the job starts the session)."""
+
+
+class SessionJob(Protocol):
+    """What runs against one session: a turn (``TurnRequest``) or a decision (``DecisionRequest``).
+    ``SessionTurns.take`` runs either the same way: the lock, the restore, the failure filed."""
+
+    @property
+    def session_id(self) -> str:
+        """The session the job runs against, or the id of the one it starts."""
+        ...
+
+    @property
+    def continues(self) -> str | None:
+        """The id of the stored session the job runs against (locked meanwhile); None for a new one."""
+        ...
+
+    @property
+    def noun(self) -> str:
+        """What the job is called in the log: "turn", "decision"."""
+        ...
+
+    async def open(self, turns: SessionTurns) -> Opened:
+        """Load (or start) the session and refuse what the job may not do in it."""
+        ...
+
+    async def run(self, turns: SessionTurns, ws: Workspace, opened: Opened) -> Reply | Paused:
+        """Run against the restored session and commit (``SessionTurns.commit``)."""
+        ...
+
+
 class SessionTurns:
-    """Runs turns against the store, one at a time per session inside this process; tool calls
-    run where ``tools`` runs them."""
+    """Runs jobs (turns, decisions) against the store, one at a time per session inside this
+    process; tool calls run where ``tools`` runs them."""
 
     def __init__(self, host: TurnHost, tools: ToolRunner = LOCAL_TOOLS) -> None:
         self.host = host
@@ -125,156 +125,60 @@ class SessionTurns:
         self.composer = Composer(host.registry, host.model_for, host.with_mcp_tools)
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
 
-    async def take(self, request: TurnRequest, observer: TurnObserver) -> TurnResult:
-        """The turn's result; a failure is filed with the session and leaves it as stored."""
+    async def take(self, job: SessionJob, observer: TurnObserver) -> TurnResult:
+        """The job's result (a turn's, a decision's); a failure is filed with the session and
+        leaves it as stored."""
         ws: Workspace | None = None
-        continued = None if request.starts else request.session_id
+        continued = job.continues
         lock = None if continued is None else self._lock(continued)  # a new session needs none
         held = False
         try:
             if lock is not None:
                 held = await lock.acquire()
-            spec, session, expected = await self._open(request)
-            observer.session_opened(session.id)
-            ws = self.workspace(spec, session, request.caller, observer)
-            if session.revision:
+            opened = await job.open(self)
+            observer.session_opened(opened.session.id)
+            ws = self.workspace(opened.spec, opened.session, opened.caller, observer)
+            if opened.session.revision:
                 self._restore(ws)
-            if request.files or ws.session.files_sent:
-                loader = functools.partial(self.host.store.load_files, ws.session.id)
-                ws.files = TurnFiles(request.files, loader)
             if observer.wants_session:
                 observer.session_before(ws.session)
-            if ws.session.paused is not None:
-                await self._close_paused(ws, ws.session.paused)
-            try:
-                reply: Reply | Paused
-                if ws.session.status == "awaiting_human":  # staff answer: no model is called
-                    reply = await wait_for_staff(ws, request.text)
-                else:
-                    reply = await run_turn(ws, request.text)
-            except BaseException as exc:
-                _ended(ws, observer, exc)
-                raise
-            _ended(ws, observer, None)
-            await self._commit(ws, expected, request.files)
-            return _result(ws, reply)
+            return _result(ws, await job.run(self, ws, opened))
         except RunError as exc:
-            return await self.failed(exc, request.session_id, continued, ws)
+            return await self.failed(exc, job.session_id, continued, ws)
         except Exception as exc:
-            logger.exception("picoflow: unexpected error in a turn of session %s", request.session_id)
+            logger.exception("picoflow: unexpected error in a %s of session %s", job.noun, job.session_id)
             wrapped = RunError(f"unexpected {type(exc).__name__}: {exc}")
             wrapped.__cause__ = exc
-            return await self.failed(wrapped, request.session_id, continued, ws)
+            return await self.failed(wrapped, job.session_id, continued, ws)
         finally:
             if ws is not None:
                 ws.release()
             if lock is not None:
                 self._unlock(continued or "", lock, held)
 
-    async def _close_paused(self, ws: Workspace, paused: PausedResponse) -> None:
-        """A new message while calls wait: what waits is withdrawn (or expired), its calls answered
-        as not run, and the turn goes on. Refused while a process runs the decided calls."""
-        now = self.host.clock()
-        if paused.resuming_since is not None and now < paused.resuming_since + self.host.approval_lease:
-            raise ApprovalPending(
-                f"session {ws.session.id} is carrying out a decision; send the message again when it is done",
-                session_id=ws.session.id,
-            )
-        await answer_unfinished(ws, paused, now)
+    decide = take
+    """A decision is a job as a turn is: ``take`` runs it."""
 
-    async def decide(self, request: DecisionRequest, observer: TurnObserver) -> TurnResult:
-        """Take a decision on a pending approval: recorded in the session; when it was the last its
-        response waited for, the response's calls run (each approved one exactly once) and the turn
-        goes on to its reply. A refusal changes nothing, as a failed turn."""
-        ws: Workspace | None = None
-        session_id = request.session_id
-        lock = self._lock(session_id)
-        held = False
+    async def ready(self, spec: FlowSpec) -> FlowSpec:
+        """The job's flow with its MCP tools listed and its models ready (``before_turn``)."""
+        host = self.host
+        if spec.mcp_servers:  # its MCP servers' tools are not listed yet
+            spec = await host.with_mcp_tools(spec)
+        if host.before_turn is not None:
+            await host.before_turn(spec)
+        return spec
+
+    @staticmethod
+    async def observed(ws: Workspace, running: Awaitable[R]) -> R:
+        """``running``, the loop's part of a job; then the observer is told the loop stopped."""
+        observer = ws.config.observer
         try:
-            held = await lock.acquire()
-            spec, stored = await self._load_decided(request)
-            _, paused = check_decision(stored, spec, request.approval_id, request.caller, request.at)
-            observer.session_opened(stored.id)
-            # The calls run as the proposing caller: the session's principal, with its visibilities.
-            owner = Caller(
-                principal=stored.principal,
-                visibilities=frozenset(paused.visibilities),
-                deps=request.caller.deps,
-            )
-            ws = self.workspace(spec, stored, owner, observer)
-            self._restore(ws)
-            if observer.wants_session:
-                observer.session_before(ws.session)
-            session = ws.session  # what the flow made of it: checked again
-            approval, paused = check_decision(session, spec, request.approval_id, request.caller, request.at)
-            session.updated_at = time.time()
-            decided = decide_approval(
-                session, approval, request.decision, request.caller, request.reason, request.at
-            )
-            observer.approval_decided(decided)
-            waiting = tuple(a for a in approvals_of(session.approvals, paused.approvals) if a.pending)
-            expected = session.revision
-            if waiting:  # the response still waits for other decisions
-                await self._claim(session, expected)
-                return _result(ws, Paused(waiting))
-            session.paused = dataclasses.replace(paused, resuming_since=request.at)
-            expected = await self._claim(session, expected)  # one process only goes on from here
-
-            async def checkpoint() -> None:
-                nonlocal expected
-                await self._commit(ws, expected, (), ended=False)
-                expected = session.revision
-                ws.appended.clear()
-
-            try:
-                ended = await resume_turn(ws, paused, checkpoint)
-            except BaseException as exc:
-                _ended(ws, observer, exc)
-                raise
-            _ended(ws, observer, None)
-            await self._commit(ws, expected, ())
-            return _result(ws, ended)
-        except RunError as exc:
-            return await self.failed(exc, session_id, session_id, ws)
-        except Exception as exc:
-            logger.exception("picoflow: unexpected error in a decision of session %s", session_id)
-            wrapped = RunError(f"unexpected {type(exc).__name__}: {exc}")
-            wrapped.__cause__ = exc
-            return await self.failed(wrapped, session_id, session_id, ws)
-        finally:
-            if ws is not None:
-                ws.release()
-            self._unlock(session_id, lock, held)
-
-    async def _load_decided(self, request: DecisionRequest) -> tuple[FlowSpec, Session]:
-        """The session a decision is taken in, with its flow (its MCP tools listed). Whether the
-        caller may see it is the approval's to say (a supervisor decides in others' sessions)."""
-        session_id = request.session_id
-        async with store_call("loading session", session_id):
-            stored = await self.host.store.load(session_id)
-        if stored is None:
-            raise ApprovalNotFound(
-                f"no approval {request.approval_id} for this caller", session_id=session_id
-            )
-        spec = self.host.flow(stored.flow)
-        if spec.mcp_servers:
-            spec = await self.host.with_mcp_tools(spec)
-        if self.host.before_turn is not None:
-            await self.host.before_turn(spec)
-        return spec, stored
-
-    async def _claim(self, session: Session, expected: int) -> int:
-        """Save a decision, compare-and-swap: of two processes deciding at once, one goes on and
-        the other is refused with nothing run. Returns the new revision."""
-        try:
-            async with store_call("saving a decision in session", session.id):
-                return await self.host.store.save(session, expected_revision=expected)
-        except SessionConflict as exc:
-            raise ApprovalConflict(
-                f"session {session.id} changed while the decision was taken (another decision or "
-                "message came first); nothing was run",
-                session_id=session.id,
-            ) from exc
+            ended = await running
+        except BaseException as exc:
+            _ended(ws, observer, exc)
+            raise
+        _ended(ws, observer, None)
+        return ended
 
     def workspace(
         self, spec: FlowSpec, session: Session, caller: Caller, observer: TurnObserver
@@ -294,24 +198,10 @@ class SessionTurns:
         )
         return Workspace(config, session)
 
-    async def _open(self, request: TurnRequest) -> tuple[FlowSpec, Session, int | None]:
-        """The turn's flow (its MCP tools listed, its models ready), its session and the revision
-        the save expects (None: a new session)."""
-        if request.starts:
-            spec, session, expected = self._new(request)
-        else:
-            spec, session, expected = await self._load(request, request.session_id)
-        host = self.host
-        if spec.mcp_servers:  # its MCP servers' tools are not listed yet
-            spec = await host.with_mcp_tools(spec)
-        if host.before_turn is not None:
-            await host.before_turn(spec)
-        return spec, session, expected
-
-    async def _commit(
+    async def commit(
         self, ws: Workspace, expected: int | None, files: tuple[Attachment, ...], *, ended: bool = True
     ) -> None:
-        """Save the turn: all of it or, should the store refuse, nothing. ``ended=False`` saves a
+        """Save the job: all of it or, should the store refuse, nothing. ``ended=False`` saves a
         turn still going on (a checkpoint: the turn is counted when it ends)."""
         if ended:
             await compact_memory(ws)
@@ -327,33 +217,6 @@ class SessionTurns:
                 await store.save(session, expected_revision=expected, appended=ws.appended)
         except OSError as exc:  # as in ``store_call``, without its await on the hot path
             raise outage(f"saving session {session.id}", exc) from exc
-
-    @staticmethod
-    def _new(request: TurnRequest) -> tuple[FlowSpec, Session, None]:
-        spec = request.spec
-        assert spec is not None  # the engine resolves the flow of a new session up front
-        principal = request.caller.principal
-        session = Session(id=request.session_id, flow=spec.name, current_step=spec.start, principal=principal)
-        return spec, session, None
-
-    async def _load(self, request: TurnRequest, session_id: str) -> tuple[FlowSpec, Session, int]:
-        """The caller's stored session, still running, of the requested flow."""
-        spec = request.spec
-        async with store_call("loading session", session_id):
-            stored = await self.host.store.load(session_id)
-        if stored is None or not may_access(stored, request.caller.principal):
-            raise SessionNotFound(f"no session {session_id} for this caller", session_id=session_id)
-        if spec is None:
-            spec = self.host.flow(stored.flow)
-        if stored.flow != spec.name:
-            raise FlowMismatch(f"session {session_id} belongs to flow {stored.flow}, not {spec.name}")
-        if stored.status not in OPEN_STATUSES:
-            raise SessionCompleted(f"session {session_id} is {stored.status}", session_id=session_id)
-        if stored.current_step not in spec.steps:
-            raise FlowMismatch(
-                f"session {session_id} is in step {stored.current_step}, unknown to {spec.name}"
-            )
-        return spec, stored, stored.revision
 
     @staticmethod
     def _restore(ws: Workspace) -> None:

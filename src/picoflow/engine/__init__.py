@@ -7,10 +7,12 @@ translate requests into the engine's calls and nothing more.
 """
 
 from picoflow._run.dispatch import LOCAL_TOOLS, LocalTools
-from picoflow._run.session_turn import SessionTurns, TurnRequest
+from picoflow._run.jobs import TurnRequest
+from picoflow._run.session_turn import SessionTurns
 from picoflow._run.workspace import ToolJob, ToolRunner
 from picoflow.context import ANY_PRINCIPAL
-from picoflow.engine._engine import MAX_OFFSET, SESSION_ID, FlowEngine, check_session_id, check_text
+from picoflow.engine._checks import MAX_OFFSET, SESSION_ID, check_session_id, check_text
+from picoflow.engine._engine import FlowEngine
 from picoflow.engine.executors import LocalExecutor, TurnExecutor
 from picoflow.results import TurnError, TurnFinished, TurnResult
 

@@ -8,59 +8,52 @@ are the same turn for a caller that watches its events, or that has no event loo
 reads, lists and deletes stored sessions, every read checked against the caller's principal. It is
 the one service: the HTTP server and the command line translate requests into its calls and nothing
 more.
+
+The engine holds the settings and the registry; each concept is a part of its own, which reads
+them from the engine at each call: the turns and decisions it hands to its executor (``_jobs``),
+the approvals (``_approvals``), the MCP servers (``_mcp``), the stored sessions (``_sessions``)
+and the staff desk (``_handoffs``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import atexit
-import dataclasses
-import logging
-import re
-import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from functools import partial
 from types import MappingProxyType
 from typing import Any
 
-from picoflow._run.loop import first_request
-from picoflow._run.observers import NO_OBSERVER, EventStream, TurnObserver, combine
-from picoflow._run.session_turn import DecisionRequest, SessionTurns, TurnRequest, may_access, store_call
+from picoflow._run.session_turn import SessionTurns
 from picoflow._run.text import check_message
-from picoflow._run.text import check_text as check_text  # the one input rule, public here
-from picoflow._run.timeline import Recording, TimelineRecorder
 from picoflow._run.tracing import TracingSetting
-from picoflow.approvals import Approval, Decision, visible_to
-from picoflow.attachments import Attachment, AttachmentLimits, AttachmentRef, check_attachments
+from picoflow.approvals import Approval
+from picoflow.attachments import Attachment, AttachmentLimits, AttachmentRef
 from picoflow.context import ANY_PRINCIPAL, Caller, PrincipalFilter
-from picoflow.engine._handoffs import StaffDesk, may_read
+from picoflow.engine._approvals import Approvals
+from picoflow.engine._checks import MAX_OFFSET, SESSION_ID, check_session_id, check_text
+from picoflow.engine._handoffs import StaffDesk
+from picoflow.engine._jobs import Jobs
+from picoflow.engine._mcp import FlowServers
+from picoflow.engine._sessions import StoredSessions
 from picoflow.engine.executors import LocalExecutor, TurnExecutor
 from picoflow.events import TurnEvent
-from picoflow.exceptions import FlowDefinitionError, FlowNotFound, InvalidInput, RunError
+from picoflow.exceptions import FlowDefinitionError, FlowNotFound, InvalidInput
 from picoflow.flow import Flow, FlowSpec, StepSpec
 from picoflow.handoffs import STAFF_VISIBILITY, QueuedHandoff
-from picoflow.mcp.tools import MCPTools
-from picoflow.messages import Message, with_outputs_marked
+from picoflow.messages import Message
 from picoflow.models.base import Model
 from picoflow.models.catalog import ModelSelection, as_selection, default_selection, validate_selection
 from picoflow.models.fallback import as_model
 from picoflow.results import TurnFinished, TurnResult
-from picoflow.session import LogRecord, Session, SessionInfo, SessionStatus, new_session_id
-from picoflow.sessions.base import SessionStore, TimelineStore
-from picoflow.sessions.health import StoreHealth, store_check
+from picoflow.session import LogRecord, Session, SessionInfo, SessionStatus
+from picoflow.sessions.base import SessionStore
+from picoflow.sessions.health import StoreHealth
 from picoflow.sessions.memory import MemoryStore
-from picoflow.timeline import SessionTimeline, TimelineSettings, TurnTimeline
+from picoflow.timeline import SessionTimeline, TimelineSettings
 from picoflow.usage import UsageLimits
 
 __all__ = ["ANY_PRINCIPAL", "MAX_OFFSET", "SESSION_ID", "FlowEngine", "check_session_id", "check_text"]
-
-logger = logging.getLogger("picoflow")
-
-SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
-"""What a session id may be: 1-128 letters, digits, '-' or '_' (``check_session_id``)."""
-MAX_OFFSET = 1_000_000_000
-"""Largest listing offset accepted: far beyond any real listing, well inside a 64-bit integer."""
 
 
 class FlowEngine:
@@ -136,8 +129,6 @@ class FlowEngine:
         self.staff_visibility = staff_visibility
         self._tracing = TracingSetting(tracing, capture_content=trace_content)
         self.timeline_settings = timeline
-        self._recording = Recording(timeline) if timeline is not None else None
-        self._timeline_store: TimelineStore | None = None
         self._override: Model | ModelSelection | None = None
         if isinstance(model, Model):
             self._override = model
@@ -149,10 +140,11 @@ class FlowEngine:
         self._models: dict[tuple[str, str], Model] = {}
         self.turns = SessionTurns(self)
         """How turns run against this engine's store, flows and models (what executors run them on)."""
+        self._servers = FlowServers(self._flows)
+        self._approvals = Approvals(self)
+        self._jobs = Jobs(self, self._approvals, self._tracing, timeline)
+        self._sessions = StoredSessions(self)
         self._desk = StaffDesk(self)
-        self._background: set[asyncio.Future[TurnResult]] = set()
-        self._mcp = MCPTools()
-        self._mcp_lock: asyncio.Lock | None = None
         for flow in flows:
             self.register(flow)
 
@@ -184,23 +176,13 @@ class FlowEngine:
         does not start (``ToolSourceUnavailable``) or a tool that cannot be offered
         (``FlowDefinitionError``) before any user is served. Servers stay up until ``aclose()``.
         """
-        for spec in list(self._flows.values()):
-            if spec.mcp_servers:
-                await self.with_mcp_tools(spec)
+        await self._servers.start()
 
     async def with_mcp_tools(self, spec: FlowSpec) -> FlowSpec:
         """``spec`` with the tools of its MCP servers, listed once and kept (a turn of a flow with
         servers calls this first). Only that flow waits for them: a server that does not start
         fails the turns of its own flow (``ToolSourceUnavailable``, 503), and they try again."""
-        if self._mcp_lock is None:
-            self._mcp_lock = asyncio.Lock()
-        async with self._mcp_lock:
-            current = self._flows.get(spec.name, spec)
-            if current.mcp_servers:
-                current = await self._mcp.resolve(current)
-                if spec.name in self._flows:
-                    self._flows[spec.name] = current
-            return current
+        return await self._servers.with_tools(spec)
 
     @property
     def flows(self) -> list[FlowSpec]:
@@ -244,71 +226,9 @@ class FlowEngine:
         ``attachments`` are files sent with the message (refused, before anything is stored, when
         their type is not accepted, contradicts their bytes, or they exceed ``attachment_limits``).
         """
-        tracer = self._tracing.observer()
-        recorder = None if self._recording is None else self._recording.recorder(caller)
-        observer = (
-            NO_OBSERVER
-            if tracer is None and on_event is None and recorder is None
-            else combine(tracer, EventStream(on_event) if on_event is not None else None, recorder)
-        )
-        flow_name = flow if isinstance(flow, str) or flow is None else flow.name
-        observer.turn_started(flow_name or "session", session_id, message)
-        try:
-            result = await self._take(flow, message, session_id, caller, attachments, observer)
-        except BaseException as exc:
-            observer.turn_aborted(exc)
-            raise
-        observer.turn_finished(result)
-        if recorder is not None:
-            await self._keep_timeline(recorder, result)
-        return result
+        return await self._jobs.run(flow, message, session_id, caller, on_event, attachments)
 
-    async def _keep_timeline(self, recorder: TimelineRecorder, result: TurnResult) -> None:
-        """Store the turn's timeline with its session (best effort: the turn's result stands)."""
-        settings, store = self.timeline_settings, self._timeline_store
-        if settings is None:
-            return
-        if store is None:  # checked once: a protocol check costs more than a turn's recording
-            if not isinstance(self.store, TimelineStore):
-                return
-            store = self._timeline_store = self.store
-        document = recorder.document(result)
-        if document is None:
-            return
-        session_id, turn, body = document
-        try:
-            await store.record_timeline(session_id, turn, body, keep_turns=settings.keep_turns)
-        except Exception:
-            logger.warning("picoflow: could not store the timeline of session %s", session_id, exc_info=True)
-
-    def _take(
-        self,
-        flow: str | type[Flow] | None,
-        message: str,
-        session_id: str | None,
-        caller: Caller | None,
-        attachments: Sequence[Attachment],
-        observer: TurnObserver,
-    ) -> Awaitable[TurnResult]:
-        """The turn to await for its result: the executor's, or the failure of input refused
-        (filed like any other: nothing ran, nothing was stored)."""
-        try:
-            spec = self.flow(flow) if flow is not None or session_id is None else None
-            text = self.check_message(message)
-            if session_id is not None:
-                check_session_id(session_id)
-            files = tuple(attachments)
-            if files:
-                check_attachments(list(files), self.attachment_limits)
-            if session_id is None:
-                request = TurnRequest(spec, text, new_session_id(), True, caller or Caller(), files)
-            else:
-                request = TurnRequest(spec, text, session_id, False, caller or Caller(), files)
-        except RunError as exc:
-            return self.turns.failed(exc, session_id, session_id, None)
-        return self.executor.take(self.turns, request, observer)
-
-    async def run_stream(
+    def run_stream(
         self,
         flow: str | type[Flow] | None,
         message: str,
@@ -322,29 +242,9 @@ class FlowEngine:
         The turn runs to its end even if the consumer stops listening, so a disconnect never
         leaves a half-done turn.
         """
-        queue: asyncio.Queue[TurnEvent | TurnFinished | None] = asyncio.Queue()
-        task = asyncio.ensure_future(
-            self.run(
-                flow, message, session_id, caller=caller, on_event=queue.put_nowait, attachments=attachments
-            )
+        return self._jobs.stream(
+            partial(self.run, flow, message, session_id, caller=caller, attachments=attachments)
         )
-        # The loop holds tasks weakly; keep this one alive even if the consumer walks away.
-        self._background.add(task)
-
-        def finished(done: asyncio.Future[TurnResult]) -> None:
-            self._background.discard(done)
-            queue.put_nowait(None if done.cancelled() or done.exception() else TurnFinished(done.result()))
-
-        task.add_done_callback(finished)
-        while True:
-            event = await queue.get()
-            if event is None:
-                if task.cancelled():
-                    raise asyncio.CancelledError("the turn was cancelled")
-                raise task.exception() or RuntimeError("the turn ended without a result")
-            yield event
-            if isinstance(event, TurnFinished):
-                return
 
     def run_sync(
         self,
@@ -360,17 +260,9 @@ class FlowEngine:
         Each thread keeps one event loop for all its calls, so connections the store and the
         models opened on the first call serve the next ones too.
         """
-        loop = _thread_loop()
-        task = loop.create_task(self.run(flow, message, session_id, caller=caller, attachments=attachments))
-        try:
-            return loop.run_until_complete(task)
-        except BaseException:
-            # Interrupted (Ctrl-C): the turn is abandoned with its loop, so no later call resumes it
-            # (nothing of it was committed); the next call starts a new loop.
-            task.cancel()
-            _local.loop = None
-            loop.close()
-            raise
+        return self._jobs.run_sync(
+            partial(self.run, flow, message, session_id, caller=caller, attachments=attachments)
+        )
 
     async def warm(self, flow: str | type[Flow], *, message: str = "Hello") -> bool:
         """Send the first request of a new session of ``flow`` once, answering at most one token.
@@ -379,23 +271,7 @@ class FlowEngine:
         processed prompt), so the first real turn does not pay for reading a long system prompt.
         It costs a model call: use it with local models. Best effort: returns whether it worked.
         """
-        spec = self.flow(flow)
-        if spec.mcp_servers:  # the start step's request shows its MCP tools too
-            spec = await self.with_mcp_tools(spec)
-        session = Session(id="warm-up", flow=spec.name, current_step=spec.start)
-        ws = self.turns.workspace(spec, session, Caller(), combine())
-        try:
-            first = await first_request(ws, message)
-            if first is None:
-                return False
-            model, request = first
-            await model.request(dataclasses.replace(request, settings={**request.settings, "max_tokens": 1}))
-            return True
-        except Exception:
-            logger.warning("picoflow: warming flow %s failed", spec.name, exc_info=True)
-            return False
-        finally:
-            ws.release()
+        return await self._jobs.warm(flow, message)
 
     # --- approvals ------------------------------------------------------------------------------
 
@@ -422,95 +298,20 @@ class FlowEngine:
         changed or whose conversation moved on (``ApprovalStale``), or one decided by another
         process at the same moment (``ApprovalConflict``), all 409.
         """
-        tracer = self._tracing.observer()
-        recorder = None if self._recording is None else self._recording.recorder(caller, "decision")
-        observer = (
-            NO_OBSERVER
-            if tracer is None and on_event is None and recorder is None
-            else combine(tracer, EventStream(on_event) if on_event is not None else None, recorder)
-        )
-        observer.turn_started("decision", session_id, f"{decision} {approval_id}")
-        try:
-            result = await self._decide(session_id, approval_id, decision, reason, caller, observer)
-        except BaseException as exc:
-            observer.turn_aborted(exc)
-            raise
-        observer.turn_finished(result)
-        if recorder is not None:
-            await self._keep_timeline(recorder, result)
-        return result
-
-    def _decide(
-        self,
-        session_id: str,
-        approval_id: str,
-        decision: str,
-        reason: str | None,
-        caller: Caller | None,
-        observer: TurnObserver,
-    ) -> Awaitable[TurnResult]:
-        try:
-            check_session_id(session_id)
-            request = DecisionRequest(
-                session_id,
-                check_approval_id(approval_id),
-                check_decision(decision),
-                check_reason(reason),
-                caller or Caller(),
-                self.clock(),
-            )
-        except RunError as exc:
-            return self.turns.failed(exc, None, None, None)
-        return self.executor.decide(self.turns, request, observer)
+        return await self._jobs.decide(session_id, approval_id, decision, reason, caller, on_event)
 
     async def approvals(self, session_id: str, *, caller: Caller | None = None) -> list[Approval] | None:
         """The approvals of a session the caller may see (its own session's, or those its roles may
         decide), oldest first, each as it stands now (a pending one past its time reads
         ``expired``); None when the session is unknown or shows the caller none."""
-        check_session_id(session_id)
-        caller = caller or Caller()
-        async with store_call("loading session", session_id):
-            session = await self.store.load(session_id)
-        if session is None:
-            return None
-        who, roles = caller.principal, caller.visibilities
-        shown = visible_to(session.approvals, who, roles, session.principal, self.clock())
-        if not shown and not may_access(session, who):
-            return None
-        return shown
+        return await self._approvals.of_session(session_id, caller or Caller())
 
     async def pending_approvals(
         self, *, caller: Caller | None = None, flow: str | None = None, limit: int = 50
     ) -> list[tuple[str, Approval]]:
         """(session id, approval) for every pending, unexpired approval the caller may decide, in
         the sessions waiting for one, most recent first: a supervisor's queue."""
-        if not 1 <= limit <= 500:
-            raise InvalidInput("limit must be between 1 and 500", field="limit")
-        caller = caller or Caller()
-        who, roles = caller.principal, caller.visibilities
-        found: list[tuple[str, Approval]] = []
-        now = self.clock()
-        offset = 0
-        while len(found) < limit:
-            async with store_call("listing sessions"):
-                page = await self.store.list_sessions(
-                    status="awaiting_approval", flow=flow, limit=100, offset=offset
-                )
-            for info in page:
-                async with store_call("loading session", info.id):
-                    session = await self.store.load(info.id)
-                if session is None:
-                    continue
-                owner = session.principal
-                found += [
-                    (session.id, approval)
-                    for approval in visible_to(session.approvals, who, roles, owner, now)
-                    if approval.pending and approval.approvers.admit(who, roles, owner)
-                ]
-            if len(page) < 100:
-                break
-            offset += 100
-        return found[:limit]
+        return await self._approvals.pending(caller or Caller(), flow, limit)
 
     # --- handoffs -------------------------------------------------------------------------------
 
@@ -563,18 +364,7 @@ class FlowEngine:
         """The session and the messages of it the user saw (``Message.is_shown``) after ``after``
         (a ``seq``), in order: what a page polls for staff replies. Its owner reads them, and staff
         while it awaits a human; None for anyone else, or an unknown session."""
-        check_session_id(session_id)
-        if not -1 <= after <= MAX_OFFSET:
-            raise InvalidInput(f"after must be between -1 and {MAX_OFFSET}", field="after")
-        caller = caller or Caller()
-        async with store_call("loading session", session_id):
-            session = await self.store.load(session_id)
-        if session is None or not may_read(session, caller, self.staff_visibility):
-            return None
-        async with store_call("reading a transcript", session_id):
-            stored = await self.store.transcript(session_id)
-        shown = [m for m in with_outputs_marked(stored) if m.seq > after and m.is_shown]
-        return session, shown
+        return await self._sessions.messages(session_id, after, caller or Caller())
 
     def session_lock(self, session_id: str) -> AbstractAsyncContextManager[None]:
         """Hold this process's lock of ``session_id``: no turn of it runs here meanwhile."""
@@ -592,65 +382,34 @@ class FlowEngine:
         ``InvalidInput`` for a malformed id, ``SessionConflict`` when a session has that id
         already, or ``StoreError``.
         """
-        spec = self.flow(flow)
-        if session_id is not None:
-            check_session_id(session_id)
-        caller = caller or Caller()
-        session = Session(
-            id=session_id or new_session_id(),
-            flow=spec.name,
-            current_step=spec.start,
-            principal=caller.principal,
-        )
-        async with store_call("creating a session"):
-            await self.store.save(session, expected_revision=None)
-        return session.copy()
+        return await self._sessions.create(self.flow(flow), caller or Caller(), session_id)
 
     async def get_session(self, session_id: str, *, principal: PrincipalFilter = None) -> Session | None:
         """The stored session, or None if unknown or owned by another principal (``ANY_PRINCIPAL``
         reads any session: for operators' tools, never for end users' requests).
 
         Raises ``InvalidInput`` for a malformed id and ``StoreError`` when the store fails."""
-        check_session_id(session_id)
-        async with store_call("loading session"):
-            session = await self.store.load(session_id)
-        if session is None or not may_access(session, principal):
-            return None
-        return session
+        return await self._sessions.get(session_id, principal)
 
     async def transcript(self, session_id: str, *, principal: PrincipalFilter = None) -> list[Message] | None:
         """Every message of the session in order (None if unknown or another principal's), the
         structured answers stored before ``kind="output"`` existed marked as such
         (``with_outputs_marked``), so every reader shows what the user saw the same way."""
-        if await self.get_session(session_id, principal=principal) is None:
-            return None
-        async with store_call("reading a transcript"):
-            stored = await self.store.transcript(session_id)
-        return with_outputs_marked(stored)
+        return await self._sessions.transcript(session_id, principal)
 
     async def session_files(
         self, session_id: str, *, principal: PrincipalFilter = None
     ) -> list[AttachmentRef] | None:
         """The files users sent in the session, in the order first sent (None if unknown or another
         principal's). Each file once, under the name it was first sent with."""
-        if await self.get_session(session_id, principal=principal) is None:
-            return None
-        async with store_call("listing a session's files"):
-            return await self.store.list_files(session_id)
+        return await self._sessions.files(session_id, principal)
 
     async def session_file(
         self, session_id: str, sha256: str, *, principal: PrincipalFilter = None
     ) -> Attachment | None:
         """One file of the session by its SHA-256, with its bytes (None if the session is unknown
         or another principal's, or holds no such file)."""
-        refs = await self.session_files(session_id, principal=principal)
-        ref = next((ref for ref in refs or () if ref.sha256 == sha256), None)
-        if ref is None:
-            return None
-        async with store_call("reading a session's file"):
-            found = await self.store.load_files(session_id, [sha256])
-        data = found.get(sha256)
-        return None if data is None else Attachment(ref.name, ref.media_type, data)
+        return await self._sessions.file(session_id, sha256, principal)
 
     async def session_errors(
         self, session_id: str, *, principal: PrincipalFilter = None
@@ -661,12 +420,7 @@ class FlowEngine:
         filed with it. With ``ANY_PRINCIPAL`` the records are read even when no session was saved
         under the id (the store failed as the first turn did): the error is filed under the id its
         session would have had."""
-        if principal is ANY_PRINCIPAL:
-            check_session_id(session_id)
-        elif await self.get_session(session_id, principal=principal) is None:
-            return None
-        async with store_call("reading error records"):
-            return await self.store.errors(session_id)
+        return await self._sessions.errors(session_id, principal)
 
     async def timeline(
         self, session_id: str, *, principal: PrincipalFilter = None, turn: int | None = None
@@ -675,15 +429,7 @@ class FlowEngine:
         given; a failed turn and its retry share a number); None if the session is unknown or
         another principal's. Who may inspect at all is the edge's to decide (the HTTP route asks
         for the ``inspect`` visibility). Raises ``InvalidInput`` for a malformed id, ``StoreError``."""
-        session = await self.get_session(session_id, principal=principal)
-        if session is None:
-            return None
-        turns: list[TurnTimeline] = []
-        if isinstance(self.store, TimelineStore):
-            async with store_call("reading timelines", session_id):
-                texts = await self.store.timelines(session_id, turn)
-            turns = [TurnTimeline.from_json(text) for text in texts]
-        return SessionTimeline(session_id=session.id, flow=session.flow, turns=turns)
+        return await self._sessions.timeline(session_id, principal, turn)
 
     async def list_sessions(
         self,
@@ -697,45 +443,25 @@ class FlowEngine:
         """The principal's sessions, most recent first (every principal's for ``ANY_PRINCIPAL``, and,
         as before, for None). Raises ``InvalidInput`` for a limit outside 1..500 or an offset
         outside 0..``MAX_OFFSET``, ``StoreError`` when the store fails."""
-        if not 1 <= limit <= 500:
-            raise InvalidInput("limit must be between 1 and 500", field="limit")
-        if not 0 <= offset <= MAX_OFFSET:
-            raise InvalidInput(f"offset must be between 0 and {MAX_OFFSET}", field="offset")
-        async with store_call("listing sessions"):
-            return await self.store.list_sessions(
-                flow=flow,
-                status=status,
-                principal=None if principal is ANY_PRINCIPAL else principal,
-                limit=limit,
-                offset=offset,
-            )
+        return await self._sessions.list_sessions(principal, flow, status, limit, offset)
 
     async def find_sessions(self, id_or_prefix: str, *, limit: int = 6) -> list[str]:
         """Ids of stored sessions equal to ``id_or_prefix`` or starting with it (at most ``limit``),
         the exact match alone when there is one: what a command line needs to accept short ids."""
-        check_session_id(id_or_prefix)
-        async with store_call("finding sessions"):
-            ids = await self.store.find_ids(id_or_prefix, limit=limit)
-        # An exact id is its own prefix and sorts before every longer id that starts with it.
-        return [id_or_prefix] if id_or_prefix in ids else ids
+        return await self._sessions.find(id_or_prefix, limit)
 
     async def store_health(self) -> StoreHealth | None:
         """``ok`` or ``unavailable`` from a short, briefly cached ping of the store; None for stores
         that live in this process and need none (memory, SQLite)."""
-        check = store_check(self.store)
-        return None if check is None else await check.health()
+        return await self._sessions.health()
 
     async def delete_session(self, session_id: str, *, principal: PrincipalFilter = None) -> bool:
         """Delete a session (waits for a turn in progress on it). False if it did not exist."""
-        async with self.turns.session_lock(session_id):
-            if await self.get_session(session_id, principal=principal) is None:
-                return False
-            async with store_call(f"deleting session {session_id}"):
-                return await self.store.delete(session_id)
+        return await self._sessions.delete(session_id, principal)
 
     async def aclose(self) -> None:
         """Close the store, the models and the MCP servers (their processes are stopped)."""
-        await self._mcp.aclose()
+        await self._servers.aclose()
         await self.store.close()
         for model in {id(m): m for m in self._models.values()}.values():
             await model.aclose()
@@ -744,53 +470,3 @@ class FlowEngine:
         """The user's message as the turn will see it (stripped), or ``InvalidInput`` /
         ``MessageTooLong`` naming the rule it breaks. Every turn runs this first."""
         return check_message(message, self.max_message_chars)
-
-
-APPROVAL_ID = re.compile(r"^apr_[0-9a-f]{24}$")
-MAX_REASON_CHARS = 2000
-
-
-def check_approval_id(approval_id: object) -> str:
-    if not isinstance(approval_id, str) or not APPROVAL_ID.match(approval_id):
-        raise InvalidInput("approval id must be apr_ and 24 hexadecimal digits", field="approval_id")
-    return approval_id
-
-
-def check_decision(decision: object) -> Decision:
-    if decision == "approve" or decision == "deny":
-        return decision
-    raise InvalidInput('decision must be "approve" or "deny"', field="decision")
-
-
-def check_reason(reason: object) -> str | None:
-    """A decision's reason (told to the model when denying): text, at most 2,000 characters."""
-    if reason is None:
-        return None
-    if not isinstance(reason, str):
-        raise InvalidInput(f"reason must be text, not {type(reason).__name__}", field="reason")
-    text = reason.strip()
-    if len(text) > MAX_REASON_CHARS:
-        raise InvalidInput(f"reason is longer than {MAX_REASON_CHARS} characters", field="reason")
-    check_text(text, "reason")
-    return text or None
-
-
-def check_session_id(session_id: str) -> None:
-    """Refuse an id no store could hold, before any store is asked."""
-    if not isinstance(session_id, str) or not SESSION_ID.match(session_id):
-        raise InvalidInput("session id must be 1-128 letters, digits, '-' or '_'", field="session_id")
-
-
-_local = threading.local()
-
-
-def _thread_loop() -> asyncio.AbstractEventLoop:
-    """This thread's event loop for ``run_sync``: made on first use, reused after (a bare
-    ``run_until_complete`` costs a fraction of ``asyncio.run``, which builds and closes a loop)."""
-    if asyncio._get_running_loop() is not None:  # exported by asyncio.events; no exception per call
-        raise RuntimeError("run_sync() cannot be called from a running event loop: await engine.run(...)")
-    loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
-    if loop is None or loop.is_closed():
-        loop = _local.loop = asyncio.new_event_loop()
-        atexit.register(loop.close)
-    return loop

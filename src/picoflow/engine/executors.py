@@ -2,7 +2,9 @@
 
 The engine checks a turn's input (the message, the session id, the files), then hands it to its
 executor. ``LocalExecutor``, the default, runs it here, in this process, on the engine's store.
-``picoflow.temporal.TemporalExecutor`` runs it as a durable workflow on worker processes.
+``picoflow.temporal.TemporalExecutor`` runs it as a durable workflow on worker processes. A
+decision on a pending approval is handed over the same way: it is the other kind of job a session
+runs (``SessionTurns.take`` runs both).
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
+from picoflow._run.jobs import DecisionRequest, TurnRequest
 from picoflow._run.observers import TurnObserver
-from picoflow._run.session_turn import DecisionRequest, SessionTurns, TurnRequest
+from picoflow._run.session_turn import SessionJob, SessionTurns
 from picoflow.results import TurnResult
 
 __all__ = ["LocalExecutor", "TurnExecutor"]
@@ -29,7 +32,8 @@ class TurnExecutor(Protocol):
     async def decide(
         self, turns: SessionTurns, request: DecisionRequest, observer: TurnObserver
     ) -> TurnResult:
-        """The result of a decision (``SessionTurns.decide``): the turn it resumes, or its refusal."""
+        """The result of a decision: the turn it resumes, or its refusal. A decision is the other
+        kind of job a session runs; ``SessionTurns.take`` (``decide`` is the same) runs both."""
         ...
 
 
@@ -38,12 +42,9 @@ class LocalExecutor:
     keeps turns in other processes apart)."""
 
     def take(
-        self, turns: SessionTurns, request: TurnRequest, observer: TurnObserver
+        self, turns: SessionTurns, request: SessionJob, observer: TurnObserver
     ) -> Coroutine[Any, Any, TurnResult]:
-        # The turn itself, handed on to be awaited: no coroutine of its own on every turn's path.
+        # The job itself, handed on to be awaited: no coroutine of its own on every turn's path.
         return turns.take(request, observer)
 
-    def decide(
-        self, turns: SessionTurns, request: DecisionRequest, observer: TurnObserver
-    ) -> Coroutine[Any, Any, TurnResult]:
-        return turns.decide(request, observer)
+    decide = take  # a decision is a job as a turn is

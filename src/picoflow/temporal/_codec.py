@@ -138,7 +138,33 @@ def decode_error(encoded: EncodedError) -> RunError:
 # --- the turn ---------------------------------------------------------------------------------------
 
 
-class TurnInput(BaseModel):
+class CallerInput(BaseModel):
+    """The caller of what crosses to a worker (a turn, a decision, a tool call), and whether its
+    events are recorded there."""
+
+    principal: str | None = None
+    visibilities: list[str] = Field(default_factory=list)
+    config: dict[str, Any] = Field(default_factory=dict)
+    events: bool = False
+    """Whether the client listens: the worker then records the events (of the turn or decision,
+    or of the sub-step runs a tool handler starts)."""
+
+    def caller(self, deps: Any = None) -> Caller:
+        return Caller(
+            principal=self.principal, visibilities=frozenset(self.visibilities), deps=deps, config=self.config
+        )
+
+
+def caller_fields(caller: Caller) -> dict[str, Any]:
+    """The caller as ``CallerInput``'s fields (its ``deps`` stay behind: workers have their own)."""
+    return {
+        "principal": caller.principal,
+        "visibilities": sorted(caller.visibilities),
+        "config": to_jsonable_python(dict(caller.config)),
+    }
+
+
+class TurnInput(CallerInput):
     """A checked turn, as the client hands it to the workflow."""
 
     flow: str | None
@@ -148,28 +174,14 @@ class TurnInput(BaseModel):
     starts: bool = False
     revision: int = 0
     """The session's revision the client saw: the turn continues exactly that one."""
-    principal: str | None = None
-    visibilities: list[str] = Field(default_factory=list)
-    config: dict[str, Any] = Field(default_factory=dict)
-    events: bool = False
-    """Whether the client listens: the workflow then records the turn's step and tool events."""
 
-    def caller(self, deps: Any = None) -> Caller:
-        return Caller(
-            principal=self.principal, visibilities=frozenset(self.visibilities), deps=deps, config=self.config
-        )
+    @property
+    def continues(self) -> str | None:
+        """The stored session the turn continues (``TurnRequest.continues``)."""
+        return None if self.starts else self.session_id
 
 
-def caller_fields(caller: Caller) -> dict[str, Any]:
-    """The caller as ``TurnInput``'s fields (its ``deps`` stay behind: workers have their own)."""
-    return {
-        "principal": caller.principal,
-        "visibilities": sorted(caller.visibilities),
-        "config": to_jsonable_python(dict(caller.config)),
-    }
-
-
-class DecisionInput(BaseModel):
+class DecisionInput(CallerInput):
     """A checked decision (``DecisionRequest``), as the client hands it to the decision workflow.
     Validated again when the workflow reads it: the decision, the ids, a finite time."""
 
@@ -182,11 +194,11 @@ class DecisionInput(BaseModel):
     """When the client took the decision (its clock): the workflow decides by it."""
     revision: int = Field(default=0, ge=0)
     """The session's revision the client saw: part of the execution's id, not checked."""
-    principal: str | None = None
-    visibilities: list[str] = Field(default_factory=list)
-    config: dict[str, Any] = Field(default_factory=dict)
-    events: bool = False
-    """Whether the client listens: the workflow then records the decision's events."""
+
+    @property
+    def continues(self) -> str:
+        """A decision is taken in a stored session."""
+        return self.session_id
 
     @field_validator("at")
     @classmethod
@@ -194,11 +206,6 @@ class DecisionInput(BaseModel):
         if not math.isfinite(at):
             raise ValueError("the decision's time must be a finite number")
         return at
-
-    def caller(self, deps: Any = None) -> Caller:
-        return Caller(
-            principal=self.principal, visibilities=frozenset(self.visibilities), deps=deps, config=self.config
-        )
 
     def digest(self) -> str:
         """What makes two requests the same decision: the approval, the session's revision the
@@ -450,7 +457,7 @@ def decode_outcome(encoded: EncodedOutcome) -> Outcome:
     )
 
 
-class ToolCallIn(BaseModel):
+class ToolCallIn(CallerInput):
     """What the tool activity needs to run a handler as the workflow would have."""
 
     flow: str
@@ -463,16 +470,6 @@ class ToolCallIn(BaseModel):
     session: str
     """``session_to_json`` of the workspace's session when the handler is called."""
     usage: Usage
-    events: bool = False
-    """Whether to record the events of sub-step runs the handler starts."""
-    principal: str | None = None
-    visibilities: list[str] = Field(default_factory=list)
-    config: dict[str, Any] = Field(default_factory=dict)
-
-    def caller(self, deps: Any = None) -> Caller:
-        return Caller(
-            principal=self.principal, visibilities=frozenset(self.visibilities), deps=deps, config=self.config
-        )
 
 
 class ToolValue(BaseModel):

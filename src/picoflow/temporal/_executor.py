@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from temporalio.client import (
     Client,
@@ -19,13 +21,16 @@ from temporalio.client import (
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
+from picoflow._run.jobs import DecisionRequest, TurnRequest
 from picoflow._run.observers import NO_OBSERVER, TurnObserver
-from picoflow._run.session_turn import DecisionRequest, SessionTurns, TurnRequest, store_call
+from picoflow._run.session_turn import SessionJob, SessionTurns, store_call
 from picoflow.exceptions import InvalidInput, RunError, StoreUnavailable
 from picoflow.results import TurnResult
 from picoflow.temporal import _codec as codec
 from picoflow.temporal._events import POLL_SECONDS, Delivery
 from picoflow.temporal._workflow import DECISION_WORKFLOW, EVENTS_QUERY, TURN_FAILED, WORKFLOW_NAME
+
+J = TypeVar("J", bound=SessionJob)
 
 
 class TemporalExecutor:
@@ -87,71 +92,50 @@ class TemporalExecutor:
         return self._client
 
     async def take(self, turns: SessionTurns, request: TurnRequest, observer: TurnObserver) -> TurnResult:
-        try:
-            return await self._take(turns, request, observer)
-        except RunError as exc:  # not submitted (files, no session, Temporal unreachable): nothing ran
-            return await turns.failed(exc, request.continues, request.continues, None)
-
-    async def _take(self, turns: SessionTurns, request: TurnRequest, observer: TurnObserver) -> TurnResult:
-        if request.files:
-            raise InvalidInput("files are not carried by the Temporal executor yet", field="attachments")
-        revision = 0
-        session_id = request.session_id
-        if not request.starts:
-            async with store_call("loading session", session_id):
-                stored = await turns.host.store.load(session_id)
-            revision = stored.revision if stored is not None else 0
-        observer.session_opened(session_id)
-        delivery = None if observer is NO_OBSERVER else Delivery(observer)
-        turn = codec.TurnInput(
-            flow=request.spec.name if request.spec is not None else None,
-            text=request.text,
-            session_id=session_id,
-            starts=request.starts,
-            revision=revision,
-            events=delivery is not None,
-            **codec.caller_fields(request.caller),
-        )
-        workflow_id = f"{self.id_prefix}-{session_id}-{revision}"
-        data = await self._result(workflow_id, turn.model_dump_json(), delivery)
-        result, events = codec.decode_output(data)
-        if delivery is not None:  # what the polls did not deliver, before the result
-            delivery.new(events, 0)
-            delivery.close(result)
-        return result
+        if request.files:  # refused before the store is asked: nothing ran
+            refused = InvalidInput("files are not carried by the Temporal executor yet", field="attachments")
+            return await turns.failed(refused, request.continues, request.continues, None)
+        return await self._submit(turns, request, observer, _turn, opens_at_once=True)
 
     async def decide(
         self, turns: SessionTurns, request: DecisionRequest, observer: TurnObserver
     ) -> TurnResult:
-        try:
-            return await self._decide(turns, request, observer)
-        except RunError as exc:  # not submitted (the store or Temporal unreachable): nothing ran
-            return await turns.failed(exc, request.session_id, request.session_id, None)
+        # The session is reported opened with the decision's first event: once it passed its checks.
+        return await self._submit(turns, request, observer, _decision, opens_at_once=False)
 
-    async def _decide(
-        self, turns: SessionTurns, request: DecisionRequest, observer: TurnObserver
+    async def _submit(
+        self,
+        turns: SessionTurns,
+        job: J,
+        observer: TurnObserver,
+        submission: Callable[[J, int, bool, str], Submission],
+        *,
+        opens_at_once: bool,
     ) -> TurnResult:
-        session_id = request.session_id
-        async with store_call("loading session", session_id):
-            stored = await turns.host.store.load(session_id)
-        delivery = None if observer is NO_OBSERVER else Delivery(observer, opens=session_id)
-        decision = codec.DecisionInput(
-            session_id=session_id,
-            approval_id=request.approval_id,
-            decision=request.decision,
-            reason=request.reason,
-            at=request.at,
-            revision=stored.revision if stored is not None else 0,
-            events=delivery is not None,
-            **codec.caller_fields(request.caller),
-        )
-        workflow_id = decision_workflow_id(self.id_prefix, decision)
-        data = await self._result(workflow_id, decision.model_dump_json(), delivery, DECISION_WORKFLOW)
-        result, events = codec.decode_output(data)
-        if delivery is not None:
-            delivery.new(events, 0)
-            delivery.close(result)
-        return result
+        """Submit ``job`` as the execution ``submission`` names, on the session's revision the
+        client sees, and wait for its result; meanwhile, hand its events to ``observer`` (the
+        session reported opened now, or with the first event)."""
+        try:
+            revision = 0
+            if job.continues is not None:
+                async with store_call("loading session", job.continues):
+                    stored = await turns.host.store.load(job.continues)
+                revision = stored.revision if stored is not None else 0
+            if opens_at_once:
+                observer.session_opened(job.session_id)
+            listens = observer is not NO_OBSERVER
+            delivery = (
+                Delivery(observer, opens=None if opens_at_once else job.session_id) if listens else None
+            )
+            submitted = submission(job, revision, listens, self.id_prefix)
+            data = await self._result(submitted.workflow_id, submitted.payload, delivery, submitted.workflow)
+            result, events = codec.decode_output(data)
+            if delivery is not None:  # what the polls did not deliver, before the result
+                delivery.new(events, 0)
+                delivery.close(result)
+            return result
+        except RunError as exc:  # not submitted (no session, Temporal unreachable): nothing ran
+            return await turns.failed(exc, job.continues, job.continues, None)
 
     async def _result(
         self,
@@ -211,6 +195,44 @@ def decision_workflow_id(prefix: str, decision: codec.DecisionInput) -> str:
       again under the same id, and is checked again.
     """
     return f"{prefix}-decision-{decision.session_id}-{decision.approval_id}-{decision.digest()}"
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """A job as Temporal runs it: its workflow, its execution's id and its input."""
+
+    workflow: str
+    workflow_id: str
+    payload: str
+
+
+def _turn(request: TurnRequest, revision: int, events: bool, prefix: str) -> Submission:
+    """A turn, as the execution ``{prefix}-{session id}-{revision}``."""
+    turn = codec.TurnInput(
+        flow=request.spec.name if request.spec is not None else None,
+        text=request.text,
+        session_id=request.session_id,
+        starts=request.starts,
+        revision=revision,
+        events=events,
+        **codec.caller_fields(request.caller),
+    )
+    return Submission(WORKFLOW_NAME, f"{prefix}-{request.session_id}-{revision}", turn.model_dump_json())
+
+
+def _decision(request: DecisionRequest, revision: int, events: bool, prefix: str) -> Submission:
+    """A decision, as the execution ``decision_workflow_id`` names."""
+    decision = codec.DecisionInput(
+        session_id=request.session_id,
+        approval_id=request.approval_id,
+        decision=request.decision,
+        reason=request.reason,
+        at=request.at,
+        revision=revision,
+        events=events,
+        **codec.caller_fields(request.caller),
+    )
+    return Submission(DECISION_WORKFLOW, decision_workflow_id(prefix, decision), decision.model_dump_json())
 
 
 async def _poll(handle: WorkflowHandle[Any, str], delivery: Delivery) -> None:

@@ -9,27 +9,29 @@ again when a worker replays it, so it must decide the same way every time: promp
 that may change between runs — what they need from outside belongs in a tool.
 
 A decision on a pending approval (``FlowEngine.decide``) is a workflow execution of its own,
-``PicoflowDecision``, running ``SessionTurns.decide`` the same way. The turn that proposed the
-call is over (its execution completed with the pending result, the session saved
-``awaiting_approval``), so no worker waits for the decision: whichever worker takes the decision's
-execution, even one started after every other died, loads the session, records the decision,
-claims the paused response (a compare-and-swap save: of two decisions, one goes on), runs its
-calls as tool activities and goes on with the turn. The decision is taken at the client's time
-(``DecisionInput.at``), so a replay decides the same way; one that waited for a worker longer than
-the approval lease is refused (``ApprovalConflict``), as its claim would be out of date at once.
+``PicoflowDecision``, running the same ``SessionTurns.take``: a turn and a decision are two kinds
+of job (``JobWorkflow``). The turn that proposed the call is over (its execution completed with
+the pending result, the session saved ``awaiting_approval``), so no worker waits for the
+decision: whichever worker takes the decision's execution, even one started after every other
+died, loads the session, records the decision, claims the paused response (a compare-and-swap
+save: of two decisions, one goes on), runs its calls as tool activities and goes on with the turn.
+The decision is taken at the client's time (``DecisionInput.at``), so a replay decides the same
+way; one that waited for a worker longer than the approval lease is refused (``ApprovalConflict``),
+as its claim would be out of date at once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
+from picoflow._run.jobs import DecisionRequest, TurnRequest
 from picoflow._run.observers import NO_OBSERVER
-from picoflow._run.session_turn import DecisionRequest, SessionTurns, TurnRequest
+from picoflow._run.session_turn import SessionJob, SessionTurns
 from picoflow.exceptions import ApprovalConflict, RunError
-from picoflow.results import TurnResult
 from picoflow.temporal import _codec as codec
 from picoflow.temporal._durable import DURABLE_TOOLS, DurableHost, workflow_time
 from picoflow.temporal._events import EventLog
@@ -47,83 +49,84 @@ ENGINES: dict[str, Any] = {}
 """The worker's ``FlowEngine`` by task queue: the flows, models and settings its turns use."""
 
 
-@workflow.defn(name=WORKFLOW_NAME)
-class PicoflowTurn:
+class JobWorkflow:
+    """What both workflows are: one job (``SessionJob``) run by ``SessionTurns.take`` on the
+    worker's engine, its events recorded when the client listens (the ``events`` query)."""
+
     def __init__(self) -> None:
         self.log: EventLog | None = None
 
     @workflow.query(name=EVENTS_QUERY)
     def events(self, since: int) -> str:
-        """The turn's events from index ``since`` on (``encode_events``; none when not recorded)."""
+        """The job's events from index ``since`` on (``encode_events``; none when not recorded)."""
         return codec.encode_events(self.log.since(since) if self.log is not None else [])
 
-    @workflow.run
-    async def run(self, payload: str) -> str:
-        turn = codec.TurnInput.model_validate_json(payload)
-        if turn.events:
-            self.log = EventLog()
-        engine = ENGINES[workflow.info().task_queue]
-        host = DurableHost(engine, None if turn.starts else turn.revision)
-        turns = SessionTurns(host, tools=DURABLE_TOOLS)
-        try:
-            spec = engine.flow(turn.flow) if turn.flow is not None else None
-        except RunError as exc:  # this worker does not have the flow the client has
-            continued = None if turn.starts else turn.session_id
-            result = await turns.failed(exc, turn.session_id, continued, None)
-        else:
-            request = TurnRequest(spec, turn.text, turn.session_id, turn.starts, turn.caller(engine.deps))
-            result = await turns.take(request, self.log or NO_OBSERVER)
-        return _finished(result, self.log)
-
-
-@workflow.defn(name=DECISION_WORKFLOW)
-class PicoflowDecision:
-    def __init__(self) -> None:
-        self.log: EventLog | None = None
-
-    @workflow.query(name=EVENTS_QUERY)
-    def events(self, since: int) -> str:
-        """The decision's events from index ``since`` on, as ``PicoflowTurn.events``."""
-        return codec.encode_events(self.log.since(since) if self.log is not None else [])
-
-    @workflow.run
-    async def run(self, payload: str) -> str:
-        given = codec.DecisionInput.model_validate_json(payload)
+    async def run_job(
+        self,
+        given: codec.TurnInput | codec.DecisionInput,
+        revision: int | None,
+        job_of: Callable[[Any, DurableHost], SessionJob],
+    ) -> str:
+        """The encoded result of the job ``job_of(engine, host)`` makes of ``given``, on the
+        session at ``revision`` (None: as it stands); a job it refuses (a ``RunError``) fails as
+        any. A failed job fails its execution (``TURN_FAILED``)."""
         if given.events:
             self.log = EventLog()
         engine = ENGINES[workflow.info().task_queue]
+        host = DurableHost(engine, revision)
+        turns = SessionTurns(host, tools=DURABLE_TOOLS)
+        try:
+            job = job_of(engine, host)
+        except RunError as exc:
+            result = await turns.failed(exc, given.session_id, given.continues, None)
+        else:
+            result = await turns.take(job, self.log or NO_OBSERVER)
+        encoded = codec.encode_result(result, self.log.encoded if self.log is not None else None)
+        if result.error is not None:
+            raise ApplicationError("the turn failed", encoded, type=TURN_FAILED, non_retryable=True)
+        return encoded
+
+
+@workflow.defn(name=WORKFLOW_NAME)
+class PicoflowTurn(JobWorkflow):
+    @workflow.run
+    async def run(self, payload: str) -> str:
+        turn = codec.TurnInput.model_validate_json(payload)
+
+        def job_of(engine: Any, host: DurableHost) -> TurnRequest:
+            spec = engine.flow(turn.flow) if turn.flow is not None else None  # this worker may not have it
+            return TurnRequest(spec, turn.text, turn.session_id, turn.starts, turn.caller(engine.deps))
+
+        return await self.run_job(turn, None if turn.starts else turn.revision, job_of)
+
+
+@workflow.defn(name=DECISION_WORKFLOW)
+class PicoflowDecision(JobWorkflow):
+    @workflow.run
+    async def run(self, payload: str) -> str:
+        given = codec.DecisionInput.model_validate_json(payload)
+
+        def job_of(engine: Any, host: DurableHost) -> DecisionRequest:
+            waited = workflow_time() - given.at
+            if waited >= host.approval_lease:
+                # Its claim would be dated ``at``: a lease run out before the calls even start, so a
+                # message could answer them as of unknown result while they run. Sent again, it is
+                # taken at the new time (the same id: this failed execution's is reused).
+                raise ApprovalConflict(
+                    f"the decision on approval {given.approval_id} waited {waited:.0f} s for a worker, "
+                    "longer than the approval lease; nothing was run: send it again",
+                    session_id=given.session_id,
+                )
+            return DecisionRequest(
+                given.session_id,
+                given.approval_id,
+                given.decision,
+                given.reason,
+                given.caller(engine.deps),
+                given.at,
+            )
+
         # Not bound to the revision the client saw (that only names the execution): a decision is
         # checked on the session as it stands, where another approval of the same response may
         # have been decided meanwhile.
-        host = DurableHost(engine, None)
-        turns = SessionTurns(host, tools=DURABLE_TOOLS)
-        waited = workflow_time() - given.at
-        if waited >= host.approval_lease:
-            # Its claim would be dated ``at``: a lease run out before the calls even start, so a
-            # message could answer them as of unknown result while they run. Sent again, it is
-            # taken at the new time (the same id: this failed execution's is reused).
-            late = ApprovalConflict(
-                f"the decision on approval {given.approval_id} waited {waited:.0f} s for a worker, "
-                "longer than the approval lease; nothing was run: send it again",
-                session_id=given.session_id,
-            )
-            result = await turns.failed(late, given.session_id, given.session_id, None)
-            return _finished(result, self.log)
-        request = DecisionRequest(
-            given.session_id,
-            given.approval_id,
-            given.decision,
-            given.reason,
-            given.caller(engine.deps),
-            given.at,
-        )
-        result = await turns.decide(request, self.log or NO_OBSERVER)
-        return _finished(result, self.log)
-
-
-def _finished(result: TurnResult, log: EventLog | None) -> str:
-    """The encoded result; a failed turn or decision fails its execution (``TURN_FAILED``)."""
-    encoded = codec.encode_result(result, log.encoded if log is not None else None)
-    if result.error is not None:
-        raise ApplicationError("the turn failed", encoded, type=TURN_FAILED, non_retryable=True)
-    return encoded
+        return await self.run_job(given, None, job_of)
