@@ -146,17 +146,24 @@ class HandModel:
 
 
 async def hand_loop(
-    model: HandModel, text: str, customer: str, sessions: dict[int, list[dict[str, Any]]]
+    model: HandModel,
+    text: str,
+    customer: str,
+    sessions: dict[int, list[dict[str, Any]]],
+    session: int | None = None,
 ) -> str:
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": SYSTEM},
-        {"role": "user", "content": text},
-    ]
+    """One turn: of a new conversation, kept in ``sessions`` under the next number, or of
+    conversation ``session``."""
+    if session is None:
+        messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
+        sessions[len(sessions)] = messages
+    else:
+        messages = sessions[session]
+    messages.append({"role": "user", "content": text})
     for _ in range(8):
         answer = await model.create(list(messages), HAND_TOOLS)
         messages.append(answer)
         if not answer["tool_calls"]:
-            sessions[len(sessions)] = messages
             return str(answer["content"])
         for call in answer["tool_calls"]:
             function = call["function"]
