@@ -25,10 +25,10 @@ each framework's own context (deps, ``RunContext``, ``RunnableConfig``), never f
 
 Three measurements, all in one run:
 
-1. per-turn time, p50 and p90, each turn a new conversation, the sides interleaved turn by turn;
+1. per-turn time, p50 and p90, each turn a new conversation, the sides taking turns by blocks;
 2. turns per second with ``--sessions`` conversations at once (each of ``--concurrent-turns`` turns;
    every model call yields to the event loop once, as a network call would);
-3. growth: per-turn time over a ``--session-turns``-turn conversation, turn N against turn 1.
+3. growth: per-turn time over a ``--session-turns``-turn conversation, its last turn against its first.
 
     pip install -r bench/requirements-anchors.txt   # in a venv of its own, beside picoflow
     python bench/anchors.py [--turns 500] [--sessions 50] [--concurrent-turns 8] [--session-turns 20]
@@ -409,6 +409,13 @@ def build_sides() -> tuple[dict[str, TurnFn], dict[str, str]]:
     return sides, versions
 
 
+def settle() -> None:
+    """Before a side runs: collect the garbage so far, then freeze what survives, so that no side's
+    collections scan the objects the others keep (their checkpoints and histories)."""
+    gc.collect()
+    gc.freeze()
+
+
 async def timed(turn: TurnFn, session: str | None) -> tuple[float, str]:
     start = time.perf_counter_ns()
     reply, session = await turn(session)
@@ -418,16 +425,19 @@ async def timed(turn: TurnFn, session: str | None) -> tuple[float, str]:
     return elapsed, session
 
 
-async def per_turn(sides: dict[str, TurnFn], turns: int, warmup: int) -> dict[str, list[float]]:
-    """Each turn a new conversation; the sides take turns, in alternating order."""
+async def per_turn(sides: dict[str, TurnFn], turns: int, block: int) -> dict[str, list[float]]:
+    """Each turn a new conversation. The sides take turns by blocks of ``block`` turns, in
+    alternating order, the first block of each untimed: a framework that allocates a thousand
+    times more than another would otherwise leave it a cold cache and its garbage to collect."""
     samples: dict[str, list[float]] = {name: [] for name in sides}
-    gc.collect()
-    for index in range(warmup + turns):
+    for index in range(1 + -(-turns // block)):
         order = list(sides.items()) if index % 2 == 0 else list(reversed(sides.items()))
         for name, turn in order:
-            elapsed, _ = await timed(turn, None)
-            if index >= warmup:
-                samples[name].append(elapsed)
+            settle()
+            for _ in range(block):
+                elapsed, _ = await timed(turn, None)
+                if index:
+                    samples[name].append(elapsed)
     return samples
 
 
@@ -441,7 +451,7 @@ async def concurrent(turn: TurnFn, sessions: int, turns_each: int) -> float:
 
     Yielding.on = True
     try:
-        gc.collect()
+        settle()
         start = time.perf_counter()
         async with asyncio.TaskGroup() as group:
             for _ in range(sessions):
@@ -464,17 +474,21 @@ async def throughput(
 
 
 async def growth(sides: dict[str, TurnFn], conversations: int, length: int) -> dict[str, list[float]]:
-    """The median time of each turn of a ``length``-turn conversation, over ``conversations``."""
-    times: dict[str, list[list[float]]] = {name: [[] for _ in range(length)] for name in sides}
-    gc.collect()
-    for index in range(conversations):
-        order = list(sides.items()) if index % 2 == 0 else list(reversed(sides.items()))
-        for name, turn in order:
+    """The median time of each turn of a ``length``-turn conversation, over ``conversations``; each
+    side runs its conversations one after the other, after one untimed, so that its first turns
+    are as warm as its last."""
+    medians: dict[str, list[float]] = {}
+    for name, turn in sides.items():
+        times: list[list[float]] = [[] for _ in range(length)]
+        settle()
+        for index in range(1 + conversations):
             session: str | None = None
             for number in range(length):
                 elapsed, session = await timed(turn, session)
-                times[name][number].append(elapsed)
-    return {name: [statistics.median(values) for values in per_turn] for name, per_turn in times.items()}
+                if index:
+                    times[number].append(elapsed)
+        medians[name] = [statistics.median(values) for values in times]
+    return medians
 
 
 def main() -> None:
@@ -482,7 +496,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--turns", type=int, default=500, help="timed turns per side (new conversations)")
-    parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--block", type=int, default=50, help="turns a side runs before the next takes over")
     parser.add_argument("--sessions", type=int, default=50, help="conversations at once")
     parser.add_argument(
         "--concurrent-turns", type=int, default=8, help="turns of each concurrent conversation"
@@ -495,7 +509,7 @@ def main() -> None:
     args = parser.parse_args()
 
     sides, versions = build_sides()
-    samples = asyncio.run(per_turn(sides, args.turns, args.warmup))
+    samples = asyncio.run(per_turn(sides, args.turns, args.block))
     rates = asyncio.run(throughput(sides, args.sessions, args.concurrent_turns, args.rounds))
     grown = asyncio.run(growth(sides, args.conversations, args.session_turns))
 
