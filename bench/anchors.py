@@ -519,16 +519,17 @@ def main() -> None:
         f"{args.turns} turns per side"
     )
     header = (
-        f"{'':<20}{'p50 µs':>9}{'p90 µs':>9}{'× hand':>8}{'turns/s':>10}"
+        f"{'':<20}{'p50 µs':>9}{'p90 µs':>9}{'× hand':>8}{'× picoflow':>11}{'turns/s':>10}"
         f"{f'turn {last} µs':>13}{f'turn {last}/1':>11}"
     )
     print(header)
     hand = percentile(samples[HAND], 0.5)
+    pico = percentile(samples["picoflow"], 0.5)
     for name, values in samples.items():
         p50 = percentile(values, 0.5)
         series = grown[name]
         print(
-            f"{name:<20}{p50:>9.0f}{percentile(values, 0.9):>9.0f}{p50 / hand:>7.1f}x"
+            f"{name:<20}{p50:>9.0f}{percentile(values, 0.9):>9.0f}{p50 / hand:>7.1f}x{p50 / pico:>10.1f}x"
             f"{rates[name]:>10.0f}{series[-1]:>13.0f}{series[-1] / series[0]:>10.2f}x"
         )
     print(
