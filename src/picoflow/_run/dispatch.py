@@ -157,7 +157,7 @@ async def _run_call(
             return decided
         key = decided
     value = await ws.config.tools.run(ws, step, spec, ToolJob(spec.name, (call,), (validated,), False, key))
-    if isinstance(value, type | str) and _names_a_step(ws, value):
+    if isinstance(value, (type, str)) and _names_a_step(ws, value):  # a tuple: no union built per call
         value = go(value)  # PicoFlow's way to route: return the step (or its registered name)
     result = value if isinstance(value, CallResult) else _result(call, value)
     ws.config.observer.tool_finished(spec.name, call, result.content, result.is_error)
