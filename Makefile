@@ -11,7 +11,7 @@ STORE ?= sqlite:///picoflow.sqlite3
 # Empty: PICOFLOW_MODEL, else the provider of an API key you have set, else the embedded model.
 MODEL ?=
 
-.PHONY: install run test lint typecheck bench format clean constraints wheel-check docs
+.PHONY: install run test lint typecheck bench bench-anchors format clean constraints wheel-check docs
 
 install: $(STAMP)
 
@@ -52,6 +52,12 @@ bench: install
 	$(PY) bench/hotel.py
 	$(PY) bench/local_model.py
 
+## picoflow beside LangGraph, PydanticAI and the OpenAI Agents SDK, in a venv of their own (.venv-anchors).
+bench-anchors:
+	@test -x .venv-anchors/bin/python || $(PYTHON) -m venv .venv-anchors
+	.venv-anchors/bin/pip install --quiet -e . -r bench/requirements-anchors.txt
+	.venv-anchors/bin/python bench/anchors.py
+
 ## Pin what `make install` and CI install to the newest versions pyproject.toml allows today.
 constraints:
 	rm -rf .venv-constraints && $(PYTHON) -m venv .venv-constraints
@@ -70,4 +76,4 @@ docs: install
 	$(VENV)/bin/mkdocs serve
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts
+	rm -rf $(VENV) .venv-anchors .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts

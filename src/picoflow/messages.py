@@ -28,6 +28,11 @@ code read and acted on; the user was sent what code wrote, never this), or a per
 the conversation was handed off (``staff``: an assistant message, ``author`` says who)."""
 
 
+_ARGS_ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
+"""``json.dumps(args, ensure_ascii=False, default=str)`` without building an encoder per call
+(stateless between calls, so one serves every thread)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """A model's proposal to call a tool. Nothing has run yet.
@@ -44,7 +49,7 @@ class ToolCall:
         """The arguments as JSON text, as providers expect them on the wire."""
         if isinstance(self.args, str):
             return self.args
-        return json.dumps(self.args, ensure_ascii=False, default=str)
+        return _ARGS_ENCODER.encode(self.args)
 
     @staticmethod
     def parse_args(raw: str | None) -> Mapping[str, Any] | str:

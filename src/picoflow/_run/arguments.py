@@ -26,11 +26,14 @@ AGAIN = (
 )
 
 
-def unborne_fields(ws: Workspace, step: Step, tool: ToolSpec, args: BaseModel) -> list[str]:
+def unborne_fields(
+    ws: Workspace, step: Step, tool: ToolSpec, args: BaseModel, profile: Grounding | None = None
+) -> list[str]:
     """The fields of a call's arguments the user never gave (none when neither the tool nor the
     grounding profile of the step's model asks for the check). Changes nothing."""
     check = tool.grounded
-    profile = Grounding.for_model(ws.model_of(step.name))
+    if profile is None:
+        profile = Grounding.for_model(ws.model_of(step.name))
     if check is None:
         check = profile.arguments
     if not check:
@@ -41,10 +44,22 @@ def unborne_fields(ws: Workspace, step: Step, tool: ToolSpec, args: BaseModel) -
     return unborne(args, "\n".join(said), slips=profile.slips, locales=step.locales)
 
 
-def unborne_refusal(ws: Workspace, step: Step, tool: ToolSpec, args: BaseModel) -> str | None:
+def refusal(ws: Workspace, step: Step, tool: ToolSpec, call: ToolCall, args: BaseModel) -> str | None:
+    """The correction for a model's call refused before its handler runs (arguments the user never
+    gave, or a call made again), or None. Neither check applies unless the tool or the grounding
+    profile of the step's model asks for it: then nothing else is looked at."""
+    profile = Grounding.for_model(ws.model_of(step.name))
+    if not profile.arguments and not tool.grounded:
+        return None
+    return unborne_refusal(ws, step, tool, args, profile) or repeated(ws, step, call, profile)
+
+
+def unborne_refusal(
+    ws: Workspace, step: Step, tool: ToolSpec, args: BaseModel, profile: Grounding | None = None
+) -> str | None:
     """The correction for a call whose arguments the user never gave, or None when they did. The
     refusal counts against the tool budget, and the tool is not offered again this turn."""
-    fields = unborne_fields(ws, step, tool, args)
+    fields = unborne_fields(ws, step, tool, args, profile)
     if not fields:
         return None
     _charge(ws)
@@ -54,11 +69,13 @@ def unborne_refusal(ws: Workspace, step: Step, tool: ToolSpec, args: BaseModel) 
     return UNBORNE.format(fields=", ".join(fields), them=them)
 
 
-def repeated(ws: Workspace, step: Step, call: ToolCall) -> str | None:
+def repeated(ws: Workspace, step: Step, call: ToolCall, profile: Grounding | None = None) -> str | None:
     """The correction for a call made with the same arguments as one that already ran this turn,
     under a grounding profile that checks tool calls (a small model's loop; a strong model calling
     a tool again means it: a clock, a status); None for a new one (which is then noted)."""
-    if not Grounding.for_model(ws.model_of(step.name)).arguments:
+    if profile is None:
+        profile = Grounding.for_model(ws.model_of(step.name))
+    if not profile.arguments:
         return None
     args = call.args if isinstance(call.args, str) else json.dumps(call.args, sort_keys=True, default=str)
     key = f"{call.name}:{args}"

@@ -286,7 +286,7 @@ def _unusable(response: ModelResponse, max_chars: int) -> str | None:
 
     The size is the text's characters plus each call's name and arguments as JSON."""
     text = response.text
-    if not _storable(text):
+    if not storable(text):
         return UNSTORABLE
     size = len(text)
     for call in response.tool_calls:

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic_core import to_json
 
-from picoflow._run.arguments import repeated, unborne_refusal
+from picoflow._run.arguments import refusal
 from picoflow._run.ask import tools_for
 from picoflow._run.workspace import RUNNING_CALL, ToolJob, Workspace
 from picoflow.context import INJECTED_NAMES
@@ -146,10 +146,7 @@ async def _run_call(
     validated = tool.validate(call)
     if isinstance(validated, str):
         return refused(call, validated)
-    if (
-        not by_code
-        and (why := unborne_refusal(ws, step, tool, validated) or repeated(ws, step, call)) is not None
-    ):
+    if not by_code and (why := refusal(ws, step, tool, call, validated)) is not None:
         return refused(call, why)
     key = None
     if tool.approval is not None:  # runs only as decided: approved, or cleared by its policy
@@ -160,7 +157,7 @@ async def _run_call(
             return decided
         key = decided
     value = await ws.config.tools.run(ws, step, spec, ToolJob(spec.name, (call,), (validated,), False, key))
-    if isinstance(value, type | str) and _names_a_step(ws, value):
+    if isinstance(value, (type, str)) and _names_a_step(ws, value):  # a tuple: no union built per call
         value = go(value)  # PicoFlow's way to route: return the step (or its registered name)
     result = value if isinstance(value, CallResult) else _result(call, value)
     ws.config.observer.tool_finished(spec.name, call, result.content, result.is_error)

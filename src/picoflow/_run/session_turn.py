@@ -204,7 +204,8 @@ class SessionTurns:
         """Save the job: all of it or, should the store refuse, nothing. ``ended=False`` saves a
         turn still going on (a checkpoint: the turn is counted when it ends)."""
         if ended:
-            await compact_memory(ws)
+            if ws.config.spec.compacting:  # most flows compact nothing: no coroutine for them
+                await compact_memory(ws)
             _commit_locally(ws)
         ws.normalize_states()
         session = ws.session

@@ -39,26 +39,36 @@ class _RecordingModel(Model):
         self._next_id = 0
 
     def _response(self, item: Any, request: ModelRequest) -> ModelResponse:
-        if isinstance(item, BaseException):
-            raise item
-        if isinstance(item, ModelResponse):
-            response = item
-        elif isinstance(item, str):
-            response = ModelResponse(text=item)
+        # Text and a single call first: they are most of every script, and a test suite plays thousands.
+        if isinstance(item, str):
+            response = ModelResponse(item, [], self._usage(request, len(item)))
         elif isinstance(item, ToolCall):
-            response = ModelResponse(tool_calls=[self._with_id(item, request)])
+            call = self._with_id(item, request)
+            response = ModelResponse("", [call], self._usage(request, len(call.args_json())))
+        elif isinstance(item, BaseException):
+            raise item
+        elif isinstance(item, ModelResponse):
+            response = item
+            if response.usage.model_calls == 0:
+                answer = len(response.text) + sum(len(call.args_json()) for call in response.tool_calls)
+                response.usage = self._usage(request, answer)
         elif isinstance(item, Sequence) and all(isinstance(call, ToolCall) for call in item):
-            response = ModelResponse(tool_calls=[self._with_id(call, request) for call in item])
+            calls = [self._with_id(call, request) for call in item]
+            response = ModelResponse("", calls, self._usage(request, sum(len(c.args_json()) for c in calls)))
         else:
             raise TypeError(f"{self.name}: cannot turn {type(item).__name__} into a model response")
-        if response.usage.model_calls == 0:
-            prompt = len(request.system) + sum(len(message.content) for message in request.messages)
-            answer = len(response.text) + sum(len(call.args_json()) for call in response.tool_calls)
-            response.usage = Usage(
-                input_tokens=_estimate_tokens(prompt), output_tokens=_estimate_tokens(answer), model_calls=1
-            )
         response.model = response.model or self.name
         return response
+
+    @staticmethod
+    def _usage(request: ModelRequest, answer: int) -> Usage:
+        """One call's usage, its tokens estimated from the characters of the request and the answer."""
+        prompt = len(request.system)
+        for message in request.messages:
+            prompt += len(message.content)
+        return Usage(
+            input_tokens=_estimate_tokens(prompt), output_tokens=_estimate_tokens(answer), model_calls=1
+        )
 
     def _with_id(self, call: ToolCall, request: ModelRequest) -> ToolCall:
         return call if call.id else ToolCall(call.name, call.args, self._new_id(request))
@@ -188,7 +198,8 @@ class ScriptedModel(_RecordingModel):
 
     def _new_id(self, request: ModelRequest) -> str:
         if not isinstance(self.script, dict):
-            return super()._new_id(request)
+            self._next_id += 1
+            return f"call_{self._next_id}"
         step = request.step or ""
         self._ids[step] = self._ids.get(step, 0) + 1
         return f"call_{step}_{self._ids[step]}"

@@ -617,7 +617,10 @@ class Grounding:
     @classmethod
     def for_model(cls, model: object) -> Grounding:
         """The profile ``model`` asks for (its ``grounding`` attribute: ``"small"`` or ``"default"``)."""
-        return cls.for_small_models() if getattr(model, "grounding", "default") == "small" else cls.default()
+        small = getattr(model, "grounding", "default") == "small"
+        if cls is Grounding:  # asked for on every tool call: the two profiles are built once, and shared
+            return _SMALL_PROFILE if small else _DEFAULT_PROFILE
+        return cls.for_small_models() if small else cls.default()
 
     def names(self) -> tuple[str, ...]:
         return tuple(rule.name for rule in self.rules)
@@ -713,6 +716,11 @@ class Grounding:
                 )
             )
         return tuple(kept), tuple(verdicts)
+
+
+_DEFAULT_PROFILE = Grounding.default()
+_SMALL_PROFILE = Grounding.for_small_models()
+"""What ``Grounding.for_model`` hands out: immutable, so one of each serves every call."""
 
 
 def given(items: Iterable[Item]) -> dict[str, Any]:
