@@ -5,8 +5,9 @@ here, with a default that writes nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any, Final, Generic, TypeVar
+import logging
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
+from typing import Any, ClassVar, Final, Generic, TypeVar
 
 from picoflow.events import (
     ApprovalDecided,
@@ -25,9 +26,13 @@ from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnFinished, TurnResult
 from picoflow.server.streams import Beat
 
-__all__ = ["EventWriter", "speaks"]
+__all__ = ["PING", "EventWriter", "StreamWriter", "alone", "speaks"]
+
+logger = logging.getLogger("picoflow.server")
 
 Frame = TypeVar("Frame")
+PING: Final = b": ping\n\n"
+"""A comment: what a stream says when nothing happened for a while, so that proxies keep it open."""
 
 
 def speaks(flow: FlowSpec | None, step: str) -> bool:
@@ -99,6 +104,54 @@ class EventWriter(Generic[Frame]):
     def on_lost(self) -> Iterable[Frame]:
         """The run ended without a result (cancelled, or a bug logged where it happened)."""
         return ()
+
+
+class StreamWriter(EventWriter[bytes]):
+    """An ``EventWriter`` whose frames are a Server-Sent Events stream, and what such a stream
+    does whatever its protocol: a heartbeat is a comment, and ``stream`` writes the stream whole.
+
+    A request may run several feeds (a decision each, the last resuming the turn): the stream
+    is ``opening()``, then the frames of each feed's items, those of one item in one write, until
+    the writer ``ended``. A stream whose feeds run out first, or that fails while it is written
+    (a bug, logged), still ends as its protocol says: ``broken()``."""
+
+    __slots__ = ()
+
+    name: ClassVar[str] = "an event"
+    """What the stream is, for the log of one that failed."""
+    ended = False
+    """The stream's end is written: nothing follows it."""
+
+    def on_beat(self) -> Iterator[bytes]:
+        yield PING
+
+    def opening(self) -> bytes:
+        return b""
+
+    def broken(self) -> bytes:
+        return b""
+
+    async def stream(self, feeds: AsyncIterable[AsyncIterable[object]]) -> AsyncIterator[bytes]:
+        try:
+            yield self.opening()
+            async for feed in feeds:
+                async for item in feed:
+                    frames = b"".join(self.write(item))
+                    if frames:
+                        yield frames
+                    if self.ended:
+                        return
+            yield self.broken()
+        except Exception:
+            # A frame that cannot be written (or a bug) must not drop the connection silently.
+            logger.exception("picoflow.server: %s stream failed", self.name)
+            if not self.ended:
+                yield self.broken()
+
+
+async def alone(feed: AsyncIterable[object]) -> AsyncIterator[AsyncIterable[object]]:
+    """``feed`` as the one feed of a stream."""
+    yield feed
 
 
 _ON: Final[dict[type, Callable[[EventWriter[Any], Any], Iterable[Any]]]] = {

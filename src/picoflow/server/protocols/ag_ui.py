@@ -37,10 +37,9 @@ body, and nothing is stored.
 from __future__ import annotations
 
 import json
-import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
@@ -67,7 +66,7 @@ from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnError, TurnResult
 from picoflow.server.errors import ApiError, TurnErrors, turn_error
 from picoflow.server.protocols._threads import check_thread_id, open_thread_turn, thread_session_id
-from picoflow.server.protocols._writer import EventWriter, speaks
+from picoflow.server.protocols._writer import StreamWriter, alone, speaks
 from picoflow.server.state import ERRORS, SESSION_HEADER, ApiRoute, ServerState, access_of, with_config
 from picoflow.server.streams import SSE_HEADERS, Feed, open_decision
 
@@ -87,8 +86,6 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("serving AG-UI needs the AG-UI SDK: pip install 'picoflow-ai[ag-ui]'") from exc
 
 __all__ = ["PATH", "RESPONSE_SCHEMA", "SURFACE", "install"]
-
-logger = logging.getLogger("picoflow.server")
 
 PATH: Final = "/ag-ui/{flow}"
 SURFACE: Final = "ag-ui"
@@ -263,8 +260,6 @@ CALL_RESULT: Final = EventType.TOOL_CALL_RESULT.value
 STATE_SNAPSHOT: Final = EventType.STATE_SNAPSHOT.value
 CUSTOM: Final = EventType.CUSTOM.value
 
-PING: Final = b": ping\n\n"
-
 
 def _frame(kind: str, **fields: Any) -> bytes:
     event = {"type": kind, "timestamp": int(time.time() * 1000), **fields}
@@ -286,17 +281,19 @@ def _pending(approval: Approval) -> dict[str, Any]:
     }
 
 
-class _Writer(EventWriter[bytes]):
+class _Writer(StreamWriter):
     """The AG-UI events of one run, written as SSE as the turn's feed gives its items.
 
     It keeps what the protocol needs kept: the step open, the text message open and what it
-    showed so far, and the tool calls announced (so every result follows its call)."""
+    showed so far, and the tool calls announced (so every result follows its call). Every run
+    ends with ``RUN_FINISHED`` or ``RUN_ERROR``."""
+
+    name = "an AG-UI run's event"
 
     __slots__ = (
         "_calls",
         "_chunks",
         "_flow",
-        "_last",
         "_proposed",
         "_run_id",
         "_session_id",
@@ -306,6 +303,8 @@ class _Writer(EventWriter[bytes]):
         "_thread_id",
         "_visited",
         "ended",
+        "last",
+        "refusal",
     )
 
     def __init__(self, run: _Run, session_id: str, flow: FlowSpec) -> None:
@@ -323,26 +322,27 @@ class _Writer(EventWriter[bytes]):
         self._visited: list[str] = []
         self._text: str | None = None
         self._chunks: list[str] = []
-        self._last = True
+        self.last = True
+        """The feed written is the run's last: a ``TurnFinished`` ends the run (else another
+        decision of the same resume follows it)."""
+        self.refusal: ApiError | None = None
+        """A later decision of the resume, refused: the run ends with it."""
         self.ended = False
 
     # -- run ----------------------------------------------------------------------------------------------
 
-    def started(self) -> bytes:
+    def opening(self) -> bytes:
         return _frame(
             RUN_STARTED, threadId=self._thread_id, runId=self._run_id, protocolVersion=PROTOCOL_VERSION
         )
 
-    def item(self, item: object, *, last: bool = True) -> bytes:
-        """The events of one feed item; ``last``: a ``TurnFinished`` ends the run (else another
-        decision of the same resume follows it)."""
-        self._last = last
-        return b"".join(self.write(item))
+    def broken(self) -> bytes:
+        return self.refused(self.refusal or ApiError(500, "internal", _INTERNAL))
 
     def on_finished(self, result: TurnResult) -> Iterator[bytes]:
         # A decision that leaves none of the response's approvals pending resumed the turn: its
         # result is the run's, whatever entries follow (they answer nothing).
-        if not (self._last or result.error is not None or not result.pending):
+        if not (self.last or result.error is not None or not result.pending):
             return
         self.ended = True
         if result.error is not None:
@@ -376,14 +376,10 @@ class _Writer(EventWriter[bytes]):
         yield _frame(RUN_FINISHED, **finished)
 
     def on_lost(self) -> Iterator[bytes]:
-        yield self.failed()
-
-    def failed(self) -> bytes:
-        """``RUN_ERROR`` for a run that ended without a result (a bug, logged where it happened)."""
-        return self.refused(ApiError(500, "internal", _INTERNAL))
+        yield self.refused(ApiError(500, "internal", _INTERNAL))
 
     def refused(self, error: ApiError) -> bytes:
-        """``RUN_ERROR`` for a run that failed once started (a later decision of a resume refused)."""
+        """``RUN_ERROR`` for a run that failed once started."""
         self.ended = True
         metadata: dict[str, Any] = {"status": error.status, "retryable": error.retryable}
         if error.retry_after is not None:
@@ -435,9 +431,6 @@ class _Writer(EventWriter[bytes]):
 
     def on_loading(self, status: LoadStatus) -> Iterator[bytes]:
         yield _frame(CUSTOM, name="picoflow.load_status", value=status.as_dict())
-
-    def on_beat(self) -> Iterator[bytes]:
-        yield PING
 
     def on_handed_off(self, event: HandedOff) -> Iterator[bytes]:
         yield _frame(CUSTOM, name="picoflow.handoff", value={"step": event.step, "reason": event.reason})
@@ -576,63 +569,33 @@ async def run_agent(request: Request) -> Response:
         writer = _Writer(run, session_id, spec)
 
         async def decisions() -> AsyncIterator[Feed]:
+            writer.last = len(run.decisions) == 1
             yield feed
-            for decision in run.decisions[1:]:
+            for n, decision in enumerate(run.decisions[1:], 2):
                 later = await open_decision(
                     access.state, session_id, decision.approval_id, decision.decision, decision.reason, caller
                 )
                 if later.refused is not None:
-                    raise _Refusal(_decision_refused(later.refused, session_id, decision))
+                    writer.refusal = _decision_refused(later.refused, session_id, decision)
+                    return
+                writer.last = n == len(run.decisions)
                 yield later
 
-        return _respond(writer, decisions(), len(run.decisions), session_id)
+        return _respond(writer, decisions(), session_id)
     session_id, feed = await open_thread_turn(access, flow, run.message, SURFACE, run.thread_id, caller)
     if feed.refused is not None:
         raise _refused(feed.refused, session_id, run.message_field)
     if feed.first is None:
         raise ApiError(500, "internal", _INTERNAL)
     writer = _Writer(run, session_id, access.engine.flow(flow))
-    return _respond(writer, _one(feed), 1, session_id)
+    return _respond(writer, alone(feed), session_id)
 
 
-class _Refusal(Exception):
-    """A later decision of a resume was refused: the run ends with its ``RUN_ERROR``."""
-
-    def __init__(self, error: ApiError) -> None:
-        super().__init__(error.message)
-        self.error = error
-
-
-async def _one(feed: Feed) -> AsyncIterator[Feed]:
-    yield feed
-
-
-def _respond(writer: _Writer, feeds: AsyncIterator[Feed], count: int, session_id: str) -> StreamingResponse:
-    async def events() -> AsyncIterator[bytes]:
-        yield writer.started()
-        done = 0
-        try:
-            async for feed in feeds:
-                done += 1
-                async for item in feed:
-                    chunk = writer.item(item, last=done == count)
-                    if chunk:
-                        yield chunk
-                    if writer.ended:
-                        return
-            if not writer.ended:
-                yield writer.failed()
-        except _Refusal as refusal:
-            yield writer.refused(refusal.error)
-        except Exception:
-            # An event that cannot be written (or a bug) must not drop the connection silently:
-            # every run ends with RUN_FINISHED or RUN_ERROR.
-            logger.exception("picoflow.server: an AG-UI run's event stream failed")
-            if not writer.ended:
-                yield writer.failed()
-
+def _respond(
+    writer: _Writer, feeds: AsyncIterator[AsyncIterable[object]], session_id: str
+) -> StreamingResponse:
     headers = {**SSE_HEADERS, SESSION_HEADER: session_id}
-    return StreamingResponse(events(), media_type=MEDIA_TYPE, headers=headers)
+    return StreamingResponse(writer.stream(feeds), media_type=MEDIA_TYPE, headers=headers)
 
 
 SCHEMA_PREFIX = "AgUi"

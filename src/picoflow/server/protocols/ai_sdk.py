@@ -38,7 +38,6 @@ import base64
 import binascii
 import contextlib
 import json
-import logging
 import re
 import secrets
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
@@ -69,9 +68,9 @@ from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnError, TurnResult
 from picoflow.server.errors import ApiError, TurnErrors, turn_error
 from picoflow.server.protocols._threads import check_thread_id, open_thread_turn, thread_session_id
-from picoflow.server.protocols._writer import EventWriter, speaks
+from picoflow.server.protocols._writer import StreamWriter, speaks
 from picoflow.server.schemas import ErrorBody
-from picoflow.server.state import ERRORS, Access, ApiRoute, ServerState, access_of, with_config
+from picoflow.server.state import ERRORS, ApiRoute, ServerState, access_of, with_config
 from picoflow.server.streams import SSE_HEADERS, Feed, open_decision
 
 __all__ = [
@@ -83,8 +82,6 @@ __all__ = [
     "markdown_tables",
 ]
 
-logger = logging.getLogger("picoflow.server")
-
 SURFACE = "ai-sdk"
 """The surface a chat id is scoped to (``thread_session_id``)."""
 MAX_MESSAGES = 1000
@@ -93,7 +90,6 @@ MAX_PARTS = 200
 """Most parts one message may carry."""
 STREAM_HEADERS: Final = {**SSE_HEADERS, "x-vercel-ai-ui-message-stream": "v1"}
 DONE: Final = b"data: [DONE]\n\n"
-PING: Final = b": ping\n\n"
 INTERNAL_TEXT = "The assistant could not complete this turn."
 
 
@@ -321,7 +317,7 @@ def _approval_descriptor(approval: Approval) -> dict[str, Any]:
     }
 
 
-class _Writer(EventWriter[bytes]):
+class _Writer(StreamWriter):
     """One assistant UI message, written from the items of a turn (or of a decision and the turn
     it resumes): which AI SDK step and text part are open, what the model's text turned out to be.
 
@@ -330,10 +326,18 @@ class _Writer(EventWriter[bytes]):
     text that opens like JSON may be a call written as text. Such text is held back, and the
     reply comes whole at the end."""
 
+    name = "an AI SDK"
+
     def __init__(
-        self, engine: FlowEngine, session_id: str, flow: FlowSpec | None, answering: Iterable[str] = ()
+        self,
+        engine: FlowEngine,
+        session_id: str,
+        message_id: str,
+        flow: FlowSpec | None,
+        answering: Iterable[str] = (),
     ) -> None:
         self.engine = engine
+        self.message_id = message_id
         self.session_id = session_id
         self.flow = flow
         self.answering = frozenset(answering)
@@ -398,8 +402,14 @@ class _Writer(EventWriter[bytes]):
             return ()  # a sub-step run's events stay inside the tool call that runs it
         return super().write(item)
 
-    def on_beat(self) -> Iterator[bytes]:
-        yield PING
+    def opening(self) -> bytes:
+        start = {"messageId": self.message_id, "messageMetadata": {"sessionId": self.session_id}}
+        return _chunk({"type": "start", **start})
+
+    def broken(self) -> bytes:
+        # The client is told, and the stream still ends as the protocol says.
+        failed = {"type": "error", "errorText": INTERNAL_TEXT}
+        return b"".join([_chunk(failed), _chunk({"type": "finish", "finishReason": "error"}), DONE])
 
     def on_loading(self, status: LoadStatus) -> Iterator[bytes]:
         yield _chunk({"type": "data-status", "data": status.as_dict(), "transient": True})
@@ -566,47 +576,21 @@ class _Writer(EventWriter[bytes]):
         yield DONE
 
 
-async def _chunks(
-    writer: _Writer, state: ServerState, feed: Feed, more: Sequence[_Answer], caller: Caller
-) -> AsyncIterator[bytes]:
-    """The chunks of a feed, and of the decisions after it (their feeds opened in turn), those of
-    one item written together; the last ends the stream (``[DONE]``)."""
-    answers = list(more)
-    while True:
-        writer.last = not answers
-        async for item in feed:
-            chunks = b"".join(writer.write(item))
-            if chunks:
-                yield chunks
-        if writer.ended:
-            return
-        answer = answers.pop(0)
-        feed = await open_decision(
-            state, writer.session_id, answer.approval_id, answer.decision, answer.reason, caller
-        )
-
-
 def _stream(
-    access: Access, writer: _Writer, message_id: str, feed: Feed, more: Sequence[_Answer], caller: Caller
+    writer: _Writer, state: ServerState, feed: Feed, more: Sequence[_Answer], caller: Caller
 ) -> StreamingResponse:
-    async def body() -> AsyncIterator[bytes]:
-        start = {
-            "type": "start",
-            "messageId": message_id,
-            "messageMetadata": {"sessionId": writer.session_id},
-        }
-        yield _chunk(start)
-        try:
-            async for chunk in _chunks(writer, access.state, feed, more, caller):
-                yield chunk
-        except Exception:
-            # A chunk that cannot be written (or a bug) must not drop the stream silently: the
-            # client is told, and the stream still ends as the protocol says.
-            logger.exception("picoflow.server: an AI SDK stream failed")
-            failed = {"type": "error", "errorText": INTERNAL_TEXT}
-            yield b"".join([_chunk(failed), _chunk({"type": "finish", "finishReason": "error"}), DONE])
+    """The stream of a feed, and of the decisions after it (their feeds opened in turn)."""
 
-    return StreamingResponse(body(), media_type="text/event-stream", headers=STREAM_HEADERS)
+    async def feeds() -> AsyncIterator[Feed]:
+        writer.last = not more
+        yield feed
+        for n, answer in enumerate(more, 1):
+            writer.last = n == len(more)
+            yield await open_decision(
+                state, writer.session_id, answer.approval_id, answer.decision, answer.reason, caller
+            )
+
+    return StreamingResponse(writer.stream(feeds()), media_type="text/event-stream", headers=STREAM_HEADERS)
 
 
 # --- the route -------------------------------------------------------------------------------------------
@@ -645,8 +629,7 @@ async def chat(body: ChatRequest, request: Request) -> Response:
         if refused is not None:
             where = asked.where
             raise turn_error(refused, session_id, fields={"message": where, "attachments": where})
-        writer = _Writer(access.engine, session_id, spec)
-        message_id = f"msg-{secrets.token_hex(8)}"
+        writer = _Writer(access.engine, session_id, f"msg-{secrets.token_hex(8)}", spec)
         more: list[_Answer] = []
     else:
         session_id = thread_session_id(caller.principal, SURFACE, chat_id)
@@ -657,11 +640,13 @@ async def chat(body: ChatRequest, request: Request) -> Response:
         refused = feed.refused
         if refused is not None:
             raise _decision_refusal(refused, session_id, first.where)
-        writer = _Writer(access.engine, session_id, spec, (answer.approval_id for answer in asked))
         message_id = last.id or f"msg-{secrets.token_hex(8)}"  # the message the decisions continue
+        writer = _Writer(
+            access.engine, session_id, message_id, spec, (answer.approval_id for answer in asked)
+        )
     if feed.first is None:
         raise ApiError(500, "internal", INTERNAL_TEXT)
-    return _stream(access, writer, message_id, feed, more, caller)
+    return _stream(writer, access.state, feed, more, caller)
 
 
 def install(app: FastAPI) -> list[str]:

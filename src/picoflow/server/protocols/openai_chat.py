@@ -71,9 +71,9 @@ from picoflow.exceptions import (
 )
 from picoflow.flow import FlowSpec
 from picoflow.models.readiness import LoadStatus
-from picoflow.results import TurnError, TurnResult
+from picoflow.results import TurnError, TurnFinished, TurnResult
 from picoflow.server.errors import DEFAULT_RETRY_AFTER, ApiError, ErrorShape, TurnErrors
-from picoflow.server.protocols._writer import EventWriter, speaks
+from picoflow.server.protocols._writer import StreamWriter, alone, speaks
 from picoflow.server.readiness import TurnWatch
 from picoflow.server.state import Access, ServerState, access_of, authenticate
 from picoflow.server.streams import SSE_HEADERS, Feed, open_decision, open_turn
@@ -574,8 +574,8 @@ async def _streamed(access: Access, ask: Ask) -> Response:
         if created:
             await _discard(access, session_id)
         raise _internal() if refused is None else _turn_failure(refused, ask)
-    flow = _spec(access, ask.flow)
-    chunks = _chunks(access, _Chunks(ask, session_id, flow, created), feed, session_id)
+    writer = _Chunks(ask, session_id, _spec(access, ask.flow))
+    chunks = writer.stream(alone(_kept(access, feed, session_id) if created else feed))
     headers = {**SSE_HEADERS, SESSION_HEADER: session_id}
     return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
 
@@ -611,7 +611,7 @@ def _spec(access: Access, flow: str) -> FlowSpec | None:
         return None
 
 
-class _Chunks(EventWriter[bytes]):
+class _Chunks(StreamWriter):
     """A turn as ``chat.completion.chunk`` events.
 
     The text a model writes in a free-text step streams as it comes, a part of each chunk; the
@@ -619,12 +619,11 @@ class _Chunks(EventWriter[bytes]):
     and the reply follows it after a blank line. Whatever was not streamed (a reply written by
     code, a structured step's) is sent whole at the end."""
 
-    def __init__(self, ask: Ask, session_id: str, flow: FlowSpec | None, created: bool) -> None:
+    name = "a chat completion"
+
+    def __init__(self, ask: Ask, session_id: str, flow: FlowSpec | None) -> None:
         self.ask = ask
         self.flow = flow
-        self.created = created
-        """The session was made for this turn: one the turn does not keep is dropped."""
-        self.drop_session = False
         self.head: dict[str, Any] = {
             "id": _completion_id(session_id),
             "object": "chat.completion.chunk",
@@ -640,6 +639,12 @@ class _Chunks(EventWriter[bytes]):
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
         return b"data: " + to_json({**self.head, "choices": [choice], **extra}) + b"\n\n"
 
+    def opening(self) -> bytes:
+        return self.chunk({"role": "assistant", "content": ""})
+
+    def broken(self) -> bytes:
+        return _internal().event()
+
     def on_text(self, event: TextChunk) -> Iterator[bytes]:
         if event.parent is not None or not speaks(self.flow, event.step) or not event.text:
             return
@@ -653,18 +658,12 @@ class _Chunks(EventWriter[bytes]):
         self.segment = ""  # a step, a tool call, an approval: text after it is a new stretch
         return ()
 
-    def on_beat(self) -> Iterator[bytes]:
-        yield b": ping\n\n"  # keeps proxies and clients from timing the stream out
-
     def on_loading(self, status: LoadStatus) -> Iterator[bytes]:
         return self.on_beat()
 
     def on_finished(self, result: TurnResult) -> Iterator[bytes]:
+        self.ended = True
         if result.error is not None:
-            failure = result.error.error_class
-            # A first turn that ran and failed keeps its session, as the engine keeps it (its
-            # error and timeline are filed with it); one refused is dropped.
-            self.drop_session = self.created and not (failure.recorded and failure.keeps_session)
             yield _turn_failure(result.error, self.ask).event()
             return
         # The end in one write: the rest of the reply, the stop, the usage and [DONE].
@@ -681,22 +680,20 @@ class _Chunks(EventWriter[bytes]):
         yield b"data: [DONE]\n\n"
 
     def on_lost(self) -> Iterator[bytes]:
-        self.drop_session = self.created
+        self.ended = True
         yield _internal().event()
 
 
-async def _chunks(access: Access, writer: _Chunks, feed: Feed, session_id: str) -> AsyncIterator[bytes]:
-    yield writer.chunk({"role": "assistant", "content": ""})
-    try:
-        async for item in feed:
-            frames = b"".join(writer.write(item))
-            if writer.drop_session:
-                await _discard(access, session_id)
-            if frames:
-                yield frames
-    except Exception:
-        logger.exception("picoflow.server: a chat completion stream failed")
-        yield _internal().event()
+async def _kept(access: Access, feed: Feed, session_id: str) -> AsyncIterator[object]:
+    """The feed of a first turn, whose session is dropped before the turn's end is told when the
+    turn does not keep it: lost, or refused (one that ran and failed keeps its session, as the
+    engine keeps it: its error and timeline are filed with it)."""
+    async for item in feed:
+        error = item.result.error if isinstance(item, TurnFinished) else None
+        failure = None if error is None else error.error_class
+        if item is None or (failure is not None and not (failure.recorded and failure.keeps_session)):
+            await _discard(access, session_id)
+        yield item
 
 
 # --- the table ----------------------------------------------------------------------------------------
