@@ -518,12 +518,10 @@ class _Writer(StreamWriter):
         if event.id not in self._calls:
             # A result without its call: a denied call never ran, an invalid one never started.
             yield from self._announce(event.id, event.name, self._proposed.get(event.id, {}))
-        wire = self._calls[event.id]
-        result: dict[str, Any] = {"messageId": uuid.uuid4().hex, "toolCallId": wire}
-        result.update(content=event.content, role="tool")
+        fields: dict[str, Any] = {"content": event.content, "role": "tool"}
         if event.is_error:
-            result["metadata"] = {"isError": True}
-        yield _frame(CALL_RESULT, **result)
+            fields["metadata"] = {"isError": True}
+        yield _frame(CALL_RESULT, messageId=uuid.uuid4().hex, toolCallId=self._calls[event.id], **fields)
 
     def on_approval_requested(self, event: ApprovalRequested) -> Iterator[bytes]:
         return self._end_text()
