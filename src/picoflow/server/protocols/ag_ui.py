@@ -37,10 +37,9 @@ body, and nothing is stored.
 from __future__ import annotations
 
 import json
-import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
@@ -62,13 +61,14 @@ from picoflow.events import (
     ToolReturned,
 )
 from picoflow.exceptions import FlowNotFound
-from picoflow.flow import StepSpec
+from picoflow.flow import FlowSpec
 from picoflow.models.readiness import LoadStatus
-from picoflow.results import TurnError, TurnFinished, TurnResult
+from picoflow.results import TurnError, TurnResult
 from picoflow.server.errors import ApiError, TurnErrors, turn_error
 from picoflow.server.protocols._threads import check_thread_id, open_thread_turn, thread_session_id
+from picoflow.server.protocols._writer import StreamWriter, alone, speaks
 from picoflow.server.state import ERRORS, SESSION_HEADER, ApiRoute, ServerState, access_of, with_config
-from picoflow.server.streams import SSE_HEADERS, Beat, Feed, open_decision
+from picoflow.server.streams import SSE_HEADERS, Feed, open_decision
 
 try:
     from ag_ui.core import (
@@ -86,8 +86,6 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("serving AG-UI needs the AG-UI SDK: pip install 'picoflow-ai[ag-ui]'") from exc
 
 __all__ = ["PATH", "RESPONSE_SCHEMA", "SURFACE", "install"]
-
-logger = logging.getLogger("picoflow.server")
 
 PATH: Final = "/ag-ui/{flow}"
 SURFACE: Final = "ag-ui"
@@ -262,15 +260,10 @@ CALL_RESULT: Final = EventType.TOOL_CALL_RESULT.value
 STATE_SNAPSHOT: Final = EventType.STATE_SNAPSHOT.value
 CUSTOM: Final = EventType.CUSTOM.value
 
-Event = dict[str, Any]
 
-
-def _event(kind: str, **fields: Any) -> Event:
-    return {"type": kind, "timestamp": int(time.time() * 1000), **fields}
-
-
-def _encode(events: list[Event]) -> bytes:
-    return b"".join(b"data: " + to_json(event) + b"\n\n" for event in events)
+def _frame(kind: str, **fields: Any) -> bytes:
+    event = {"type": kind, "timestamp": int(time.time() * 1000), **fields}
+    return b"data: " + to_json(event) + b"\n\n"
 
 
 def _iso(seconds: float) -> str:
@@ -288,32 +281,37 @@ def _pending(approval: Approval) -> dict[str, Any]:
     }
 
 
-class _Writer:
+class _Writer(StreamWriter):
     """The AG-UI events of one run, written as SSE as the turn's feed gives its items.
 
     It keeps what the protocol needs kept: the step open, the text message open and what it
-    showed so far, and the tool calls announced (so every result follows its call)."""
+    showed so far, and the tool calls announced (so every result follows its call). Every run
+    ends with ``RUN_FINISHED`` or ``RUN_ERROR``."""
+
+    name = "an AG-UI run's event"
 
     __slots__ = (
         "_calls",
         "_chunks",
+        "_flow",
         "_proposed",
         "_run_id",
         "_session_id",
         "_shown",
         "_step",
-        "_steps",
         "_text",
         "_thread_id",
         "_visited",
         "ended",
+        "last",
+        "refusal",
     )
 
-    def __init__(self, run: _Run, session_id: str, steps: Mapping[str, StepSpec]) -> None:
+    def __init__(self, run: _Run, session_id: str, flow: FlowSpec) -> None:
         self._thread_id = run.thread_id
         self._run_id = run.run_id
         self._session_id = session_id
-        self._steps = steps
+        self._flow = flow
         self._calls: dict[str, str] = {}
         """Picoflow's call id -> its id on the wire, for the calls announced in this run."""
         self._shown: set[str] = set(run.known_calls)
@@ -324,79 +322,41 @@ class _Writer:
         self._visited: list[str] = []
         self._text: str | None = None
         self._chunks: list[str] = []
+        self.last = True
+        """The feed written is the run's last: a ``TurnFinished`` ends the run (else another
+        decision of the same resume follows it)."""
+        self.refusal: ApiError | None = None
+        """A later decision of the resume, refused: the run ends with it."""
         self.ended = False
 
     # -- run ----------------------------------------------------------------------------------------------
 
-    def started(self) -> bytes:
-        return _encode(
-            [
-                _event(
-                    RUN_STARTED,
-                    threadId=self._thread_id,
-                    runId=self._run_id,
-                    protocolVersion=PROTOCOL_VERSION,
-                )
-            ]
+    def opening(self) -> bytes:
+        return _frame(
+            RUN_STARTED, threadId=self._thread_id, runId=self._run_id, protocolVersion=PROTOCOL_VERSION
         )
 
-    def item(self, item: object, *, last: bool = True) -> bytes:
-        """The events of one feed item; ``last``: a ``TurnFinished`` ends the run (else another
-        decision of the same resume follows it)."""
-        events: list[Event] = []
-        if isinstance(item, TextChunk):
-            self._chunk(item, events)
-        elif isinstance(item, ToolCalled):
-            self._announce(item.id, item.name, item.args, events)
-        elif isinstance(item, ToolReturned):
-            self._returned(item, events)
-        elif isinstance(item, StepEntered):
-            if item.parent is None:  # a sub-step runs inside the step that called it
-                self._enter(item.step, item.previous, events)
-        elif isinstance(item, ApprovalRequested):
-            self._end_text(events)
-        elif isinstance(item, ApprovalDecided):
-            self._decided(item.approval, events)
-        elif isinstance(item, TurnFinished):
-            result = item.result
-            # A decision that leaves none of the response's approvals pending resumed the turn: its
-            # result is the run's, whatever entries follow (they answer nothing).
-            if last or result.error is not None or not result.pending:
-                self._finished(result, events)
-        elif isinstance(item, HandedOff):
-            value = {"step": item.step, "reason": item.reason}
-            events.append(_event(CUSTOM, name="picoflow.handoff", value=value))
-        elif isinstance(item, LoadStatus):
-            events.append(_event(CUSTOM, name="picoflow.load_status", value=item.as_dict()))
-        elif isinstance(item, Beat):
-            return b": ping\n\n"
-        elif item is None:
-            return self.failed()
-        return _encode(events) if events else b""
+    def broken(self) -> bytes:
+        return self.refused(self.refusal or ApiError(500, "internal", _INTERNAL))
 
-    def failed(self) -> bytes:
-        """``RUN_ERROR`` for a run that ended without a result (a bug, logged where it happened)."""
-        return self.refused(ApiError(500, "internal", _INTERNAL))
-
-    def refused(self, error: ApiError) -> bytes:
-        """``RUN_ERROR`` for a run that failed once started (a later decision of a resume refused)."""
-        self.ended = True
-        return _encode([self._error_event(error)])
-
-    def _finished(self, result: TurnResult, events: list[Event]) -> None:
+    def on_finished(self, result: TurnResult) -> Iterator[bytes]:
+        # A decision that leaves none of the response's approvals pending resumed the turn: its
+        # result is the run's, whatever entries follow (they answer nothing).
+        if not (self.last or result.error is not None or not result.pending):
+            return
         self.ended = True
         if result.error is not None:
-            events.append(self._error_event(turn_error(result.error, self._session_id)))
+            yield self.refused(turn_error(result.error, self._session_id))
             return
         if result.pending:
-            self._end_text(events)  # the interrupts say what waits
+            yield from self._end_text()  # the interrupts say what waits
         else:
-            self._reply(result.message, events)
+            yield from self._reply(result.message)
         if self._step is not None:
-            events.append(_event(STEP_FINISHED, stepName=self._step))
+            yield _frame(STEP_FINISHED, stepName=self._step)
             self._step = None
-        events.append(_event(STATE_SNAPSHOT, snapshot=self._state(result)))
-        finished = _event(RUN_FINISHED, threadId=self._thread_id, runId=self._run_id)
+        yield _frame(STATE_SNAPSHOT, snapshot=self._state(result))
+        finished: dict[str, Any] = {"threadId": self._thread_id, "runId": self._run_id}
         if result.pending:
             interrupts = [self._interrupt(approval) for approval in result.pending]
             outcome = RunFinishedInterruptOutcome(interrupts=interrupts)
@@ -413,14 +373,18 @@ class _Writer:
                     "cacheWriteInputTokens": usage.cache_creation_tokens,
                 }
             ]
-        events.append(finished)
+        yield _frame(RUN_FINISHED, **finished)
 
-    def _error_event(self, error: ApiError) -> Event:
+    def on_lost(self) -> Iterator[bytes]:
+        yield self.refused(ApiError(500, "internal", _INTERNAL))
+
+    def refused(self, error: ApiError) -> bytes:
+        """``RUN_ERROR`` for a run that failed once started."""
         self.ended = True
         metadata: dict[str, Any] = {"status": error.status, "retryable": error.retryable}
         if error.retry_after is not None:
             metadata["retryAfter"] = error.retry_after
-        return _event(RUN_ERROR, message=error.message, code=error.kind, metadata=metadata)
+        return _frame(RUN_ERROR, message=error.message, code=error.kind, metadata=metadata)
 
     def _state(self, result: TurnResult) -> dict[str, Any]:
         """The session's public state: where the conversation is, never what its steps keep."""
@@ -463,53 +427,62 @@ class _Writer:
             },
         )
 
+    # -- what the run tells besides the protocol's own events ---------------------------------------------
+
+    def on_loading(self, status: LoadStatus) -> Iterator[bytes]:
+        yield _frame(CUSTOM, name="picoflow.load_status", value=status.as_dict())
+
+    def on_handed_off(self, event: HandedOff) -> Iterator[bytes]:
+        yield _frame(CUSTOM, name="picoflow.handoff", value={"step": event.step, "reason": event.reason})
+
     # -- steps --------------------------------------------------------------------------------------------
 
-    def _enter(self, step: str, previous: str | None, events: list[Event]) -> None:
-        """The conversation moved to ``step``: finish the step open (if any), start this one."""
-        self._end_text(events)
+    def on_step_entered(self, event: StepEntered) -> Iterator[bytes]:
+        """The conversation moved to a step: finish the step open (if any), start this one."""
+        if event.parent is not None:
+            return  # a sub-step runs inside the step that called it
+        yield from self._end_text()
         if self._step is not None:
-            events.append(_event(STEP_FINISHED, stepName=self._step))
-        events.append(_event(STEP_STARTED, stepName=step))
-        self._step = step
-        if not self._visited and previous is not None:
-            self._visited.append(previous)  # where the turn began
-        self._visited.append(step)
+            yield _frame(STEP_FINISHED, stepName=self._step)
+        yield _frame(STEP_STARTED, stepName=event.step)
+        self._step = event.step
+        if not self._visited and event.previous is not None:
+            self._visited.append(event.previous)  # where the turn began
+        self._visited.append(event.step)
 
     # -- text ---------------------------------------------------------------------------------------------
 
-    def _chunk(self, chunk: TextChunk, events: list[Event]) -> None:
-        spec = self._steps.get(chunk.step)
-        if (spec is not None and spec.output is not None) or not chunk.text:
+    def on_text(self, event: TextChunk) -> Iterator[bytes]:
+        if not event.text or not speaks(self._flow, event.step):
             return  # a step reading the message into a value: its text is the reading, not the reply
         if self._text is None:
             self._text = uuid.uuid4().hex
-            events.append(_event(TEXT_START, messageId=self._text, role="assistant"))
-        self._chunks.append(chunk.text)
-        events.append(_event(TEXT_CONTENT, messageId=self._text, delta=chunk.text))
+            yield _frame(TEXT_START, messageId=self._text, role="assistant")
+        self._chunks.append(event.text)
+        yield _frame(TEXT_CONTENT, messageId=self._text, delta=event.text)
 
-    def _end_text(self, events: list[Event]) -> None:
+    def _end_text(self) -> Iterator[bytes]:
         if self._text is not None:
-            events.append(_event(TEXT_END, messageId=self._text))
+            yield _frame(TEXT_END, messageId=self._text)
             self._text = None
             self._chunks = []
 
-    def _reply(self, reply: str, events: list[Event]) -> None:
+    def _reply(self, reply: str) -> Iterator[bytes]:
         """The turn's reply: the end of the message streamed so far when it is the reply (or its
         beginning), else a message of its own (the streamed text stays, as what the model said)."""
         if self._text is not None:
             shown = "".join(self._chunks)
             if reply.startswith(shown):
                 if len(reply) > len(shown):
-                    events.append(_event(TEXT_CONTENT, messageId=self._text, delta=reply[len(shown) :]))
-                self._end_text(events)
+                    yield _frame(TEXT_CONTENT, messageId=self._text, delta=reply[len(shown) :])
+                yield from self._end_text()
                 return
-            self._end_text(events)
+            yield from self._end_text()
         if reply:
             message_id = uuid.uuid4().hex
-            events.append(_event(TEXT_START, messageId=message_id, role="assistant"))
-            events.append(_event(TEXT_CONTENT, messageId=message_id, delta=reply))
-            events.append(_event(TEXT_END, messageId=message_id))
+            yield _frame(TEXT_START, messageId=message_id, role="assistant")
+            yield _frame(TEXT_CONTENT, messageId=message_id, delta=reply)
+            yield _frame(TEXT_END, messageId=message_id)
 
     # -- tool calls -----------------------------------------------------------------------------------------
 
@@ -528,29 +501,33 @@ class _Writer:
             self._shown.add(wire)
         return wire
 
-    def _announce(self, call_id: str, name: str, args: Mapping[str, Any], events: list[Event]) -> str:
-        self._end_text(events)
+    def on_tool_called(self, event: ToolCalled) -> Iterator[bytes]:
+        return self._announce(event.id, event.name, event.args)
+
+    def _announce(self, call_id: str, name: str, args: Mapping[str, Any]) -> Iterator[bytes]:
+        yield from self._end_text()
         self._calls.pop(call_id, None)  # a new call with an id seen before: announced afresh
         wire = self._wire_id(call_id)
-        events.append(_event(CALL_START, toolCallId=wire, toolCallName=name))
-        delta = json.dumps(dict(args), ensure_ascii=False, default=str)
-        events.append(_event(CALL_ARGS, toolCallId=wire, delta=delta))
-        events.append(_event(CALL_END, toolCallId=wire))
-        return wire
-
-    def _returned(self, done: ToolReturned, events: list[Event]) -> None:
-        wire = self._calls.get(done.id)
-        if wire is None:
-            # A result without its call: a denied call never ran, an invalid one never started.
-            wire = self._announce(done.id, done.name, self._proposed.get(done.id, {}), events)
-        result = _event(
-            CALL_RESULT, messageId=uuid.uuid4().hex, toolCallId=wire, content=done.content, role="tool"
+        yield _frame(CALL_START, toolCallId=wire, toolCallName=name)
+        yield _frame(
+            CALL_ARGS, toolCallId=wire, delta=json.dumps(dict(args), ensure_ascii=False, default=str)
         )
-        if done.is_error:
-            result["metadata"] = {"isError": True}
-        events.append(result)
+        yield _frame(CALL_END, toolCallId=wire)
 
-    def _decided(self, approval: Approval, events: list[Event]) -> None:
+    def on_tool_returned(self, event: ToolReturned) -> Iterator[bytes]:
+        if event.id not in self._calls:
+            # A result without its call: a denied call never ran, an invalid one never started.
+            yield from self._announce(event.id, event.name, self._proposed.get(event.id, {}))
+        fields: dict[str, Any] = {"content": event.content, "role": "tool"}
+        if event.is_error:
+            fields["metadata"] = {"isError": True}
+        yield _frame(CALL_RESULT, messageId=uuid.uuid4().hex, toolCallId=self._calls[event.id], **fields)
+
+    def on_approval_requested(self, event: ApprovalRequested) -> Iterator[bytes]:
+        return self._end_text()
+
+    def on_approval_decided(self, event: ApprovalDecided) -> Iterator[bytes]:
+        approval = event.approval
         if approval.call_id:
             self._proposed[approval.call_id] = approval.args
         value = {
@@ -560,7 +537,7 @@ class _Writer:
             "decidedBy": approval.decided_by,
             "reason": approval.reason,
         }
-        events.append(_event(CUSTOM, name="picoflow.approval_decided", value=value))
+        yield _frame(CUSTOM, name="picoflow.approval_decided", value=value)
 
 
 # --- the route -------------------------------------------------------------------------------------------
@@ -587,66 +564,36 @@ async def run_agent(request: Request) -> Response:
             raise _decision_refused(feed.refused, session_id, first)
         if feed.first is None:
             raise ApiError(500, "internal", _INTERNAL)
-        writer = _Writer(run, session_id, spec.steps)
+        writer = _Writer(run, session_id, spec)
 
         async def decisions() -> AsyncIterator[Feed]:
+            writer.last = len(run.decisions) == 1
             yield feed
-            for decision in run.decisions[1:]:
+            for n, decision in enumerate(run.decisions[1:], 2):
                 later = await open_decision(
                     access.state, session_id, decision.approval_id, decision.decision, decision.reason, caller
                 )
                 if later.refused is not None:
-                    raise _Refusal(_decision_refused(later.refused, session_id, decision))
+                    writer.refusal = _decision_refused(later.refused, session_id, decision)
+                    return
+                writer.last = n == len(run.decisions)
                 yield later
 
-        return _respond(writer, decisions(), len(run.decisions), session_id)
+        return _respond(writer, decisions(), session_id)
     session_id, feed = await open_thread_turn(access, flow, run.message, SURFACE, run.thread_id, caller)
     if feed.refused is not None:
         raise _refused(feed.refused, session_id, run.message_field)
     if feed.first is None:
         raise ApiError(500, "internal", _INTERNAL)
-    writer = _Writer(run, session_id, access.engine.flow(flow).steps)
-    return _respond(writer, _one(feed), 1, session_id)
+    writer = _Writer(run, session_id, access.engine.flow(flow))
+    return _respond(writer, alone(feed), session_id)
 
 
-class _Refusal(Exception):
-    """A later decision of a resume was refused: the run ends with its ``RUN_ERROR``."""
-
-    def __init__(self, error: ApiError) -> None:
-        super().__init__(error.message)
-        self.error = error
-
-
-async def _one(feed: Feed) -> AsyncIterator[Feed]:
-    yield feed
-
-
-def _respond(writer: _Writer, feeds: AsyncIterator[Feed], count: int, session_id: str) -> StreamingResponse:
-    async def events() -> AsyncIterator[bytes]:
-        yield writer.started()
-        done = 0
-        try:
-            async for feed in feeds:
-                done += 1
-                async for item in feed:
-                    chunk = writer.item(item, last=done == count)
-                    if chunk:
-                        yield chunk
-                    if writer.ended:
-                        return
-            if not writer.ended:
-                yield writer.failed()
-        except _Refusal as refusal:
-            yield writer.refused(refusal.error)
-        except Exception:
-            # An event that cannot be written (or a bug) must not drop the connection silently:
-            # every run ends with RUN_FINISHED or RUN_ERROR.
-            logger.exception("picoflow.server: an AG-UI run's event stream failed")
-            if not writer.ended:
-                yield writer.failed()
-
+def _respond(
+    writer: _Writer, feeds: AsyncIterator[AsyncIterable[object]], session_id: str
+) -> StreamingResponse:
     headers = {**SSE_HEADERS, SESSION_HEADER: session_id}
-    return StreamingResponse(events(), media_type=MEDIA_TYPE, headers=headers)
+    return StreamingResponse(writer.stream(feeds), media_type=MEDIA_TYPE, headers=headers)
 
 
 SCHEMA_PREFIX = "AgUi"

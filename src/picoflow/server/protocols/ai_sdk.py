@@ -38,10 +38,9 @@ import base64
 import binascii
 import contextlib
 import json
-import logging
 import re
 import secrets
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -54,6 +53,7 @@ from picoflow.approvals import Approval, Decision
 from picoflow.attachments import Attachment
 from picoflow.context import Caller
 from picoflow.diagram import flow_mermaid
+from picoflow.engine import FlowEngine
 from picoflow.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -65,12 +65,13 @@ from picoflow.events import (
 from picoflow.exceptions import RunError
 from picoflow.flow import FlowSpec
 from picoflow.models.readiness import LoadStatus
-from picoflow.results import TurnError, TurnFinished, TurnResult
+from picoflow.results import TurnError, TurnResult
 from picoflow.server.errors import ApiError, TurnErrors, turn_error
 from picoflow.server.protocols._threads import check_thread_id, open_thread_turn, thread_session_id
+from picoflow.server.protocols._writer import StreamWriter, speaks
 from picoflow.server.schemas import ErrorBody
-from picoflow.server.state import ERRORS, Access, ApiRoute, ServerState, access_of, with_config
-from picoflow.server.streams import SSE_HEADERS, STARTED, Beat, Feed, open_decision
+from picoflow.server.state import ERRORS, ApiRoute, ServerState, access_of, with_config
+from picoflow.server.streams import SSE_HEADERS, Feed, open_decision
 
 __all__ = [
     "MAX_MESSAGES",
@@ -81,8 +82,6 @@ __all__ = [
     "markdown_tables",
 ]
 
-logger = logging.getLogger("picoflow.server")
-
 SURFACE = "ai-sdk"
 """The surface a chat id is scoped to (``thread_session_id``)."""
 MAX_MESSAGES = 1000
@@ -91,7 +90,6 @@ MAX_PARTS = 200
 """Most parts one message may carry."""
 STREAM_HEADERS: Final = {**SSE_HEADERS, "x-vercel-ai-ui-message-stream": "v1"}
 DONE: Final = b"data: [DONE]\n\n"
-PING: Final = b": ping\n\n"
 INTERNAL_TEXT = "The assistant could not complete this turn."
 
 
@@ -319,7 +317,7 @@ def _approval_descriptor(approval: Approval) -> dict[str, Any]:
     }
 
 
-class _Writer:
+class _Writer(StreamWriter):
     """One assistant UI message, written from the items of a turn (or of a decision and the turn
     it resumes): which AI SDK step and text part are open, what the model's text turned out to be.
 
@@ -328,13 +326,27 @@ class _Writer:
     text that opens like JSON may be a call written as text. Such text is held back, and the
     reply comes whole at the end."""
 
-    def __init__(self, session_id: str, flow: FlowSpec | None, answering: Iterable[str] = ()) -> None:
+    name = "an AI SDK"
+
+    def __init__(
+        self,
+        engine: FlowEngine,
+        session_id: str,
+        message_id: str,
+        flow: FlowSpec | None,
+        answering: Iterable[str] = (),
+    ) -> None:
+        self.engine = engine
+        self.message_id = message_id
         self.session_id = session_id
         self.flow = flow
         self.answering = frozenset(answering)
         """The approvals this request decides."""
         self.resumed: dict[str, Approval] = {}
         """Those approvals by call id: their parts are in the message the client holds."""
+        self.last = True
+        """The feed written is the request's last: its end is the message's."""
+        self.ended = False
         self.step_open = False
         self.step_parts = 0
         self.moved = False
@@ -347,43 +359,34 @@ class _Writer:
 
     # -- parts ---------------------------------------------------------------------------------------
 
-    def _open_step(self) -> list[bytes]:
+    def _open_step(self) -> Iterator[bytes]:
         self.step_parts += 1
-        if self.step_open:
-            return []
-        self.step_open = True
-        return [_chunk({"type": "start-step"})]
-
-    def _close_step(self) -> list[bytes]:
         if not self.step_open:
-            return []
-        self.step_open = False
-        self.step_parts = 0
-        return [_chunk({"type": "finish-step"})]
+            self.step_open = True
+            yield _chunk({"type": "start-step"})
 
-    def _text(self, text: str) -> list[bytes]:
+    def _close_step(self) -> Iterator[bytes]:
+        if self.step_open:
+            self.step_open = False
+            self.step_parts = 0
+            yield _chunk({"type": "finish-step"})
+
+    def _text(self, text: str) -> Iterator[bytes]:
         self.texts += 1
         part = f"text-{self.texts}"
-        return [
-            *self._open_step(),
-            _chunk({"type": "text-start", "id": part}),
-            _chunk({"type": "text-delta", "id": part, "delta": text}),
-            _chunk({"type": "text-end", "id": part}),
-        ]
+        yield from self._open_step()
+        yield _chunk({"type": "text-start", "id": part})
+        yield _chunk({"type": "text-delta", "id": part, "delta": text})
+        yield _chunk({"type": "text-end", "id": part})
 
-    def _end_text(self) -> list[bytes]:
+    def _end_text(self) -> Iterator[bytes]:
         """The model's answer ended (a call, a new step): its text part closes; text held back
         was not the reply and is dropped."""
         self.waiting = []
         self.held = False
-        if self.text_id is None:
-            return []
-        part, self.text_id, self.streamed = self.text_id, None, []
-        return [_chunk({"type": "text-end", "id": part})]
-
-    def _shows_text(self, step: str) -> bool:
-        spec = self.flow.steps.get(step) if self.flow is not None else None
-        return spec is not None and spec.output is None
+        if self.text_id is not None:
+            part, self.text_id, self.streamed = self.text_id, None, []
+            yield _chunk({"type": "text-end", "id": part})
 
     def _tool_input(self, call_id: str, name: str, args: Mapping[str, Any], **more: Any) -> bytes:
         chunk = {"type": "tool-input-available", "toolCallId": call_id, "toolName": name, "input": dict(args)}
@@ -394,148 +397,168 @@ class _Writer:
 
     # -- events --------------------------------------------------------------------------------------
 
-    def event(self, item: object) -> list[bytes]:
-        """The chunks of one item of the feed (anything but its end)."""
-        if isinstance(item, Beat):
-            return [PING]
-        if isinstance(item, LoadStatus):
-            return [_chunk({"type": "data-status", "data": item.as_dict(), "transient": True})]
-        if item is STARTED or getattr(item, "parent", None) is not None:
-            return []  # a sub-step run's events stay inside the tool call that runs it
-        if isinstance(item, TextChunk):
-            return self._text_chunk(item)
-        if isinstance(item, ToolCalled):
-            approval = self.resumed.get(item.id)
-            if approval is not None:  # the call as it was approved, in its part of the message
-                return [self._tool_input(item.id, item.name, approval.args, title=approval.summary)]
-            return [*self._end_text(), *self._open_step(), self._tool_input(item.id, item.name, item.args)]
-        if isinstance(item, ToolReturned):
-            resumed = self.resumed.get(item.id)
-            if resumed is not None and resumed.status == "denied":
-                return []  # the model is told it did not run; the part says it was denied
-            opened = [] if resumed is not None else self._open_step()
-            if item.is_error:
-                return [
-                    *opened,
-                    _chunk({"type": "tool-output-error", "toolCallId": item.id, "errorText": item.content}),
-                ]
-            return [
-                *opened,
-                _chunk({"type": "tool-output-available", "toolCallId": item.id, "output": item.content}),
-            ]
-        if isinstance(item, StepEntered):
-            self.moved = True
-            closed = self._end_text()
-            if self.step_parts:
-                closed += self._close_step()
-            return [*closed, self.metadata(step=item.step)]
-        if isinstance(item, ApprovalRequested):
-            approval = item.approval
-            call_id = approval.call_id or approval.id
-            return [
-                *self._end_text(),
-                *self._open_step(),
-                self._tool_input(call_id, approval.tool, approval.args, title=approval.summary),
-                _chunk(
-                    {
-                        "type": "tool-approval-request",
-                        "approvalId": approval.id,
-                        "toolCallId": call_id,
-                        "approvalDescriptor": _approval_descriptor(approval),
-                    }
-                ),
-            ]
-        if isinstance(item, ApprovalDecided):
-            return self._decided(item.approval)
-        return []
+    def write(self, item: object) -> Iterable[bytes]:
+        if getattr(item, "parent", None) is not None:
+            return ()  # a sub-step run's events stay inside the tool call that runs it
+        return super().write(item)
 
-    def _text_chunk(self, item: TextChunk) -> list[bytes]:
+    def opening(self) -> bytes:
+        start = {"messageId": self.message_id, "messageMetadata": {"sessionId": self.session_id}}
+        return _chunk({"type": "start", **start})
+
+    def broken(self) -> bytes:
+        # The client is told, and the stream still ends as the protocol says.
+        failed = {"type": "error", "errorText": INTERNAL_TEXT}
+        return b"".join([_chunk(failed), _chunk({"type": "finish", "finishReason": "error"}), DONE])
+
+    def on_loading(self, status: LoadStatus) -> Iterator[bytes]:
+        yield _chunk({"type": "data-status", "data": status.as_dict(), "transient": True})
+
+    def on_text(self, event: TextChunk) -> Iterator[bytes]:
         if self.held:
-            return []
+            return
         if self.text_id is not None:
-            self.streamed.append(item.text)
-            return [_chunk({"type": "text-delta", "id": self.text_id, "delta": item.text})]
-        if not self._shows_text(item.step):
+            self.streamed.append(event.text)
+            yield _chunk({"type": "text-delta", "id": self.text_id, "delta": event.text})
+            return
+        if not speaks(self.flow, event.step):
             self.held = True
-            return []
-        self.waiting.append(item.text)
+            return
+        self.waiting.append(event.text)
         text = "".join(self.waiting).lstrip()
         if not text:
-            return []
+            return
         self.waiting = []
         if text[0] in "{[":
             self.held = True
-            return []
+            return
         self.texts += 1
         self.text_id = f"text-{self.texts}"
         self.streamed = [text]
-        return [
-            *self._open_step(),
-            _chunk({"type": "text-start", "id": self.text_id}),
-            _chunk({"type": "text-delta", "id": self.text_id, "delta": text}),
-        ]
+        yield from self._open_step()
+        yield _chunk({"type": "text-start", "id": self.text_id})
+        yield _chunk({"type": "text-delta", "id": self.text_id, "delta": text})
 
-    def _decided(self, approval: Approval) -> list[bytes]:
+    def on_tool_called(self, event: ToolCalled) -> Iterator[bytes]:
+        approval = self.resumed.get(event.id)
+        if approval is not None:  # the call as it was approved, in its part of the message
+            yield self._tool_input(event.id, event.name, approval.args, title=approval.summary)
+            return
+        yield from self._end_text()
+        yield from self._open_step()
+        yield self._tool_input(event.id, event.name, event.args)
+
+    def on_tool_returned(self, event: ToolReturned) -> Iterator[bytes]:
+        resumed = self.resumed.get(event.id)
+        if resumed is None:
+            yield from self._open_step()
+        elif resumed.status == "denied":
+            return  # the model is told it did not run; the part says it was denied
+        if event.is_error:
+            yield _chunk({"type": "tool-output-error", "toolCallId": event.id, "errorText": event.content})
+        else:
+            yield _chunk({"type": "tool-output-available", "toolCallId": event.id, "output": event.content})
+
+    def on_step_entered(self, event: StepEntered) -> Iterator[bytes]:
+        self.moved = True
+        yield from self._end_text()
+        if self.step_parts:
+            yield from self._close_step()
+        yield self.metadata(step=event.step)
+
+    def on_approval_requested(self, event: ApprovalRequested) -> Iterator[bytes]:
+        approval = event.approval
+        call_id = approval.call_id or approval.id
+        yield from self._end_text()
+        yield from self._open_step()
+        yield self._tool_input(call_id, approval.tool, approval.args, title=approval.summary)
+        descriptor = _approval_descriptor(approval)
+        request = {"approvalId": approval.id, "toolCallId": call_id, "approvalDescriptor": descriptor}
+        yield _chunk({"type": "tool-approval-request", **request})
+
+    def on_approval_decided(self, event: ApprovalDecided) -> Iterator[bytes]:
+        approval = event.approval
         if approval.id not in self.answering:
-            return []
+            return
         call_id = approval.call_id or approval.id
         self.resumed[call_id] = approval
-        if approval.status != "denied":
-            return []  # approved: the call's own events follow
-        # Restated, so a client that no longer holds the part still has one to mark.
-        return [
-            self._tool_input(call_id, approval.tool, approval.args, title=approval.summary),
-            _chunk({"type": "tool-output-denied", "toolCallId": call_id}),
-        ]
+        if approval.status == "denied":  # approved: the call's own events follow
+            # Restated, so a client that no longer holds the part still has one to mark.
+            yield self._tool_input(call_id, approval.tool, approval.args, title=approval.summary)
+            yield _chunk({"type": "tool-output-denied", "toolCallId": call_id})
 
     # -- the end -------------------------------------------------------------------------------------
 
-    def finished(self, result: TurnResult, diagram: str | None) -> list[bytes]:
-        """The reply, its data parts and the message's metadata, then ``finish``."""
-        out = self._reply(result.message)
+    def on_finished(self, result: TurnResult) -> Iterator[bytes]:
+        """A failure, or the reply, its data parts and the message's metadata, then ``finish``
+        (of a decision that another follows: nothing)."""
+        if result.error is not None:
+            yield from self.failed(result.error)
+        elif self.last:
+            yield from self._finished(result)
+
+    def _finished(self, result: TurnResult) -> Iterator[bytes]:
+        self.ended = True
+        yield from self._reply(result.message)
         for name, data in _reply_data(result):
-            out += self._open_step()
-            out.append(_chunk({"type": f"data-{name}", "data": data}))
+            yield from self._open_step()
+            yield _chunk({"type": f"data-{name}", "data": data})
+        diagram = self._diagram(result)
         if diagram is not None:
-            out += self._open_step()
+            yield from self._open_step()
             data = {"flow": result.flow, "step": result.step, "mermaid": diagram}
-            out.append(_chunk({"type": "data-diagram", "id": "diagram", "data": data}))
-        out += self._close_step()
-        out.append(
-            self.metadata(
-                sessionId=self.session_id,
-                flow=result.flow,
-                step=result.step,
-                completed=result.completed,
-                contentType=result.content_type,
-                approvals=[approval.id for approval in result.pending],
-            )
+            yield _chunk({"type": "data-diagram", "id": "diagram", "data": data})
+        yield from self._close_step()
+        yield self.metadata(
+            sessionId=self.session_id,
+            flow=result.flow,
+            step=result.step,
+            completed=result.completed,
+            contentType=result.content_type,
+            approvals=[approval.id for approval in result.pending],
         )
         reason = "tool-calls" if result.pending else "stop"
-        out.append(_chunk({"type": "finish", "finishReason": reason}))
-        return out
+        yield _chunk({"type": "finish", "finishReason": reason})
+        yield DONE
 
-    def _reply(self, message: str) -> list[bytes]:
+    def _reply(self, message: str) -> Iterator[bytes]:
         if self.text_id is None:
-            self._end_text()
-            return self._text(message) if message else []
+            yield from self._end_text()
+            if message:
+                yield from self._text(message)
+            return
         streamed = "".join(self.streamed)
         part = self.text_id
-        out = []
         shown = True
         if message.startswith(streamed):
             if len(message) > len(streamed):
-                out.append(_chunk({"type": "text-delta", "id": part, "delta": message[len(streamed) :]}))
+                yield _chunk({"type": "text-delta", "id": part, "delta": message[len(streamed) :]})
         elif streamed.rstrip() != message.rstrip():
             shown = False  # what streamed was a draft (an answer asked again, a reply code rewrote)
-        out += self._end_text()
+        yield from self._end_text()
         if not shown and message:
-            out += self._text(message)
-        return out
+            yield from self._text(message)
 
-    def failed(self, error: TurnError | None) -> list[bytes]:
+    def _diagram(self, result: TurnResult) -> str | None:
+        """The flow's Mermaid diagram with the step the conversation moved to (None if it did not)."""
+        if not self.moved or result.flow is None or result.step is None:
+            return None
+        spec = self.flow if self.flow is not None and self.flow.name == result.flow else None
+        if spec is None:
+            try:
+                spec = self.engine.flow(result.flow)
+            except RunError:
+                return None
+        return flow_mermaid(spec, current=result.step)
+
+    def on_lost(self) -> Iterator[bytes]:
+        return self.failed(None)
+
+    def failed(self, error: TurnError | None) -> Iterator[bytes]:
         """A turn that failed: ``error``'s words for users (None: it ended without a result)."""
-        out = [*self._end_text(), *self._close_step()]
+        self.ended = True
+        yield from self._end_text()
+        yield from self._close_step()
         if error is None:
             problem = {"kind": "internal", "status": 500, "retryable": False, "retryAfter": None}
             text = INTERNAL_TEXT
@@ -547,75 +570,27 @@ class _Writer:
                 "retryAfter": error.retry_after,
             }
             text = error.message
-        out.append(self.metadata(sessionId=self.session_id, error=problem))
-        out.append(_chunk({"type": "error", "errorText": text}))
-        out.append(_chunk({"type": "finish", "finishReason": "error"}))
-        return out
-
-
-def _diagram(access: Access, writer: _Writer, result: TurnResult) -> str | None:
-    """The flow's Mermaid diagram with the step the conversation moved to (None if it did not)."""
-    if not writer.moved or result.flow is None or result.step is None:
-        return None
-    spec = writer.flow if writer.flow is not None and writer.flow.name == result.flow else None
-    if spec is None:
-        try:
-            spec = access.engine.flow(result.flow)
-        except RunError:
-            return None
-    return flow_mermaid(spec, current=result.step)
-
-
-async def _chunks(
-    access: Access, writer: _Writer, feed: Feed, more: Sequence[_Answer], caller: Caller
-) -> AsyncIterator[bytes]:
-    """The chunks of a feed, and of the decisions after it (their feeds opened in turn), those of
-    one item written together; the last ends the stream (``[DONE]``)."""
-    answers = list(more)
-    while True:
-        finished: TurnResult | None = None
-        async for item in feed:
-            if item is None:
-                break
-            if isinstance(item, TurnFinished):
-                finished = item.result
-                break
-            chunks = writer.event(item)
-            if chunks:
-                yield b"".join(chunks)
-        if finished is None or finished.error is not None:
-            yield b"".join([*writer.failed(None if finished is None else finished.error), DONE])
-            return
-        if not answers:
-            yield b"".join([*writer.finished(finished, _diagram(access, writer, finished)), DONE])
-            return
-        answer = answers.pop(0)
-        feed = await open_decision(
-            access.state, writer.session_id, answer.approval_id, answer.decision, answer.reason, caller
-        )
+        yield self.metadata(sessionId=self.session_id, error=problem)
+        yield _chunk({"type": "error", "errorText": text})
+        yield _chunk({"type": "finish", "finishReason": "error"})
+        yield DONE
 
 
 def _stream(
-    access: Access, writer: _Writer, message_id: str, feed: Feed, more: Sequence[_Answer], caller: Caller
+    writer: _Writer, state: ServerState, feed: Feed, more: Sequence[_Answer], caller: Caller
 ) -> StreamingResponse:
-    async def body() -> AsyncIterator[bytes]:
-        start = {
-            "type": "start",
-            "messageId": message_id,
-            "messageMetadata": {"sessionId": writer.session_id},
-        }
-        yield _chunk(start)
-        try:
-            async for chunk in _chunks(access, writer, feed, more, caller):
-                yield chunk
-        except Exception:
-            # A chunk that cannot be written (or a bug) must not drop the stream silently: the
-            # client is told, and the stream still ends as the protocol says.
-            logger.exception("picoflow.server: an AI SDK stream failed")
-            failed = {"type": "error", "errorText": INTERNAL_TEXT}
-            yield b"".join([_chunk(failed), _chunk({"type": "finish", "finishReason": "error"}), DONE])
+    """The stream of a feed, and of the decisions after it (their feeds opened in turn)."""
 
-    return StreamingResponse(body(), media_type="text/event-stream", headers=STREAM_HEADERS)
+    async def feeds() -> AsyncIterator[Feed]:
+        writer.last = not more
+        yield feed
+        for n, answer in enumerate(more, 1):
+            writer.last = n == len(more)
+            yield await open_decision(
+                state, writer.session_id, answer.approval_id, answer.decision, answer.reason, caller
+            )
+
+    return StreamingResponse(writer.stream(feeds()), media_type="text/event-stream", headers=STREAM_HEADERS)
 
 
 # --- the route -------------------------------------------------------------------------------------------
@@ -654,8 +629,7 @@ async def chat(body: ChatRequest, request: Request) -> Response:
         if refused is not None:
             where = asked.where
             raise turn_error(refused, session_id, fields={"message": where, "attachments": where})
-        writer = _Writer(session_id, spec)
-        message_id = f"msg-{secrets.token_hex(8)}"
+        writer = _Writer(access.engine, session_id, f"msg-{secrets.token_hex(8)}", spec)
         more: list[_Answer] = []
     else:
         session_id = thread_session_id(caller.principal, SURFACE, chat_id)
@@ -666,11 +640,13 @@ async def chat(body: ChatRequest, request: Request) -> Response:
         refused = feed.refused
         if refused is not None:
             raise _decision_refusal(refused, session_id, first.where)
-        writer = _Writer(session_id, spec, (answer.approval_id for answer in asked))
         message_id = last.id or f"msg-{secrets.token_hex(8)}"  # the message the decisions continue
+        writer = _Writer(
+            access.engine, session_id, message_id, spec, (answer.approval_id for answer in asked)
+        )
     if feed.first is None:
         raise ApiError(500, "internal", INTERNAL_TEXT)
-    return _stream(access, writer, message_id, feed, more, caller)
+    return _stream(writer, access.state, feed, more, caller)
 
 
 def install(app: FastAPI) -> list[str]:

@@ -37,7 +37,7 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Annotated, Any, Final, Literal
@@ -59,7 +59,7 @@ from pydantic_core import PydanticCustomError, to_json
 from starlette.exceptions import HTTPException
 
 from picoflow.approvals import Approval
-from picoflow.events import TextChunk
+from picoflow.events import TextChunk, TurnEvent
 from picoflow.exceptions import (
     ApprovalNotFound,
     FlowMismatch,
@@ -73,9 +73,10 @@ from picoflow.flow import FlowSpec
 from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnError, TurnFinished, TurnResult
 from picoflow.server.errors import DEFAULT_RETRY_AFTER, ApiError, ErrorShape, TurnErrors
+from picoflow.server.protocols._writer import StreamWriter, alone, speaks
 from picoflow.server.readiness import TurnWatch
 from picoflow.server.state import Access, ServerState, access_of, authenticate
-from picoflow.server.streams import SSE_HEADERS, Beat, Feed, open_decision, open_turn
+from picoflow.server.streams import SSE_HEADERS, Feed, open_decision, open_turn
 from picoflow.session import new_session_id
 from picoflow.usage import Usage
 
@@ -573,8 +574,8 @@ async def _streamed(access: Access, ask: Ask) -> Response:
         if created:
             await _discard(access, session_id)
         raise _internal() if refused is None else _turn_failure(refused, ask)
-    flow = _spec(access, ask.flow)
-    chunks = _chunks(access, ask, feed, session_id, flow, created)
+    writer = _Chunks(ask, session_id, _spec(access, ask.flow))
+    chunks = writer.stream(alone(_kept(access, feed, session_id) if created else feed))
     headers = {**SSE_HEADERS, SESSION_HEADER: session_id}
     return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
 
@@ -610,88 +611,89 @@ def _spec(access: Access, flow: str) -> FlowSpec | None:
         return None
 
 
-def _free_text(flow: FlowSpec | None, step: str) -> bool:
-    """Whether the text a model writes in ``step`` is its reply: not a step that answers with a
-    structured reading (whose JSON its code turns into the reply)."""
-    spec = None if flow is None else flow.steps.get(step)
-    return spec is not None and spec.output is None and not spec.is_logic
-
-
-async def _chunks(
-    access: Access, ask: Ask, feed: Feed, session_id: str, flow: FlowSpec | None, created: bool
-) -> AsyncIterator[bytes]:
-    """The turn as ``chat.completion.chunk`` events.
+class _Chunks(StreamWriter):
+    """A turn as ``chat.completion.chunk`` events.
 
     The text a model writes in a free-text step streams as it comes, a part of each chunk; the
     reply is the text the turn ends with, so text written before a tool call stays where it was
     and the reply follows it after a blank line. Whatever was not streamed (a reply written by
     code, a structured step's) is sent whole at the end."""
-    head = {
-        "id": _completion_id(session_id),
-        "object": "chat.completion.chunk",
-        "created": int(time.time()),
-        "model": ask.flow,
-    }
-    if ask.include_usage:
-        head["usage"] = None
 
-    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+    name = "a chat completion"
+
+    def __init__(self, ask: Ask, session_id: str, flow: FlowSpec | None) -> None:
+        self.ask = ask
+        self.flow = flow
+        self.head: dict[str, Any] = {
+            "id": _completion_id(session_id),
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": ask.flow,
+        }
+        if ask.include_usage:
+            self.head["usage"] = None
+        self.streamed = False  # any text sent
+        self.segment = ""  # the text sent since the last tool call or step change
+
+    def chunk(self, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        return b"data: " + to_json({**head, "choices": [choice], **extra}) + b"\n\n"
+        return b"data: " + to_json({**self.head, "choices": [choice], **extra}) + b"\n\n"
 
-    yield chunk({"role": "assistant", "content": ""})
-    streamed = False  # any text sent
-    segment = ""  # the text sent since the last tool call or step change
-    try:
-        async for item in feed:
-            if isinstance(item, TextChunk):
-                if item.parent is not None or not _free_text(flow, item.step) or not item.text:
-                    continue
-                text = item.text
-                if streamed and not segment:
-                    text = "\n\n" + text  # a new stretch of text after the model worked
-                yield chunk({"content": text})
-                streamed, segment = True, segment + item.text
-            elif isinstance(item, TurnFinished):
-                result = item.result
-                if result.error is not None:
-                    failure = result.error.error_class
-                    # A first turn that ran and failed keeps its session, as the engine keeps it
-                    # (its error and timeline are filed with it); one refused is dropped.
-                    if created and not (failure.recorded and failure.keeps_session):
-                        await _discard(access, session_id)
-                    yield _turn_failure(result.error, ask).event()
-                    return
-                # The end in one write: the rest of the reply, the stop, the usage and [DONE].
-                rest = _rest(result.message, segment, streamed)
-                end = [chunk({"content": rest})] if rest else []
-                end.append(chunk({}, "stop", picoflow=_picoflow(result)))
-                if ask.include_usage:
-                    usage = {**head, "choices": [], "usage": _usage(result.usage)}
-                    end.append(b"data: " + to_json(usage) + b"\n\n")
-                end.append(b"data: [DONE]\n\n")
-                yield b"".join(end)
-                return
-            elif item is None:
-                if created:
-                    await _discard(access, session_id)
-                yield _internal().event()
-                return
-            elif isinstance(item, Beat | LoadStatus):
-                yield b": ping\n\n"  # keeps proxies and clients from timing the stream out
-            else:
-                segment = ""  # a step, a tool call, an approval: text after it is a new stretch
-    except Exception:
-        logger.exception("picoflow.server: a chat completion stream failed")
+    def opening(self) -> bytes:
+        return self.chunk({"role": "assistant", "content": ""})
+
+    def broken(self) -> bytes:
+        return _internal().event()
+
+    def on_text(self, event: TextChunk) -> Iterator[bytes]:
+        if event.parent is not None or not speaks(self.flow, event.step) or not event.text:
+            return
+        text = event.text
+        if self.streamed and not self.segment:
+            text = "\n\n" + text  # a new stretch of text after the model worked
+        yield self.chunk({"content": text})
+        self.streamed, self.segment = True, self.segment + event.text
+
+    def on_other(self, event: TurnEvent) -> Iterable[bytes]:
+        self.segment = ""  # a step, a tool call, an approval: text after it is a new stretch
+        return ()
+
+    def on_loading(self, status: LoadStatus) -> Iterator[bytes]:
+        return self.on_beat()
+
+    def on_finished(self, result: TurnResult) -> Iterator[bytes]:
+        self.ended = True
+        if result.error is not None:
+            yield _turn_failure(result.error, self.ask).event()
+            return
+        # The end in one write: the rest of the reply, the stop, the usage and [DONE].
+        reply, segment = result.message, self.segment
+        if reply.startswith(segment) and (segment or not self.streamed):
+            rest = reply[len(segment) :]
+        else:
+            rest = ("\n\n" if self.streamed else "") + reply
+        if rest:
+            yield self.chunk({"content": rest})
+        yield self.chunk({}, "stop", picoflow=_picoflow(result))
+        if self.ask.include_usage:
+            yield b"data: " + to_json({**self.head, "choices": [], "usage": _usage(result.usage)}) + b"\n\n"
+        yield b"data: [DONE]\n\n"
+
+    def on_lost(self) -> Iterator[bytes]:
+        self.ended = True
         yield _internal().event()
 
 
-def _rest(reply: str, segment: str, streamed: bool) -> str:
-    """What of ``reply`` the client has not seen, given the text streamed since the model's last
-    tool call (``segment``)."""
-    if reply.startswith(segment) and (segment or not streamed):
-        return reply[len(segment) :]
-    return ("\n\n" if streamed else "") + reply
+async def _kept(access: Access, feed: Feed, session_id: str) -> AsyncIterator[object]:
+    """The feed of a first turn, whose session is dropped before the turn's end is told when the
+    turn does not keep it: lost, or refused (one that ran and failed keeps its session, as the
+    engine keeps it: its error and timeline are filed with it)."""
+    async for item in feed:
+        error = item.result.error if isinstance(item, TurnFinished) else None
+        failure = None if error is None else error.error_class
+        if item is None or (failure is not None and not (failure.recorded and failure.keeps_session)):
+            await _discard(access, session_id)
+        yield item
 
 
 # --- the table ----------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Final
 from picoflow.events import TurnEvent
 from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnResult
-from picoflow.server.protocols.a2a._tasks import _progress, _Task, _working
+from picoflow.server.protocols.a2a._tasks import PROGRESS, _Task, _working
 from picoflow.server.protocols.a2a._wire import Wire
 
 logger = logging.getLogger("picoflow.server")
@@ -81,14 +81,12 @@ class _Run:
     def seen(self, item: TurnEvent | LoadStatus) -> None:
         if self.outbox is None and not self.listeners:
             return
-        data = _progress(item)
-        if data is None:
-            return
-        update = _working(self.task_id, self.context_id, data)
-        if self.outbox is not None:
-            self.outbox.put_nowait(update)
-        for listener in self.listeners:
-            listener.put_nowait(update)
+        for data in PROGRESS.write(item):
+            update = _working(self.task_id, self.context_id, data)
+            if self.outbox is not None:
+                self.outbox.put_nowait(update)
+            for listener in self.listeners:
+                listener.put_nowait(update)
 
     def _ended(self, task: asyncio.Task[TurnResult]) -> None:
         self._held.discard(task)

@@ -1,6 +1,6 @@
 """Tasks and their events, as JSON: a task as this agent keeps it, the status and artifact updates
-that move it, what a ``working`` update tells of a turn's event, how a turn's result ends a task;
-and where tasks are kept, in memory per principal."""
+that move it, what a ``working`` update tells of a turn's items (``PROGRESS``), how a turn's result
+ends a task; and where tasks are kept, in memory per principal."""
 
 from __future__ import annotations
 
@@ -8,13 +8,15 @@ import json
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
 from picoflow.approvals import Approval
-from picoflow.events import ApprovalDecided, HandedOff, StepEntered, ToolCalled, ToolReturned, TurnEvent
+from picoflow.events import ApprovalDecided, HandedOff, StepEntered, ToolCalled, ToolReturned
 from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnResult
+from picoflow.server.protocols._writer import EventWriter
 from picoflow.server.protocols.a2a._wire import (
     _AGENT,
     _LOST,
@@ -129,46 +131,57 @@ def _approval(approval: Approval) -> Wire:
     }
 
 
-def _progress(item: TurnEvent | LoadStatus) -> Wire | None:
-    """What a ``working`` update tells of an event, or None for what none tells."""
-    if isinstance(item, LoadStatus):
-        return {"event": "loading", **item.as_dict()}
-    data: Wire
-    if isinstance(item, StepEntered):
-        data = {"event": "step", "step": item.step, "previous": item.previous}
-    elif isinstance(item, ToolCalled):
-        data = {
+class _Progress(EventWriter[Wire]):
+    """What ``working`` updates tell of a turn's items, each as one data part; the model's text
+    (its reply comes whole) and approval requests (the final status shows them) tell nothing."""
+
+    __slots__ = ()
+
+    def write(self, item: object) -> Iterator[Wire]:
+        parent = getattr(item, "parent", None)
+        for data in super().write(item):
+            yield data if parent is None else {**data, "parent": parent}
+
+    def on_loading(self, status: LoadStatus) -> Iterator[Wire]:
+        yield {"event": "loading", **status.as_dict()}
+
+    def on_step_entered(self, event: StepEntered) -> Iterator[Wire]:
+        yield {"event": "step", "step": event.step, "previous": event.previous}
+
+    def on_tool_called(self, event: ToolCalled) -> Iterator[Wire]:
+        yield {
             "event": "tool_call",
-            "step": item.step,
-            "id": item.id,
-            "name": item.name,
-            "args": dict(item.args),
+            "step": event.step,
+            "id": event.id,
+            "name": event.name,
+            "args": dict(event.args),
         }
-    elif isinstance(item, ToolReturned):
-        data = {
+
+    def on_tool_returned(self, event: ToolReturned) -> Iterator[Wire]:
+        yield {
             "event": "tool_result",
-            "step": item.step,
-            "id": item.id,
-            "name": item.name,
-            "content": item.content,
-            "is_error": item.is_error,
+            "step": event.step,
+            "id": event.id,
+            "name": event.name,
+            "content": event.content,
+            "is_error": event.is_error,
         }
-    elif isinstance(item, ApprovalDecided):
-        approval = item.approval
-        data = {
+
+    def on_approval_decided(self, event: ApprovalDecided) -> Iterator[Wire]:
+        approval = event.approval
+        yield {
             "event": "approval_decided",
             "approval_id": approval.id,
             "tool": approval.tool,
             "status": approval.status,
             "decided_by": approval.decided_by,
         }
-    elif isinstance(item, HandedOff):
-        data = {"event": "handoff", "step": item.step, "reason": item.reason}
-    else:  # the model's text (its reply comes whole) and approval requests (the final status shows them)
-        return None
-    if item.parent is not None:
-        data["parent"] = item.parent
-    return data
+
+    def on_handed_off(self, event: HandedOff) -> Iterator[Wire]:
+        yield {"event": "handoff", "step": event.step, "reason": event.reason}
+
+
+PROGRESS: Final = _Progress()
 
 
 def _reply(result: TurnResult) -> Wire:
