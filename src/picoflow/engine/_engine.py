@@ -50,7 +50,7 @@ from picoflow.session import LogRecord, Session, SessionInfo, SessionStatus, new
 from picoflow.sessions.base import SessionStore, TimelineStore
 from picoflow.sessions.health import StoreHealth, store_check
 from picoflow.sessions.memory import MemoryStore
-from picoflow.timeline import SessionTimeline, TimelineSettings, TurnTimeline
+from picoflow.timeline import SessionTimeline, TimelineSettings, TimelineUpdate, TurnTimeline
 from picoflow.usage import UsageLimits
 
 __all__ = ["ANY_PRINCIPAL", "MAX_OFFSET", "SESSION_ID", "FlowEngine", "check_session_id", "check_text"]
@@ -237,15 +237,18 @@ class FlowEngine:
         caller: Caller | None = None,
         on_event: Callable[[TurnEvent], None] | None = None,
         attachments: Sequence[Attachment] = (),
+        on_timeline: Callable[[TimelineUpdate], None] | None = None,
     ) -> TurnResult:
         """Run one turn. Never raises for run-time failures: see ``TurnResult.error``.
 
         ``flow`` may be None when ``session_id`` is given: the session knows its flow.
         ``attachments`` are files sent with the message (refused, before anything is stored, when
         their type is not accepted, contradicts their bytes, or they exceed ``attachment_limits``).
+        ``on_timeline`` is handed the turn's timeline entries as they are recorded (an inspector
+        drawing the turn live); only an engine that records timelines (``timeline=``) has any.
         """
         tracer = self._tracing.observer()
-        recorder = None if self._recording is None else self._recording.recorder(caller)
+        recorder = None if self._recording is None else self._recording.recorder(caller, watch=on_timeline)
         observer = (
             NO_OBSERVER
             if tracer is None and on_event is None and recorder is None
@@ -408,6 +411,7 @@ class FlowEngine:
         *,
         caller: Caller | None = None,
         on_event: Callable[[TurnEvent], None] | None = None,
+        on_timeline: Callable[[TimelineUpdate], None] | None = None,
     ) -> TurnResult:
         """Approve or deny a call waiting in ``session_id``: ``decision`` is ``"approve"`` or
         ``"deny"``, ``reason`` is told to the model when denying. Never raises for a refusal:
@@ -420,10 +424,13 @@ class FlowEngine:
         caller the approval does not admit (``ApprovalNotAllowed``, 403), one decided already
         (``ApprovalDecided``), expired (``ApprovalExpired``), one whose flow, tool or arguments
         changed or whose conversation moved on (``ApprovalStale``), or one decided by another
-        process at the same moment (``ApprovalConflict``), all 409.
+        process at the same moment (``ApprovalConflict``), all 409. ``on_timeline`` is as for
+        ``run``: the resumed turn's timeline entries as they are recorded.
         """
         tracer = self._tracing.observer()
-        recorder = None if self._recording is None else self._recording.recorder(caller, "decision")
+        recorder = (
+            None if self._recording is None else self._recording.recorder(caller, "decision", on_timeline)
+        )
         observer = (
             NO_OBSERVER
             if tracer is None and on_event is None and recorder is None
@@ -693,14 +700,18 @@ class FlowEngine:
         status: SessionStatus | None = None,
         limit: int = 50,
         offset: int = 0,
+        errors: bool | None = None,
     ) -> list[SessionInfo]:
         """The principal's sessions, most recent first (every principal's for ``ANY_PRINCIPAL``, and,
-        as before, for None). Raises ``InvalidInput`` for a limit outside 1..500 or an offset
-        outside 0..``MAX_OFFSET``, ``StoreError`` when the store fails."""
+        as before, for None); with ``errors`` True only those with an error record (a turn that
+        failed), False only those without. Raises ``InvalidInput`` for a limit outside 1..500 or an
+        offset outside 0..``MAX_OFFSET``, ``StoreError`` when the store fails."""
         if not 1 <= limit <= 500:
             raise InvalidInput("limit must be between 1 and 500", field="limit")
         if not 0 <= offset <= MAX_OFFSET:
             raise InvalidInput(f"offset must be between 0 and {MAX_OFFSET}", field="offset")
+        # Asked of the store only when wanted: a store written before the filter lists as it did.
+        extra = {} if errors is None else {"errors": errors}
         async with store_call("listing sessions"):
             return await self.store.list_sessions(
                 flow=flow,
@@ -708,6 +719,7 @@ class FlowEngine:
                 principal=None if principal is ANY_PRINCIPAL else principal,
                 limit=limit,
                 offset=offset,
+                **extra,
             )
 
     async def find_sessions(self, id_or_prefix: str, *, limit: int = 6) -> list[str]:
