@@ -17,7 +17,7 @@ from fastapi.responses import Response
 from picoflow.server.errors import decision_error, engine_call, not_found
 from picoflow.server.readiness import TurnWatch
 from picoflow.server.schemas import ApprovalOut, DecisionRequest, PendingApprovalOut, TurnResponse
-from picoflow.server.state import AccessDep
+from picoflow.server.state import AccessDep, may_inspect
 from picoflow.server.streams import stream_decision
 from picoflow.server.turns import RENDER_DOC
 
@@ -67,7 +67,14 @@ async def decide(
     caller = access.caller
     if body.stream or "text/event-stream" in request.headers.get("accept", ""):
         return await stream_decision(
-            access.state, session_id, approval_id, body.decision, body.reason, caller, render
+            access.state,
+            session_id,
+            approval_id,
+            body.decision,
+            body.reason,
+            caller,
+            render,
+            inspect=may_inspect(access, request),
         )
     with TurnWatch(access.state.readiness):
         result = await access.engine.decide(

@@ -20,7 +20,7 @@ from picoflow.attachments import Attachment
 from picoflow.server.errors import v1_error
 from picoflow.server.readiness import TurnWatch
 from picoflow.server.schemas import TurnRequest, TurnResponse
-from picoflow.server.state import Access, ApiRoute, access_of, authenticate, with_config
+from picoflow.server.state import Access, ApiRoute, access_of, authenticate, may_inspect, with_config
 from picoflow.server.streams import stream_turn
 from picoflow.server.uploads import is_form, read_form
 
@@ -140,7 +140,8 @@ async def run_turn(
     if files is None:
         files = [file.attachment() for file in body.attachments] if body.attachments else []
     if body.stream or "text/event-stream" in request.headers.get("accept", ""):
-        return await stream_turn(access.state, flow, body.message, session_id, caller, render, files)
+        inspect = may_inspect(access, request)
+        return await stream_turn(access.state, flow, body.message, session_id, caller, render, files, inspect)
     with TurnWatch(access.state.readiness):
         result = await access.engine.run(flow, body.message, session_id, caller=caller, attachments=files)
     if result.error is not None:  # a failed first turn still names its session (kept to inspect)
