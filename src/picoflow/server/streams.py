@@ -302,7 +302,8 @@ async def stream_decision(
     The stream opens with the decision's first event: a refused decision (unknown, not allowed,
     decided, expired, stale) is a plain HTTP status, since the engine checks it before any event.
     Only while the flow's models are still loading does it open earlier (to show their status),
-    and a refusal then arrives as the stream's ``error`` event.
+    and a refusal then arrives as the stream's ``error`` event. With ``inspect`` the resumed turn's
+    timeline entries are streamed too (``timeline`` events).
     """
     feed = await open_decision(state, session_id, approval_id, decision, reason, caller, inspect)
     return _respond(feed, session_id, render, decision_error)
