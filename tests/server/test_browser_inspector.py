@@ -257,6 +257,17 @@ def converse(page: Page, model: HeldModel) -> None:
     expect(live.locator("li.entry[data-kind='model']")).to_have_count(3)
     expect(live.locator("li.entry[data-kind='model']").last).to_contain_text("attempt 2")
     expect(live.locator("li.entry[data-kind='model']").last.locator(".pending")).to_be_visible()
+    # Closed and opened again while the turn runs: the recorded turns are read again (new
+    # elements), and the running one stays, with what it showed.
+    turn(page, 3).evaluate("item => item.dataset.before = 'reopened'")
+    toggle = page.get_by_role("button", name="Developer view")
+    toggle.click()
+    expect(page.locator("#inspector")).to_be_hidden()
+    toggle.click()
+    expect(page.locator("#timeline-turns > li.turn[data-before]")).to_have_count(0)
+    expect(page.locator("#timeline-turns > li.turn")).to_have_count(4)
+    expect(live).to_have_attribute("data-turn", "4")
+    expect(live.locator("li.entry[data-kind='rejected']")).to_have_count(1)
     hold.release.set()
     idle(page)
     expect(entries(page, 4, "model").last.locator(".pending")).to_have_count(0)

@@ -450,6 +450,7 @@ export function createInspector({ api }) {
     timeline.turns.forEach((turn, index) => addTurn(turn, index >= timeline.turns.length - OPEN_TURNS));
     if (live) { // a turn of this page still running: it stays, after the recorded ones
       view.live = live;
+      view.turns.push(live);
       els.turns.append(live.item);
     }
   }
