@@ -128,9 +128,11 @@ async def test_a_failed_first_turn_over_http_is_inspected_in_the_open_mode() -> 
 
 
 async def streamed(
-    client: httpx.AsyncClient, path: str, key: str, body: dict[str, Any]
+    client: httpx.AsyncClient, path: str, key: str, body: dict[str, Any], inspect: bool = True
 ) -> list[tuple[str, Any]]:
-    response = await client.post(path, json={**body, "stream": True}, headers=bearer(key))
+    """A streamed turn's events, its timeline asked for (``?inspect=true``) unless told not to."""
+    query = "?inspect=true" if inspect else ""
+    response = await client.post(path + query, json={**body, "stream": True}, headers=bearer(key))
     assert response.status_code in (200, 201), response.text
     return events_of(response.text)
 
@@ -163,7 +165,9 @@ async def test_an_inspecting_caller_sees_each_turn_live_in_its_stream() -> None:
         turns = f"/v1/sessions/{session_id}/turns"
         for text, answers in TURNS[1:3]:
             model.extend(answers)
-            await streamed(client, turns, "k-ada-inspect", {"message": text})
+            # Not asked for: an inspecting caller's stream is as everyone's.
+            events = await streamed(client, turns, "k-ada-inspect", {"message": text}, inspect=False)
+            assert "timeline" not in [name for name, _ in events]
 
         # The turn with a tool error and a rejected answer: its events interleave with the
         # chat's own, and each entry arrives before the turn's result.
@@ -224,7 +228,12 @@ async def test_a_caller_without_inspect_gets_no_timeline_in_its_stream() -> None
         assert (await client.get("/v1/me")).status_code == 401
         model.extend(TURNS[0][1])
         events = await streamed(client, "/v1/flows/inspect/sessions", "k-ada", {"message": "Hi"})
-        assert [name for name, _ in events] == ["step", "result"]
+        assert [name for name, _ in events] == ["step", "result"]  # asked, and ignored
+        refused = await client.post(
+            "/v1/flows/inspect/sessions?inspect=maybe", json={"message": "Hi"}, headers=bearer("k-ada")
+        )
+        assert refused.status_code == 422
+        assert refused.json()["error"]["fields"][0]["field"] == "query.inspect"
     async with client_for(engine, ServerSettings(prepare_models=False)) as client:
         assert (await client.get("/v1/me")).json() == {"principal": "local", "inspect": True, "staff": False}
 
@@ -272,3 +281,7 @@ async def test_sessions_are_listed_by_flow_status_and_errors() -> None:
         parameters = {p["name"]: p for p in document["paths"]["/v1/sessions"]["get"]["parameters"]}
         assert "failed" in parameters["errors"]["description"]
         assert "awaiting_human" in parameters["status"]["description"]
+        for path in ("/v1/sessions/{session_id}/turns", "/v1/sessions/{session_id}/approvals/{approval_id}"):
+            asked = {p["name"]: p for p in document["paths"][path]["post"]["parameters"]}
+            assert asked["inspect"]["schema"]["type"] == "boolean", path
+            assert "timeline" in asked["inspect"]["description"], path

@@ -19,7 +19,7 @@ from picoflow.server.readiness import TurnWatch
 from picoflow.server.schemas import ApprovalOut, DecisionRequest, PendingApprovalOut, TurnResponse
 from picoflow.server.state import AccessDep, may_inspect
 from picoflow.server.streams import stream_decision
-from picoflow.server.turns import RENDER_DOC
+from picoflow.server.turns import INSPECT_DOC, RENDER_DOC
 
 __all__ = ["decide", "list_approvals", "pending_approvals"]
 
@@ -57,6 +57,7 @@ async def decide(
     request: Request,
     access: AccessDep,
     render: Annotated[Literal["html"] | None, Query(description=RENDER_DOC)] = None,
+    inspect: Annotated[bool, Query(description=INSPECT_DOC)] = False,
 ) -> Response:
     """Approve or deny a pending call. Answers as a turn: once the last approval its response
     waits for is decided, the calls run (each approved one exactly once) and the result is the
@@ -74,7 +75,7 @@ async def decide(
             body.reason,
             caller,
             render,
-            inspect=may_inspect(access, request),
+            inspect=inspect and may_inspect(access, request),
         )
     with TurnWatch(access.state.readiness):
         result = await access.engine.decide(

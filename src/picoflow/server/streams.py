@@ -9,8 +9,9 @@ Events: ``status`` (the embedded model is still loading: ``{"status": "loading",
 "reason": ...}``), then ``result`` (a ``TurnResponse``) or ``error``
 (``{"status": ..., "error": {...}}``). Every stream ends with a ``result`` or an ``error`` event.
 
-To a caller who may inspect (the rule of ``GET /v1/sessions/{id}/timeline``), the stream also
-carries the turn's ``timeline`` entries as they are recorded: ``{"session_id": ..., "turn": N,
+Asked with ``?inspect=true`` by a caller who may inspect (the rule of
+``GET /v1/sessions/{id}/timeline``), the stream also carries the turn's ``timeline`` entries as
+they are recorded: ``{"session_id": ..., "turn": N,
 "index": I, "entry": {...}}``, an entry of the timeline's schema; one sent again with the same
 index (a model request once answered, a tool call once it returned) replaces the earlier one.
 

@@ -346,7 +346,7 @@ async function decideApproval(approvalId, decision, reason) {
   showError("");
   showApprovalError(approvalId, "");
   setBusy(true, decision === "approve" ? "Approving…" : "Denying…");
-  const path = `/v1/sessions/${encodeURIComponent(state.sessionId)}/approvals/${encodeURIComponent(approvalId)}?render=html`;
+  const path = `/v1/sessions/${encodeURIComponent(state.sessionId)}/approvals/${encodeURIComponent(approvalId)}?render=html${timelineQuery()}`;
   const body = { decision, reason: reason.trim() || null, stream: true };
   let live = null;
   const kept = [];
@@ -722,8 +722,8 @@ async function sendMessage(typed, text, files) {
   inspector.turnStarting(text);
   let turnSession = state.sessionId;
   const path = state.sessionId
-    ? `/v1/sessions/${encodeURIComponent(state.sessionId)}/turns?render=html`
-    : `/v1/flows/${encodeURIComponent(state.flow.name)}/sessions?render=html`;
+    ? `/v1/sessions/${encodeURIComponent(state.sessionId)}/turns?render=html${timelineQuery()}`
+    : `/v1/flows/${encodeURIComponent(state.flow.name)}/sessions?render=html${timelineQuery()}`;
   let live = null;
   // Text the model wrote alongside a tool call stays on the page, as the stored transcript shows
   // it after a reload; it goes again if the turn fails, since a failed turn stores nothing.
@@ -763,6 +763,11 @@ async function sendMessage(typed, text, files) {
     setBusy(false);
   }
   await afterTurn(turnSession);
+}
+
+// A caller who may inspect asks for the turn's timeline in its stream, for the developer view.
+function timelineQuery() {
+  return inspector.wanted ? "&inspect=true" : "";
 }
 
 // One event of a turn's stream (a message's, or a decision's): what is on screen follows it.

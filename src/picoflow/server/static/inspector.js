@@ -538,6 +538,11 @@ export function createInspector({ api }) {
   els.filters.addEventListener("submit", (event) => event.preventDefault());
 
   return {
+    // Whether this page's turns should stream their timeline (`?inspect=true`).
+    get wanted() {
+      return view.allowed;
+    },
+
     // What GET /v1/me said (null when it could not be asked): the view exists only if it may inspect.
     allow(me, flows) {
       view.allowed = Boolean(me && me.inspect);
