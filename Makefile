@@ -11,7 +11,7 @@ STORE ?= sqlite:///picoflow.sqlite3
 # Empty: PICOFLOW_MODEL, else the provider of an API key you have set, else the embedded model.
 MODEL ?=
 
-.PHONY: install run test lint typecheck bench bench-anchors format clean constraints wheel-check docs
+.PHONY: install run test lint typecheck bench bench-anchors format clean constraints wheel-check docs docs-images
 
 install: $(STAMP)
 
@@ -74,6 +74,10 @@ wheel-check: install
 ## Serve the docs site with live reload on http://127.0.0.1:8001/picoflow/ (mkdocs.yml's dev_addr).
 docs: install
 	$(VENV)/bin/mkdocs serve
+
+## Take the docs' screenshots again (docs/images/), from the browser tests that show each view.
+docs-images: install
+	PICOFLOW_DOCS_IMAGES=1 $(PY) -m pytest -q tests/server/test_browser_inspector.py -k live
 
 clean:
 	rm -rf $(VENV) .venv-anchors .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts

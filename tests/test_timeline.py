@@ -12,6 +12,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from pydantic import TypeAdapter
 from tests.server.handoff_support import CUSTOMER, support_engine
 
 from inspect_flow import (
@@ -49,12 +50,15 @@ from picoflow.timeline import (
     Rejected,
     SessionTimeline,
     StateEntry,
+    TimelineEntry,
     TimelineSettings,
+    TimelineUpdate,
     ToolEntry,
     TurnTimeline,
     timeline_schema,
 )
 
+TimelineEntryAdapter: TypeAdapter[Any] = TypeAdapter(TimelineEntry)
 GUEST_PROMPT_START = "Learn who the guest is.\n\nRead only the user's latest message."
 
 
@@ -509,3 +513,55 @@ async def test_a_handoff_is_recorded_with_its_reason() -> None:
     handoffs = [e for e in timeline.turns[1].entries if isinstance(e, HandoffEntry)]
     assert [(e.step, e.reason) for e in handoffs] == [("Desk", "the customer asked for a person")]
     assert timeline.turns[1].step == "Handoff" and timeline.turns[1].outcome == "replied"
+
+
+async def test_a_watched_turn_hands_each_entry_over_as_it_is_recorded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", PROVIDER_KEY)
+    model = ScriptedModel([ToolCall("store_card", {"card": "4111 1111 1111 1111"}), f"Done ({CRM_KEY})."])
+    settings = TimelineSettings(redact=lambda field, value: field == "card")
+    engine = FlowEngine([VaultFlow], model=model, timeline=settings)
+    caller = Caller(principal="ada", config={"crm_key": CRM_KEY})
+    updates: list[TimelineUpdate] = []
+    result = await engine.run("vault", f"my key is {CRM_KEY}", caller=caller, on_timeline=updates.append)
+    assert result.ok and result.session_id is not None
+    assert {(update.session_id, update.turn) for update in updates} == {(result.session_id, 1)}
+
+    # Each entry is handed over when recorded and again as it grows, at the same index: the
+    # model request when sent, answered and accepted; the tool call when it ran and returned.
+    handed = [(update.index, json.loads(update.entry)) for update in updates]
+    # Answered: a request with its answer's text, a call with what it returned.
+    growing = [
+        (index, entry["kind"], "text" in entry or entry.get("ok") is not None) for index, entry in handed
+    ]
+    assert growing[:6] == [
+        (0, "entered", False),
+        (1, "model", False),
+        (1, "model", True),
+        (1, "model", True),
+        (2, "tool", False),
+        (2, "tool", True),
+    ]
+    latest: dict[int, Any] = {}
+    for index, entry in handed:
+        latest[index] = entry
+    assert sorted(latest) == list(range(len(latest)))
+
+    # Cleaned as the stored entries are, and the same entries once the turn is stored.
+    text = "".join(update.entry for update in updates)
+    assert CRM_KEY not in text and PROVIDER_KEY not in text and "4111" not in text
+    timeline = await engine.timeline(result.session_id, principal="ada")
+    assert timeline is not None
+    [turn] = timeline.turns
+    shown = [TimelineEntryAdapter.validate_python(latest[index]) for index in sorted(latest)]
+    assert shown == turn.entries
+    assert isinstance(shown[-1], StateEntry)
+
+
+async def test_no_entry_is_handed_over_without_recording() -> None:
+    model = ScriptedModel(["Hello."])
+    engine = FlowEngine([VaultFlow], model=model)
+    updates: list[TimelineUpdate] = []
+    result = await engine.run("vault", "hi", on_timeline=updates.append)
+    assert result.ok and updates == []

@@ -5,7 +5,9 @@ The engine records it from the events the turn emits (``FlowEngine(timeline=Time
 turn beside the session, failed turns included. ``FlowEngine.timeline`` reads them back, the HTTP
 route ``GET /v1/sessions/{id}/timeline`` serves them to callers allowed to inspect, and
 ``picoflow sessions show ID --trace`` renders them (``--json`` exports a ``SessionTimeline``,
-valid against ``timeline_schema()``).
+valid against ``timeline_schema()``). While a turn runs, ``FlowEngine.run(on_timeline=...)`` hands
+its entries over as they are recorded (``TimelineUpdate``): the chat page's developer view draws
+them live.
 
 Entries come in the order they happened; each has a ``kind``:
 
@@ -60,6 +62,7 @@ __all__ = [
     "StateEntry",
     "TimelineEntry",
     "TimelineSettings",
+    "TimelineUpdate",
     "ToolEntry",
     "TurnFailure",
     "TurnTimeline",
@@ -370,6 +373,26 @@ class TurnTimeline(BaseModel):
     @classmethod
     def from_json(cls, text: str) -> TurnTimeline:
         return cls.model_validate(json.loads(text))
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineUpdate:
+    """One entry of a running turn's timeline, as recorded so far (``FlowEngine.run(on_timeline=)``).
+
+    An entry is handed over when it is recorded and again each time it grows: a model request
+    once its answer is in (and once the answer is accepted), a tool call once it returned. Its
+    ``index`` stays the same, so the later one replaces the earlier. Each is cleaned as a stored
+    entry is (secrets, redacted fields, long texts cut), though the turn's byte budget applies only
+    to the stored document, which the turn's end completes (state changes are added then)."""
+
+    session_id: str | None
+    """The turn's session (None until a new session is created)."""
+    turn: int
+    """The turn's number in the session, as ``TurnTimeline.turn``."""
+    index: int
+    """The entry's place in the turn, from 0, in the order entries were first recorded."""
+    entry: str
+    """The entry as JSON text, one ``TimelineEntry``."""
 
 
 class SessionTimeline(BaseModel):

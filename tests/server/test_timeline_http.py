@@ -9,14 +9,16 @@ from typing import Any
 
 import httpx
 import jsonschema
+from pydantic import TypeAdapter
 
-from inspect_flow import InspectFlow, LoopFlow, looping_model, play
+from inspect_flow import ASK_ORDER, REFUNDED, TURNS, InspectFlow, LoopFlow, looping_model, play
 from picoflow import FlowEngine
 from picoflow.context import Caller
-from picoflow.models import ScriptedModel
+from picoflow.messages import ModelRequest, ModelResponse, ToolCall
+from picoflow.models import Model, ScriptedModel
 from picoflow.server import ServerSettings
 from picoflow.server.auth import Identity
-from picoflow.timeline import TimelineSettings, timeline_schema
+from picoflow.timeline import TimelineEntry, TimelineSettings, timeline_schema
 
 from .support import client_for, events_of
 
@@ -26,6 +28,18 @@ KEYS = {
     "k-bob-inspect": Identity("bob", frozenset({"inspect"})),
 }
 WITH_KEYS = ServerSettings(api_keys=KEYS, open_mode=False, prepare_models=False)
+
+
+STORED_HEAD: dict[str, Any] = {
+    "session_id": "s",
+    "turn": 4,
+    "flow": "inspect",
+    "message": "m",
+    "started_at": 0.0,
+    "duration_ms": 0.0,
+    "outcome": "replied",
+}
+"""A turn's head, for checking streamed entries against the schema."""
 
 
 def bearer(key: str) -> dict[str, str]:
@@ -111,3 +125,163 @@ async def test_a_failed_first_turn_over_http_is_inspected_in_the_open_mode() -> 
         assert [turn["outcome"] for turn in again["turns"]] == ["failed"]
     other = await engine.timeline(session_id, principal=Caller(principal="someone").principal)
     assert other is None
+
+
+async def streamed(
+    client: httpx.AsyncClient, path: str, key: str, body: dict[str, Any], inspect: bool = True
+) -> list[tuple[str, Any]]:
+    """A streamed turn's events, its timeline asked for (``?inspect=true``) unless told not to."""
+    query = "?inspect=true" if inspect else ""
+    response = await client.post(path + query, json={**body, "stream": True}, headers=bearer(key))
+    assert response.status_code in (200, 201), response.text
+    return events_of(response.text)
+
+
+ENTRY: TypeAdapter[Any] = TypeAdapter(TimelineEntry)
+
+
+def shape(entry: dict[str, Any]) -> Any:
+    """An entry as the timeline route writes it (defaults filled in, None left out)."""
+    return ENTRY.validate_python(entry).model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def live_turn(events: list[tuple[str, Any]]) -> list[dict[str, Any]]:
+    """The entries a stream's ``timeline`` events leave, each at its index (a later one replaces)."""
+    entries: dict[int, dict[str, Any]] = {}
+    for name, data in events:
+        if name == "timeline":
+            entries[data["index"]] = data["entry"]
+    return [entries[index] for index in sorted(entries)]
+
+
+async def test_an_inspecting_caller_sees_each_turn_live_in_its_stream() -> None:
+    model = ScriptedModel([])
+    engine = FlowEngine([InspectFlow], model=model, timeline=TimelineSettings())
+    async with client_for(engine, WITH_KEYS) as client:
+        model.extend(TURNS[0][1])
+        first = await streamed(client, "/v1/flows/inspect/sessions", "k-ada-inspect", {"message": "Hi"})
+        [result] = [data for name, data in first if name == "result"]
+        session_id = result["session_id"]
+        turns = f"/v1/sessions/{session_id}/turns"
+        for text, answers in TURNS[1:3]:
+            model.extend(answers)
+            # Not asked for: an inspecting caller's stream is as everyone's.
+            events = await streamed(client, turns, "k-ada-inspect", {"message": text}, inspect=False)
+            assert "timeline" not in [name for name, _ in events]
+
+        # The turn with a tool error and a rejected answer: its events interleave with the
+        # chat's own, and each entry arrives before the turn's result.
+        model.extend(TURNS[3][1])
+        events = await streamed(client, turns, "k-ada-inspect", {"message": TURNS[3][0]})
+        names = [name for name, _ in events]
+        assert names.index("tool_call") < names.index("result")
+        assert max(i for i, name in enumerate(names) if name == "timeline") < names.index("result")
+        heads = {(data["session_id"], data["turn"]) for name, data in events if name == "timeline"}
+        assert heads == {(session_id, 4)}
+        live = live_turn(events)
+        assert [entry["kind"] for entry in live] == ["model", "tool", "model", "rejected", "model"]
+        assert live[1]["ok"] is False and live[1]["result"] == "order 7 belongs to another customer"
+        assert live[3]["reason"] == "never promise an outcome"
+        assert [entry["attempt"] for entry in live if entry["kind"] == "model"] == [1, 1, 2]
+        assert live[4]["text"] == ASK_ORDER
+        jsonschema.validate(
+            {"session_id": session_id, "flow": "inspect", "turns": [{**STORED_HEAD, "entries": live}]},
+            timeline_schema(),
+        )
+        # What was streamed is what was stored, state changes aside (added as the turn ends).
+        stored = await client.get(
+            f"/v1/sessions/{session_id}/timeline?turn=4", headers=bearer("k-ada-inspect")
+        )
+        [turn] = stored.json()["turns"]
+        assert [shape(entry) for entry in turn["entries"] if entry["kind"] != "state"] == [
+            shape(entry) for entry in live
+        ]
+
+        # The approval and its decision, streamed too.
+        model.extend(TURNS[4][1])
+        paused = await streamed(client, turns, "k-ada-inspect", {"message": TURNS[4][0]})
+        assert [entry["kind"] for entry in live_turn(paused)] == ["model", "approval_requested"]
+        [result] = [data for name, data in paused if name == "result"]
+        model.extend([REFUNDED])
+        approval = result["pending"][0]["id"]
+        decided = await streamed(
+            client,
+            f"/v1/sessions/{session_id}/approvals/{approval}",
+            "k-ada-inspect",
+            {"decision": "approve"},
+        )
+        kinds = [entry["kind"] for entry in live_turn(decided)]
+        assert kinds[:2] == ["approval_decided", "tool"] and "state" in kinds
+        assert {data["turn"] for name, data in decided if name == "timeline"} == {6}
+
+
+async def test_a_caller_without_inspect_gets_no_timeline_in_its_stream() -> None:
+    model = ScriptedModel([])
+    engine = FlowEngine([InspectFlow], model=model, timeline=TimelineSettings())
+    async with client_for(engine, WITH_KEYS) as client:
+        assert (await client.get("/v1/me", headers=bearer("k-ada"))).json() == {
+            "principal": "ada",
+            "inspect": False,
+            "staff": False,
+        }
+        assert (await client.get("/v1/me", headers=bearer("k-ada-inspect"))).json()["inspect"] is True
+        assert (await client.get("/v1/me")).status_code == 401
+        model.extend(TURNS[0][1])
+        events = await streamed(client, "/v1/flows/inspect/sessions", "k-ada", {"message": "Hi"})
+        assert [name for name, _ in events] == ["step", "result"]  # asked, and ignored
+        refused = await client.post(
+            "/v1/flows/inspect/sessions?inspect=maybe", json={"message": "Hi"}, headers=bearer("k-ada")
+        )
+        assert refused.status_code == 422
+        assert refused.json()["error"]["fields"][0]["field"] == "query.inspect"
+    async with client_for(engine, ServerSettings(prepare_models=False)) as client:
+        assert (await client.get("/v1/me")).json() == {"principal": "local", "inspect": True, "staff": False}
+
+
+class Routed(Model):
+    """The inspect flow's script, and a searcher that never stops looking (its turns fail)."""
+
+    name = "scripted:routed"
+
+    def __init__(self) -> None:
+        self.script = ScriptedModel([])
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        if request.step == "Searcher":
+            return ModelResponse(tool_calls=[ToolCall("look", {"query": "again"})])
+        return await self.script.request(request)
+
+
+async def test_sessions_are_listed_by_flow_status_and_errors() -> None:
+    model = Routed()
+    engine = FlowEngine([InspectFlow, LoopFlow], model=model, timeline=TimelineSettings())
+    played = await play(engine, model.script)
+    async with client_for(engine, WITH_KEYS) as client:
+        failed = await client.post(
+            "/v1/flows/loop/sessions", json={"message": "find"}, headers=bearer("k-ada")
+        )
+        looped = failed.json()["error"]["session_id"]
+        assert failed.status_code == 422 and looped
+
+        async def listed(query: str, key: str = "k-ada") -> list[str]:
+            response = await client.get(f"/v1/sessions?{query}", headers=bearer(key))
+            assert response.status_code == 200, response.text
+            return [summary["id"] for summary in response.json()]
+
+        assert await listed("") == [looped, played]
+        assert await listed("errors=true") == [looped]
+        assert await listed("errors=false") == [played]
+        assert await listed("flow=loop") == [looped]
+        assert await listed("status=awaiting_approval") == []
+        assert await listed("status=running&flow=inspect&errors=false") == [played]
+        assert await listed("errors=true", "k-bob-inspect") == []
+        refused = await client.get("/v1/sessions?errors=maybe", headers=bearer("k-ada"))
+        assert refused.status_code == 422
+        document = (await client.get("/openapi.json")).json()
+        parameters = {p["name"]: p for p in document["paths"]["/v1/sessions"]["get"]["parameters"]}
+        assert "failed" in parameters["errors"]["description"]
+        assert "awaiting_human" in parameters["status"]["description"]
+        for path in ("/v1/sessions/{session_id}/turns", "/v1/sessions/{session_id}/approvals/{approval_id}"):
+            asked = {p["name"]: p for p in document["paths"][path]["post"]["parameters"]}
+            assert asked["inspect"]["schema"]["type"] == "boolean", path
+            assert "timeline" in asked["inspect"]["description"], path

@@ -346,6 +346,29 @@ async def test_listing_filters_and_pages_newest_first(store: SessionStore) -> No
     assert (info.created_at, info.updated_at) == (350.0, 400.0)
 
 
+async def test_listing_by_error_records(store: SessionStore) -> None:
+    for session_id, updated in (("e1", 100.0), ("e2", 200.0), ("e3", 300.0)):
+        session = new_session(session_id, flow="hotel", principal="ann")
+        session.updated_at = updated
+        await store.save(session, expected_revision=None, appended=play_turn(session, "t1"))
+    failed = LogRecord("model_error", "the model failed", "error", "ask", 2)
+    await store.record_error("e1", failed)
+    await store.record_error("e3", failed)
+    await store.record_error("e3", failed)
+    await store.record_error("never-saved", failed)  # a record alone lists no session
+
+    async def ids(**filters: object) -> list[str]:
+        return [info.id for info in await store.list_sessions(**filters)]  # type: ignore[arg-type]
+
+    assert await ids(errors=True) == ["e3", "e1"]
+    assert await ids(errors=False) == ["e2"]
+    assert await ids(errors=None) == ["e3", "e2", "e1"]
+    assert await ids(errors=True, principal="ann", flow="hotel", limit=1, offset=1) == ["e1"]
+    assert await ids(errors=True, principal="bob") == []
+    assert await store.delete("e3") is True
+    assert await ids(errors=True) == ["e1"]
+
+
 async def test_listing_reflects_the_latest_save(store: SessionStore) -> None:
     first = await create(store, "old")
     await create(store, "new")

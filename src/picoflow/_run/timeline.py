@@ -4,7 +4,8 @@ emits as entries, bounded and cleaned of secrets, and hands the engine one JSON 
 The events every observer sees become records the way eval scenarios see them
 (``picoflow.events.EventRecords``); what only an inspector needs — the model requests, refused
 answers, erasures and state changes — is added here. Entries are plain dicts until the end of
-the turn, where each is cleaned once and measured against the turn's byte budget.
+the turn, where each is cleaned once and measured against the turn's byte budget. A turn someone
+watches (``on_timeline``) also hands each entry over, cleaned, when it is recorded and when it grows.
 """
 
 from __future__ import annotations
@@ -12,16 +13,16 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_json, to_jsonable_python
 
 from picoflow._run.observers import EventStream, TurnObserver
-from picoflow.events import EventRecords, TurnEvent
+from picoflow.events import EventRecords, ToolReturned, TurnEvent
 from picoflow.session import copy_json
-from picoflow.timeline import REDACTED, SECRET, TIMELINE_VERSION, TimelineSettings
+from picoflow.timeline import REDACTED, SECRET, TIMELINE_VERSION, TimelineSettings, TimelineUpdate
 
 if TYPE_CHECKING:
     from picoflow.approvals import Approval
@@ -75,22 +76,34 @@ class Recording:
         self.settings = settings
         self.secrets = tuple(dict.fromkeys([*settings.secrets, *environment_secrets()]))
 
-    def recorder(self, caller: Caller | None, trigger: str = "message") -> TimelineRecorder:
+    def recorder(
+        self,
+        caller: Caller | None,
+        trigger: str = "message",
+        watch: Callable[[TimelineUpdate], None] | None = None,
+    ) -> TimelineRecorder:
+        """The recorder of one turn; ``watch`` is handed each entry as it is recorded."""
         secrets = self.secrets
         if caller is not None and caller.config:
             extra = sorted(set(_config_strings(dict(caller.config))), key=len, reverse=True)
             secrets = tuple(dict.fromkeys([*extra, *secrets]))
-        return TimelineRecorder(_Log(self.settings, secrets, trigger))
+        log = _Log(self.settings, secrets, trigger)
+        if watch is not None:
+            log.watch = watch
+            log.records.shown = log.show
+        return TimelineRecorder(log)
 
 
 class _Timed(EventRecords):
     """The turn's records, each stamped with when it happened (``at_ms``, since the turn began)."""
 
-    __slots__ = ("started",)
+    __slots__ = ("shown", "started")
 
     def __init__(self, started: float) -> None:
         super().__init__(detailed=True)
         self.started = started
+        self.shown: Callable[[dict[str, Any]], None] | None = None
+        """Called with each record added or completed, when someone watches the turn."""
 
     def __call__(self, event: TurnEvent) -> None:
         first = len(self.records)
@@ -99,6 +112,17 @@ class _Timed(EventRecords):
             at = _ms(time.perf_counter() - self.started)
             for record in self.records[first:]:
                 record["at_ms"] = at
+        shown = self.shown
+        if shown is None:
+            return
+        for record in self.records[first:]:
+            shown(record)
+        if len(self.records) == first and isinstance(event, ToolReturned):
+            # A call's own record, completed in place: the latest of that id (calls end soon).
+            for record in reversed(self.records):
+                if record.get("kind") == "tool" and record.get("id") == event.id:
+                    shown(record)
+                    break
 
     def add(self, entry: dict[str, Any], parent: str | None) -> None:
         """One of the timeline's own entries (not an event's), stamped as the others."""
@@ -106,6 +130,8 @@ class _Timed(EventRecords):
             entry["parent"] = parent
         entry["at_ms"] = _ms(time.perf_counter() - self.started)
         self.records.append(entry)
+        if self.shown is not None:
+            self.shown(entry)
 
 
 @dataclass(slots=True)
@@ -134,9 +160,23 @@ class _Log:
     calls: dict[tuple[str | None, str], tuple[dict[str, Any], float]] = field(default_factory=dict)
     answered: dict[tuple[str | None, str], dict[str, Any]] = field(default_factory=dict)
     """Per (parent, step): the entry of the latest request answered (where acceptance is noted)."""
+    watch: Callable[[TimelineUpdate], None] | None = None
+    """Who watches the turn live: handed each entry as it is recorded and as it grows."""
+    indices: dict[int, int] = field(default_factory=dict)
+    """Per entry shown (by identity: entries live as long as the turn), its index."""
+    cleaner: _Cleaner | None = None
 
     def __post_init__(self) -> None:
         self.records = _Timed(self.started)
+
+    def show(self, entry: dict[str, Any]) -> None:
+        """Hand ``entry`` to the watcher, cleaned, at the index it was first shown at."""
+        if self.watch is None:
+            return
+        if self.cleaner is None:
+            self.cleaner = _Cleaner(self.settings, self.secrets)
+        index = self.indices.setdefault(id(entry), len(self.indices))
+        self.watch(TimelineUpdate(self.session_id, self.turn, index, self.cleaner.encode(entry)))
 
 
 class TimelineRecorder(TurnObserver):
@@ -173,9 +213,9 @@ class TimelineRecorder(TurnObserver):
                 continue  # most steps' states are as they were: nothing to convert
             changes = _diff(before.get(step) or {}, after.get(step) or {})
             if changes:
-                self.log.state_entries.append(
-                    {"kind": "state", "step": step, "changes": changes, "at_ms": at}
-                )
+                entry = {"kind": "state", "step": step, "changes": changes, "at_ms": at}
+                self.log.state_entries.append(entry)
+                self.log.show(entry)
 
     # --- model requests ---------------------------------------------------------------------
 
@@ -226,6 +266,7 @@ class TimelineRecorder(TurnObserver):
             finish_reason=response.finish_reason,
             answered_by=response.answered_by or response.model,
         )
+        self.log.show(entry)
 
     def model_failed(self, step: str, error: BaseException) -> None:
         key = (self.parent, step)
@@ -233,6 +274,7 @@ class TimelineRecorder(TurnObserver):
         if found is not None:
             entry, sent = found
             entry.update(latency_ms=_ms(time.perf_counter() - sent), error=_describe(error))
+            self.log.show(entry)
         self._refused(key)
 
     def response_accepted(self, step: str, response: ModelResponse, parsed: Any) -> None:
@@ -243,6 +285,7 @@ class TimelineRecorder(TurnObserver):
         entry["tool_calls"] = [_call(call) for call in response.tool_calls]
         if parsed is not None:
             entry["parsed"] = to_jsonable_python(parsed, fallback=repr)
+        self.log.show(entry)
 
     def response_rejected(self, step: str, check: str, reason: str) -> None:
         entry: dict[str, Any] = {"kind": "rejected", "step": step, "check": check, "reason": reason}

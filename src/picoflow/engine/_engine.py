@@ -50,7 +50,7 @@ from picoflow.session import LogRecord, Session, SessionInfo, SessionStatus
 from picoflow.sessions.base import SessionStore
 from picoflow.sessions.health import StoreHealth
 from picoflow.sessions.memory import MemoryStore
-from picoflow.timeline import SessionTimeline, TimelineSettings
+from picoflow.timeline import SessionTimeline, TimelineSettings, TimelineUpdate
 from picoflow.usage import UsageLimits
 
 __all__ = ["ANY_PRINCIPAL", "MAX_OFFSET", "SESSION_ID", "FlowEngine", "check_session_id", "check_text"]
@@ -219,14 +219,17 @@ class FlowEngine:
         caller: Caller | None = None,
         on_event: Callable[[TurnEvent], None] | None = None,
         attachments: Sequence[Attachment] = (),
+        on_timeline: Callable[[TimelineUpdate], None] | None = None,
     ) -> TurnResult:
         """Run one turn. Never raises for run-time failures: see ``TurnResult.error``.
 
         ``flow`` may be None when ``session_id`` is given: the session knows its flow.
         ``attachments`` are files sent with the message (refused, before anything is stored, when
         their type is not accepted, contradicts their bytes, or they exceed ``attachment_limits``).
+        ``on_timeline`` is handed the turn's timeline entries as they are recorded (an inspector
+        drawing the turn live); only an engine that records timelines (``timeline=``) has any.
         """
-        return await self._jobs.run(flow, message, session_id, caller, on_event, attachments)
+        return await self._jobs.run(flow, message, session_id, caller, on_event, attachments, on_timeline)
 
     def run_stream(
         self,
@@ -284,6 +287,7 @@ class FlowEngine:
         *,
         caller: Caller | None = None,
         on_event: Callable[[TurnEvent], None] | None = None,
+        on_timeline: Callable[[TimelineUpdate], None] | None = None,
     ) -> TurnResult:
         """Approve or deny a call waiting in ``session_id``: ``decision`` is ``"approve"`` or
         ``"deny"``, ``reason`` is told to the model when denying. Never raises for a refusal:
@@ -296,9 +300,12 @@ class FlowEngine:
         caller the approval does not admit (``ApprovalNotAllowed``, 403), one decided already
         (``ApprovalDecided``), expired (``ApprovalExpired``), one whose flow, tool or arguments
         changed or whose conversation moved on (``ApprovalStale``), or one decided by another
-        process at the same moment (``ApprovalConflict``), all 409.
+        process at the same moment (``ApprovalConflict``), all 409. ``on_timeline`` is as for
+        ``run``: the resumed turn's timeline entries as they are recorded.
         """
-        return await self._jobs.decide(session_id, approval_id, decision, reason, caller, on_event)
+        return await self._jobs.decide(
+            session_id, approval_id, decision, reason, caller, on_event, on_timeline
+        )
 
     async def approvals(self, session_id: str, *, caller: Caller | None = None) -> list[Approval] | None:
         """The approvals of a session the caller may see (its own session's, or those its roles may
@@ -439,11 +446,13 @@ class FlowEngine:
         status: SessionStatus | None = None,
         limit: int = 50,
         offset: int = 0,
+        errors: bool | None = None,
     ) -> list[SessionInfo]:
         """The principal's sessions, most recent first (every principal's for ``ANY_PRINCIPAL``, and,
-        as before, for None). Raises ``InvalidInput`` for a limit outside 1..500 or an offset
-        outside 0..``MAX_OFFSET``, ``StoreError`` when the store fails."""
-        return await self._sessions.list_sessions(principal, flow, status, limit, offset)
+        as before, for None); with ``errors`` True only those with an error record (a turn that
+        failed), False only those without. Raises ``InvalidInput`` for a limit outside 1..500 or an
+        offset outside 0..``MAX_OFFSET``, ``StoreError`` when the store fails."""
+        return await self._sessions.list_sessions(principal, flow, status, limit, offset, errors)
 
     async def find_sessions(self, id_or_prefix: str, *, limit: int = 6) -> list[str]:
         """Ids of stored sessions equal to ``id_or_prefix`` or starting with it (at most ``limit``),

@@ -33,7 +33,7 @@ from picoflow.flow import Flow, FlowSpec
 from picoflow.results import TurnFinished, TurnResult
 from picoflow.session import Session, new_session_id
 from picoflow.sessions.base import SessionStore, TimelineStore
-from picoflow.timeline import TimelineSettings
+from picoflow.timeline import TimelineSettings, TimelineUpdate
 
 logger = logging.getLogger("picoflow")
 
@@ -84,11 +84,13 @@ class Jobs:
         flow: str,
         session_id: str | None,
         summary: str,
+        on_timeline: Callable[[TimelineUpdate], None] | None = None,
     ) -> TurnResult:
         """The job's result, watched by tracing, by ``on_event`` and by the timeline's recorder
-        (``trigger`` says what started it), whose record is kept with the session."""
+        (``trigger`` says what started it), whose record is kept with the session; ``on_timeline``
+        is handed its entries as they are recorded."""
         tracer = self.tracing.observer()
-        recorder = None if self._recording is None else self._recording.recorder(caller, trigger)
+        recorder = None if self._recording is None else self._recording.recorder(caller, trigger, on_timeline)
         observer = combine(tracer, EventStream(on_event) if on_event is not None else None, recorder)
         observer.turn_started(flow, session_id, summary)
         try:
@@ -129,6 +131,7 @@ class Jobs:
         caller: Caller | None,
         on_event: Callable[[TurnEvent], None] | None,
         attachments: Sequence[Attachment],
+        on_timeline: Callable[[TimelineUpdate], None] | None = None,
     ) -> TurnResult:
         host = self.host
 
@@ -160,6 +163,7 @@ class Jobs:
             flow=flow_name or "session",
             session_id=session_id,
             summary=message,
+            on_timeline=on_timeline,
         )
 
     async def decide(
@@ -170,6 +174,7 @@ class Jobs:
         reason: str | None,
         caller: Caller | None,
         on_event: Callable[[TurnEvent], None] | None,
+        on_timeline: Callable[[TimelineUpdate], None] | None = None,
     ) -> TurnResult:
         host = self.host
 
@@ -191,6 +196,7 @@ class Jobs:
             flow="decision",
             session_id=session_id,
             summary=f"{decision} {approval_id}",
+            on_timeline=on_timeline,
         )
 
     # --- turns for other callers ------------------------------------------------------------------

@@ -206,8 +206,8 @@ def _print_scenario(console: Console, result: EvalResult, scenario: ScenarioResu
         after = f" ({later.median:.2f}s after the first)" if later else ""
         console.print(f"  turn time       median {median}s{after}, p90 {p90}s, max {slowest}s")
     usage = scenario.usage()
-    calls = f"{_count(usage.model_calls, 'model call')}, {_count(usage.tool_calls, 'tool call')}"
-    console.print(f"  usage           {calls}")
+    counted = f"{_count(usage.model_calls, 'model call')}, {_count(usage.tool_calls, 'tool call')}"
+    console.print(f"  usage           {counted}")
     console.print(
         f"  tokens          {usage.total_tokens:,} ({usage.input_tokens:,} in, {usage.output_tokens:,} out)"
     )

@@ -17,9 +17,9 @@ from fastapi.responses import Response
 from picoflow.server.errors import decision_error, engine_call, not_found
 from picoflow.server.readiness import TurnWatch
 from picoflow.server.schemas import ApprovalOut, DecisionRequest, PendingApprovalOut, TurnResponse
-from picoflow.server.state import AccessDep
+from picoflow.server.state import AccessDep, may_inspect
 from picoflow.server.streams import stream_decision
-from picoflow.server.turns import RENDER_DOC
+from picoflow.server.turns import INSPECT_DOC, RENDER_DOC
 
 __all__ = ["decide", "list_approvals", "pending_approvals"]
 
@@ -57,6 +57,7 @@ async def decide(
     request: Request,
     access: AccessDep,
     render: Annotated[Literal["html"] | None, Query(description=RENDER_DOC)] = None,
+    inspect: Annotated[bool, Query(description=INSPECT_DOC)] = False,
 ) -> Response:
     """Approve or deny a pending call. Answers as a turn: once the last approval its response
     waits for is decided, the calls run (each approved one exactly once) and the result is the
@@ -67,7 +68,14 @@ async def decide(
     caller = access.caller
     if body.stream or "text/event-stream" in request.headers.get("accept", ""):
         return await stream_decision(
-            access.state, session_id, approval_id, body.decision, body.reason, caller, render
+            access.state,
+            session_id,
+            approval_id,
+            body.decision,
+            body.reason,
+            caller,
+            render,
+            inspect=inspect and may_inspect(access, request),
         )
     with TurnWatch(access.state.readiness):
         result = await access.engine.decide(

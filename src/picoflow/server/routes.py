@@ -24,6 +24,7 @@ from picoflow.server import approvals, compat, handoffs
 from picoflow.server.errors import ApiError, engine_call, not_found
 from picoflow.server.readiness import ReadyResponse
 from picoflow.server.schemas import (
+    CallerOut,
     ErrorBody,
     FlowOut,
     RunResponse,
@@ -31,7 +32,7 @@ from picoflow.server.schemas import (
     SessionSummary,
     TurnResponse,
 )
-from picoflow.server.state import ERRORS, Access, AccessDep, ApiRoute
+from picoflow.server.state import ERRORS, Access, AccessDep, ApiRoute, may_inspect
 from picoflow.server.turns import RENDER_DOC, TurnRoute, add_turn, create_session, turn_parameters
 from picoflow.server.uploads import get_attachment, list_attachments
 from picoflow.session import Session, SessionStatus
@@ -58,6 +59,22 @@ async def _session(access: Access, session_id: str) -> Session:
 
 def _svg(body: str) -> Response:
     return Response(body, media_type="image/svg+xml", headers={"Cache-Control": "no-store"})
+
+
+# --- the caller ----------------------------------------------------------------------------------------
+
+
+async def get_caller(request: Request, access: AccessDep) -> CallerOut:
+    """Who the server takes the caller for, and what it may do beyond its own conversations: read
+    timelines (``inspect``, as ``GET /v1/sessions/{id}/timeline`` and the turn streams' ``timeline``
+    events allow) and serve as staff (``staff``, the handoff routes). A page shows its developer
+    view and its staff queue from this."""
+    caller = access.caller
+    return CallerOut(
+        principal=caller.principal,
+        inspect=may_inspect(access, request),
+        staff=access.engine.staff_visibility in caller.visibilities,
+    )
 
 
 # --- flows ---------------------------------------------------------------------------------------------
@@ -87,16 +104,34 @@ async def flow_diagram_mermaid(flow: str, access: AccessDep) -> PlainTextRespons
 
 async def list_sessions(
     access: AccessDep,
-    flow: str | None = None,
-    status: SessionStatus | None = None,
+    flow: Annotated[str | None, Query(description="Only this flow's sessions.")] = None,
+    status: Annotated[
+        SessionStatus | None,
+        Query(
+            description="Only sessions in this status: `awaiting_approval` waits for a decision on "
+            "an approval, `awaiting_human` for a person (a handoff)."
+        ),
+    ] = None,
+    errors: Annotated[
+        bool | None,
+        Query(
+            description="`true`: only sessions with an error on record (a turn that failed); "
+            "`false`: only those without."
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     # Bounded so a huge offset is a 422, not an overflow inside the store's 64-bit integers.
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> list[SessionSummary]:
-    """The caller's own sessions, most recent first."""
+    """The caller's own sessions, most recent first, filtered by each parameter given."""
     async with engine_call():
         infos = await access.engine.list_sessions(
-            principal=access.caller.principal, flow=flow, status=status, limit=limit, offset=offset
+            principal=access.caller.principal,
+            flow=flow,
+            status=status,
+            limit=limit,
+            offset=offset,
+            errors=errors,
         )
     return [
         SessionSummary(
@@ -147,8 +182,7 @@ async def get_timeline(
     included), oldest first. Answered only to callers with the inspect visibility, or in the local
     open mode; anyone else, like another principal, gets the 404 of an unknown session."""
     caller = access.caller
-    state = access.state
-    if state.settings.inspect_visibility not in caller.visibilities and not state.auth.is_open(request):
+    if not may_inspect(access, request):
         raise not_found(session_id)
     async with engine_call(session_id):
         found = await access.engine.timeline(session_id, principal=caller.principal, turn=turn)
@@ -251,6 +285,7 @@ def install(app: FastAPI) -> None:
     )
     api("/ai/flows", compat.ai_flows, methods=["GET"], **ai)
     api("/ai/end", compat.ai_end, methods=["POST"], **ai)
+    api("/v1/me", get_caller, methods=["GET"], tags=SESSIONS, responses=ERRORS)
     api("/v1/flows", list_flows, **flows)
     api("/v1/flows/{flow}", get_flow, **flows)
     api("/v1/flows/{flow}/diagram.svg", flow_diagram, response_class=Response, **flows)

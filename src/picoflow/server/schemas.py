@@ -34,6 +34,7 @@ __all__ = [
     "ApiError",
     "ApprovalOut",
     "ApproversOut",
+    "CallerOut",
     "DecisionRequest",
     "EndResponse",
     "ErrorBody",
@@ -498,6 +499,14 @@ class SessionOut(BaseModel):
             attachments=None if files is None else [AttachmentOut.from_ref(ref, session.id) for ref in files],
             approvals=[ApprovalOut.from_approval(approval) for approval in approvals],
         )
+
+
+class CallerOut(BaseModel):
+    """The caller as the server authenticated it (``GET /v1/me``)."""
+
+    principal: str | None = Field(description="Whose sessions the caller reads and continues.")
+    inspect: bool = Field(description="May read its sessions' timelines (the developer view).")
+    staff: bool = Field(description="May take handed-off conversations and reply as staff.")
 
 
 class SessionSummary(BaseModel):

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import Depends, Request
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
+from starlette.requests import HTTPConnection
 
 from picoflow.context import INJECTED_NAMES, Caller
 from picoflow.engine import FlowEngine
@@ -31,6 +32,7 @@ __all__ = [
     "ServerState",
     "access_of",
     "authenticate",
+    "may_inspect",
     "state_of",
     "with_config",
 ]
@@ -78,6 +80,13 @@ class Access:
     @property
     def engine(self) -> FlowEngine:
         return self.state.engine
+
+
+def may_inspect(access: Access, connection: HTTPConnection) -> bool:
+    """Whether the caller may read its sessions' timelines, whole or live: it has the inspect
+    visibility (``ServerSettings.inspect_visibility``), or it is served by the local open mode."""
+    state = access.state
+    return state.settings.inspect_visibility in access.caller.visibilities or state.auth.is_open(connection)
 
 
 ACCESS = "picoflow.access"

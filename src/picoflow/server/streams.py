@@ -9,6 +9,12 @@ Events: ``status`` (the embedded model is still loading: ``{"status": "loading",
 "reason": ...}``), then ``result`` (a ``TurnResponse``) or ``error``
 (``{"status": ..., "error": {...}}``). Every stream ends with a ``result`` or an ``error`` event.
 
+Asked with ``?inspect=true`` by a caller who may inspect (the rule of
+``GET /v1/sessions/{id}/timeline``), the stream also carries the turn's ``timeline`` entries as
+they are recorded: ``{"session_id": ..., "turn": N,
+"index": I, "entry": {...}}``, an entry of the timeline's schema; one sent again with the same
+index (a model request once answered, a tool call once it returned) replaces the earlier one.
+
 The stream opens once the engine has accepted the turn (its ``before_turn`` gate runs): what the
 engine refuses before that (the message, an unknown session or flow, an ended session) is a plain
 HTTP status, as for a turn that is not streamed.
@@ -45,6 +51,7 @@ from picoflow.server.errors import ApiError, decision_error, v1_error
 from picoflow.server.readiness import TurnWatch
 from picoflow.server.schemas import ApprovalOut, TurnResponse
 from picoflow.server.state import ServerState
+from picoflow.timeline import TimelineUpdate
 
 __all__ = [
     "BEAT",
@@ -67,12 +74,18 @@ class _Started:
 
 
 STARTED: Final = _Started()
-Item = TurnEvent | TurnFinished | LoadStatus | _Started | None
+Item = TurnEvent | TimelineUpdate | TurnFinished | LoadStatus | _Started | None
 """What a stream reads; None: the turn ended without a result (cancelled, or a bug)."""
 
 
 def _sse(event: str, data: Any) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False, default=str)}\n\n".encode()
+
+
+def _timeline_event(update: TimelineUpdate) -> bytes:
+    # The entry is JSON text already, cleaned by the recorder: spliced in, not parsed again.
+    head = json.dumps({"session_id": update.session_id, "turn": update.turn, "index": update.index})
+    return f'event: timeline\ndata: {head[:-1]}, "entry": {update.entry}}}\n\n'.encode()
 
 
 def _error_event(error: ApiError) -> bytes:
@@ -177,10 +190,11 @@ async def open_turn(
     session_id: str | None,
     caller: Caller,
     attachments: Sequence[Attachment] = (),
+    inspect: bool = False,
 ) -> Feed:
     """Start a turn of a new session of ``flow`` or of ``session_id`` in a task the server holds,
     and return its feed once its first item is in: a client that disconnects cannot leave the
-    turn half done."""
+    turn half done. With ``inspect`` the feed carries the turn's timeline entries too."""
     items: asyncio.Queue[Item] = asyncio.Queue()
     watch = TurnWatch(state.readiness, on_start=lambda: items.put_nowait(STARTED), on_status=items.put_nowait)
 
@@ -196,6 +210,7 @@ async def open_turn(
                     caller=caller,
                     on_event=items.put_nowait,
                     attachments=attachments,
+                    on_timeline=items.put_nowait if inspect else None,
                 )
                 items.put_nowait(TurnFinished(result))
             except asyncio.CancelledError:
@@ -215,6 +230,7 @@ async def open_decision(
     decision: str,
     reason: str | None,
     caller: Caller,
+    inspect: bool = False,
 ) -> Feed:
     """Start a decision and the turn it resumes, as ``open_turn`` starts a turn. Its first item
     is ``approval_decided`` or, for a refused decision (unknown, not allowed, decided, expired,
@@ -227,7 +243,13 @@ async def open_decision(
         with watch:
             try:
                 result = await state.engine.decide(
-                    session_id, approval_id, decision, reason, caller=caller, on_event=items.put_nowait
+                    session_id,
+                    approval_id,
+                    decision,
+                    reason,
+                    caller=caller,
+                    on_event=items.put_nowait,
+                    on_timeline=items.put_nowait if inspect else None,
                 )
                 items.put_nowait(TurnFinished(result))
             except asyncio.CancelledError:
@@ -256,10 +278,12 @@ async def stream_turn(
     caller: Caller,
     render: str | None,
     attachments: Sequence[Attachment] = (),
+    inspect: bool = False,
 ) -> StreamingResponse:
     """Stream a turn of a new session of ``flow`` or of ``session_id``; raise ``ApiError`` for a
-    turn the engine refused before it started."""
-    feed = await open_turn(state, flow, message, session_id, caller, attachments)
+    turn the engine refused before it started. With ``inspect`` the turn's timeline entries are
+    streamed too (``timeline`` events)."""
+    feed = await open_turn(state, flow, message, session_id, caller, attachments, inspect)
     return _respond(feed, session_id, render, v1_error)
 
 
@@ -271,6 +295,7 @@ async def stream_decision(
     reason: str | None,
     caller: Caller,
     render: str | None,
+    inspect: bool = False,
 ) -> StreamingResponse:
     """Stream a decision and the turn it resumes: ``approval_decided``, then the calls' events and
     the model's next reply (or ``approval_requested`` again) as in a turn, ending with ``result``.
@@ -278,9 +303,10 @@ async def stream_decision(
     The stream opens with the decision's first event: a refused decision (unknown, not allowed,
     decided, expired, stale) is a plain HTTP status, since the engine checks it before any event.
     Only while the flow's models are still loading does it open earlier (to show their status),
-    and a refusal then arrives as the stream's ``error`` event.
+    and a refusal then arrives as the stream's ``error`` event. With ``inspect`` the resumed turn's
+    timeline entries are streamed too (``timeline`` events).
     """
-    feed = await open_decision(state, session_id, approval_id, decision, reason, caller)
+    feed = await open_decision(state, session_id, approval_id, decision, reason, caller, inspect)
     return _respond(feed, session_id, render, decision_error)
 
 
@@ -320,6 +346,8 @@ def _respond(
                     )
                 elif isinstance(item, Beat):
                     yield b": still working\n\n"
+                elif isinstance(item, TimelineUpdate):
+                    yield _timeline_event(item)
                 elif isinstance(item, LoadStatus):
                     yield _sse("status", item.as_dict())
                 elif not isinstance(item, _Started):

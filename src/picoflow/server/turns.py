@@ -20,11 +20,20 @@ from picoflow.attachments import Attachment
 from picoflow.server.errors import v1_error
 from picoflow.server.readiness import TurnWatch
 from picoflow.server.schemas import TurnRequest, TurnResponse
-from picoflow.server.state import Access, ApiRoute, access_of, authenticate, with_config
+from picoflow.server.state import Access, ApiRoute, access_of, authenticate, may_inspect, with_config
 from picoflow.server.streams import stream_turn
 from picoflow.server.uploads import is_form, read_form
 
-__all__ = ["TurnRoute", "add_turn", "create_session", "render_of", "run_turn", "turn_parameters"]
+__all__ = [
+    "INSPECT_DOC",
+    "TurnRoute",
+    "add_turn",
+    "create_session",
+    "inspect_of",
+    "render_of",
+    "run_turn",
+    "turn_parameters",
+]
 
 # The turn routes, the busiest, read their path segment and ``render`` from the request themselves
 # and declare them for the OpenAPI document only (``turn_parameters``): FastAPI resolves each
@@ -33,6 +42,11 @@ __all__ = ["TurnRoute", "add_turn", "create_session", "render_of", "run_turn", "
 
 RENDER_DOC = "'html' adds safe HTML renderings of replies."
 _RENDER: TypeAdapter[Literal["html"] | None] = TypeAdapter(Literal["html"] | None)
+INSPECT_DOC = (
+    "Streamed: add the turn's timeline entries as they are recorded (`timeline` events), for a "
+    "caller who may inspect; ignored for anyone else."
+)
+_FLAG: TypeAdapter[bool] = TypeAdapter(bool)
 
 
 class TurnRoute(ApiRoute):
@@ -83,6 +97,20 @@ def render_of(request: Request) -> Literal["html"] | None:
         raise RequestValidationError(problems) from None
 
 
+def inspect_of(request: Request) -> bool:
+    """The ``inspect`` query parameter (a boolean), refused (422) as FastAPI would refuse it."""
+    if not request.scope["query_string"]:
+        return False
+    value = request.query_params.get("inspect")
+    if value is None:
+        return False
+    try:
+        return _FLAG.validate_python(value)
+    except ValidationError as exc:
+        problems = [{**error, "loc": ("query", "inspect", *error["loc"])} for error in exc.errors()]
+        raise RequestValidationError(problems) from None
+
+
 def turn_parameters(path_parameter: str) -> dict[str, Any]:
     """The OpenAPI ``parameters`` of a turn route, as FastAPI would have written them."""
     title = path_parameter.replace("_", " ").title()
@@ -96,6 +124,13 @@ def turn_parameters(path_parameter: str) -> dict[str, Any]:
                 "schema": {"type": "string", "title": title},
             },
             {"name": "render", "in": "query", "required": False, "schema": render, "description": RENDER_DOC},
+            {
+                "name": "inspect",
+                "in": "query",
+                "required": False,
+                "schema": {"type": "boolean", "default": False, "title": "Inspect"},
+                "description": INSPECT_DOC,
+            },
         ],
         # Merged with the JSON body FastAPI documents: the same turn with files as parts.
         "requestBody": {
@@ -136,11 +171,13 @@ async def run_turn(
     files: list[Attachment] | None = None,
 ) -> Response:
     """A turn of a new session of ``flow``, or of ``session_id``; streamed when the client asks."""
+    wanted = inspect_of(request)  # checked on every turn, streamed or not, as FastAPI would
     caller = with_config(access.caller, body.config)
     if files is None:
         files = [file.attachment() for file in body.attachments] if body.attachments else []
     if body.stream or "text/event-stream" in request.headers.get("accept", ""):
-        return await stream_turn(access.state, flow, body.message, session_id, caller, render, files)
+        inspect = wanted and may_inspect(access, request)
+        return await stream_turn(access.state, flow, body.message, session_id, caller, render, files, inspect)
     with TurnWatch(access.state.readiness):
         result = await access.engine.run(flow, body.message, session_id, caller=caller, attachments=files)
     if result.error is not None:  # a failed first turn still names its session (kept to inspect)

@@ -350,19 +350,29 @@ def decode_records(bodies: Iterable[str]) -> list[LogRecord]:
 
 
 def listing_query(
-    table: str, mark: Callable[[str], str], filters: dict[str, str | None], limit: int, offset: int
+    table: str,
+    mark: Callable[[str], str],
+    filters: dict[str, str | None],
+    limit: int,
+    offset: int,
+    errors: tuple[str, bool] | None = None,
 ) -> tuple[str, dict[str, object]]:
     """The session listing query over ``table`` with the given filters, newest first.
 
     ``mark`` writes a named placeholder in the driver's style (``:name`` or ``%(name)s``).
+    ``errors`` is (the table of error records, whether a session must have one or have none).
     """
     check_page(limit, offset)
-    where = " AND ".join(
-        f"{column} = {mark(column)}" for column, value in filters.items() if value is not None
-    )
+    conditions = [f"{column} = {mark(column)}" for column, value in filters.items() if value is not None]
+    if errors is not None:
+        records, wanted = errors
+        # The records' index on (session_id, id) answers this without reading a record.
+        found = f"EXISTS (SELECT 1 FROM {records} AS err WHERE err.session_id = listed.id)"
+        conditions.append(found if wanted else f"NOT {found}")
+    where = " AND ".join(conditions)
     query = (
         "SELECT id, flow, status, current_step, principal, revision, turns, created_at, updated_at"
-        f" FROM {table} {'WHERE ' + where if where else ''}"
+        f" FROM {table} AS listed {'WHERE ' + where if where else ''}"
         f" ORDER BY updated_at DESC, id LIMIT {mark('limit')} OFFSET {mark('offset')}"
     )
     return query, {**filters, "limit": limit, "offset": offset}

@@ -31,6 +31,8 @@ class Statements:
 
     sessions: str
     """The (qualified) sessions table."""
+    error_records: str
+    """The (qualified) table of error records."""
     mark: Callable[[str], str]
     """A named placeholder in the driver's style: ``:name`` or ``%(name)s``."""
     find_ids: str
@@ -68,10 +70,17 @@ class SQLStore(ABC):
         principal: str | None = None,
         limit: int = 100,
         offset: int = 0,
+        errors: bool | None = None,
     ) -> list[SessionInfo]:
         filters: dict[str, str | None] = {"flow": flow, "status": status, "principal": principal}
+        statements = self.statements
         query, params = _rows.listing_query(
-            self.statements.sessions, self.statements.mark, filters, limit, offset
+            statements.sessions,
+            statements.mark,
+            filters,
+            limit,
+            offset,
+            None if errors is None else (statements.error_records, errors),
         )
         return [SessionInfo(*row) for row in await self._fetch(query, params)]
 

@@ -85,7 +85,11 @@ class SessionStore(Protocol):
         principal: str | None = None,
         limit: int = 100,
         offset: int = 0,
-    ) -> list[SessionInfo]: ...
+        errors: bool | None = None,
+    ) -> list[SessionInfo]:
+        """Sessions newest first (``updated_at``, then id), filtered by each argument given;
+        ``errors`` True keeps those with an error record, False those without."""
+        ...
 
     async def find_ids(self, prefix: str, limit: int = 10) -> list[str]:
         """Ids of stored sessions starting with ``prefix`` (an exact id is its own prefix), in

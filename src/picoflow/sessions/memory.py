@@ -79,6 +79,7 @@ class MemoryStore:
         principal: str | None = None,
         limit: int = 100,
         offset: int = 0,
+        errors: bool | None = None,
     ) -> list[SessionInfo]:
         check_page(limit, offset)
         found = [
@@ -87,6 +88,7 @@ class MemoryStore:
             if (flow is None or s.flow == flow)
             and (status is None or s.status == status)
             and (principal is None or s.principal == principal)
+            and (errors is None or bool(self._errors.get(s.id)) == errors)
         ]
         found.sort(key=lambda info: (-info.updated_at, info.id))
         return found[offset : offset + limit]

@@ -111,6 +111,7 @@ def _require_psycopg() -> None:
 def _statements(p: str) -> Statements:
     return Statements(
         sessions=f"{p}picoflow_sessions",
+        error_records=f"{p}picoflow_errors",
         mark=lambda name: f"%({name})s",
         # left(), not LIKE: ids may hold '_', which LIKE reads as a wildcard.
         find_ids=(

@@ -76,6 +76,7 @@ ON CONFLICT (session_id, sha256) DO NOTHING
 
 STATEMENTS = Statements(
     sessions="picoflow_sessions",
+    error_records="picoflow_errors",
     mark=lambda name: f":{name}",
     # substr, not LIKE: ids may hold '_', which LIKE reads as a wildcard.
     find_ids="SELECT id FROM picoflow_sessions WHERE substr(id, 1, ?) = ? ORDER BY id LIMIT ?",

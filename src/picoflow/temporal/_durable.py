@@ -134,6 +134,7 @@ class DurableStore:
         principal: str | None = None,
         limit: int = 100,
         offset: int = 0,
+        errors: bool | None = None,
     ) -> list[SessionInfo]:
         raise NotImplementedError
 

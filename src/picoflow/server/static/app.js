@@ -1,11 +1,13 @@
 // The picoflow chat page: plain JavaScript modules talking to the /v1 API, no build step. The files
-// sent with messages live in attachments.js.
+// sent with messages live in attachments.js, the developer view (a session's timeline) in
+// inspector.js.
 //
 // Safety rule of this file: text from the user or the model is only ever inserted with
 // textContent. The one exception is HTML the server produced for us (replies rendered with
 // ?render=html, and the flow diagram), which the server escapes; the page's Content Security
 // Policy blocks inline scripts as a second line of defence.
 import { DEFAULT_LIMITS, createPicker, messageFiles } from "./attachments.js";
+import { createInspector } from "./inspector.js";
 
 const config = JSON.parse(document.getElementById("picoflow-config").textContent);
 const $ = (id) => document.getElementById(id);
@@ -34,6 +36,7 @@ const picker = createPicker({
   dropHint: els.dropHint, textarea: els.input, limits: { ...DEFAULT_LIMITS, ...config.attachmentLimits },
   say: showError,
 });
+const inspector = createInspector({ api });
 const shownFiles = messageFiles(async (url) => {
   const response = await fetch(url, { headers: headers() });
   if (!response.ok) throw await failure(response);
@@ -47,6 +50,7 @@ class ApiError extends Error {
     super((error && error.message) || `request failed (${status})`);
     this.status = status;
     this.kind = (error && error.kind) || "http_error";
+    this.sessionId = (error && error.session_id) || null; // a failed first turn keeps its session
   }
 }
 
@@ -342,10 +346,11 @@ async function decideApproval(approvalId, decision, reason) {
   showError("");
   showApprovalError(approvalId, "");
   setBusy(true, decision === "approve" ? "Approving…" : "Denying…");
-  const path = `/v1/sessions/${encodeURIComponent(state.sessionId)}/approvals/${encodeURIComponent(approvalId)}?render=html`;
+  const path = `/v1/sessions/${encodeURIComponent(state.sessionId)}/approvals/${encodeURIComponent(approvalId)}?render=html${timelineQuery()}`;
   const body = { decision, reason: reason.trim() || null, stream: true };
   let live = null;
   const kept = [];
+  inspector.turnStarting(`${decision} ${approvalId}`, "decision");
   try {
     const response = await fetch(path, {
       method: "POST",
@@ -372,7 +377,7 @@ async function decideApproval(approvalId, decision, reason) {
   } finally {
     setBusy(false);
   }
-  await afterTurn();
+  await afterTurn(state.sessionId);
 }
 
 // --- a person has the conversation -----------------------------------------------------------
@@ -618,6 +623,7 @@ function remember(sessionId) {
   state.sessionId = sessionId;
   if (sessionId) localStorage.setItem(storageKey(), sessionId);
   else localStorage.removeItem(storageKey());
+  inspector.follow(sessionId);
 }
 
 async function refreshSession() {
@@ -658,6 +664,7 @@ async function openFlow(name) {
   } else {
     showSession(null);
   }
+  inspector.follow(state.sessionId);
   await showDiagram();
 }
 
@@ -712,9 +719,11 @@ async function sendMessage(typed, text, files) {
   showError("");
   const question = addMessage("user", { text, files });
   setBusy(true);
+  inspector.turnStarting(text);
+  let turnSession = state.sessionId;
   const path = state.sessionId
-    ? `/v1/sessions/${encodeURIComponent(state.sessionId)}/turns?render=html`
-    : `/v1/flows/${encodeURIComponent(state.flow.name)}/sessions?render=html`;
+    ? `/v1/sessions/${encodeURIComponent(state.sessionId)}/turns?render=html${timelineQuery()}`
+    : `/v1/flows/${encodeURIComponent(state.flow.name)}/sessions?render=html${timelineQuery()}`;
   let live = null;
   // Text the model wrote alongside a tool call stays on the page, as the stored transcript shows
   // it after a reload; it goes again if the turn fails, since a failed turn stores nothing.
@@ -733,8 +742,12 @@ async function sendMessage(typed, text, files) {
       ({ live, failed, result } = turnEvent(name, data, { live, kept, failed, result }));
     });
     if (failed) throw failed;
-    if (result) await showResult(result, kept);
+    if (result) {
+      turnSession = result.session_id;
+      await showResult(result, kept);
+    }
   } catch (error) {
+    turnSession = error.sessionId || turnSession;
     if (live) live.closest("li").remove();
     for (const bubble of kept) bubble.closest("li").remove();
     if (REFUSED.includes(error.status)) {
@@ -749,12 +762,21 @@ async function sendMessage(typed, text, files) {
   } finally {
     setBusy(false);
   }
-  await afterTurn();
+  await afterTurn(turnSession);
+}
+
+// A caller who may inspect asks for the turn's timeline in its stream, for the developer view.
+function timelineQuery() {
+  return inspector.wanted ? "&inspect=true" : "";
 }
 
 // One event of a turn's stream (a message's, or a decision's): what is on screen follows it.
 function turnEvent(name, data, turn) {
   let { live, failed, result } = turn;
+  if (name === "timeline") { // only to a caller who may inspect: the developer view's
+    inspector.live(data);
+    return { live, failed, result };
+  }
   if (name === "status") {
     showModelStatus(data);
     setBusy(true, "Waiting for the model…");
@@ -799,7 +821,8 @@ async function showResult(result, kept) {
   if (kept.length) await renderKept(kept, waiting);
 }
 
-async function afterTurn() {
+async function afterTurn(turnSession) {
+  await inspector.turnEnded(turnSession);
   try {
     await refreshSession();
   } catch (error) {
@@ -858,6 +881,13 @@ async function start() {
   }));
   const wanted = new URLSearchParams(location.search).get("flow")
     || localStorage.getItem("picoflow.flow") || config.defaultFlow;
+  let me = null;
+  try {
+    me = await api("/v1/me");
+  } catch (_) {
+    // An older server, or none: no developer view.
+  }
+  inspector.allow(me, state.flows);
   await openFlow(wanted);
   document.body.dataset.ready = "true";
   watchQueue();
