@@ -22,7 +22,8 @@ $(STAMP): pyproject.toml constraints.txt
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
-## Start the hotel demo with its web page on the embedded local model and a SQLite store.
+## Serve the five demo flows (hotel, orders, travel, invoice, products) with the chat page, on the
+## embedded local model (or MODEL=provider:name) and a SQLite store.
 run: install
 	$(VENV)/bin/picoflow serve --host $(HOST) --port $(PORT) --store '$(STORE)' $(if $(MODEL),--model '$(MODEL)')
 

@@ -590,11 +590,14 @@ def test_a_dates_month_needs_evidence_of_its_own_apart_from_its_day() -> None:
     assert judged(
         "the 18th", september_18, locale="en", previous="Check-in September 12: and check-out?"
     ) == ["kept"]
-    # Another locale's month word is no evidence: "septembre" is not English.
-    assert judged("18 septembre", september_18, locale="en") == ["month_given"]
-    # A date written in digits gives its month.
+    # Another locale's month word is no evidence: "septiembre" is not English.
+    assert judged("18 septiembre", september_18, locale="en") == ["month_given"]
+    # A date written in digits gives its month, and one read in the other order is put right first.
     assert judged("18/09", september_18, locale="fr") == ["kept"]
     assert judged("9/18", september_18, locale="en") == ["kept"]
+    assert judged("10/08/2027 - 13/08/2027", {"month": 10, "day": 8, "year": 2027}, locale="es") == [
+        "repaired"
+    ]
     # The month of a date the form already holds, or of another date of the reading, carries over.
     held = {"until": {"month": 9, "day": 12}}
     assert judged("le 18", september_18, locale="fr", known=held) == ["kept"]
@@ -602,8 +605,14 @@ def test_a_dates_month_needs_evidence_of_its_own_apart_from_its_day() -> None:
     assert judged("on the 18th", september_18, locale="en", known={"until": {"month": 8, "day": 12}}) == [
         "month_given"
     ]
-    until = Item("until", "the 12th of September", {"month": 9, "day": 12})
-    assert judged("on the 18th", september_18, locale="en", others=(until,)) == ["kept"]
+    # Another date of the reading counts when its own month has evidence (here, its digits)...
+    until = Item("until", "12/09", {"month": 9, "day": 12})
+    assert judged("du 12/09 au 18", september_18, locale="fr", others=(until,)) == ["kept"]
+    assert judged("from 9/12 to the 18th", september_18, locale="en", others=(until,)) == ["kept"]
+    # ...but two dates read from one bare number bear each other out no more than one does.
+    second = Item("until", "1", {"month": 1, "day": 2})
+    assert judged("1", {"month": 1, "day": 1}, locale="es", others=(second,)) == ["month_given"]
+    assert judged("1", {"month": 1, "day": 1}, locale="en", others=(second,)) == ["month_given"]
 
 
 def test_a_date_fields_month_needs_evidence_whether_read_as_parts_or_as_an_iso_day() -> None:
@@ -632,6 +641,17 @@ def test_a_date_fields_month_needs_evidence_whether_read_as_parts_or_as_an_iso_d
     assert (
         rule("el día 12", {"month": 11, "day": 12, "year": None}, locale="es", known=leaving) == "month_given"
     )
+    # A date written in digits, read in the other order, is put right, as parts or as an ISO day.
+    for said, locale in (("10/08/2027 - 13/08/2027", "es"), ("10.08.2027 bis 13.08.2027", "de")):
+        _, verdicts = Grounding.for_small_models().judge(
+            Trip,
+            (Item("arrive", said, {"month": 10, "day": 8, "year": 2027}), Item("leave", said, "2027-10-08")),
+            Heard(said, slips=True, locales=(locale,)),
+        )
+        assert [(v.action, v.rule, v.value) for v in verdicts] == [
+            ("repaired", "written_dates", {"month": 8, "day": 10, "year": 2027}),
+            ("repaired", "written_dates", "2027-08-10"),
+        ]
 
 
 def test_a_day_written_without_its_month_after_a_held_date_may_be_in_the_next_month() -> None:
@@ -657,3 +677,26 @@ def test_a_day_written_without_its_month_after_a_held_date_may_be_in_the_next_mo
         known=december,
     )
     assert verdicts[0].action == "kept"
+
+
+def test_a_month_is_named_in_any_language_when_none_is_declared_and_with_a_slip_when_allowed() -> None:
+    """With no locale declared, a month word of any language counts ("Juni", "junio"); a declared
+    month name with one slip of the keys counts where slips are allowed ("agust"); a month joined
+    to its day by a slash or a dot counts ("6/10-6/13", "20.06.")."""
+    june_20 = {"month": 6, "day": 20}
+
+    def verdict(said: str, value: dict[str, int], locales: tuple[str, ...] = (), slips: bool = True) -> str:
+        _, verdicts = Grounding.for_small_models().judge(
+            Range, (Item("since", said, value),), Heard(said, slips=slips, locales=locales)
+        )
+        return verdicts[0].rule if verdicts[0].action == "dropped" else verdicts[0].action
+
+    assert verdict("vom 20. bis 23. Juni", june_20) == "kept"
+    assert verdict("del 20 al 23 de junio", june_20) == "kept"
+    assert verdict("vom 20. bis 23. Juni", june_20, locales=("en",)) == "month_given"  # not English
+    assert verdict("chek in agust 10", {"month": 8, "day": 10}, locales=("en",)) == "kept"
+    assert verdict("llegada agsoto 10", {"month": 8, "day": 10}, locales=("es",)) == "kept"
+    assert verdict("chek in agust 10", {"month": 8, "day": 10}, locales=("en",), slips=False) == "month_given"
+    assert verdict("6/10-6/13", {"month": 6, "day": 10}) == "kept"
+    assert verdict("am 20.06. bitte", june_20, locales=("de",)) == "kept"
+    assert verdict("the 3-6", {"month": 6, "day": 3}, locales=("en",)) == "month_given"

@@ -27,6 +27,7 @@ from typing import Literal, TypeAlias
 import babel
 import babel.dates
 import babel.lists
+import babel.localedata
 import babel.numbers
 import text_to_num
 
@@ -251,6 +252,24 @@ def _data(tag: str) -> _Data:
         _date_order(babel.dates.get_date_format("short", locale=locale).pattern),
         _months(locale),
     )
+
+
+@cache
+def months_in_any_language() -> Mapping[str, frozenset[int]]:
+    """Every language's month names (``Locale.months`` of each language CLDR knows), each with the
+    months it names in some language ("listopad" is 10 in Croatian and 11 in Polish): what a month
+    word may mean when a flow declares no locale. Built once, on first use."""
+    found: dict[str, set[int]] = {}
+    for identifier in babel.localedata.locale_identifiers():
+        if "_" in identifier:
+            continue
+        try:
+            names = _data(_canonical(identifier)).months
+        except (ValueError, babel.UnknownLocaleError):  # a locale without the data
+            continue
+        for name, month in names.items():
+            found.setdefault(name, set()).add(month)
+    return MappingProxyType({name: frozenset(months) for name, months in found.items()})
 
 
 def _spelled(language: str) -> str | None:

@@ -451,3 +451,43 @@ def test_every_language_has_every_reply() -> None:
     assert {language: set(TEXTS[ENGLISH]) - set(texts) for language, texts in TEXTS.items()} == {
         language: set() for language in LOCALES
     }
+
+
+@pytest.mark.parametrize(
+    ("search", "choice", "card"),
+    [
+        (
+            "Una suite en Portland del 3 al 6 de septiembre de 2027, 900 dólares máximo, "
+            "a 1 milla del centro como mucho. Enséñeme los hoteles.",
+            "¡Todo tiene muy buena pinta! Nos quedamos con el que esté más cerca del aeropuerto.",
+            "Waiting for approval: Reservar Embassy Suites by Hilton Portland Downtown, suite: llegada ",
+        ),
+        (
+            "A suite in Portland from September 3 to September 6, 2027, at most $900, within 1 mile "
+            "of the center. Show me the hotels.",
+            "It all looks great! We'll take the one closest to the airport.",
+            "Waiting for approval: Book Embassy Suites by Hilton Portland Downtown, suite: check-in ",
+        ),
+    ],
+)
+async def test_the_words_of_choosing_book_the_hotel_a_quality_names_whatever_action_was_read(
+    search: str, choice: str, card: str
+) -> None:
+    """A small model reads "we'll take the one closest to the airport" as a comparison: no word of
+    one was said, but the words of choosing and of the quality were, so code finds that hotel in the
+    list and proposes its booking (which waits for the guest's approval)."""
+    chat = chat_with(
+        found(
+            ("room_types", "suite", ["suite"]),
+            ("in_portland", "Portland", True),
+            ("check_in", "3", day(9, 3, 2027)),
+            ("check_out", "6", day(9, 6, 2027)),
+            ("max_price", "900", 900),
+            ("max_city_center_miles", "1", 1),
+            ("request", search.rsplit(". ", 1)[1].rstrip("."), "search"),
+        ),
+        wants("compare", [4, 5], ["distance", "price"], pick="closest_to_airport"),
+    )
+    listed, chosen = await chat.say_all([search, choice])
+    assert listed.step == "Present" and chosen.step == "Present"
+    assert chosen.message.startswith(card), chosen.message

@@ -4,6 +4,7 @@ line per day."""
 
 from __future__ import annotations
 
+import calendar
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -359,11 +360,12 @@ async def test_a_hotel_pick_that_is_not_on_the_list_is_sent_back_with_the_list()
 async def test_dates_that_cannot_be_planned_are_refused_with_the_reason(
     check_in: dict[str, Any], check_out: dict[str, Any], refusal: str
 ) -> None:
-    said = f"Boston please, from the {check_in['day']} to the {check_out['day']}"
+    # Each date says its month: a month nobody wrote is no month (grounding's month_given).
+    arrive = f"{calendar.month_name[check_in['month']]} {check_in['day']}"
+    leave = f"{calendar.month_name[check_out['month']]} {check_out['day']}"
+    said = f"Boston please, from {arrive} to {leave}"
     reading = found(
-        ("city", "Boston", "Boston"),
-        ("check_in", f"the {check_in['day']}", check_in),
-        ("check_out", f"to the {check_out['day']}", check_out),
+        ("city", "Boston", "Boston"), ("check_in", arrive, check_in), ("check_out", leave, check_out)
     )
     chat = chat_with({"Planner": [reading]})
     result = await chat.say(said)

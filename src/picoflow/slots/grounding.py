@@ -38,7 +38,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel
 
 from picoflow.exceptions import FlowDefinitionError
-from picoflow.locale import Locale
+from picoflow.locale import Locale, months_in_any_language
 from picoflow.slots.dates import DatePart, WrittenDates
 from picoflow.slots.said import FieldEvidence, Said, evidence_of
 from picoflow.slots.words import (
@@ -152,11 +152,26 @@ class Heard:
         return locale_numbers(text, self.locales)
 
     def _months_named(self, text: str) -> frozenset[int]:
-        locales = [Locale.of(tag) for tag in self.locales] or [Locale.any()]
+        """The months ``text`` names: in a declared locale's words, or, with none declared, in any
+        language's; with slips allowed, also a declared name written with one slip ("agust")."""
         said = words(text)
-        return frozenset(
-            month for locale in locales for word in said if (month := locale.months().get(word)) is not None
-        )
+        if self.locales:
+            names = [Locale.of(tag).months() for tag in self.locales]
+            found = {month for months in names for word in said if (month := months.get(word)) is not None}
+        else:
+            anywhere = months_in_any_language()
+            found = {month for word in said for month in anywhere.get(word, ())}
+            names = [Locale.any().months()]
+        if self.slips:
+            found |= {
+                month
+                for months in names
+                for word in said
+                if word not in months
+                for name, month in months.items()
+                if same_word(name, word)
+            }
+        return frozenset(found)
 
     @property
     def exact(self) -> bool:
@@ -417,18 +432,36 @@ class MonthGiven(Rule):
         day = _calendar_day(own, item.value) if own is not None else None
         if day is None:
             return item
-        heard = seen.heard
-        if day["month"] in heard.months or heard.dates.reads(_PARTS, day):
-            return item
-        held = [(name, value) for name, value in seen.known.items()] + [
-            (other.field, other.value) for other in seen.items if other is not item
+        anchored = [
+            _calendar_day(seen.evidence[name], value)
+            for name, value in seen.known.items()
+            if name in seen.evidence
         ]
-        for name, value in held:
-            evidence = seen.evidence.get(name)
-            other_day = _calendar_day(evidence, value) if evidence is not None else None
-            if other_day is not None and _month_follows(other_day, day):
-                return item
+        # Another date of this reading counts only when its own month has evidence: two dates
+        # read from the same bare "1" bear each other out no more than one does.
+        anchored += [
+            other_day
+            for other in seen.items
+            if other is not item
+            and (evidence := seen.evidence.get(other.field)) is not None
+            and (other_day := _calendar_day(evidence, other.value)) is not None
+            and _month_said(other_day, seen)
+        ]
+        if _month_said(day, seen) or any(held is not None and _month_follows(held, day) for held in anchored):
+            return item
         return None
+
+
+def _month_said(day: Mapping[DatePart, int], seen: Seen) -> bool:
+    """Whether the words bear out ``day``'s month themselves: a month named, a date written in
+    digits with that month, or its number joined to the day's by a slash or a dot, either way round
+    ("6/10-6/13", "20.06."; a hyphen joins the days of a range too often: "the 3-6")."""
+    heard = seen.heard
+    if day["month"] in heard.months or heard.dates.reads(_PARTS, day):
+        return True
+    month, number = day["month"], day["day"]
+    joined = rf"(?<!\d)0?{month}\s?[/.]\s?0?{number}(?!\d)|(?<!\d)0?{number}\s?[/.]\s?0?{month}(?!\d)"
+    return re.search(joined, heard.message) is not None
 
 
 _PARTS: Mapping[DatePart, str] = {"day": "day", "month": "month", "year": "year"}
@@ -474,19 +507,35 @@ def _calendar_day(own: FieldEvidence, value: Any) -> dict[DatePart, int] | None:
 class WrittenDatesOrder(Rule):
     """The numbers of a date written in digits ("01/10/2026") are read together, in the order the
     message writes its dates: beside "15/10/2026", a day read as January 10 is the first of October;
-    a day that is no written date, though its numbers are written only in such dates, is dropped."""
+    a day that is no written date, though its numbers are written only in such dates, is dropped.
+    For a model's date parts (``Said(date=...)``) and for a ``datetime.date`` field alike."""
 
     name = "written_dates"
 
     def judge(self, item: Item, seen: Seen) -> Judged:
         own = seen.evidence.get(item.field)
         dates = seen.heard.dates
-        if own is None or not own.date_fields or not isinstance(item.value, Mapping) or not dates:
+        if own is None or not dates:
             return item
-        value = dates.put_right(own.date_fields, item.value)
-        if not dates.bear(own.date_fields, value):
+        if own.date_fields:
+            fields, read = own.date_fields, item.value
+        elif own.calendar:  # a ``datetime.date``: its parts, or an ISO day taken apart
+            fields, read = (
+                _PARTS,
+                item.value if isinstance(item.value, Mapping) else _calendar_day(own, item.value),
+            )
+        else:
+            return item
+        if not isinstance(read, Mapping):
+            return item
+        value = dates.put_right(fields, read)
+        if not dates.bear(fields, value):
             return None
-        return item if value == item.value else replace(item, value=value)
+        if value == read:
+            return item
+        if not isinstance(item.value, Mapping):  # an ISO day read: an ISO day put right
+            value = date(value["year"], value["month"], value["day"]).isoformat()
+        return replace(item, value=value)
 
 
 class YesNo(Rule):

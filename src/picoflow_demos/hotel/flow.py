@@ -447,10 +447,14 @@ class Present(Step):
         numbers = list(dict.fromkeys(request.hotels))
         pick = request.pick if bears_out(GuestRequest, "pick", request.pick, said, LOCALES) else "none"
         if not bears_out(GuestRequest, "action", request.action, said, LOCALES):
-            # A goodbye or a comparison without a word of one: "8" alone still books hotel 8.
+            # A goodbye or a comparison without a word of one: "8" alone still books hotel 8, and
+            # a hotel named by a quality in words that say so ("we'll take the one closest to the
+            # airport") is the guest's choice, found in code. Booking it only asks for approval.
             lone = len(numbers) == 1 and bears_out(GuestRequest, "hotels", numbers, said, LOCALES)
             if lone and 1 <= numbers[0] <= len(listed):
                 return self.choose(listed[numbers[0] - 1])
+            if pick != "none" and listed and says_field(GuestRequest, "pick", said, LOCALES):
+                return self.choose(listed[picked(listed, pick) - 1])
             return self.show_list(with_help=True)
         action = request.action
         named = [n for n in numbers if bears_out(GuestRequest, "hotels", [n], said, LOCALES)]
