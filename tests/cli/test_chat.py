@@ -373,3 +373,29 @@ def test_chat_with_the_role_an_approval_names_decides_it(tmp_path: Path) -> None
     ]
     assert [(approval.id, 40001, 250.0)] == desk.LEDGER
     assert (approval.status, approval.decided_by) == ("approved", "local")
+
+
+def test_keys_typed_while_a_spinner_runs_are_neither_echoed_nor_kept() -> None:
+    """On a terminal (a pseudo-terminal here), echo is off inside the block, what was typed meanwhile
+    is dropped at its end, and the terminal's settings come back; a pipe is left as it is."""
+    import os
+    import pty
+    import termios
+
+    from picoflow.cli.chat import keys_held
+
+    controller, terminal = pty.openpty()
+    with os.fdopen(terminal, "rb", buffering=0) as stream:
+        before = termios.tcgetattr(terminal)
+        with keys_held(stream):
+            inside = termios.tcgetattr(terminal)
+            assert not inside[3] & termios.ECHO and not inside[3] & termios.ICANON
+            os.write(controller, b"typed while loading\n")
+        assert termios.tcgetattr(terminal) == before
+        os.write(controller, b"hello\n")
+        assert stream.read(6) == b"hello\n"  # the keys typed inside were dropped
+    os.close(controller)
+    reading, writing = os.pipe()
+    with os.fdopen(reading, "rb") as pipe, keys_held(pipe):
+        pass
+    os.close(writing)

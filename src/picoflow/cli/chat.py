@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import IO, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -235,7 +237,7 @@ async def _decide(
         approval, reason = found[0], after.strip() or None
     else:
         approval, reason = waiting[0], rest.strip() or None
-    with console.status("[dim]deciding…[/dim]", spinner="dots") as status, said_here():
+    with console.status("[dim]deciding…[/dim]", spinner="dots") as status, said_here(), keys_held():
         result = await engine.decide(
             session_id, approval.id, decision, reason, caller=caller, on_event=_progress(status)
         )
@@ -250,6 +252,33 @@ async def _decide(
         failed = f"the decision stands, but the turn after it failed: {result.message}"
         console.print(f"[red]{escape(failed)}[/red]")
     return result
+
+
+@contextlib.contextmanager
+def keys_held(stream: IO[Any] | None = None) -> Iterator[None]:
+    """While a spinner or a progress bar is on screen, what is typed is neither echoed (it would be
+    written into the spinner's line) nor kept (it was typed before the prompt asked): on a terminal,
+    echo is off and the keys typed meanwhile are dropped when the block ends. Elsewhere (a pipe, a
+    file, Windows) nothing changes."""
+    source = sys.stdin if stream is None else stream
+    try:
+        import termios  # POSIX only
+
+        fd = source.fileno()
+        if not source.isatty():
+            raise OSError("not a terminal")
+        saved = termios.tcgetattr(fd)
+    except (ImportError, AttributeError, OSError, ValueError):
+        yield
+        return
+    quiet = list(saved)
+    quiet[3] &= ~(termios.ECHO | termios.ICANON)
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    try:
+        yield
+    finally:
+        termios.tcflush(fd, termios.TCIFLUSH)
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
 async def _prepare_models(engine: FlowEngine, flow: str) -> None:
@@ -283,7 +312,7 @@ async def _show_preparing(model: Preparable, warm: Warm | None, cache_name: str 
     tracker = model.load_status
     if console.is_terminal:
         columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn())
-        with Progress(*columns, console=console, transient=True) as progress:
+        with Progress(*columns, console=console, transient=True) as progress, keys_held():
             task = progress.add_task("Preparing the model…", total=None)
 
             def update(status: LoadStatus) -> None:
@@ -326,7 +355,7 @@ async def _turn(
     caller: Caller,
     files: list[Attachment],
 ) -> TurnResult:
-    with console.status(f"[dim]{escape(flow)} is thinking…[/dim]", spinner="dots") as status:
+    with console.status(f"[dim]{escape(flow)} is thinking…[/dim]", spinner="dots") as status, keys_held():
         return await engine.run(
             flow, text, session_id, caller=caller, on_event=_progress(status), attachments=files
         )
