@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from tests.cli import desk
 
+from picoflow import cli
+
 from .approval_support import (
     BIG,
     FLOWS,
@@ -27,7 +29,9 @@ from .support import invoke, write_script
 pytestmark = pytest.mark.usefixtures("fixed_time")
 
 
-def test_a_staff_only_call_is_refused_to_the_customer_and_approved_by_staff(tmp_path: Path) -> None:
+def test_a_staff_only_call_is_refused_to_the_customer_and_approved_by_staff(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = f"sqlite:///{tmp_path / 'desk.sqlite3'}"
     out = chat_lines(tmp_path, store, [BIG], "refund 40001\n/approve\n")
     session_id = session_of("\n".join(out))
@@ -58,11 +62,17 @@ def test_a_staff_only_call_is_refused_to_the_customer_and_approved_by_staff(tmp_
         "approvals", "list", "--store", store, "--as", "sup-9", "--role", "staff", "--flow", "hotel"
     )
     assert other.output == "no approvals wait for sup-9 (staff)\n"
-    assert table(queue.output) == [
-        ["id", "session", "tool", "summary", "who", "expires"],
-        [approval.id, session_id, "refund", "Refund $250.00 on order 40001", "someone with the 'staff' role",
-         "2027-01-15 08:10:00 (in 10 min)"],
-    ]  # fmt: skip
+    # From 120 columns the ids are whole; at 80 every column is still there, each id by its
+    # shortest unique prefix (the commands take one), a long cell wrapped, never cut.
+    assert queue.output.splitlines()[2].split()[:3] == [approval.id, session_id, "refund"]
+    monkeypatch.setattr(cli.console, "width", 80)
+    narrow = invoke("approvals", "list", "--store", store, "--as", "sup-9", "--role", "staff")
+    rows = narrow.output.splitlines()
+    assert max(len(row) for row in rows) <= 80, narrow.output
+    assert rows[0].split() == ["id", "session", "tool", "summary", "who", "expires"]
+    assert rows[2].split()[:3] == [approval.id[:12], session_id[:8], "refund"]
+    assert "2027-01-15 08:10:00 (in 10 min)" in rows[2] and "…" not in narrow.output
+    monkeypatch.setattr(cli.console, "width", 200)
 
     # The customer names the approval by a prefix, from the command line too: refused, nothing runs.
     decide = ["--flows", FLOWS, "--store", store]

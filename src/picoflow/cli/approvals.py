@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, TypeVar
 
 import typer
+from rich import box
 from rich.markup import escape
 from rich.table import Table
 
@@ -37,7 +38,8 @@ from picoflow.cli.loading import (
     said_here,
     store_engine,
 )
-from picoflow.cli.views import approval_card, expiry, match_approval, print_reply, when
+from picoflow.cli.sessions import SHORT_ID, WIDE
+from picoflow.cli.views import approval_card, expiry, match_approval, print_reply, unique_prefixes, when
 from picoflow.context import Caller
 from picoflow.engine import FlowEngine
 from picoflow.exceptions import ApprovalRefused, FlowNotFound, InvalidInput, PicoflowError
@@ -138,15 +140,27 @@ def approvals_list(
         if not queue:
             console.print(f"no approvals wait for {escape(who)}")
             return
-        table = Table()
-        # Ids are what approve and deny take: never cut, a narrow terminal narrows the others.
+        # Ids are what approve and deny take: never cut. Below 120 columns each is shown by its
+        # shortest prefix unique among those listed (the commands take one), and the table has no
+        # vertical rules, so 80 columns hold every column; a long summary wraps.
+        wide = console.width >= WIDE
+        approvals = [approval.id for _, approval in queue]
+        sessions = [session_id for session_id, _ in queue]
+        if not wide:
+            approvals = unique_prefixes(approvals, len("apr_") + SHORT_ID)
+            sessions = unique_prefixes(sessions, SHORT_ID)
+        table = Table(
+            box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1), collapse_padding=True
+        )
         table.add_column("id", no_wrap=True)
-        table.add_column("session", overflow="fold")
-        for name, width in (("tool", 6), ("summary", 16), ("who", 12), ("expires", 12)):
-            table.add_column(name, min_width=width)
-        for session_id, approval in queue:
+        table.add_column("session", no_wrap=True)
+        table.add_column("tool", overflow="fold")
+        table.add_column("summary", overflow="fold", ratio=1)
+        table.add_column("who", overflow="fold")
+        table.add_column("expires", no_wrap=True)
+        for shown, session_shown, (_, approval) in zip(approvals, sessions, queue, strict=True):
             table.add_row(
-                approval.id, session_id, escape(approval.tool), escape(approval.summary),
+                shown, session_shown, escape(approval.tool), escape(approval.summary),
                 escape(approval.approvers.describe()), expiry(approval, now),
             )  # fmt: skip
         console.print(table)

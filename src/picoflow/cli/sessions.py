@@ -16,7 +16,7 @@ from rich.table import Table
 
 from picoflow.cli.loading import CliError, StoreOpt, console, resolve_session_id, run, store_engine
 from picoflow.cli.timeline import render_timeline
-from picoflow.cli.views import decisions_table, when
+from picoflow.cli.views import decisions_table, unique_prefixes, when
 from picoflow.engine import ANY_PRINCIPAL, FlowEngine
 from picoflow.messages import Message
 from picoflow.session import LogRecord, Session, SessionInfo, SessionStatus
@@ -84,7 +84,7 @@ def _listing(infos: list[SessionInfo], width: int) -> Table:
     terminal ids are shown by a prefix unique among those listed (as short git hashes are), times
     to the minute, and a long step or status wraps rather than being cut."""
     wide = width >= WIDE
-    ids = [info.id for info in infos] if wide else _prefixes([info.id for info in infos])
+    ids = [info.id for info in infos] if wide else unique_prefixes([info.id for info in infos], SHORT_ID)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1), collapse_padding=True)
     table.add_column("id", no_wrap=True)
     table.add_column("flow", no_wrap=True)
@@ -100,20 +100,6 @@ def _listing(infos: list[SessionInfo], width: int) -> Table:
             str(info.turns), escape(info.principal or "-"), updated,
         )  # fmt: skip
     return table
-
-
-def _prefixes(ids: list[str]) -> list[str]:
-    """For each id, its shortest prefix of at least ``SHORT_ID`` characters that no other listed id
-    starts with (the whole id when it is that short, or a prefix of another)."""
-    shown = []
-    for session_id in ids:
-        size = SHORT_ID
-        while size < len(session_id) and any(
-            other != session_id and other.startswith(session_id[:size]) for other in ids
-        ):
-            size += 1
-        shown.append(session_id[:size])
-    return shown
 
 
 @sessions_app.command("show")

@@ -124,3 +124,16 @@ def match_approval(given: str, approvals: Iterable[Approval]) -> list[Approval]:
     candidates = list(approvals)
     exact = [a for a in candidates if a.id == wanted]
     return exact or [a for a in candidates if a.id.startswith(wanted)]
+
+
+def unique_prefixes(ids: list[str], shortest: int) -> list[str]:
+    """For each id, its shortest prefix of at least ``shortest`` characters that no other listed id
+    starts with (the whole id when it is that short, or a prefix of another): what a narrow table
+    shows, as short git hashes are, since the commands take a unique prefix."""
+    shown = []
+    for given in ids:
+        size = shortest
+        while size < len(given) and any(other != given and other.startswith(given[:size]) for other in ids):
+            size += 1
+        shown.append(given[:size])
+    return shown
