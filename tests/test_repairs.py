@@ -438,3 +438,17 @@ async def test_no_question_or_a_value_read_is_not_out_of_scope_and_a_hosted_mode
     await hosted.say("Ada", found(("name", "Ada", "Ada")))
     assert await hosted.say("Can you get me a flight too?", found()) == NIGHTS  # the optional city left
     assert hosted.patterns == []
+
+
+async def test_a_message_read_as_a_repair_gets_no_second_look_however_long() -> None:
+    """A message about the conversation itself (a repeat, a cancel) is no answer to the form: the
+    parts the reading left out are not read again, so it costs one model call, in any language."""
+    chat = Chat()
+    await chat.say("hi", found())
+    await chat.say("Ada", found(("name", "Ada", "Ada")))
+    # Each holds a number no reading kept: worth a second look, were it an answer to the form.
+    long_en = "Sorry, what? I was on the phone for 20 minutes and did not catch any of it"
+    assert await chat.say(long_en, found(("request", "sorry what", "repeat"))) == CITY
+    long_es = "¿Cómo dices? Estuve 20 minutos al teléfono y no he oído nada de nada"
+    assert await chat.say(long_es, found(("request", "cómo dices", "repeat"))) == CITY
+    assert [pattern for _, pattern, _ in chat.patterns] == ["repeat", "repeat"]

@@ -83,8 +83,13 @@ class Reader:
         go_ahead: str | None = None,
         goodbye: str | None = None,
         locales: Sequence[str] = (),
+        repairs: str | None = None,
     ) -> None:
         self.slots = slots
+        self.repairs = repairs
+        """The field whose options are repair patterns (``SlotStep.repairs_from``): a message read as
+        one (cancel, repeat, a digression) is about the conversation, not the form, and gets no
+        second look."""
         self.locales = tuple(locales)
         self.message = message
         self.form = form or Form()
@@ -126,6 +131,7 @@ class Reader:
             and self.looks == 0
             and not merged.problems
             and form.pending(self.questions) is not None  # else nothing is left to learn
+            and not (self.repairs is not None and self.repairs in merged.accepted)
         ):
             kept = [(item.field, item.quote, item.value) for item in items]
             if left := left_out(self.message, kept, self.slots, self.locales):

@@ -466,6 +466,7 @@ class SlotStep(Step):
             go_ahead=self.go_ahead,
             goodbye=self.goodbye,
             locales=self.locales,
+            repairs=self.repairs_from,
         )
         return self._reader
 
