@@ -1,0 +1,37 @@
+"""What a request asks of the engine, read the same way whatever protocol it comes in: a person's
+decision on a pending approval, and the answer to a request that asks for nothing picoflow can do."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from picoflow.context import Caller
+from picoflow.server.errors import ApiError
+from picoflow.server.state import ServerState
+from picoflow.server.streams import Feed, open_decision
+
+__all__ = ["Decision", "invalid"]
+
+
+def invalid(where: str, problem: str) -> ApiError:
+    """The 422 of a request whose field ``where`` breaks a rule of its protocol (never its value)."""
+    return ApiError(422, "invalid_input", f"invalid request: {where}: {problem}", fields=[(where, problem)])
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A person's decision on a pending approval of the request's session, as AG-UI's resume, an
+    AI SDK tool approval, Chat Completions' metadata or an A2A data part carry it: taken by
+    ``FlowEngine.decide`` for the caller the API key authenticated, who must be allowed to."""
+
+    approval_id: str
+    decision: str
+    """``approve`` or ``deny``; the engine refuses anything else, naming the ``decision`` field."""
+    reason: str | None = None
+    """Kept with the decision and told to the flow (the engine bounds it)."""
+    where: str = ""
+    """The request field the decision came in, for a refusal to name."""
+
+    async def open(self, state: ServerState, session_id: str, caller: Caller) -> Feed:
+        """Take the decision in ``session_id`` and run the turn it resumes (``open_decision``)."""
+        return await open_decision(state, session_id, self.approval_id, self.decision, self.reason, caller)
