@@ -3,9 +3,13 @@ decision on a pending approval, and the answer to a request that asks for nothin
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from picoflow.context import Caller
+from picoflow.engine import FlowEngine
+from picoflow.events import TurnEvent
+from picoflow.results import TurnResult
 from picoflow.server.errors import ApiError
 from picoflow.server.state import ServerState
 from picoflow.server.streams import Feed, open_decision
@@ -32,6 +36,19 @@ class Decision:
     where: str = ""
     """The request field the decision came in, for a refusal to name."""
 
+    async def take(
+        self,
+        engine: FlowEngine,
+        session_id: str,
+        caller: Caller,
+        on_event: Callable[[TurnEvent], None] | None = None,
+    ) -> TurnResult:
+        """Take the decision in ``session_id`` and run the turn it resumes, to its result."""
+        return await engine.decide(
+            session_id, self.approval_id, self.decision, self.reason, caller=caller, on_event=on_event
+        )
+
     async def open(self, state: ServerState, session_id: str, caller: Caller) -> Feed:
-        """Take the decision in ``session_id`` and run the turn it resumes (``open_decision``)."""
+        """Take the decision in ``session_id`` and start the turn it resumes, in a task the server
+        holds: its feed (``streams.open_decision``)."""
         return await open_decision(state, session_id, self.approval_id, self.decision, self.reason, caller)
