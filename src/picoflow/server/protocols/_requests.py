@@ -1,10 +1,12 @@
 """What a request asks of the engine, read the same way whatever protocol it comes in: a person's
-decision on a pending approval, and the answer to a request that asks for nothing picoflow can do."""
+decision on a pending approval, the answer to a request that asks for nothing picoflow can do, and
+the flow a route's path names."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Final
 
 from picoflow.context import Caller
 from picoflow.engine import FlowEngine
@@ -14,7 +16,16 @@ from picoflow.server.errors import ApiError
 from picoflow.server.state import ServerState
 from picoflow.server.streams import Feed, open_decision
 
-__all__ = ["Decision", "invalid"]
+__all__ = ["FLOW_PARAMETER", "Decision", "invalid"]
+
+FLOW_PARAMETER: Final[dict[str, Any]] = {
+    "name": "flow",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "title": "Flow"},
+}
+"""The ``{flow}`` of a protocol's path, as its operation documents it (the route reads it from the
+request's path, so FastAPI does not document it on its own)."""
 
 
 def invalid(where: str, problem: str) -> ApiError:

@@ -65,7 +65,7 @@ from picoflow.flow import FlowSpec
 from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnError, TurnResult
 from picoflow.server.errors import ApiError, TurnErrors, turn_error
-from picoflow.server.protocols._requests import Decision, invalid
+from picoflow.server.protocols._requests import FLOW_PARAMETER, Decision, invalid
 from picoflow.server.protocols._threads import Thread, check_thread_id
 from picoflow.server.protocols._writer import LOST, StreamWriter, alone, speaks
 from picoflow.server.state import ERRORS, SESSION_HEADER, ApiRoute, ServerState, access_of
@@ -532,9 +532,7 @@ SCHEMA_PREFIX = "AgUi"
 
 
 _OPENAPI: dict[str, Any] = {
-    "parameters": [
-        {"name": "flow", "in": "path", "required": True, "schema": {"type": "string", "title": "Flow"}}
-    ],
+    "parameters": [FLOW_PARAMETER],
     "requestBody": {
         "required": True,
         "description": "An AG-UI RunAgentInput (https://docs.ag-ui.com/spec/1.0/schema); its last message "

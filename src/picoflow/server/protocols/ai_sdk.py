@@ -66,7 +66,7 @@ from picoflow.flow import FlowSpec
 from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnError, TurnResult
 from picoflow.server.errors import ApiError, TurnErrors, turn_error
-from picoflow.server.protocols._requests import Decision, invalid
+from picoflow.server.protocols._requests import FLOW_PARAMETER, Decision, invalid
 from picoflow.server.protocols._threads import Thread, check_thread_id
 from picoflow.server.protocols._writer import LOST, StreamWriter, alone, speaks
 from picoflow.server.schemas import ErrorBody
@@ -619,15 +619,6 @@ def install(app: FastAPI) -> list[str]:
             200: {"content": {"text/event-stream": {}}, "description": "The UI message stream"},
             403: {"model": ErrorBody, "description": "The caller may not decide the approval"},
         },
-        openapi_extra={
-            "parameters": [
-                {
-                    "name": "flow",
-                    "in": "path",
-                    "required": True,
-                    "schema": {"type": "string", "title": "Flow"},
-                }
-            ]
-        },
+        openapi_extra={"parameters": [FLOW_PARAMETER]},
     )
     return ["POST /ai-sdk/{flow}"]
