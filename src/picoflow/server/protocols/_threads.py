@@ -127,6 +127,6 @@ class Thread:
 
 
 def _started(feed: Feed) -> Feed:
-    if feed.first is None:  # the run ended before its first item: a bug, logged where it happened
+    if feed.first is None:  # the run ended without a result (a bug, logged where it happened)
         raise ApiError(500, "internal", LOST)
     return feed

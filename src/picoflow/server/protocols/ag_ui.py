@@ -284,8 +284,8 @@ class _Writer(StreamWriter):
         self._visited: list[str] = []
         self._text: str | None = None
         self._chunks: list[str] = []
-        self.refusal: ApiError | None = None
-        """A later decision of the resume, refused: the run ends with it."""
+        self._refusal: ApiError | None = None
+        """A later decision of the resume, refused: the run ends with it (``broken``)."""
 
     # -- run ----------------------------------------------------------------------------------------------
 
@@ -295,10 +295,11 @@ class _Writer(StreamWriter):
         )
 
     def broken(self) -> bytes:
-        return self.refused(self.refusal or ApiError(500, "internal", LOST))
+        return self.refused(self._refusal or ApiError(500, "internal", LOST))
 
     def end_with(self, refusal: ApiError) -> None:
-        self.refusal = refusal
+        """A later decision of the resume was refused: the run ends with ``refusal``."""
+        self._refusal = refusal
 
     def on_finished(self, result: TurnResult) -> Iterator[bytes]:
         # A decision that leaves none of the response's approvals pending resumed the turn: its
