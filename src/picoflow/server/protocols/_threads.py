@@ -11,16 +11,19 @@ its session.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any
 
 from picoflow.attachments import Attachment
-from picoflow.context import Caller
 from picoflow.exceptions import SessionNotFound
-from picoflow.server.errors import ApiError, engine_call
-from picoflow.server.state import Access
+from picoflow.results import TurnError
+from picoflow.server.errors import ApiError, engine_call, turn_error
+from picoflow.server.protocols._requests import Decision
+from picoflow.server.protocols._writer import LOST, StreamWriter
+from picoflow.server.state import Access, with_config
 from picoflow.server.streams import Feed, open_turn
 
-__all__ = ["MAX_THREAD_ID", "check_thread_id", "open_thread_turn", "thread_session_id"]
+__all__ = ["MAX_THREAD_ID", "Thread", "check_thread_id", "thread_session_id"]
 
 MAX_THREAD_ID = 200
 """Longest thread id a client may choose (characters)."""
@@ -48,31 +51,82 @@ def thread_session_id(principal: str | None, surface: str, thread_id: str) -> st
     return f"{surface.replace('-', '')}-{hashlib.sha256(material).hexdigest()[:40]}"
 
 
-async def open_thread_turn(
-    access: Access,
-    flow: str,
-    message: str,
-    surface: str,
-    thread_id: str,
-    caller: Caller | None = None,
-    attachments: Sequence[Attachment] = (),
-) -> tuple[str, Feed]:
-    """Start a turn of ``flow`` in the caller's session of ``thread_id``, creating the session with
-    its first turn; returns the session id and the turn's feed (``Feed.refused`` holds a refusal).
+class Thread:
+    """The caller's conversation that a client's thread id names on one surface: its session, a
+    turn in it (the first creates the session), the decisions on its pending approvals."""
 
-    The usual turn continues a session and costs nothing more than a native one: the session is
-    created only when the turn finds none (and a thread whose first turns race finds the session
-    the other created)."""
-    caller = caller or access.caller
-    session_id = thread_session_id(caller.principal, surface, thread_id)
-    feed = await open_turn(access.state, flow, message, session_id, caller, attachments)
-    refused = feed.refused
-    if refused is None or not refused.is_a(SessionNotFound):
-        return session_id, feed
-    try:
-        async with engine_call(session_id):
-            await access.engine.create_session(flow, caller=caller, session_id=session_id)
-    except ApiError as exc:
-        if exc.status != 409:  # 409: the same thread's other first turn created it
-            raise
-    return session_id, await open_turn(access.state, flow, message, session_id, caller, attachments)
+    __slots__ = ("access", "caller", "session_id")
+
+    def __init__(
+        self, access: Access, surface: str, thread_id: str, config: Mapping[str, Any] | None = None
+    ) -> None:
+        self.access = access
+        self.caller = with_config(access.caller, config)
+        """The principal the API key authenticated, with the request's ``config``."""
+        self.session_id = thread_session_id(self.caller.principal, surface, thread_id)
+
+    async def create(self, flow: str) -> None:
+        """Create the thread's session of ``flow``, as its first turn does (a thread whose first
+        turns race finds the session the other created)."""
+        try:
+            async with engine_call(self.session_id):
+                await self.access.engine.create_session(flow, caller=self.caller, session_id=self.session_id)
+        except ApiError as exc:
+            if exc.status != 409:  # 409: the same thread's other first turn created it
+                raise
+
+    async def turn(
+        self, flow: str, message: str, attachments: Sequence[Attachment] = (), *, fields: Mapping[str, str]
+    ) -> Feed:
+        """Start a turn of ``flow`` in the thread's session, creating the session with its first
+        turn; the turn's feed once the engine accepted it. A refusal is the request's plain HTTP
+        error, naming the request field (``fields``: by the engine's field) at fault.
+
+        The usual turn continues a session and costs nothing more than a native one: the session
+        is created only when the turn finds none."""
+        state, caller = self.access.state, self.caller
+        feed = await open_turn(state, flow, message, self.session_id, caller, attachments)
+        if feed.refused is not None and feed.refused.is_a(SessionNotFound):
+            await self.create(flow)
+            feed = await open_turn(state, flow, message, self.session_id, caller, attachments)
+        if feed.refused is not None:
+            raise turn_error(feed.refused, self.session_id, fields=fields)
+        return _started(feed)
+
+    async def decide(
+        self,
+        decisions: Sequence[Decision],
+        writer: StreamWriter,
+        refusal: Callable[[TurnError, str, Decision], ApiError],
+        stop: Callable[[ApiError], None] | None = None,
+    ) -> AsyncIterator[Feed]:
+        """Take ``decisions`` one after another, the last resuming the turn: the first now, its
+        refusal raised (``refusal(error, session_id, decision)``: the request's plain HTTP error),
+        each later one as the stream reaches it, ``writer.last`` telling whether the feed it writes
+        is the request's last.
+
+        A later decision refused ends the stream: its feed tells the engine's refusal, or, with
+        ``stop``, ``stop`` is told ``refusal``'s and the writer's ``broken()`` ends the stream."""
+        first = await decisions[0].open(self.access.state, self.session_id, self.caller)
+        if first.refused is not None:
+            raise refusal(first.refused, self.session_id, decisions[0])
+        _started(first)
+
+        async def feeds() -> AsyncIterator[Feed]:
+            writer.last = len(decisions) == 1
+            yield first
+            for n, decision in enumerate(decisions[1:], 2):
+                feed = await decision.open(self.access.state, self.session_id, self.caller)
+                if feed.refused is not None and stop is not None:
+                    stop(refusal(feed.refused, self.session_id, decision))
+                    return
+                writer.last = n == len(decisions)
+                yield feed
+
+        return feeds()
+
+
+def _started(feed: Feed) -> Feed:
+    if feed.first is None:  # the run ended without a result (a bug, logged where it happened)
+        raise ApiError(500, "internal", LOST)
+    return feed

@@ -26,13 +26,15 @@ from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnFinished, TurnResult
 from picoflow.server.streams import Beat
 
-__all__ = ["PING", "EventWriter", "StreamWriter", "alone", "speaks"]
+__all__ = ["LOST", "PING", "EventWriter", "StreamWriter", "alone", "speaks"]
 
 logger = logging.getLogger("picoflow.server")
 
 Frame = TypeVar("Frame")
 PING: Final = b": ping\n\n"
 """A comment: what a stream says when nothing happened for a while, so that proxies keep it open."""
+LOST: Final = "The assistant could not complete this turn."
+"""What every protocol says of a turn that ended without a result (cancelled, or a bug logged)."""
 
 
 def speaks(flow: FlowSpec | None, step: str) -> bool:
@@ -115,12 +117,13 @@ class StreamWriter(EventWriter[bytes]):
     the writer ``ended``. A stream whose feeds run out first, or that fails while it is written
     (a bug, logged), still ends as its protocol says: ``broken()``."""
 
-    __slots__ = ()
-
     name: ClassVar[str] = "an event"
     """What the stream is, for the log of one that failed."""
     ended = False
     """The stream's end is written: nothing follows it."""
+    last = True
+    """The feed written is the request's last: its turn's end is the stream's (else a decision of
+    the same request follows it)."""
 
     def on_beat(self) -> Iterator[bytes]:
         yield PING

@@ -65,10 +65,11 @@ from picoflow.flow import FlowSpec
 from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnError, TurnResult
 from picoflow.server.errors import ApiError, TurnErrors, turn_error
-from picoflow.server.protocols._threads import check_thread_id, open_thread_turn, thread_session_id
-from picoflow.server.protocols._writer import StreamWriter, alone, speaks
-from picoflow.server.state import ERRORS, SESSION_HEADER, ApiRoute, ServerState, access_of, with_config
-from picoflow.server.streams import SSE_HEADERS, Feed, open_decision
+from picoflow.server.protocols._requests import FLOW_PARAMETER, Decision, invalid
+from picoflow.server.protocols._threads import Thread, check_thread_id
+from picoflow.server.protocols._writer import LOST, StreamWriter, alone, speaks
+from picoflow.server.state import ERRORS, SESSION_HEADER, ApiRoute, ServerState, access_of
+from picoflow.server.streams import SSE_HEADERS
 
 try:
     from ag_ui.core import (
@@ -107,7 +108,6 @@ RESPONSE_SCHEMA: dict[str, Any] = {
 """What a ``resolved`` resume entry's ``payload`` holds (each interrupt's ``responseSchema``)."""
 
 MEDIA_TYPE: Final = EventEncoder().get_content_type()
-_INTERNAL: Final = "The assistant could not complete this turn."
 
 
 # --- the request -----------------------------------------------------------------------------------------
@@ -120,16 +120,6 @@ class _Answer(BaseModel):
 
     decision: Literal["approve", "deny"]
     reason: str | None = None
-    """Kept with the decision and told to the flow (the engine bounds it)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Decision:
-    approval_id: str
-    decision: Literal["approve", "deny"]
-    reason: str | None
-    index: int
-    """Its place in ``resume``, to name the entry a refusal is about."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,14 +131,11 @@ class _Run:
     message: str
     message_field: str
     """Where the message came from, for a refusal to name."""
-    decisions: tuple[_Decision, ...]
+    decisions: tuple[Decision, ...]
+    """The approvals ``resume`` decides, each where its entry is (``body.resume.<index>``)."""
     config: Mapping[str, Any] | None
     known_calls: frozenset[str]
     """Tool call ids the client already holds (its ``messages``): a call of this run never reuses one."""
-
-
-def _invalid(where: str, problem: str) -> ApiError:
-    return ApiError(422, "invalid_input", f"invalid request: {where}: {problem}", fields=[(where, problem)])
 
 
 def _read(body: bytes) -> _Run:
@@ -157,11 +144,7 @@ def _read(body: bytes) -> _Run:
     try:
         run = RunAgentInput.model_validate_json(body)
     except ValidationError as exc:
-        problems = [
-            {**error, "loc": ("body", *error["loc"])}
-            for error in exc.errors(include_url=False, include_input=False)
-        ]
-        raise RequestValidationError(problems) from None
+        raise _invalid_body(exc) from None
     thread_id = check_thread_id(run.thread_id, "body.threadId")
     run_id = check_thread_id(run.run_id, "body.runId")
     config = run.forwarded_props if isinstance(run.forwarded_props, dict) else None
@@ -179,7 +162,13 @@ def _read(body: bytes) -> _Run:
         if isinstance(message, UserMessage):
             text = _text_of(message, f"body.messages.{index}.content")
             return _Run(thread_id, run_id, text, f"body.messages.{index}.content", (), config, known)
-    raise _invalid("body.messages", "has no user message (and there is no resume)")
+    raise invalid("body.messages", "has no user message (and there is no resume)")
+
+
+def _invalid_body(exc: ValidationError, *at: str | int) -> RequestValidationError:
+    """The problems pydantic found in the body's part at ``at``, as FastAPI names a body's."""
+    problems = exc.errors(include_url=False, include_input=False)
+    return RequestValidationError([{**error, "loc": ("body", *at, *error["loc"])} for error in problems])
 
 
 def _text_of(message: UserMessage, where: str) -> str:
@@ -189,46 +178,36 @@ def _text_of(message: UserMessage, where: str) -> str:
     texts = []
     for index, part in enumerate(content):
         if not isinstance(part, TextPart):
-            raise _invalid(f"{where}.{index}", f"a {part.type} part: only text parts are read")
+            raise invalid(f"{where}.{index}", f"a {part.type} part: only text parts are read")
         texts.append(part.text)
     return "\n".join(texts)
 
 
-def _decisions(run: RunAgentInput) -> tuple[_Decision, ...]:
+def _decisions(run: RunAgentInput) -> tuple[Decision, ...]:
     entries = run.resume or []
     if len(entries) > MAX_RESUME:
-        raise _invalid("body.resume", f"has more than {MAX_RESUME} entries")
-    decisions: list[_Decision] = []
+        raise invalid("body.resume", f"has more than {MAX_RESUME} entries")
+    decisions: list[Decision] = []
     seen: set[str] = set()
     for index, entry in enumerate(entries):
         where = f"body.resume.{index}"
         if entry.interrupt_id in seen:
-            raise _invalid(f"{where}.interruptId", "answers an interrupt another entry answers")
+            raise invalid(f"{where}.interruptId", "answers an interrupt another entry answers")
         seen.add(entry.interrupt_id)
         if entry.status == "cancelled":
-            decisions.append(_Decision(entry.interrupt_id, "deny", None, index))
+            decisions.append(Decision(entry.interrupt_id, "deny", None, where))
             continue
         try:
             answer = _Answer.model_validate(entry.payload)
         except ValidationError as exc:
-            problems = [
-                {**error, "loc": ("body", "resume", index, "payload", *error["loc"])}
-                for error in exc.errors(include_url=False, include_input=False)
-            ]
-            raise RequestValidationError(problems) from None
-        decisions.append(_Decision(entry.interrupt_id, answer.decision, answer.reason, index))
+            raise _invalid_body(exc, "resume", index, "payload") from None
+        decisions.append(Decision(entry.interrupt_id, answer.decision, answer.reason, where))
     return tuple(decisions)
 
 
-# --- refusals before the stream --------------------------------------------------------------------------
-
-
-def _refused(error: TurnError, session_id: str, message_field: str) -> ApiError:
-    return turn_error(error, session_id, fields={"message": message_field})
-
-
-def _decision_refused(error: TurnError, session_id: str, decision: _Decision) -> ApiError:
-    where = f"body.resume.{decision.index}"
+def _decision_refused(error: TurnError, session_id: str, decision: Decision) -> ApiError:
+    """The plain HTTP error of a decision the engine refused, naming its entry of ``resume``."""
+    where = decision.where
     if error.field in ("approval_id", "session_id"):
         # A malformed id names no approval, as an unknown one: no interrupt of this thread.
         return ApiError(
@@ -290,27 +269,10 @@ class _Writer(StreamWriter):
 
     name = "an AG-UI run's event"
 
-    __slots__ = (
-        "_calls",
-        "_chunks",
-        "_flow",
-        "_proposed",
-        "_run_id",
-        "_session_id",
-        "_shown",
-        "_step",
-        "_text",
-        "_thread_id",
-        "_visited",
-        "ended",
-        "last",
-        "refusal",
-    )
-
     def __init__(self, run: _Run, session_id: str, flow: FlowSpec) -> None:
         self._thread_id = run.thread_id
         self._run_id = run.run_id
-        self._session_id = session_id
+        self.session_id = session_id
         self._flow = flow
         self._calls: dict[str, str] = {}
         """Picoflow's call id -> its id on the wire, for the calls announced in this run."""
@@ -322,12 +284,8 @@ class _Writer(StreamWriter):
         self._visited: list[str] = []
         self._text: str | None = None
         self._chunks: list[str] = []
-        self.last = True
-        """The feed written is the run's last: a ``TurnFinished`` ends the run (else another
-        decision of the same resume follows it)."""
-        self.refusal: ApiError | None = None
-        """A later decision of the resume, refused: the run ends with it."""
-        self.ended = False
+        self._refusal: ApiError | None = None
+        """A later decision of the resume, refused: the run ends with it (``broken``)."""
 
     # -- run ----------------------------------------------------------------------------------------------
 
@@ -337,7 +295,11 @@ class _Writer(StreamWriter):
         )
 
     def broken(self) -> bytes:
-        return self.refused(self.refusal or ApiError(500, "internal", _INTERNAL))
+        return self.refused(self._refusal or ApiError(500, "internal", LOST))
+
+    def end_with(self, refusal: ApiError) -> None:
+        """A later decision of the resume was refused: the run ends with ``refusal``."""
+        self._refusal = refusal
 
     def on_finished(self, result: TurnResult) -> Iterator[bytes]:
         # A decision that leaves none of the response's approvals pending resumed the turn: its
@@ -346,7 +308,7 @@ class _Writer(StreamWriter):
             return
         self.ended = True
         if result.error is not None:
-            yield self.refused(turn_error(result.error, self._session_id))
+            yield self.refused(turn_error(result.error, self.session_id))
             return
         if result.pending:
             yield from self._end_text()  # the interrupts say what waits
@@ -376,7 +338,7 @@ class _Writer(StreamWriter):
         yield _frame(RUN_FINISHED, **finished)
 
     def on_lost(self) -> Iterator[bytes]:
-        yield self.refused(ApiError(500, "internal", _INTERNAL))
+        yield self.refused(ApiError(500, "internal", LOST))
 
     def refused(self, error: ApiError) -> bytes:
         """``RUN_ERROR`` for a run that failed once started."""
@@ -398,7 +360,7 @@ class _Writer(StreamWriter):
             else "running"
         )
         return {
-            "sessionId": self._session_id,
+            "sessionId": self.session_id,
             "flow": result.flow,
             "step": result.step,
             "status": status,
@@ -549,50 +511,20 @@ async def run_agent(request: Request) -> Response:
     access = access_of(request)
     flow: str = request.path_params["flow"]
     run = _read(await request.body())
-    caller = with_config(access.caller, run.config)
-    if run.decisions:
-        try:
-            spec = access.engine.flow(flow)
-        except FlowNotFound:
-            raise ApiError(404, "flow_not_found", "No such flow.") from None
-        session_id = thread_session_id(caller.principal, SURFACE, run.thread_id)
-        first = run.decisions[0]
-        feed = await open_decision(
-            access.state, session_id, first.approval_id, first.decision, first.reason, caller
-        )
-        if feed.refused is not None:
-            raise _decision_refused(feed.refused, session_id, first)
-        if feed.first is None:
-            raise ApiError(500, "internal", _INTERNAL)
-        writer = _Writer(run, session_id, spec)
-
-        async def decisions() -> AsyncIterator[Feed]:
-            writer.last = len(run.decisions) == 1
-            yield feed
-            for n, decision in enumerate(run.decisions[1:], 2):
-                later = await open_decision(
-                    access.state, session_id, decision.approval_id, decision.decision, decision.reason, caller
-                )
-                if later.refused is not None:
-                    writer.refusal = _decision_refused(later.refused, session_id, decision)
-                    return
-                writer.last = n == len(run.decisions)
-                yield later
-
-        return _respond(writer, decisions(), session_id)
-    session_id, feed = await open_thread_turn(access, flow, run.message, SURFACE, run.thread_id, caller)
-    if feed.refused is not None:
-        raise _refused(feed.refused, session_id, run.message_field)
-    if feed.first is None:
-        raise ApiError(500, "internal", _INTERNAL)
-    writer = _Writer(run, session_id, access.engine.flow(flow))
-    return _respond(writer, alone(feed), session_id)
+    thread = Thread(access, SURFACE, run.thread_id, run.config)
+    if not run.decisions:
+        feed = await thread.turn(flow, run.message, fields={"message": run.message_field})
+        return _respond(_Writer(run, thread.session_id, access.engine.flow(flow)), alone(feed))
+    try:
+        spec = access.engine.flow(flow)
+    except FlowNotFound:
+        raise ApiError(404, "flow_not_found", "No such flow.") from None
+    writer = _Writer(run, thread.session_id, spec)
+    return _respond(writer, await thread.decide(run.decisions, writer, _decision_refused, writer.end_with))
 
 
-def _respond(
-    writer: _Writer, feeds: AsyncIterator[AsyncIterable[object]], session_id: str
-) -> StreamingResponse:
-    headers = {**SSE_HEADERS, SESSION_HEADER: session_id}
+def _respond(writer: _Writer, feeds: AsyncIterator[AsyncIterable[object]]) -> StreamingResponse:
+    headers = {**SSE_HEADERS, SESSION_HEADER: writer.session_id}
     return StreamingResponse(writer.stream(feeds), media_type=MEDIA_TYPE, headers=headers)
 
 
@@ -601,9 +533,7 @@ SCHEMA_PREFIX = "AgUi"
 
 
 _OPENAPI: dict[str, Any] = {
-    "parameters": [
-        {"name": "flow", "in": "path", "required": True, "schema": {"type": "string", "title": "Flow"}}
-    ],
+    "parameters": [FLOW_PARAMETER],
     "requestBody": {
         "required": True,
         "description": "An AG-UI RunAgentInput (https://docs.ag-ui.com/spec/1.0/schema); its last message "

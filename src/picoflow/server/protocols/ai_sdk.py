@@ -40,7 +40,7 @@ import contextlib
 import json
 import re
 import secrets
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -49,9 +49,8 @@ from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import to_json
 
-from picoflow.approvals import Approval, Decision
+from picoflow.approvals import Approval
 from picoflow.attachments import Attachment
-from picoflow.context import Caller
 from picoflow.diagram import flow_mermaid
 from picoflow.engine import FlowEngine
 from picoflow.events import (
@@ -67,11 +66,12 @@ from picoflow.flow import FlowSpec
 from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnError, TurnResult
 from picoflow.server.errors import ApiError, TurnErrors, turn_error
-from picoflow.server.protocols._threads import check_thread_id, open_thread_turn, thread_session_id
-from picoflow.server.protocols._writer import StreamWriter, speaks
+from picoflow.server.protocols._requests import FLOW_PARAMETER, Decision, invalid
+from picoflow.server.protocols._threads import Thread, check_thread_id
+from picoflow.server.protocols._writer import LOST, StreamWriter, alone, speaks
 from picoflow.server.schemas import ErrorBody
-from picoflow.server.state import ERRORS, ApiRoute, ServerState, access_of, with_config
-from picoflow.server.streams import SSE_HEADERS, Feed, open_decision
+from picoflow.server.state import ERRORS, ApiRoute, ServerState, access_of
+from picoflow.server.streams import SSE_HEADERS
 
 __all__ = [
     "MAX_MESSAGES",
@@ -90,7 +90,6 @@ MAX_PARTS = 200
 """Most parts one message may carry."""
 STREAM_HEADERS: Final = {**SSE_HEADERS, "x-vercel-ai-ui-message-stream": "v1"}
 DONE: Final = b"data: [DONE]\n\n"
-INTERNAL_TEXT = "The assistant could not complete this turn."
 
 
 # --- the request -----------------------------------------------------------------------------------------
@@ -178,32 +177,18 @@ class _Say:
     """The request field the message came in, for a refusal."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Answer:
-    """The request answers an approval: a decision."""
-
-    approval_id: str
-    decision: Decision
-    reason: str | None
-    where: str
-
-
-def _invalid(where: str, problem: str) -> ApiError:
-    return ApiError(422, "invalid_input", f"invalid request: {where}: {problem}", fields=[(where, problem)])
-
-
-def _asked(body: ChatRequest) -> _Say | list[_Answer]:
+def _asked(body: ChatRequest) -> _Say | list[Decision]:
     """What the last message asks for: a turn on the user's words, or the decisions of the
     approval answers ``addToolApprovalResponse`` left in the assistant's message."""
     if body.trigger == "regenerate-message":
         problem = "regenerate-message is not served: the conversation is stored, send a new message"
-        raise _invalid("body.trigger", problem)
+        raise invalid("body.trigger", problem)
     index = len(body.messages) - 1
     last = body.messages[index]
     where = f"body.messages.{index}"
     if last.role == "assistant":
         answers = [
-            _Answer(
+            Decision(
                 part.approval.id,
                 "approve" if part.approval.approved else "deny",
                 part.approval.reason,
@@ -215,10 +200,10 @@ def _asked(body: ChatRequest) -> _Say | list[_Answer]:
             and part.approval.approved is not None
         ]
         if not answers:
-            raise _invalid(where, "the last message must be the user's, or answer a tool approval")
+            raise invalid(where, "the last message must be the user's, or answer a tool approval")
         return answers
     if last.role != "user":
-        raise _invalid(f"{where}.role", "the last message must be the user's")
+        raise invalid(f"{where}.role", "the last message must be the user's")
     texts: list[str] = []
     files: list[Attachment] = []
     for n, part in enumerate(last.parts):
@@ -234,11 +219,11 @@ def _file(part: PartIn, where: str) -> Attachment:
     url = part.url or ""
     header, comma, data = url.partition(",")
     if not (header.startswith("data:") and header.endswith(";base64") and comma):
-        raise _invalid(f"{where}.url", "a file must come as a base64 data: URL")
+        raise invalid(f"{where}.url", "a file must come as a base64 data: URL")
     try:
         content = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
-        raise _invalid(f"{where}.url", "the file's data is not valid base64") from None
+        raise invalid(f"{where}.url", "the file's data is not valid base64") from None
     media_type = part.mediaType or header[5:-7] or "application/octet-stream"
     return Attachment.from_bytes(content, media_type, part.filename or "attachment")
 
@@ -344,11 +329,7 @@ class _Writer(StreamWriter):
         """The approvals this request decides."""
         self.resumed: dict[str, Approval] = {}
         """Those approvals by call id: their parts are in the message the client holds."""
-        self.last = True
-        """The feed written is the request's last: its end is the message's."""
-        self.ended = False
         self.step_open = False
-        self.step_parts = 0
         self.moved = False
         self.texts = 0
         self.text_id: str | None = None
@@ -360,7 +341,6 @@ class _Writer(StreamWriter):
     # -- parts ---------------------------------------------------------------------------------------
 
     def _open_step(self) -> Iterator[bytes]:
-        self.step_parts += 1
         if not self.step_open:
             self.step_open = True
             yield _chunk({"type": "start-step"})
@@ -368,7 +348,6 @@ class _Writer(StreamWriter):
     def _close_step(self) -> Iterator[bytes]:
         if self.step_open:
             self.step_open = False
-            self.step_parts = 0
             yield _chunk({"type": "finish-step"})
 
     def _text(self, text: str) -> Iterator[bytes]:
@@ -408,7 +387,7 @@ class _Writer(StreamWriter):
 
     def broken(self) -> bytes:
         # The client is told, and the stream still ends as the protocol says.
-        failed = {"type": "error", "errorText": INTERNAL_TEXT}
+        failed = {"type": "error", "errorText": LOST}
         return b"".join([_chunk(failed), _chunk({"type": "finish", "finishReason": "error"}), DONE])
 
     def on_loading(self, status: LoadStatus) -> Iterator[bytes]:
@@ -462,8 +441,7 @@ class _Writer(StreamWriter):
     def on_step_entered(self, event: StepEntered) -> Iterator[bytes]:
         self.moved = True
         yield from self._end_text()
-        if self.step_parts:
-            yield from self._close_step()
+        yield from self._close_step()
         yield self.metadata(step=event.step)
 
     def on_approval_requested(self, event: ApprovalRequested) -> Iterator[bytes]:
@@ -561,7 +539,7 @@ class _Writer(StreamWriter):
         yield from self._close_step()
         if error is None:
             problem = {"kind": "internal", "status": 500, "retryable": False, "retryAfter": None}
-            text = INTERNAL_TEXT
+            text = LOST
         else:
             problem = {
                 "kind": error.kind,
@@ -576,29 +554,13 @@ class _Writer(StreamWriter):
         yield DONE
 
 
-def _stream(
-    writer: _Writer, state: ServerState, feed: Feed, more: Sequence[_Answer], caller: Caller
-) -> StreamingResponse:
-    """The stream of a feed, and of the decisions after it (their feeds opened in turn)."""
-
-    async def feeds() -> AsyncIterator[Feed]:
-        writer.last = not more
-        yield feed
-        for n, answer in enumerate(more, 1):
-            writer.last = n == len(more)
-            yield await open_decision(
-                state, writer.session_id, answer.approval_id, answer.decision, answer.reason, caller
-            )
-
-    return StreamingResponse(writer.stream(feeds()), media_type="text/event-stream", headers=STREAM_HEADERS)
-
-
 # --- the route -------------------------------------------------------------------------------------------
 
 
-def _decision_refusal(error: TurnError, session_id: str, where: str) -> ApiError:
+def _decision_refusal(error: TurnError, session_id: str, decision: Decision) -> ApiError:
     if error.field == "approval_id":
         return ApiError(404, "approval_not_found", "No such approval.", session_id=session_id)
+    where = decision.where
     return turn_error(
         error, session_id, fields={"reason": f"{where}.reason", "decision": f"{where}.approved"}
     )
@@ -613,40 +575,24 @@ async def chat(body: ChatRequest, request: Request) -> Response:
     unknown approval or one of another principal's chat (404), one decided already (409)."""
     access = access_of(request)  # not a dependency: a busy route (see ``picoflow.server.turns``)
     flow: str = request.path_params["flow"]
-    chat_id = check_thread_id(body.id, "body.id")
-    caller = with_config(access.caller, body.config)
+    thread = Thread(access, SURFACE, check_thread_id(body.id, "body.id"), body.config)
     asked = _asked(body)
     try:
         spec: FlowSpec | None = access.engine.flow(flow)
     except RunError:
         spec = None
-    last = body.messages[-1]
     if isinstance(asked, _Say):
-        session_id, feed = await open_thread_turn(
-            access, flow, asked.text, SURFACE, chat_id, caller, asked.files
-        )
-        refused = feed.refused
-        if refused is not None:
-            where = asked.where
-            raise turn_error(refused, session_id, fields={"message": where, "attachments": where})
-        writer = _Writer(access.engine, session_id, f"msg-{secrets.token_hex(8)}", spec)
-        more: list[_Answer] = []
+        fields = {"message": asked.where, "attachments": asked.where}
+        feed = await thread.turn(flow, asked.text, asked.files, fields=fields)
+        writer = _Writer(access.engine, thread.session_id, f"msg-{secrets.token_hex(8)}", spec)
+        feeds = alone(feed)
     else:
-        session_id = thread_session_id(caller.principal, SURFACE, chat_id)
-        first, *more = asked
-        feed = await open_decision(
-            access.state, session_id, first.approval_id, first.decision, first.reason, caller
-        )
-        refused = feed.refused
-        if refused is not None:
-            raise _decision_refusal(refused, session_id, first.where)
-        message_id = last.id or f"msg-{secrets.token_hex(8)}"  # the message the decisions continue
-        writer = _Writer(
-            access.engine, session_id, message_id, spec, (answer.approval_id for answer in asked)
-        )
-    if feed.first is None:
-        raise ApiError(500, "internal", INTERNAL_TEXT)
-    return _stream(writer, access.state, feed, more, caller)
+        # The decisions continue the message that asked for them.
+        message_id = body.messages[-1].id or f"msg-{secrets.token_hex(8)}"
+        answering = (decision.approval_id for decision in asked)
+        writer = _Writer(access.engine, thread.session_id, message_id, spec, answering)
+        feeds = await thread.decide(asked, writer, _decision_refusal)
+    return StreamingResponse(writer.stream(feeds), media_type="text/event-stream", headers=STREAM_HEADERS)
 
 
 def install(app: FastAPI) -> list[str]:
@@ -673,15 +619,6 @@ def install(app: FastAPI) -> list[str]:
             200: {"content": {"text/event-stream": {}}, "description": "The UI message stream"},
             403: {"model": ErrorBody, "description": "The caller may not decide the approval"},
         },
-        openapi_extra={
-            "parameters": [
-                {
-                    "name": "flow",
-                    "in": "path",
-                    "required": True,
-                    "schema": {"type": "string", "title": "Flow"},
-                }
-            ]
-        },
+        openapi_extra={"parameters": [FLOW_PARAMETER]},
     )
     return ["POST /ai-sdk/{flow}"]

@@ -73,10 +73,11 @@ from picoflow.flow import FlowSpec
 from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnError, TurnFinished, TurnResult
 from picoflow.server.errors import DEFAULT_RETRY_AFTER, ApiError, ErrorShape, TurnErrors
-from picoflow.server.protocols._writer import StreamWriter, alone, speaks
+from picoflow.server.protocols._requests import Decision
+from picoflow.server.protocols._writer import LOST, StreamWriter, alone, speaks
 from picoflow.server.readiness import TurnWatch
 from picoflow.server.state import Access, ServerState, access_of, authenticate
-from picoflow.server.streams import SSE_HEADERS, Feed, open_decision, open_turn
+from picoflow.server.streams import SSE_HEADERS, Feed, open_turn
 from picoflow.session import new_session_id
 from picoflow.usage import Usage
 
@@ -179,15 +180,6 @@ class ChatCompletionRequest(BaseModel):
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
-    """A decision a request carries in its ``metadata``, on a pending approval of its session."""
-
-    approval_id: str
-    decision: str
-    reason: str | None
-
-
-@dataclass(frozen=True, slots=True)
 class Ask:
     """What a request asks for, read and checked before the engine is called."""
 
@@ -198,6 +190,7 @@ class Ask:
     message: str
     message_index: int
     decision: Decision | None
+    """A decision ``metadata`` carries, on a pending approval of the session."""
     stream: bool
     include_usage: bool
 
@@ -348,7 +341,7 @@ def _model_not_found(flow: str) -> ChatError:
 
 
 def _internal() -> ChatError:
-    return ChatError(500, "The assistant could not complete this turn.", code="internal")
+    return ChatError(500, LOST, code="internal")
 
 
 _DECISION_PARAMS: Final = {"decision": "metadata.decision", "reason": "metadata.reason"}
@@ -487,10 +480,7 @@ async def chat_completions(request: Request) -> Response:
     with TurnWatch(access.state.readiness):
         if ask.decision is not None:
             assert ask.session_id is not None  # a decision names its session (``_decision_of``)
-            decided = ask.decision
-            result = await access.engine.decide(
-                ask.session_id, decided.approval_id, decided.decision, decided.reason, caller=access.caller
-            )
+            result = await ask.decision.take(access.engine, ask.session_id, access.caller)
         else:
             result = await access.engine.run(ask.flow, ask.message, ask.session_id, caller=access.caller)
     if result.error is not None:
@@ -560,11 +550,8 @@ async def _streamed(access: Access, ask: Ask) -> Response:
     created = False
     if ask.decision is not None:
         assert ask.session_id is not None
-        decided = ask.decision
         session_id = ask.session_id
-        feed = await open_decision(
-            state, session_id, decided.approval_id, decided.decision, decided.reason, caller
-        )
+        feed = await ask.decision.open(state, session_id, caller)
     else:
         session_id = ask.session_id or await _new_session(access, ask.flow)
         created = ask.session_id is None

@@ -43,14 +43,14 @@ from a2a.utils.task import (
 from fastapi.responses import Response, StreamingResponse
 from google.protobuf.json_format import ParseDict
 
-from picoflow.context import Caller
 from picoflow.events import ApprovalDecided, TurnEvent
 from picoflow.exceptions import RunError, SessionNotFound
 from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnError, TurnResult
-from picoflow.server.errors import ApiError, engine_call
-from picoflow.server.protocols._threads import check_thread_id, thread_session_id
-from picoflow.server.protocols.a2a._jsonrpc import _PING, Method, _answer, _error_frame, _frame
+from picoflow.server.errors import ApiError
+from picoflow.server.protocols._threads import Thread, check_thread_id
+from picoflow.server.protocols._writer import LOST, PING
+from picoflow.server.protocols.a2a._jsonrpc import Method, _answer, _error_frame, _frame
 from picoflow.server.protocols.a2a._refusals import _api_refusal, _run_refusal, _turn_refusal
 from picoflow.server.protocols.a2a._requests import (
     SKILL_KEY,
@@ -63,12 +63,12 @@ from picoflow.server.protocols.a2a._requests import (
     _SendIn,
     _skill,
 )
-from picoflow.server.protocols.a2a._runs import PING, Outbox, _Ping, _Pulse, _Ran, _Run, _Turn
+from picoflow.server.protocols.a2a._runs import Outbox, _Pulse, _Ran, _Run, _Turn
 from picoflow.server.protocols.a2a._tasks import _conclude, _now, _status, _Task, _Tasks
-from picoflow.server.protocols.a2a._wire import _LOST, _TERMINAL, CANCELED, WORKING, Wire, _dump
+from picoflow.server.protocols.a2a._wire import _TERMINAL, CANCELED, WORKING, Wire, _dump
 from picoflow.server.readiness import TurnWatch
 from picoflow.server.state import Access, ServerState
-from picoflow.server.streams import SSE_HEADERS
+from picoflow.server.streams import SSE_HEADERS, Beat
 
 logger = logging.getLogger("picoflow.server")
 
@@ -158,7 +158,7 @@ class _Agent:
         assert outbox is not None
         first = _frame(request_id, {"task": turn.task.wire(request.history_length)})
 
-        async def events() -> AsyncGenerator[Wire | _Ping, None]:
+        async def events() -> AsyncGenerator[Wire | Beat, None]:
             # The client may go away at any point: the turn goes on, and ends its task itself.
             while (event := await outbox.get()) is not None:
                 yield event
@@ -215,8 +215,7 @@ class _Agent:
         """The message's run once the engine accepted it (``held``: in a task of its own, else taken
         in this request, to its end); raise the JSON-RPC error of a refusal."""
         try:
-            caller, said = access.caller, start.said
-            session_id = thread_session_id(caller.principal, SURFACE, start.context_id)
+            said, thread = start.said, Thread(access, SURFACE, start.context_id)
             if said.decision is None and start.generated:
                 # A new context has no session to look for: it is created for the turn, once the
                 # engine's own checks of the flow and the message pass (a refusal stores nothing).
@@ -225,12 +224,12 @@ class _Agent:
                     access.engine.check_message(said.text)
                 except RunError as error:
                     raise _run_refusal(error, start.skill) from None
-                await self._create(access, start, session_id)
-            run, refused = await self._attempt(start, session_id, caller, held, streamed)
+                await self._create(thread, start.skill)
+            run, refused = await self._attempt(start, thread, held, streamed)
             if refused is not None and refused.is_a(SessionNotFound) and said.decision is None:
                 # The first turn of a context the client named: its session is created with it.
-                await self._create(access, start, session_id)
-                run, refused = await self._attempt(start, session_id, caller, held, streamed)
+                await self._create(thread, start.skill)
+                run, refused = await self._attempt(start, thread, held, streamed)
             if refused is not None:
                 raise _turn_refusal(refused, said, start.skill)
             return run
@@ -239,12 +238,12 @@ class _Agent:
             raise
 
     async def _attempt(
-        self, start: _Start, session_id: str, caller: Caller, held: bool, streamed: bool
+        self, start: _Start, thread: Thread, held: bool, streamed: bool
     ) -> tuple[_Run | _Ran, TurnError | None]:
         """Run the message once: the run, and the engine's refusal if it refused it."""
         if held:
             run = _Run(start.task_id, start.context_id, streamed)
-            run.begin(self._call(start, session_id, caller, run.accept, run.seen))
+            run.begin(self._call(start, thread, run.accept, run.seen))
             if await run.accepted:
                 return run, None
             result = await run.outcome()
@@ -256,34 +255,33 @@ class _Agent:
                 accepted = True
 
             try:
-                result = await self._call(start, session_id, caller, accept, None)
+                result = await self._call(start, thread, accept, None)
             except Exception:
                 logger.exception("picoflow.server: an A2A turn failed")
                 result = None
             if accepted:
                 return _Ran(result), None
         if result is None or result.error is None:
-            raise InternalError(_LOST)
+            raise InternalError(LOST)
         return _Ran(result), result.error
 
     def _call(
         self,
         start: _Start,
-        session_id: str,
-        caller: Caller,
+        thread: Thread,
         accept: Callable[[], None],
         seen: Callable[[TurnEvent | LoadStatus], None] | None,
     ) -> Coroutine[Any, Any, TurnResult]:
         """The engine's call for the message: a turn (accepted as it begins) or a decision
         (accepted with its first event, the decision taken)."""
-        state, decision = self._state, start.said.decision
+        state, decision, session_id = self._state, start.said.decision, thread.session_id
         if decision is None:
 
             async def turn() -> TurnResult:
                 # The watch holds the turn until its flow's models are loaded, and tells when it began.
                 with TurnWatch(state.readiness, on_start=accept, on_status=seen):
                     return await state.engine.run(
-                        start.skill, start.said.text, session_id, caller=caller, on_event=seen
+                        start.skill, start.said.text, session_id, caller=thread.caller, on_event=seen
                     )
 
             return turn()
@@ -296,25 +294,16 @@ class _Agent:
 
         async def decide() -> TurnResult:
             with TurnWatch(state.readiness, on_status=seen):
-                return await state.engine.decide(
-                    session_id,
-                    decision.approval_id,
-                    decision.decision,
-                    decision.reason,
-                    caller=caller,
-                    on_event=decided,
-                )
+                return await decision.take(state.engine, session_id, thread.caller, on_event=decided)
 
         return decide()
 
     @staticmethod
-    async def _create(access: Access, start: _Start, session_id: str) -> None:
+    async def _create(thread: Thread, skill: str) -> None:
         try:
-            async with engine_call(session_id):
-                await access.engine.create_session(start.skill, caller=access.caller, session_id=session_id)
+            await thread.create(skill)
         except ApiError as error:
-            if error.status != 409:  # 409: this context's other first turn created it
-                raise _api_refusal(error) from None
+            raise _api_refusal(error) from None
 
     @staticmethod
     def _new_task(start: _Start) -> _Task:
@@ -360,7 +349,7 @@ class _Agent:
         return final
 
     def _stream(
-        self, request_id: Any, first: bytes, events: AsyncGenerator[Wire | _Ping, None], outbox: Outbox
+        self, request_id: Any, first: bytes, events: AsyncGenerator[Wire | Beat, None], outbox: Outbox
     ) -> StreamingResponse:
         async def frames() -> AsyncIterator[bytes]:
             pulse = _Pulse(outbox, self._heartbeat)
@@ -368,11 +357,11 @@ class _Agent:
                 yield first
                 async with aclosing(events):
                     async for event in events:
-                        yield _PING if event is PING else _frame(request_id, event)
+                        yield PING if isinstance(event, Beat) else _frame(request_id, event)
             except Exception:
                 # An event that cannot be written (or a bug) must not end the stream silently.
                 logger.exception("picoflow.server: an A2A event stream failed")
-                yield _error_frame(request_id, InternalError(_LOST))
+                yield _error_frame(request_id, InternalError(LOST))
             finally:
                 pulse.stop()
 
@@ -470,7 +459,7 @@ class _Agent:
         listeners = turn.run.listeners
         listeners.append(outbox)
 
-        async def events() -> AsyncGenerator[Wire | _Ping, None]:
+        async def events() -> AsyncGenerator[Wire | Beat, None]:
             try:
                 async for event in _read_out(outbox):
                     yield event
@@ -497,6 +486,6 @@ class _Agent:
         await asyncio.gather(*running, return_exceptions=True)
 
 
-async def _read_out(outbox: Outbox) -> AsyncGenerator[Wire | _Ping, None]:
+async def _read_out(outbox: Outbox) -> AsyncGenerator[Wire | Beat, None]:
     while (event := await outbox.get()) is not None:
         yield event

@@ -24,12 +24,12 @@ from fastapi.responses import Response
 from packaging.version import InvalidVersion, Version
 from starlette.exceptions import HTTPException
 
-from picoflow.server.protocols.a2a._wire import _LOST, _dump
+from picoflow.server.protocols._writer import LOST
+from picoflow.server.protocols.a2a._wire import _dump
 from picoflow.server.state import Access, authenticate
 
 logger = logging.getLogger("picoflow.server")
 
-_PING: Final = b": ping\n\n"
 _ENVELOPE: Final = frozenset({"jsonrpc", "method", "params", "id"})
 
 Method = Callable[[Access, Any, dict[str, Any] | None], Awaitable[Response]]
@@ -129,6 +129,6 @@ def _rpc_route(methods: Mapping[str, Method]) -> Callable[[Request], Awaitable[R
             raise
         except Exception:
             logger.exception("picoflow.server: an A2A request failed")
-            return _failure(request_id, InternalError(_LOST))
+            return _failure(request_id, InternalError(LOST))
 
     return rpc

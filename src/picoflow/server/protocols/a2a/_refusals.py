@@ -47,7 +47,7 @@ def _turn_refusal(error: TurnError, said: _Said, skill: str) -> A2AError:
     if error.field is None:
         where = None
     elif said.decision is not None:
-        where = f"message.parts[{said.part}].data.{error.field}"
+        where = f"{said.decision.where}.{error.field}"
     else:
         where = _FIELDS.get(error.field, error.field)
     return _refusal(error.status, error.kind, error.message, retryable=error.retryable, where=where)

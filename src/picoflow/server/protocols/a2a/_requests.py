@@ -13,6 +13,7 @@ from google.protobuf.message import Message as ProtoMessage
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr, ValidationError
 from pydantic.alias_generators import to_camel
 
+from picoflow.server.protocols._requests import Decision
 from picoflow.server.protocols.a2a._wire import _USER, _USER_NUMBER, Wire
 
 SKILL_KEY: Final = "skill"
@@ -140,7 +141,7 @@ def _where(location: tuple[int | str, ...]) -> str:
     return where
 
 
-class _Decision(BaseModel):
+class _DecisionIn(BaseModel):
     """A person's decision on a pending approval, sent as a data part; the engine checks its values."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -152,11 +153,10 @@ class _Decision(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class _Said:
-    """A message read: its text (a turn), or its one decision (at ``part``)."""
+    """A message read: its text (a turn), or its one decision."""
 
     text: str
-    decision: _Decision | None = None
-    part: int = 0
+    decision: Decision | None = None
 
 
 def _invalid(message: str, where: str, problem: str) -> InvalidParamsError:
@@ -166,7 +166,7 @@ def _invalid(message: str, where: str, problem: str) -> InvalidParamsError:
 def _read(message: _MessageIn) -> _Said:
     """The text parts of the message joined, or its decision; anything else is refused."""
     texts: list[str] = []
-    decisions: list[tuple[int, _Decision]] = []
+    decisions: list[Decision] = []
     for index, part in enumerate(message.parts or ()):
         has_data = "data" in part.model_fields_set
         kinds = (part.text is not None) + (part.raw is not None) + (part.url is not None) + has_data
@@ -178,7 +178,7 @@ def _read(message: _MessageIn) -> _Said:
         if part.text is not None:
             texts.append(part.text)
         elif has_data:
-            decisions.append((index, _decision(part.data, index)))
+            decisions.append(_decision(part.data, index))
         else:
             raise ContentTypeNotSupportedError("this agent reads text and decisions; files are not accepted")
     if not decisions:
@@ -186,16 +186,15 @@ def _read(message: _MessageIn) -> _Said:
     if texts or len(decisions) > 1:
         problem = "a decision travels alone: one data part, its reason inside it"
         raise _invalid(problem, "message.parts", problem)
-    index, decision = decisions[0]
-    return _Said("", decision, index)
+    return _Said("", decisions[0])
 
 
-def _decision(data: object, index: int) -> _Decision:
+def _decision(data: object, index: int) -> Decision:
     where = f"message.parts[{index}].data"
     if not isinstance(data, dict):
         raise _invalid(f"{where} must be a decision object", where, "is not an object")
     try:
-        return _Decision.model_validate(data)
+        read = _DecisionIn.model_validate(data)
     except ValidationError as error:
         problems = [
             (".".join([where, *(str(step) for step in item["loc"])]), item["msg"])
@@ -206,6 +205,7 @@ def _decision(data: object, index: int) -> _Decision:
             f"a data part must be a decision {{approval_id, decision, reason}}: {summary}",
             data={"errors": [{"field": name, "message": rule} for name, rule in problems]},
         ) from None
+    return Decision(read.approval_id, read.decision, read.reason, where)
 
 
 def _skill(request: _SendIn, message: _MessageIn) -> str | None:

@@ -7,28 +7,25 @@ import asyncio
 import logging
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar
 
 from picoflow.events import TurnEvent
 from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnResult
 from picoflow.server.protocols.a2a._tasks import PROGRESS, _Task, _working
 from picoflow.server.protocols.a2a._wire import Wire
+from picoflow.server.streams import BEAT, Beat
 
 logger = logging.getLogger("picoflow.server")
 
 
-class _Ping:
-    """Nothing to tell for ``ServerSettings.sse_heartbeat`` seconds: a stream writes a comment."""
-
-
-PING: Final = _Ping()
-Outbox = asyncio.Queue[Wire | _Ping | None]
-"""What a stream writes: events (the wire objects of ``StreamResponse``), pings, then None (the end)."""
+Outbox = asyncio.Queue[Wire | Beat | None]
+"""What a stream writes: events (the wire objects of ``StreamResponse``), beats (a comment), then
+None (the end)."""
 
 
 class _Pulse:
-    """Puts ``PING`` in a stream's outbox every ``every`` seconds until stopped: one timer per
+    """Puts ``BEAT`` in a stream's outbox every ``every`` seconds until stopped: one timer per
     stream, not one per event."""
 
     __slots__ = ("_every", "_handle", "_outbox")
@@ -39,7 +36,7 @@ class _Pulse:
         self._handle = asyncio.get_running_loop().call_later(every, self._beat) if every > 0 else None
 
     def _beat(self) -> None:
-        self._outbox.put_nowait(PING)
+        self._outbox.put_nowait(BEAT)
         self._handle = asyncio.get_running_loop().call_later(self._every, self._beat)
 
     def stop(self) -> None:

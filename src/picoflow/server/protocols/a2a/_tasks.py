@@ -16,10 +16,9 @@ from picoflow.approvals import Approval
 from picoflow.events import ApprovalDecided, HandedOff, StepEntered, ToolCalled, ToolReturned
 from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnResult
-from picoflow.server.protocols._writer import EventWriter
+from picoflow.server.protocols._writer import LOST, EventWriter
 from picoflow.server.protocols.a2a._wire import (
     _AGENT,
-    _LOST,
     COMPLETED,
     FAILED,
     INPUT_REQUIRED,
@@ -196,7 +195,7 @@ def _reply(result: TurnResult) -> Wire:
 def _conclude(task: _Task, result: TurnResult | None) -> list[Wire]:
     """Apply a run's result to its task: the events that end it (or leave it waiting for input)."""
     if result is None:
-        return [_status(task, FAILED, [_text(_LOST)])]
+        return [_status(task, FAILED, [_text(LOST)])]
     error = result.error
     if error is not None:
         details: Wire = {

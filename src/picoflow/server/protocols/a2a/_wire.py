@@ -1,5 +1,5 @@
 """A2A 1.0's JSON as every module of the adapter writes it: the type of a wire value and its bytes,
-the names of the task states and roles this agent writes, and the words of a turn that was lost."""
+and the names of the task states and roles this agent writes."""
 
 from __future__ import annotations
 
@@ -25,6 +25,3 @@ _USER: Final = "ROLE_USER"
 _AGENT: Final = "ROLE_AGENT"
 _USER_NUMBER: Final = 1
 """``ROLE_USER``'s number: protobuf's JSON mapping takes an enum by name or by number."""
-
-_LOST: Final = "The assistant could not complete this turn."
-"""What a task, an answer or a stream says of a turn that ended without a result."""
