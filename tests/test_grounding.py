@@ -700,3 +700,16 @@ def test_a_month_is_named_in_any_language_when_none_is_declared_and_with_a_slip_
     assert verdict("6/10-6/13", {"month": 6, "day": 10}) == "kept"
     assert verdict("am 20.06. bitte", june_20, locales=("de",)) == "kept"
     assert verdict("the 3-6", {"month": 6, "day": 3}, locales=("en",)) == "month_given"
+
+
+def test_a_dot_after_a_digit_ends_no_part_so_a_date_written_with_ordinals_stays_whole() -> None:
+    """German and Norwegian write a day as an ordinal ("10."): the parts a second look reads keep
+    the day with its month; a sentence ending after a word still ends a part."""
+    from picoflow.slots.words import parts_of
+
+    assert parts_of("Guten Tag, ein Zimmer vom 10. bis 13. August 2027. Mit Frühstück.") == [
+        "Guten Tag",
+        "ein Zimmer vom 10. bis 13. August 2027. Mit Frühstück",
+    ]
+    assert parts_of("Et rom fra 10. til 13. august, takk") == ["Et rom fra 10. til 13. august", "takk"]
+    assert parts_of("Portland. Two beds. From August 10") == ["Portland", "Two beds", "From August 10"]

@@ -21,12 +21,15 @@ Phrase = tuple[str, ...]
 
 def parts_of(said: str) -> list[str]:
     """``said`` cut at commas and semicolons followed by a space, sentence ends and line breaks; a
-    part without a letter ("2027" of "September 6, 2027") stays with the one before it."""
+    part without a letter ("2027" of "September 6, 2027") stays with the one before it. A dot
+    right after a digit ends no sentence: it marks an ordinal or closes a date in many languages
+    ("vom 10. bis 13. August", "fra 10. til 13. august", "am 20.06. bitte")."""
     parts: list[str] = []
     current = ""
     for index, char in enumerate(said):
         following = said[index + 1] if index + 1 < len(said) else " "
-        if char == "\n" or (char in ",;.!?" and following.isspace()):
+        ordinal = char == "." and index > 0 and said[index - 1].isdigit()
+        if char == "\n" or (char in ",;.!?" and following.isspace() and not ordinal):
             _close(parts, current)
             current = ""
         else:
