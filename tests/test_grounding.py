@@ -162,8 +162,12 @@ def test_a_text_value_is_made_of_the_quotes_words_unless_it_is_a_named_option() 
         Item("city", "NOLA", "New Orleans")
     ]
     assert kept(said, Item("city", "NOLA", "nola"), slots=Wishes) == [Item("city", "NOLA", "nola")]
-    # A city the words do not name: a known one without its words, or another one not written.
-    assert kept(said, Item("city", "NOLA", "San Francisco"), slots=Wishes) == []
+    # A known city read from the words of another one is that one; another one not written is
+    # dropped, and so is a known one whose words are not written.
+    assert kept(said, Item("city", "NOLA", "San Francisco"), slots=Wishes) == [
+        Item("city", "NOLA", "New Orleans")
+    ]
+    assert kept(said, Item("city", "OK", "San Francisco"), slots=Wishes) == []
     assert kept(said, Item("city", "OK", "Paris"), slots=Wishes) == []
     assert kept("Paris, please", Item("city", "Paris", "Paris"), slots=Wishes) == [
         Item("city", "Paris", "Paris")
@@ -713,3 +717,98 @@ def test_a_dot_after_a_digit_ends_no_part_so_a_date_written_with_ordinals_stays_
     ]
     assert parts_of("Et rom fra 10. til 13. august, takk") == ["Et rom fra 10. til 13. august", "takk"]
     assert parts_of("Portland. Two beds. From August 10") == ["Portland", "Two beds", "From August 10"]
+
+
+def test_an_option_read_from_the_words_of_another_is_that_one_in_any_language() -> None:
+    """ "Doppelbett" declares one bed: a reading of two beds from it is the one bed its words say; a
+    list gains the options its quote says and loses those it does not; a quote that says two options
+    of a single field decides neither."""
+
+    class Room(BaseModel):
+        bed: Annotated[
+            Literal["one bed", "two beds", "suite"] | None,
+            Said(
+                options={
+                    "one bed": ("doppelbett", "double bed"),
+                    "two beds": ("zwei betten", "twin beds"),
+                    "suite": ("suite",),
+                }
+            ),
+        ] = None
+        extras: list[
+            Annotated[
+                Literal["wifi", "parking"],
+                Said(options={"wifi": ("wlan", "wifi"), "parking": ("parkplatz",)}),
+            ]
+        ] = []
+
+    def judged(said: str, *items: Item) -> list[tuple[str, object, str | None]]:
+        _, verdicts = Grounding.for_small_models().judge(Room, items, Heard(said, slips=True))
+        return [(v.action, v.value, v.rule) for v in verdicts]
+
+    assert judged("Ein Zimmer mit Doppelbett", Item("bed", "Doppelbett", "two beds")) == [
+        ("repaired", "one bed", "option_words")
+    ]
+    assert judged("A room with a double bed", Item("bed", "double bed", "two beds")) == [
+        ("repaired", "one bed", "option_words")
+    ]
+    assert judged("Doppelbett oder zwei Betten", Item("bed", "Doppelbett oder zwei Betten", "suite")) == [
+        ("dropped", "suite", "option_words")
+    ]
+    # A list fully borne out stays as read (what it left out is the second look's to find).
+    assert judged("WLAN und Parkplatz", Item("extras", "WLAN und Parkplatz", ["wifi"])) == [
+        ("kept", ["wifi"], None)
+    ]
+    assert judged("nur WLAN", Item("extras", "nur WLAN", ["parking"])) == [
+        ("repaired", ["wifi"], "option_words")
+    ]
+    assert judged("with parking", Item("extras", "with parking", ["wifi"])) == [
+        ("repaired", ["parking"], "option_words")
+    ]
+
+
+def test_a_date_read_from_a_quote_that_writes_one_date_in_digits_is_that_date() -> None:
+    """A small model takes a month from the date before ("13.08.2027" read as October 13): the quote
+    writes one date, which the message reads one way, so the value is that date, in any order a
+    language writes dates; a quote writing two dates decides nothing."""
+    from datetime import date
+
+    class Trip(BaseModel):
+        arrive: date | None = None
+        leave: date | None = None
+
+    def judged(said: str, quote: str, value: dict[str, int]) -> tuple[str, object]:
+        _, verdicts = Grounding.for_small_models().judge(
+            Trip, (Item("leave", quote, value),), Heard(said, slips=True, locales=("en", "de"))
+        )
+        return verdicts[0].action, verdicts[0].value
+
+    german = "Portland, 10.08.2027 bis 13.08.2027, ein Bett"
+    assert judged(german, "13.08.2027", {"month": 10, "day": 13, "year": 2027}) == (
+        "repaired",
+        {"month": 8, "day": 13, "year": 2027},
+    )
+    english = "Portland, 08/10/2027 to 08/13/2027, one bed"
+    assert judged(english, "08/13/2027", {"month": 10, "day": 13, "year": 2027}) == (
+        "repaired",
+        {"month": 8, "day": 13, "year": 2027},
+    )
+    assert judged(english, "08/10/2027 to 08/13/2027", {"month": 10, "day": 13, "year": 2027})[0] == "dropped"
+
+
+def test_a_dates_day_must_be_written_in_its_quote() -> None:
+    """ "August 2027" read as August 20: the year bears the date out to ``numbers_written``, but no
+    one wrote its day; in English and German, in digits, in words and as an ordinal."""
+
+    def rule(said: str, quote: str, value: dict[str, int], locale: str) -> str | None:
+        _, verdicts = Grounding.for_small_models().judge(
+            Range, (Item("since", quote, value),), Heard(said, slips=True, locales=(locale,))
+        )
+        return verdicts[0].rule if verdicts[0].action == "dropped" else verdicts[0].action
+
+    august_20 = {"month": 8, "day": 20, "year": 2027}
+    assert rule("from August 10 to 13, 2027", "August 2027", august_20, "en") == "day_written"
+    assert rule("vom 10. bis 13. August 2027", "August 2027", august_20, "de") == "day_written"
+    assert rule("from August 20, 2027", "August 20, 2027", august_20, "en") == "kept"
+    assert rule("ab dem 20. August 2027", "20. August 2027", august_20, "de") == "kept"
+    assert rule("from the twentieth of August", "the twentieth of August", august_20, "en") == "kept"

@@ -504,6 +504,20 @@ def _calendar_day(own: FieldEvidence, value: Any) -> dict[DatePart, int] | None:
     return day if {"day", "month"} <= day.keys() else None
 
 
+class DayWritten(Rule):
+    """A date's day must be written in its quote, in digits or in words: "August 2027" read as
+    August 20 is a day nobody wrote (the year bore the date out to ``numbers_written``)."""
+
+    name = "day_written"
+
+    def judge(self, item: Item, seen: Seen) -> Judged:
+        own = seen.evidence.get(item.field)
+        day = _calendar_day(own, item.value) if own is not None else None
+        if day is None or item.source != "user":
+            return item
+        return item if day["day"] in seen.heard.numbers_of(item.quote) else None
+
+
 class WrittenDatesOrder(Rule):
     """The numbers of a date written in digits ("01/10/2026") are read together, in the order the
     message writes its dates: beside "15/10/2026", a day read as January 10 is the first of October;
@@ -529,6 +543,8 @@ class WrittenDatesOrder(Rule):
         if not isinstance(read, Mapping):
             return item
         value = dates.put_right(fields, read)
+        if not dates.reads(fields, value):
+            value = _quoted_date(item.quote, seen.heard, fields, value)
         if not dates.bear(fields, value):
             return None
         if value == read:
@@ -536,6 +552,26 @@ class WrittenDatesOrder(Rule):
         if not isinstance(item.value, Mapping):  # an ISO day read: an ISO day put right
             value = date(value["year"], value["month"], value["day"]).isoformat()
         return replace(item, value=value)
+
+
+def _quoted_date(quote: str, heard: Heard, fields: Mapping[DatePart, str], value: Mapping[str, Any]) -> Any:
+    """``value`` as the one date its quote writes in digits, read as the message reads it, when the
+    quote writes exactly that date and no other number, and the message reads it one way
+    ("13.08.2027" read as October 13: a month taken from the date before it); else ``value``."""
+    quoted = WrittenDates.of(quote, heard.locale.date_order())
+    if len(quoted.read) != 1 or quoted.outside:  # "du 12/09 au 18" writes another day too
+        return value
+    said = [dict(reading) for reading in quoted.read[0]]
+    meant = {
+        tuple(sorted(reading.items()))
+        for readings in heard.dates.read
+        for reading in readings
+        if dict(reading) in said
+    }
+    if len(meant) != 1:
+        return value
+    update = {fields[part]: number for part, number in next(iter(meant)) if part in fields}
+    return {**value, **update}
 
 
 class YesNo(Rule):
@@ -569,7 +605,9 @@ class YesNoSaid(Rule):
 
 class OptionWords(Rule):
     """An option whose words are declared is kept only when its quote holds one of them: "near the
-    beach" is no pool; a list loses the options its quote does not say."""
+    beach" is no pool; a list loses the options its quote does not say. An option read from words
+    that declare another one is that one: "Doppelbett" read as two beds is the one bed its words
+    say (for a single option, when the quote says exactly one)."""
 
     name = "option_words"
 
@@ -577,7 +615,15 @@ class OptionWords(Rule):
         own = seen.evidence.get(item.field)
         if own is None or isinstance(item.value, bool):
             return item
-        value = own.options_kept(item.value, words(item.quote), exact=seen.heard.exact)
+        quote = words(item.quote)
+        value = own.options_kept(item.value, quote, exact=seen.heard.exact)
+        if value != item.value and own.has_options(item.value):
+            said = own.options_said(quote, exact=seen.heard.exact)
+            if isinstance(item.value, list):
+                kept = value or []
+                value = [*kept, *(option for option in said if option not in kept)] or None
+            elif len(said) == 1:
+                value = said[0]
         if value is None:
             return None
         return item if value == item.value else replace(item, value=value)
@@ -611,6 +657,7 @@ SMALL_MODEL_RULES: tuple[Rule, ...] = (
     NumbersWritten(),
     WrittenDatesOrder(),
     MonthGiven(),
+    DayWritten(),
     YesNo(),
     YesNoSaid(),
     OptionWords(),

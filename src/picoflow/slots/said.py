@@ -243,6 +243,14 @@ class FieldEvidence:
         verdicts = [v for marker in self.said if (v := marker.bears(value, quote, exact=exact)) is not None]
         return value if not verdicts or any(verdicts) else None
 
+    def options_said(self, quote: Sequence[str], *, exact: bool = False) -> list[str]:
+        """The options whose declared words ``quote`` holds, in the order they are declared."""
+        return [
+            option
+            for option in self.options
+            if any(marker.bears(option, quote, exact=exact) for marker in self.said)
+        ]
+
     def option_words(self, value: Any, quote: Sequence[str], *, exact: bool = False) -> list[str]:
         """The declared words of ``value``'s options (each item of a list) that ``quote`` holds, as
         written there: the evidence an option was said."""
