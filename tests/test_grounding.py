@@ -812,3 +812,37 @@ def test_a_dates_day_must_be_written_in_its_quote() -> None:
     assert rule("from August 20, 2027", "August 20, 2027", august_20, "en") == "kept"
     assert rule("ab dem 20. August 2027", "20. August 2027", august_20, "de") == "kept"
     assert rule("from the twentieth of August", "the twentieth of August", august_20, "en") == "kept"
+
+
+def test_of_several_locales_the_one_the_conversation_told_orders_its_dates_in_digits() -> None:
+    """Dates every reading of which could be both ways ("03.09.2027–06.09.2027") are read in the
+    order of the locale the user's words told, when the flow declares several: day first for a
+    German or Spanish guest, month first for an American one. Before any told, they stay as read."""
+    from datetime import date
+
+    class Trip(BaseModel):
+        arrive: date | None = None
+        leave: date | None = None
+
+    def judged(said: str, quote: str, value: object, told: str | None) -> tuple[str, object]:
+        heard = Heard(said, slips=True, locales=("en", "es", "de"), told=told)
+        _, verdicts = Grounding.for_small_models().judge(Trip, (Item("arrive", quote, value),), heard)
+        return verdicts[0].action, verdicts[0].value
+
+    march_9 = {"month": 3, "day": 9, "year": 2027}
+    september_3 = {"month": 9, "day": 3, "year": 2027}
+    german = "03.09.2027–06.09.2027"
+    assert judged(german, "03.09.2027", march_9, "de") == ("repaired", september_3)
+    assert judged(german, "03.09.2027", september_3, "de") == ("kept", september_3)
+    assert judged(german, "03.09.2027", "2027-03-09", "de") == ("repaired", "2027-09-03")  # an ISO day
+    spanish = "del 03/09/2027 al 06/09/2027"
+    assert judged(spanish, "03/09/2027", march_9, "es") == ("repaired", september_3)
+    english = "from 03/09/2027 to 06/09/2027"
+    assert judged(english, "03/09/2027", september_3, "en") == ("repaired", march_9)
+    assert judged(english, "03/09/2027", march_9, "en") == ("kept", march_9)
+    # No locale told yet: either order stands; a locale not declared tells nothing.
+    assert judged(german, "03.09.2027", march_9, None) == ("kept", march_9)
+    assert judged(german, "03.09.2027", september_3, None) == ("kept", september_3)
+    assert judged(german, "03.09.2027", march_9, "fr") == ("kept", march_9)
+    # The message's own dates still win over the locale: 13 is no month.
+    assert judged("03/09/2027 - 03/13/2027", "03/09/2027", september_3, "de") == ("repaired", march_9)

@@ -539,3 +539,54 @@ async def test_what_the_assistant_stated_is_no_offer(said: str, reply: str) -> N
     model = answering(found(("hotel", "the Hotel Monaco", "Hotel Monaco")), grounding="default")
     reading = await read(Stay, [Message.assistant(said)], reply, model=model, accept=YES_NO)
     assert reading.form.known == {} and reading.verdicts[0].rule == "quoted"
+
+
+class Outing(BaseModel):
+    """An outing: where, and the day."""
+
+    place: (
+        Annotated[
+            Literal["beach", "museum"],
+            Said(options={"beach": ("beach",), "museum": ("museum",)}, locale="en"),
+            Said(options={"beach": ("playa",), "museum": ("museo",)}, locale="es"),
+        ]
+        | None
+    ) = None
+    day: date | None = None
+
+
+class PlanOuting(SlotStep):
+    """Plan an outing."""
+
+    slots = Outing
+    locales = ("en", "es")
+    questions = [ask("Where to?", "place"), ask("Which day?", "day")]
+
+    def on_complete(self, values: Outing) -> Outcome:
+        return direct(f"ok {values.day}")
+
+
+class OutingFlow(Flow):
+    name = "outing"
+    steps = [PlanOuting]
+
+
+@pytest.mark.parametrize(
+    ("first", "quote", "read_as", "stored"),
+    [
+        ("a la playa", "03/09/2027", "2027-03-09", "2027-09-03"),
+        ("to the beach", "03/09/2027", "2027-09-03", "2027-03-09"),
+    ],
+)
+async def test_a_date_in_digits_is_read_in_the_order_of_the_language_the_user_wrote_earlier(
+    first: str, quote: str, read_as: str, stored: str
+) -> None:
+    """The second message writes only a date that reads both ways; the language the first message
+    told (Spanish: day first, English: month first) decides which date it is."""
+    model = ScriptedModel(
+        [found(("place", first.split()[-1], "beach")), found(("day", quote, read_as))], grounding="small"
+    )
+    engine = FlowEngine([OutingFlow], model=model)
+    first_turn = await engine.run("outing", first)
+    second = await engine.run("outing", quote, session_id=first_turn.session_id)
+    assert second.message == f"ok {stored}"

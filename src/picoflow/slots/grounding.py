@@ -122,12 +122,16 @@ class Heard:
         slips: bool = False,
         accept: Said | None = None,
         locales: Sequence[str] = (),
+        told: str | None = None,
     ) -> None:
         self.locales = tuple(Locale.of(tag).tag for tag in locales)
         """The locales declared: only their words count (all when none is declared)."""
-        self.locale = Locale.of(self.locales[0]) if len(self.locales) == 1 else Locale.any()
-        """How dates are read: in the order the one locale declared writes them, else as the message
-        writes them."""
+        told = Locale.of(told).tag if told is not None else None
+        writing = self.locales[0] if len(self.locales) == 1 else told if told in self.locales else None
+        self.locale = Locale.of(writing) if writing is not None else Locale.any()
+        """How dates are read: in the order the one locale declared writes them; of several, the
+        order of the one the conversation's words told (``told``: "03.09.2027" is September 3 to a
+        German guest and March 9 to an American one); else as the message writes them."""
         self.message = message
         self.previous = previous or ""
         self.slips = slips

@@ -84,6 +84,7 @@ class Reader:
         goodbye: str | None = None,
         locales: Sequence[str] = (),
         repairs: str | None = None,
+        locale: str | None = None,
     ) -> None:
         self.slots = slots
         self.repairs = repairs
@@ -99,7 +100,17 @@ class Reader:
         self.second_look = second_look and self.grounding.second_look
         self.go_ahead = go_ahead
         self.goodbye = goodbye
-        self.heard = Heard(message, previous, slips=self.grounding.slips, accept=accept, locales=locales)
+        self.told = detect_locale(message, slots, locales)
+        """Of several locales, the one this message's words tell; None when they tell none."""
+        # That one, else the conversation's (``locale``), decides how its dates in digits are read.
+        self.heard = Heard(
+            message,
+            previous,
+            slips=self.grounding.slips,
+            accept=accept,
+            locales=locales,
+            told=self.told or locale,
+        )
         self.locales = self.heard.locales
         self.looks = 0
         """Answers sent back to the model for this message (corrections and the second look)."""
@@ -159,7 +170,7 @@ class Reader:
             merged.accepted,
             merged.problems,
             farewell,
-            locale=detect_locale(self.message, self.slots, self.locales),
+            locale=self.told,
         )
 
     def _told(self, merged: Merge) -> Merge:
@@ -261,6 +272,7 @@ async def read(
         max_corrections=max_corrections,
         accept=accept,
         locales=locales,
+        locale=locale,
     )
     about = slots.__doc__.strip() if slots.__doc__ else slots.__name__
     system = f"{prompt or READ_PROMPT.format(about=about)}\n\n{EXTRACT_RULES}"

@@ -467,15 +467,21 @@ class SlotStep(Step):
             goodbye=self.goodbye,
             locales=self.locales,
             repairs=self.repairs_from,
+            locale=self._told_locale(),
         )
         return self._reader
+
+    def _told_locale(self) -> str | None:
+        """The locale the user's words told earlier (of several declared); None before they tell one."""
+        told = self.state.get(LOCALE_KEY)
+        return told if isinstance(told, str) and told in self.locales else None
 
     @property
     def locale(self) -> str | None:
         """The locale to answer in: the one the user's words told (of several declared), else the
         first declared; None when the step declares none."""
-        told = self.state.get(LOCALE_KEY)
-        if isinstance(told, str) and told in self.locales:
+        told = self._told_locale()
+        if told is not None:
             return told
         return self.locales[0] if self.locales else None
 
