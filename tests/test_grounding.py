@@ -846,3 +846,39 @@ def test_of_several_locales_the_one_the_conversation_told_orders_its_dates_in_di
     assert judged(german, "03.09.2027", march_9, "fr") == ("kept", march_9)
     # The message's own dates still win over the locale: 13 is no month.
     assert judged("03/09/2027 - 03/13/2027", "03/09/2027", september_3, "de") == ("repaired", march_9)
+
+
+class Budget(BaseModel):
+    """A night's price bounds and a distance, with words in French, German and English."""
+
+    max_price: Annotated[
+        float | None, Said(words=("under", "at most", "maximum", "au plus", "höchstens", "bis zu"))
+    ] = None
+    min_price: Annotated[float | None, Said(words=("from", "at least", "minimum", "au moins", "mindestens"))] = (
+        None
+    )
+    airport_miles: Annotated[float | None, Said(words=("airport", "aéroport", "flughafen"))] = None
+
+
+def test_a_value_quoted_alone_is_decided_by_the_words_right_beside_it() -> None:
+    """A small model quotes only the number ("400") and puts it in the wrong bound: the field words
+    right beside the number in the message decide, in any language; words further off, or beside
+    a number written twice, decide nothing."""
+    french = "Bonjour, du 10 au 13 août, deux lits, 400 $ maximum par nuit, avec le petit-déjeuner."
+    assert kept(french, Item("min_price", "400", 400), slots=Budget) == [Item("max_price", "400", 400)]
+    german = "Ein Zimmer für höchstens 400 Euro pro Nacht"
+    assert kept(german, Item("min_price", "400", 400), slots=Budget) == [Item("max_price", "400", 400)]
+    english = "I can pay 300 at most"
+    assert kept(english, Item("min_price", "300", 300), slots=Budget) == [Item("max_price", "300", 300)]
+    # Its own words beside it, or none at all: kept as read.
+    assert kept("au moins 100 $ par nuit", Item("min_price", "100", 100), slots=Budget) == [
+        Item("min_price", "100", 100)
+    ]
+    assert kept("400 dollars", Item("min_price", "400", 400), slots=Budget) == [Item("min_price", "400", 400)]
+    # Another field's words three words off, in another part, or beside a number written twice.
+    far = "300 dollars a night near the airport"
+    assert kept(far, Item("max_price", "300", 300), slots=Budget) == [Item("max_price", "300", 300)]
+    parts = "300 a night, at most 5 miles to the airport"
+    assert kept(parts, Item("min_price", "300", 300), slots=Budget) == [Item("min_price", "300", 300)]
+    twice = "300 maximum, or 300 at least"
+    assert kept(twice, Item("min_price", "300", 300), slots=Budget) == [Item("min_price", "300", 300)]

@@ -32,7 +32,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date
-from functools import cache
+from functools import cache, cached_property
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel
@@ -45,6 +45,7 @@ from picoflow.slots.words import (
     locale_numbers,
     numbers_in,
     parts_of,
+    phrase_of,
     same_word,
     squeezed,
     words,
@@ -181,6 +182,24 @@ class Heard:
     def exact(self) -> bool:
         """Whether words match only as written (no slip of the keys)."""
         return not self.slips
+
+    def beside(self, quote: str, reach: int = 2) -> tuple[str, ...] | None:
+        """The quote's words with up to ``reach`` words either side of them, within the part of the
+        message they stand in ("400 $ maximum par nuit" around "400"); None unless the message
+        writes the quote's words exactly once."""
+        phrase = phrase_of(quote)
+        size = len(phrase)
+        found: list[tuple[str, ...]] = []
+        for part in self.part_words:
+            for start in range(len(part) - size + 1):
+                if size and part[start : start + size] == phrase:
+                    found.append(part[max(0, start - reach) : start + size + reach])
+        return found[0] if len(found) == 1 else None
+
+    @cached_property
+    def part_words(self) -> tuple[tuple[str, ...], ...]:
+        """The words of each part of the message (``parts_of``)."""
+        return tuple(phrase_of(part) for part in self.parts)
 
     def quotes(self, quote: str) -> bool:
         """Whether ``quote`` is the user's words: as written, or word for word."""
@@ -336,7 +355,8 @@ class OptionNamed(Rule):
 
 class FieldWords(Rule):
     """The words that say which field a value belongs to decide it: "under $400" read as a minimum
-    is the maximum. When the reading gives that other field too, a range quoted whole for both
+    is the maximum; for a quote of the value alone, the words right beside it in the message do
+    ("400 $ maximum par nuit" quoted as "400"). When the reading gives that other field too, a range quoted whole for both
     bounds ("from 100 to 300") keeps both, and the same value read for both ("within 5 miles of
     downtown" as the distance to the airport and to the center) is kept only where its words say.
     A value read for a field of the question being answered is not moved to a field that question
@@ -349,20 +369,31 @@ class FieldWords(Rule):
         if own is None or not own.has_field_words:
             return item
         exact = seen.heard.exact
-        quote = words(item.quote)
+        quote: Sequence[str] = words(item.quote)
         if own.names_field(quote, exact=exact):
             return item
-        others = [
-            name
-            for name, other in seen.evidence.items()
-            if name != item.field and other.has_field_words and other.names_field(quote, exact=exact)
-        ]
+        others = _naming(seen, item.field, quote)
+        if not others and item.source == "user":
+            # A quote of the value alone ("400"): the words right beside it in the message say it.
+            beside = seen.heard.beside(item.quote)
+            if beside is None or own.names_field(beside, exact=exact):
+                return item
+            others = _naming(seen, item.field, beside)
         if len(others) != 1 or (item.field in seen.asked and others[0] not in seen.asked):
             return item
         twins = [other for other in seen.items if other.field == others[0]]
         if not twins:
             return replace(item, field=others[0])
         return None if any(twin.value == item.value for twin in twins) else item
+
+
+def _naming(seen: Seen, field: str, quote: Sequence[str]) -> list[str]:
+    """The fields other than ``field`` whose declared words ``quote`` holds."""
+    return [
+        name
+        for name, other in seen.evidence.items()
+        if name != field and other.has_field_words and other.names_field(quote, exact=seen.heard.exact)
+    ]
 
 
 class Confirmed(Rule):
