@@ -854,9 +854,9 @@ class Budget(BaseModel):
     max_price: Annotated[
         float | None, Said(words=("under", "at most", "maximum", "au plus", "höchstens", "bis zu"))
     ] = None
-    min_price: Annotated[float | None, Said(words=("from", "at least", "minimum", "au moins", "mindestens"))] = (
-        None
-    )
+    min_price: Annotated[
+        float | None, Said(words=("from", "at least", "minimum", "au moins", "mindestens"))
+    ] = None
     airport_miles: Annotated[float | None, Said(words=("airport", "aéroport", "flughafen"))] = None
 
 
