@@ -357,10 +357,11 @@ class FieldWords(Rule):
     """The words that say which field a value belongs to decide it: "under $400" read as a minimum
     is the maximum; for a quote of the value alone, the words right beside it in the message do
     ("400 $ maximum par nuit" quoted as "400"). When the reading gives that other field too, a
-    range quoted whole for both bounds ("from 100 to 300") keeps both, and the same value read for both ("within 5 miles of
-    downtown" as the distance to the airport and to the center) is kept only where its words say.
-    A value read for a field of the question being answered is not moved to a field that question
-    does not ask: "a maximum of 10 miles", the answer to the distance question, is no budget."""
+    range quoted whole for both bounds ("from 100 to 300") keeps both, and the same value read for
+    both ("within 5 miles of downtown" as the distance to the airport and to the center) is kept
+    only where its words say. A value read for a field of the question being answered is not
+    moved to a field that question does not ask: "a maximum of 10 miles", the answer to the
+    distance question, is no budget."""
 
     name = "field_words"
 
