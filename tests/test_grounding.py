@@ -137,7 +137,11 @@ def test_a_phrase_of_several_words_must_be_written_in_that_order() -> None:
     assert kept("food, good", Item("interests", "food good", ["food"]), slots=Wishes) == [
         Item("interests", "food good", ["food"])  # its own name, "food", is in the quote
     ]
-    assert kept("a good restaurant", Item("interests", "good", ["food"]), slots=Wishes) == []
+    assert kept("a good meal", Item("interests", "good", ["food"]), slots=Wishes) == []
+    # A quote naming no option is judged by its part of the message, where "restaurant" says food.
+    assert kept("a good restaurant", Item("interests", "good", ["food"]), slots=Wishes) == [
+        Item("interests", "good", ["food"])
+    ]
 
 
 def test_the_marker_may_sit_on_the_field_and_without_a_reading_schema_change() -> None:
@@ -619,6 +623,49 @@ def test_a_dates_month_needs_evidence_of_its_own_apart_from_its_day() -> None:
     assert judged("1", {"month": 1, "day": 1}, locale="en", others=(second,)) == ["month_given"]
 
 
+def test_a_date_without_evidence_of_its_month_takes_the_one_month_the_message_names() -> None:
+    """ "du 10 au 13 aout" with the 13th read as October 13 is August 13: of a date whose month has
+    no evidence, the month is the one the user's message names, when it names exactly one. Two
+    months named, none, or one named only by the assistant: dropped as before."""
+
+    def judged(said: str, value: object, *, locale: str, previous: str | None = None) -> tuple[str, object]:
+        heard = Heard(said, previous, slips=True, locales=(locale,))
+        _, verdicts = Grounding.for_small_models().judge(Range, (Item("until", said, value),), heard)
+        return verdicts[0].action, verdicts[0].value if verdicts[0].action != "dropped" else verdicts[0].rule
+
+    assert judged("du 10 au 13 aout", {"month": 10, "day": 13}, locale="fr") == (
+        "repaired",
+        {"month": 8, "day": 13},
+    )
+    assert judged("from the 3rd to the 6th of August", {"month": 1, "day": 6, "year": 2027}, locale="en") == (
+        "repaired",
+        {"month": 8, "day": 6, "year": 2027},
+    )
+    two = "del 30 de agosto al 2 de septiembre"
+    assert judged(two, {"month": 1, "day": 2}, locale="es") == ("dropped", "month_given")
+    assert judged("le premier jour", {"month": 1, "day": 1}, locale="fr", previous="Arrivée le 10 août") == (
+        "dropped",
+        "month_given",
+    )
+    assert judged("the 31st of September", {"month": 1, "day": 31}, locale="en")[0] == "repaired"
+
+
+def test_a_date_field_without_evidence_of_its_month_takes_the_month_named_as_an_iso_day() -> None:
+    from datetime import date
+
+    class Trip(BaseModel):
+        leave: date | None = None
+
+    def judged(said: str, value: str, locale: str) -> tuple[str, object]:
+        heard = Heard(said, slips=True, locales=(locale,))
+        _, verdicts = Grounding.for_small_models().judge(Trip, (Item("leave", said, value),), heard)
+        return verdicts[0].action, verdicts[0].value
+
+    assert judged("el 12 de agosto de 2027", "2027-01-12", "es") == ("repaired", "2027-08-12")
+    assert judged("am 12. August 2027", "2027-01-12", "de") == ("repaired", "2027-08-12")
+    assert judged("am 31. September 2027", "2027-01-31", "de")[0] == "dropped"  # no such day
+
+
 def test_a_date_fields_month_needs_evidence_whether_read_as_parts_or_as_an_iso_day() -> None:
     """The same rule for a ``datetime.date`` field: its value read as parts or as an ISO day, the
     form's dates held as ISO days."""
@@ -764,6 +811,20 @@ def test_an_option_read_from_the_words_of_another_is_that_one_in_any_language() 
     ]
     assert judged("with parking", Item("extras", "with parking", ["wifi"])) == [
         ("repaired", ["parking"], "option_words")
+    ]
+    # A quote naming no option at all is judged by its part of the message, in any language.
+    assert judged("Hallo, ein Zimmer mit Doppelbett, ab Montag", Item("bed", "ein Zimmer", "one bed")) == [
+        ("kept", "one bed", None)
+    ]
+    assert judged("Hi, a room with twin beds, from Monday", Item("bed", "a room", "one bed")) == [
+        ("repaired", "two beds", "option_words")
+    ]
+    # Another part saying the option bears nothing out.
+    assert judged("Hallo, ein Zimmer, mit Doppelbett", Item("bed", "ein Zimmer", "one bed")) == [
+        ("dropped", "one bed", "option_words")
+    ]
+    assert judged("Hi, a room, twin beds", Item("bed", "a room", "two beds")) == [
+        ("dropped", "two beds", "option_words")
     ]
 
 

@@ -142,9 +142,11 @@ class Heard:
         self.parts = tuple(parts_of(message))
         self.dates = WrittenDates.of(message, self.locale.date_order())
         self.numbers = self.numbers_of(message)
-        self.months = self._months_named(message) | self._months_named(self.previous)
-        """The months the message or the assistant's previous message names, in a declared
-        locale's words (English's when none is declared)."""
+        self.months_written = self._months_named(message)
+        """The months the message names, in a declared locale's words (any language's when none
+        is declared)."""
+        self.months = self.months_written | self._months_named(self.previous)
+        """The months the message or the assistant's previous message names."""
         self.asked = tuple(_questions(self.previous))
         """The questions of the assistant's previous message: what it put forward to accept."""
         self.accepted = accept.answer(self.sequence, exact=not slips) if accept is not None else None
@@ -183,17 +185,18 @@ class Heard:
         """Whether words match only as written (no slip of the keys)."""
         return not self.slips
 
-    def beside(self, quote: str, reach: int = 2) -> tuple[str, ...] | None:
-        """The quote's words with up to ``reach`` words either side of them, within the part of the
-        message they stand in ("400 $ maximum par nuit" around "400"); None unless the message
-        writes the quote's words exactly once."""
+    def beside(self, quote: str, reach: int | None = 2) -> tuple[str, ...] | None:
+        """The quote's words with up to ``reach`` words either side of them (the whole part with
+        None), within the part of the message they stand in ("400 $ maximum par nuit" around
+        "400"); None unless the message writes the quote's words exactly once."""
         phrase = phrase_of(quote)
         size = len(phrase)
         found: list[tuple[str, ...]] = []
         for part in self.part_words:
             for start in range(len(part) - size + 1):
                 if size and part[start : start + size] == phrase:
-                    found.append(part[max(0, start - reach) : start + size + reach])
+                    around = part if reach is None else part[max(0, start - reach) : start + size + reach]
+                    found.append(around)
         return found[0] if len(found) == 1 else None
 
     @cached_property
@@ -459,7 +462,9 @@ class MonthGiven(Rule):
     assistant's previous message names in a declared locale's words, a date written in digits with
     that month, or the month of a date the conversation already holds (the form's dates, another
     date of this reading), or the next month for a day before that date's. "The first day" is no
-    January 1; "and leave on the 18th" takes the check-in's month."""
+    January 1; "and leave on the 18th" takes the check-in's month. A date without such evidence
+    takes the month the user's message names when it names exactly one ("du 10 au 13 aout" with
+    the 13th read as October 13 is August 13); else it is dropped."""
 
     name = "month_given"
 
@@ -485,7 +490,29 @@ class MonthGiven(Rule):
         ]
         if _month_said(day, seen) or any(held is not None and _month_follows(held, day) for held in anchored):
             return item
-        return None
+        if len(seen.heard.months_written) != 1 or own is None:
+            return None
+        (month,) = seen.heard.months_written
+        value = _with_month(own, item.value, month)
+        return None if value is None else replace(item, value=value)
+
+
+def _with_month(own: FieldEvidence, value: Any, month: int) -> Any:
+    """The date value ``value`` with ``month`` for its month, in the form it was read in; None when
+    that is no date (the 31st of a shorter month)."""
+    if isinstance(value, date | str):
+        day = _calendar_day(own, value)
+        try:
+            moved = date(day["year"], month, day["day"]) if day is not None else None
+        except ValueError:
+            return None
+        if moved is None:
+            return None
+        return moved if isinstance(value, date) else moved.isoformat()
+    key = (own.date_fields or _PARTS)["month"]
+    if isinstance(value, BaseModel):
+        return value.model_copy(update={key: month})
+    return {**value, key: month} if isinstance(value, Mapping) else None
 
 
 def _month_said(day: Mapping[DatePart, int], seen: Seen) -> bool:
@@ -643,7 +670,9 @@ class OptionWords(Rule):
     """An option whose words are declared is kept only when its quote holds one of them: "near the
     beach" is no pool; a list loses the options its quote does not say. An option read from words
     that declare another one is that one: "Doppelbett" read as two beds is the one bed its words
-    say (for a single option, when the quote says exactly one)."""
+    say (for a single option, when the quote says exactly one). A quote that names no option of
+    the field at all ("une chambre") is judged by the words of its part of the message instead
+    ("une chambre avec un lit à Portland")."""
 
     name = "option_words"
 
@@ -651,8 +680,18 @@ class OptionWords(Rule):
         own = seen.evidence.get(item.field)
         if own is None or isinstance(item.value, bool):
             return item
-        quote = words(item.quote)
+        quote: Sequence[str] = words(item.quote)
         value = own.options_kept(item.value, quote, exact=seen.heard.exact)
+        if (
+            value != item.value
+            and item.source == "user"
+            and not own.options_said(quote, exact=seen.heard.exact)
+            and (part := seen.heard.beside(item.quote, reach=None)) is not None
+        ):
+            # A quote naming no option ("une chambre"): its part of the message says which
+            # ("une chambre avec un lit à Portland").
+            quote = part
+            value = own.options_kept(item.value, quote, exact=seen.heard.exact)
         if value != item.value and own.has_options(item.value):
             said = own.options_said(quote, exact=seen.heard.exact)
             if isinstance(item.value, list):
