@@ -943,3 +943,29 @@ def test_a_value_quoted_alone_is_decided_by_the_words_right_beside_it() -> None:
     assert kept(parts, Item("min_price", "300", 300), slots=Budget) == [Item("min_price", "300", 300)]
     twice = "300 maximum, or 300 at least"
     assert kept(twice, Item("min_price", "300", 300), slots=Budget) == [Item("min_price", "300", 300)]
+
+
+def test_a_date_quoted_in_other_words_is_quoted_by_the_part_that_writes_it() -> None:
+    """A small model translates the user's date into its quote ("le 10 août 2027" quoted "10 august
+    2027"): the one part of the message writing its day and naming its month is the quote, in any
+    language. A date no part writes that way, or two parts do, is still nobody's words."""
+
+    def judged(said: str, quote: str, value: dict[str, int], locale: str) -> tuple[str, str | None]:
+        heard = Heard(said, slips=True, locales=(locale,))
+        _, verdicts = Grounding.for_small_models().judge(Range, (Item("since", quote, value),), heard)
+        verdict = verdicts[0]
+        if verdict.action == "dropped" or verdict.evidence is None:
+            return verdict.action, verdict.rule
+        return verdict.action, verdict.evidence.text
+
+    august_10 = {"month": 8, "day": 10, "year": 2027}
+    french = "Bonjour ! Nous arriverons le 10 août 2027 et repartirons le 13, avec deux lits."
+    assert judged(french, "10 august 2027", august_10, "fr") == (
+        "kept",
+        "Nous arriverons le 10 août 2027 et repartirons le 13",
+    )
+    german = "Hallo, Anreise am 10. August 2027, Abreise drei Tage später"
+    assert judged(german, "10th of August 2027", august_10, "de") == ("kept", "Anreise am 10. August 2027")
+    assert judged("le premier jour", "the first day", {"month": 8, "day": 1}, "fr") == ("dropped", "quoted")
+    twice = "Anreise am 10. August. Oder am 10. August 2028?"
+    assert judged(twice, "August 10th", august_10, "de") == ("dropped", "quoted")

@@ -142,10 +142,10 @@ class Heard:
         self.parts = tuple(parts_of(message))
         self.dates = WrittenDates.of(message, self.locale.date_order())
         self.numbers = self.numbers_of(message)
-        self.months_written = self._months_named(message)
+        self.months_written = self.months_named(message)
         """The months the message names, in a declared locale's words (any language's when none
         is declared)."""
-        self.months = self.months_written | self._months_named(self.previous)
+        self.months = self.months_written | self.months_named(self.previous)
         """The months the message or the assistant's previous message names."""
         self.asked = tuple(_questions(self.previous))
         """The questions of the assistant's previous message: what it put forward to accept."""
@@ -158,7 +158,7 @@ class Heard:
         them (every plausible way when none is declared)."""
         return locale_numbers(text, self.locales)
 
-    def _months_named(self, text: str) -> frozenset[int]:
+    def months_named(self, text: str) -> frozenset[int]:
         """The months ``text`` names: in a declared locale's words, or, with none declared, in any
         language's; with slips allowed, also a declared name written with one slip ("agust")."""
         said = words(text)
@@ -431,14 +431,26 @@ class Confirmed(Rule):
 
 class Quoted(Rule):
     """A quote that is not the user's words (nor, for a value the assistant offered, its words) is
-    the model's own invention: "Hi" read as a whole stay quotes nothing the user wrote."""
+    the model's own invention: "Hi" read as a whole stay quotes nothing the user wrote. A date
+    quoted in other words than the user's (a small model translates "le 10 août 2027" into "10
+    august 2027") is quoted by the one part of the message that writes its day and names its month."""
 
     name = "quoted"
 
     def judge(self, item: Item, seen: Seen) -> Judged:
         if item.source == "assistant" or seen.heard.quotes(item.quote):
             return item
-        return None
+        own = seen.evidence.get(item.field)
+        day = _calendar_day(own, item.value) if own is not None else None
+        if day is None:
+            return None
+        heard = seen.heard
+        writing = [
+            part
+            for part in heard.parts
+            if day["day"] in heard.numbers_of(part) and day["month"] in heard.months_named(part)
+        ]
+        return replace(item, quote=writing[0]) if len(writing) == 1 else None
 
 
 class NumbersWritten(Rule):
