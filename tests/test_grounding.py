@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import pytest
 from pydantic import BaseModel, Field
@@ -969,3 +969,70 @@ def test_a_date_quoted_in_other_words_is_quoted_by_the_part_that_writes_it() -> 
     assert judged("le premier jour", "the first day", {"month": 8, "day": 1}, "fr") == ("dropped", "quoted")
     twice = "Anreise am 10. August. Oder am 10. August 2028?"
     assert judged(twice, "August 10th", august_10, "de") == ("dropped", "quoted")
+
+
+def test_a_range_read_as_one_of_its_ends_gives_the_other_end_its_day() -> None:
+    """A small model reads "vom 1. bis 3. September 2027" as the check-in alone: of a slots model
+    with two date fields (a range's start, then its end), the end left out takes the quote's other
+    day, in any language. Both ends read, a quote writing one day or two months: nothing added."""
+    from picoflow.slots.grounding import range_ends
+
+    class Stay(BaseModel):
+        arrive: WrittenDay | None = None
+        leave: WrittenDay | None = None
+
+    def added(said: str, item: Item, locale: str) -> list[tuple[str, object, str | None]]:
+        items, verdicts = range_ends(Stay, (item,), Heard(said, slips=True, locales=(locale,)))
+        return [(i.field, i.value, v.rule) for i, v in zip(items, verdicts, strict=True)]
+
+    september_1 = {"month": 9, "day": 1, "year": 2027}
+    german = "Guten Abend! Vom 1. bis 3. September 2027, ein Bett"
+    assert added(german, Item("arrive", "Vom 1. bis 3. September 2027", september_1), "de") == [
+        ("leave", {"month": 9, "day": 3, "year": 2027}, "date_range")
+    ]
+    english = "from the 3rd to the 6th of August"
+    assert added(english, Item("leave", english, {"month": 8, "day": 6}), "en") == [
+        ("arrive", {"month": 8, "day": 3}, "date_range")
+    ]
+    # The day read must be the end it was read for; one day, or two months: nothing.
+    assert (
+        added(german, Item("arrive", "Vom 1. bis 3. September 2027", {**september_1, "day": 3}), "de") == []
+    )
+    assert added("am 1. September 2027", Item("arrive", "am 1. September 2027", september_1), "de") == []
+    two = "del 30 de agosto al 2 de septiembre"
+    assert added(two, Item("arrive", two, {"month": 8, "day": 30}), "es") == []
+    # Written in digits, a date's month is no day: "until 2027-05-12" writes one day.
+    iso = "until 2027-05-12"
+    assert added(iso, Item("leave", "2027-05-12", {"month": 5, "day": 12, "year": 2027}), "en") == []
+
+
+async def test_a_slot_step_reading_one_end_of_a_range_keeps_both_ends() -> None:
+    from datetime import date
+
+    from picoflow import FlowEngine, SlotStep, ask, direct
+    from picoflow.flow import Flow
+    from picoflow.models import ScriptedModel
+
+    class Trip(BaseModel):
+        """A trip."""
+
+        arrive: date | None = None
+        leave: date | None = None
+
+    class Plan(SlotStep):
+        slots = Trip
+        locales = ("es", "en")
+        questions = [ask("When?", "arrive", "leave")]
+
+        def on_complete(self, values: Trip) -> Any:
+            return direct(f"{values.arrive} → {values.leave}")
+
+    class TripFlow(Flow):
+        name = "trip"
+        steps = [Plan]
+
+    quote = "del 3 al 6 de agosto de 2027"
+    reading = {"found": [{"field": "arrive", "quote": quote, "value": "2027-08-03"}]}
+    model = ScriptedModel([json.dumps(reading)], grounding="small")
+    result = await FlowEngine([TripFlow], model=model).run("trip", f"Hola, {quote}")
+    assert result.message == "2027-08-03 → 2027-08-06"

@@ -505,26 +505,27 @@ class MonthGiven(Rule):
         if len(seen.heard.months_written) != 1 or own is None:
             return None
         (month,) = seen.heard.months_written
-        value = _with_month(own, item.value, month)
+        value = _with_part(own, item.value, "month", month)
         return None if value is None else replace(item, value=value)
 
 
-def _with_month(own: FieldEvidence, value: Any, month: int) -> Any:
-    """The date value ``value`` with ``month`` for its month, in the form it was read in; None when
-    that is no date (the 31st of a shorter month)."""
+def _with_part(own: FieldEvidence, value: Any, part: DatePart, number: int) -> Any:
+    """The date value ``value`` with ``number`` for its ``part`` (its day or its month), in the form
+    it was read in; None when that is no date (the 31st of a shorter month)."""
     if isinstance(value, date | str):
         day = _calendar_day(own, value)
+        if day is None or "year" not in day:
+            return None
+        parts = {**day, part: number}
         try:
-            moved = date(day["year"], month, day["day"]) if day is not None else None
+            moved = date(parts["year"], parts["month"], parts["day"])
         except ValueError:
             return None
-        if moved is None:
-            return None
         return moved if isinstance(value, date) else moved.isoformat()
-    key = (own.date_fields or _PARTS)["month"]
+    key = (own.date_fields or _PARTS)[part]
     if isinstance(value, BaseModel):
-        return value.model_copy(update={key: month})
-    return {**value, key: month} if isinstance(value, Mapping) else None
+        return value.model_copy(update={key: number})
+    return {**value, key: number} if isinstance(value, Mapping) else None
 
 
 def _month_said(day: Mapping[DatePart, int], seen: Seen) -> bool:
@@ -904,6 +905,48 @@ class Grounding:
 _DEFAULT_PROFILE = Grounding.default()
 _SMALL_PROFILE = Grounding.for_small_models()
 """What ``Grounding.for_model`` hands out: immutable, so one of each serves every call."""
+
+
+RANGE_WHY = "a date range's quote writes both its days: the end a reading left out is the other one"
+
+
+def range_ends(
+    slots: type[BaseModel], items: Sequence[Item], heard: Heard
+) -> tuple[tuple[Item, ...], tuple[Verdict, ...]]:
+    """The other end of a date range a reading took one end of (a small model's habit): for a
+    slots model with exactly two date fields, a range's start and then its end in the order they
+    are declared, one read from a quote of the user's that writes two days and names one month in
+    words ("vom 1. bis 3. September 2027", "from the 3rd to the 6th of August"): the field left
+    out gets the other day, the one it takes (the smaller for the start), in the read date's month
+    and year. Items to add, with their verdicts; none when the reading gave both ends, or the
+    quote writes no such range."""
+    evidence = evidence_of(slots, heard.locales)
+    dated = [name for name, own in evidence.items() if own.date_fields or own.calendar]
+    if len(dated) != 2:
+        return (), ()
+    start, end = dated
+    read = [item for item in items if item.field in dated]
+    if len(read) != 1 or read[0].source != "user":
+        return (), ()
+    item = read[0]
+    own = evidence[item.field]
+    day = _calendar_day(own, item.value)
+    if day is None or heard.months_named(item.quote) != {day["month"]}:
+        return (), ()  # a range in digits is the written dates' to read; two months, no range of days
+    numbers = heard.numbers_of(item.quote)
+    days = sorted({int(n) for n in numbers if n.is_integer() and 1 <= n <= 31 and n != day.get("year")})
+    if len(days) != 2 or day["day"] != days[0 if item.field == start else 1]:
+        return (), ()
+    other = end if item.field == start else start
+    if (evidence[other].date_fields, evidence[other].calendar) != (own.date_fields, own.calendar):
+        return (), ()  # the two ends take dates of different forms
+    value = _with_part(own, item.value, "day", days[1 if other == end else 0])
+    if value is None:
+        return (), ()
+    added = Item(other, item.quote, value)
+    return (added,), (
+        Verdict(other, value, "kept", "date_range", heard.span(item.quote, "user"), why=RANGE_WHY),
+    )
 
 
 def given(items: Iterable[Item]) -> dict[str, Any]:

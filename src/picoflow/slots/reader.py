@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from picoflow.flow import output_schema
 from picoflow.messages import Message, ModelRequest, OutputSchema
 from picoflow.slots.form import Ask, Form, Merge
-from picoflow.slots.grounding import Grounding, Heard, Verdict, given
+from picoflow.slots.grounding import Grounding, Heard, Verdict, given, range_ends
 from picoflow.slots.reading import EXTRACT_RULES, FORMAT_HINT, Extraction, parse_reading, reading_of
 from picoflow.slots.said import Said, detect_locale, evidence_of, left_out, says_option, told
 from picoflow.usage import Usage
@@ -125,6 +125,9 @@ class Reader:
         items, verdicts = self.grounding.judge(
             self.slots, extraction.items, self.heard, asked, self.form.known
         )
+        if self.grounding.told:  # a small model takes one end of "vom 1. bis 3. September"
+            ends, said = range_ends(self.slots, items, self.heard)
+            items, verdicts = (*items, *ends), (*verdicts, *said)
         self._verdicts.extend(verdicts)
         merged = self.form.merge(self.slots, given(items), self.questions)
         if merged.problems and self.looks < self.max_corrections:
