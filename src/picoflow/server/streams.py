@@ -6,8 +6,10 @@ Events: ``status`` (the embedded model is still loading: ``{"status": "loading",
 ``text`` (when the provider streams; never a structured answer's), ``approval_requested`` and
 ``approval_decided`` (an ``ApprovalOut``), ``reading`` (a reading's verdicts: ``{"step": ...,
 "verdicts": [...]}``), ``handoff`` (the conversation was handed to a person: ``{"step": ...,
-"reason": ...}``), then ``result`` (a ``TurnResponse``) or ``error``
-(``{"status": ..., "error": {...}}``). Every stream ends with a ``result`` or an ``error`` event.
+"reason": ...}``), then ``result`` (a ``TurnResponse``), ``error`` (``{"status": ..., "error":
+{...}}``) or ``cancelled`` (the same body, kind ``turn_cancelled``: the turn was cancelled,
+``DELETE /v1/sessions/{id}/turn``, and nothing of it was stored). Every stream ends with a
+``result``, an ``error`` or a ``cancelled`` event.
 
 Asked with ``?inspect=true`` by a caller who may inspect (the rule of
 ``GET /v1/sessions/{id}/timeline``), the stream also carries the turn's ``timeline`` entries as
@@ -45,6 +47,7 @@ from picoflow.events import (
     ToolReturned,
     TurnEvent,
 )
+from picoflow.exceptions import TurnCancelled
 from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnError, TurnFinished
 from picoflow.server.errors import ApiError, decision_error, v1_error
@@ -88,8 +91,8 @@ def _timeline_event(update: TimelineUpdate) -> bytes:
     return f'event: timeline\ndata: {head[:-1]}, "entry": {update.entry}}}\n\n'.encode()
 
 
-def _error_event(error: ApiError) -> bytes:
-    return _sse("error", {"status": error.status, "error": error.detail()})
+def _error_event(error: ApiError, event: str = "error") -> bytes:
+    return _sse(event, {"status": error.status, "error": error.detail()})
 
 
 def _internal() -> ApiError:
@@ -338,7 +341,10 @@ def _respond(
                 if isinstance(item, TurnFinished):
                     result = item.result
                     if result.error is not None:
-                        yield _error_event(error_of(result.error, session_id or result.session_id))
+                        failure = error_of(result.error, session_id or result.session_id)
+                        yield _error_event(
+                            failure, "cancelled" if result.error.is_a(TurnCancelled) else "error"
+                        )
                         return
                     name = result.flow or ""
                     yield _sse(
