@@ -60,7 +60,6 @@ class Desk(Step):
             raise
         return f"found {text}"
 
-
     @tool(approval=True, approval_summary="Pay {amount}")
     async def pay(self, amount: int) -> str:
         """Pay, once a person approved it; waits for the test as ``slow`` does."""

@@ -62,7 +62,6 @@ def request_lines(request: ModelRequest, *, width: int | None = None) -> list[st
     return shown
 
 
-
 class HeldModel(Model):
     """``model``, holding its ``at``-th request (counted from 1) until ``release()``: a turn kept
     running at a point a test chooses, to cancel it there or race it, coordinated by events

@@ -47,6 +47,11 @@ class JobCancel:
         self._final = False
 
     @property
+    def task(self) -> asyncio.Task[Any] | None:
+        """The task the job runs in."""
+        return self._task
+
+    @property
     def opened(self) -> bool:
         """Whether the job opened its session (``owner`` is known)."""
         return self.owner is not _UNOPENED
