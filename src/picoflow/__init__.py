@@ -5,7 +5,7 @@ The model only proposes; your code validates, authorizes, runs and decides what 
 
 from picoflow.approvals import Approval, Approvers
 from picoflow.context import Caller, RunContext
-from picoflow.engine import FlowEngine, TurnError, TurnFinished, TurnResult
+from picoflow.engine import Cancelled, FlowEngine, TurnError, TurnFinished, TurnResult
 from picoflow.exceptions import (
     FlowDefinitionError,
     PicoflowError,
@@ -54,6 +54,7 @@ __all__ = [
     "Ask",
     "Call",
     "Caller",
+    "Cancelled",
     "Catalog",
     "Compaction",
     "Direct",

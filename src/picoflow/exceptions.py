@@ -384,6 +384,29 @@ class ApprovalPending(RunError):
     public_message = "An approved action is being carried out. Please send your message again in a moment."
 
 
+class TurnCancelled(RunError):
+    """The turn (or the decision and the turn it resumed) was cancelled while it ran
+    (``FlowEngine.cancel``, ``DELETE /v1/sessions/{id}/turn``, a protocol's own cancel): it stopped
+    before its commit, so nothing of it was stored, and no tool started after the cancel. The
+    session keeps its last committed state; the next message is a turn like any other."""
+
+    kind = "turn_cancelled"
+    status = 409
+    recorded = False  # the caller's choice, not a failure: no error record, no "session with errors"
+    public_message = "This turn was cancelled; nothing of it was saved."
+
+
+class TurnNotRunning(RunError):
+    """``FlowEngine.cancel`` found no turn or decision of the session running in this process: none
+    was running, or it ended (or started its commit) before the cancel reached it. With the local
+    executor, only the process running a turn can cancel it."""
+
+    kind = "turn_not_running"
+    status = 409
+    recorded = False
+    public_message = "No turn of this conversation is running."
+
+
 class HandoffRefused(RunError):
     """A staff action on a handed-off session (take, reply, hand back) was refused: nothing changed."""
 

@@ -1,15 +1,17 @@
-"""What a turn gives back: ``TurnResult``, with ``TurnError`` when it failed (values, no I/O)."""
+"""What a turn gives back: ``TurnResult``, with ``TurnError`` when it failed; what a cancel did:
+``Cancelled`` (values, no I/O)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from picoflow._frozen import quick_init
 from picoflow.approvals import Approval
 from picoflow.exceptions import RunError
 from picoflow.usage import Usage
 
-__all__ = ["TurnError", "TurnFinished", "TurnResult"]
+__all__ = ["Cancelled", "TurnError", "TurnFinished", "TurnResult"]
 
 
 @quick_init
@@ -85,3 +87,14 @@ class TurnFinished:
     """Last event of ``run_stream``: the turn's result."""
 
     result: TurnResult
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """What ``FlowEngine.cancel`` did: the job running in the session was asked to stop. The job's
+    own caller gets its result, a ``TurnCancelled`` failure (a stream ends with it); the session
+    keeps its last committed state."""
+
+    session_id: str
+    job: Literal["turn", "decision"]
+    """What was running: a turn, or a decision (with the turn it resumed)."""

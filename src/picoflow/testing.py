@@ -11,14 +11,16 @@ assert lines == [
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from collections.abc import Iterable
 
 from picoflow.engine import FlowEngine
-from picoflow.messages import Message, ModelRequest
+from picoflow.messages import Message, ModelRequest, ModelResponse
+from picoflow.models.base import Model
 
-__all__ = ["describe", "request_lines", "transcript_lines"]
+__all__ = ["HeldModel", "describe", "request_lines", "transcript_lines"]
 
 
 def describe(message: Message, *, width: int | None = None) -> str:
@@ -58,3 +60,46 @@ def request_lines(request: ModelRequest, *, width: int | None = None) -> list[st
     for message in request.messages:
         shown.append(describe(dataclasses.replace(message, step=None, within=None), width=width))
     return shown
+
+
+class HeldModel(Model):
+    """``model``, holding its ``at``-th request (counted from 1) until ``release()``: a turn kept
+    running at a point a test chooses, to cancel it there or race it, coordinated by events
+    rather than timers.
+
+        model = HeldModel(ScriptedModel([ToolCall("note", {}), "Done."]), at=2)
+        running = asyncio.create_task(engine.run("desk", "go", session_id))
+        await model.held.wait()                 # the tool ran; the second request waits
+        await engine.cancel(session_id)
+        await model.cancelled.wait()            # the held request was cancelled
+    """
+
+    def __init__(self, model: Model, *, at: int = 1) -> None:
+        self.model = model
+        self.name = model.name
+        self.at = at
+        self.count = 0
+        """Requests received so far."""
+        self.held = asyncio.Event()
+        """Set when the ``at``-th request arrives (and is held)."""
+        self.cancelled = asyncio.Event()
+        """Set when the held request is cancelled (its turn was)."""
+        self._gate = asyncio.Event()
+
+    def release(self) -> None:
+        """Let the held request (and any later one) through to ``model``."""
+        self._gate.set()
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        self.count += 1
+        if self.count == self.at:
+            self.held.set()
+            try:
+                await self._gate.wait()
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
+        return await self.model.request(request)
+
+    async def aclose(self) -> None:
+        await self.model.aclose()

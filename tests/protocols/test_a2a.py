@@ -37,6 +37,7 @@ from a2a.types import (
 from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.message import Message as ProtoMessage
 from google.protobuf.struct_pb2 import Value
+from tests.cancel_support import Started, hold_at, note
 from tests.server.support import DeskFlow, DeskModel
 from tests.server.support import desk_engine as desk_engine_with_other
 
@@ -653,6 +654,37 @@ async def test_cancelling_a_running_turn_leaves_the_session_as_it_was_before_it(
         == lines
         == ["Desk | user: hello", "Desk | assistant: echo: hello"]
     )
+
+
+async def test_a_turn_cancelled_by_its_session_route_ends_its_task_canceled() -> None:
+    Started.reset()
+    engine, model, script = hold_at(2, [[note("a", "c1")], "Back."])
+    session_id = session_of("deleted")
+    async with live(engine) as url, a2a(url, streaming=True) as client:
+        stream = client.send_message(said("note a", context_id="deleted"))
+        task = plain((await anext(stream)).task)
+        await model.held.wait()  # note a ran; the turn waits in its next model request
+        async with httpx.AsyncClient(base_url=url, headers=CUSTOMER) as http:
+            cancel = await http.delete(f"/v1/sessions/{session_id}/turn")
+        assert (cancel.status_code, cancel.json()) == (202, {"session_id": session_id, "cancelled": "turn"})
+        rest = [plain(event) async for event in stream]
+        canceled = {"taskId": task["id"], "contextId": "deleted", "status": {"state": "TASK_STATE_CANCELED"}}
+        assert rest[-1] == {"statusUpdate": canceled}
+        assert [event["statusUpdate"]["status"]["state"] for event in rest] == [
+            "TASK_STATE_WORKING",
+            "TASK_STATE_WORKING",
+            "TASK_STATE_WORKING",
+            "TASK_STATE_CANCELED",
+        ]
+        fetched = plain(await client.get_task(GetTaskRequest(id=task["id"])))
+        assert fetched["status"] == {"state": "TASK_STATE_CANCELED"}
+        assert await transcript_lines(engine, session_id) == []
+    async with live(engine) as url, a2a(url) as client:
+        (again,) = await send(client, said("hi", context_id="deleted", number=2))
+    assert again["task"]["status"] == {"state": "TASK_STATE_COMPLETED"}
+    assert await transcript_lines(engine, session_id) == ["Desk | user: hi", "Desk | assistant: Back."]
+    assert Started.calls == ["note:a"]
+    script.assert_complete()
 
 
 # --- security ----------------------------------------------------------------------------------------------

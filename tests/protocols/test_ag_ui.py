@@ -17,6 +17,7 @@ import httpx
 from ag_ui.core import Event
 from ag_ui_validate.pytest_plugin import validate_agui_endpoint
 from pydantic import TypeAdapter
+from tests.cancel_support import Started, hold_at, note
 from tests.server.support import DeskModel, LoadingDesk
 from tests.server.support import desk_engine as desk_engine_with
 from tests.server.test_readiness import DOWNLOADING_BODY
@@ -947,3 +948,88 @@ async def test_the_route_is_in_the_openapi_document() -> None:
     assert run_input["required"] == ["threadId", "runId", "messages"]
     assert "AgUiUserMessage" in document["components"]["schemas"]
     assert "text/event-stream" in operation["responses"]["200"]["content"]
+
+
+# --- cancelling ------------------------------------------------------------------------------------------
+
+
+async def test_aborting_a_run_cancels_its_turn_and_the_next_run_of_the_thread_works() -> None:
+    Started.reset()
+    engine, model, script = hold_at(2, [[note("a", "c1")], "Back."])
+    async with live(engine, sse_heartbeat=3600) as url:  # no heartbeat finds the closed connection
+        # HttpAgent.abortRun() on the first TOOL_CALL_RESULT: the turn waits in its next model request.
+        played = await play(
+            "ag_ui_client.mjs", "abort", f"{url}/ag-ui/desk", "cust-key", "stop", "note a", "hi"
+        )
+    first, second = played["runs"]
+    assert model.cancelled.is_set()  # the held request was cancelled with its turn
+    assert (first["aborted"], "error" in first) == (True, False)  # an abort is no failure to the client
+    events = received(first)
+    assert [event["type"] for event in events[:-1]] == [
+        "RUN_STARTED",
+        "STEP_STARTED",
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "TOOL_CALL_RESULT",
+    ]
+    # The run's end as the client tells it to its subscriber (the server's stream is gone).
+    assert events[-1] == {
+        "type": "RUN_ERROR",
+        "rawEvent": {},
+        "message": "This operation was aborted",
+        "code": "abort",
+    }
+    assert [event["type"] for event in received(second)][-3:] == [
+        "STEP_FINISHED",
+        "STATE_SNAPSHOT",
+        "RUN_FINISHED",
+    ]
+    assert second["messages"][-1] == {
+        "id": second["messages"][-1]["id"],
+        "role": "assistant",
+        "content": "Back.",
+    }
+    assert played["warnings"] == []
+    assert await transcript_lines(engine, thread_session_id("cust-1", "ag-ui", "stop")) == [
+        "Desk | user: hi",
+        "Desk | assistant: Back.",
+    ]
+    assert Started.calls == ["note:a"]  # nothing after the abort
+    script.assert_complete()
+
+
+async def test_a_run_whose_turn_is_cancelled_elsewhere_ends_with_run_error_turn_cancelled() -> None:
+    Started.reset()
+    engine, model, script = hold_at(2, [[note("a", "c1")], "Back."])
+    async with live(engine) as url:
+        playing = asyncio.create_task(
+            play("ag_ui_client.mjs", "chat", f"{url}/ag-ui/desk", "cust-key", "held", "note a", "hi")
+        )
+        await model.held.wait()
+        session_id = thread_session_id("cust-1", "ag-ui", "held")
+        async with httpx.AsyncClient(base_url=url, headers=CUSTOMER) as client:
+            cancel = await client.delete(f"/v1/sessions/{session_id}/turn")
+        assert (cancel.status_code, cancel.json()) == (202, {"session_id": session_id, "cancelled": "turn"})
+        played = await playing
+    first, second = played["runs"]
+    events = received(first)
+    assert events[-1] == {
+        "type": "RUN_ERROR",
+        "message": "This turn was cancelled; nothing of it was saved.",
+        "code": "turn_cancelled",
+        "metadata": {"status": 409, "retryable": False},
+    }
+    assert [event["type"] for event in events[:-1]] == [
+        "RUN_STARTED",
+        "STEP_STARTED",
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "TOOL_CALL_RESULT",
+    ]
+    assert "error" not in first  # the client hands RUN_ERROR to its subscriber, as any event
+    assert [event["type"] for event in received(second)][-1] == "RUN_FINISHED"
+    assert await transcript_lines(engine, session_id) == ["Desk | user: hi", "Desk | assistant: Back."]
+    assert Started.calls == ["note:a"]
+    script.assert_complete()

@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 import httpx
+from tests.cancel_support import Started, hold_at, note
 from tests.server.support import TABLE, DeskFlow, DeskModel, LoadingDesk
 from tests.server.support import desk_engine as desk_engine_with
 from tests.server.test_readiness import DOWNLOADING_BODY
@@ -817,3 +818,88 @@ async def test_file_parts_are_the_turns_attachments() -> None:
     assert played["messages"][1]["parts"][1] == done("echo: see my notes")
     [ref] = await engine.store.list_files(session_id)
     assert (ref.name, ref.media_type, ref.size) == ("notes.txt", "text/plain", len(notes))
+
+
+# --- cancelling ------------------------------------------------------------------------------------------
+
+NOTED = {
+    "type": "tool-input-available",
+    "toolCallId": "c1",
+    "toolName": "note",
+    "input": {"text": "a"},
+}
+
+
+def back(engine: FlowEngine, message_id: str, session_id: str) -> list[dict[str, Any]]:
+    """The chunks of the turn after the cancelled one: the session enters its first step again
+    (the cancelled turn's entry was never stored), and the model says "Back."."""
+    return [
+        start(message_id, session_id),
+        step_is("Desk"),
+        {"type": "start-step"},
+        *text("Back."),
+        diagram(engine, "desk", "Desk"),
+        {"type": "finish-step"},
+        *ended(session_id, "desk", "Desk"),
+    ]
+
+
+async def test_stopping_the_chat_cancels_its_turn_and_the_next_message_works() -> None:
+    Started.reset()
+    engine, model, script = hold_at(2, [[note("a", "c1")], "Back."])
+    session_id = session_of("stop")
+    async with live(engine, sse_heartbeat=3600) as url:  # no heartbeat finds the closed connection
+        # chat.stop() (useChat's stop) once the tool's output arrives: the turn waits in its model.
+        steps = [{"send": "note a", "stopOn": "tool-output-available"}, {"send": "hi"}]
+        played = await play(url, "desk", "stop", steps)
+    assert model.cancelled.is_set()
+    stopped, next_turn = played["requests"]
+    message_id = stopped["chunks"][0]["messageId"]
+    assert stopped["stopped"] is True
+    assert stopped["chunks"] == [
+        start(message_id, session_id),
+        step_is("Desk"),
+        {"type": "start-step"},
+        NOTED,
+        {
+            "type": "tool-output-available",
+            "toolCallId": "c1",
+            "output": f"noted a in {session_id}",
+        },
+    ]
+    assert next_turn["chunks"] == back(engine, next_turn["chunks"][0]["messageId"], session_id)
+    assert (played["status"], played["errors"]) == ("ready", [])
+    assert await transcript_lines(engine, session_id) == ["Desk | user: hi", "Desk | assistant: Back."]
+    assert Started.calls == ["note:a"]
+    script.assert_complete()
+
+
+async def test_a_turn_cancelled_elsewhere_ends_its_stream_with_abort() -> None:
+    Started.reset()
+    engine, model, script = hold_at(2, [[note("a", "c1")], "Back."])
+    session_id = session_of("held")
+    async with live(engine) as url:
+        playing = asyncio.create_task(play(url, "desk", "held", [{"send": "note a"}, {"send": "hi"}]))
+        await model.held.wait()
+        async with httpx.AsyncClient(base_url=url, headers=CUSTOMER) as client:
+            cancel = await client.delete(f"/v1/sessions/{session_id}/turn")
+        assert cancel.status_code == 202
+        played = await playing
+    cancelled, next_turn = played["requests"]
+    message_id = cancelled["chunks"][0]["messageId"]
+    problem = {"kind": "turn_cancelled", "status": 409, "retryable": False, "retryAfter": None}
+    assert cancelled["chunks"] == [
+        start(message_id, session_id),
+        step_is("Desk"),
+        {"type": "start-step"},
+        NOTED,
+        {"type": "tool-output-available", "toolCallId": "c1", "output": f"noted a in {session_id}"},
+        {"type": "finish-step"},
+        {"type": "message-metadata", "messageMetadata": {"sessionId": session_id, "error": problem}},
+        {"type": "abort", "reason": "This turn was cancelled; nothing of it was saved."},
+    ]
+    assert next_turn["chunks"] == back(engine, next_turn["chunks"][0]["messageId"], session_id)
+    assert (played["status"], played["errors"]) == ("ready", [])
+    assert await transcript_lines(engine, session_id) == ["Desk | user: hi", "Desk | assistant: Back."]
+    assert Started.calls == ["note:a"]
+    script.assert_complete()

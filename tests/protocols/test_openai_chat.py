@@ -5,6 +5,7 @@ an approval is decided by a structured ``metadata`` decision, never by words."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from tests.cancel_support import Started, hold_at, note
 
 from picoflow import Flow, FlowEngine, Step, tool
 from picoflow.approvals import Approval
@@ -846,3 +848,79 @@ async def test_another_principal_cannot_decide_and_nothing_runs() -> None:
     assert Refunds.ledger == []
     assert await stored(engine) == before
     assert [a.status for a in await approvals(engine, session_id)] == ["pending"]
+
+
+# --- cancelling ----------------------------------------------------------------------------------------
+
+
+async def test_a_client_that_closes_its_stream_cancels_the_turn_and_the_next_completion_works() -> None:
+    Started.reset()
+    engine, model, script = hold_at(3, ["Hi!", [note("a", "c1")], "Back."])
+    async with chat(engine, sse_heartbeat=3600) as client:  # no heartbeat finds the closed connection
+        first = await client.chat.completions.with_raw_response.create(model="desk", messages=user("hello"))
+        session_id = first.headers[SESSION]
+        before = await transcript_lines(engine, session_id)
+        stream = await client.chat.completions.create(
+            model="desk", messages=user("note a"), stream=True, metadata={"session_id": session_id}
+        )
+        opening = await anext(aiter(stream))
+        assert opening.choices[0].delta.role == "assistant"
+        await model.held.wait()  # note a ran; the turn waits in its next model request
+        await stream.close()  # the client disconnects
+        await model.cancelled.wait()
+        assert (
+            await transcript_lines(engine, session_id)
+            == before
+            == ["Desk | user: hello", "Desk | assistant: Hi!"]
+        )
+        again = await client.chat.completions.create(
+            model="desk", messages=user("hi"), metadata={"session_id": session_id}
+        )
+        assert again.choices[0].message.content == "Back."
+    assert await transcript_lines(engine, session_id) == [
+        *before,
+        "Desk | user: hi",
+        "Desk | assistant: Back.",
+    ]
+    assert Started.calls == ["note:a"]
+    script.assert_complete()
+
+
+async def test_a_stream_whose_turn_is_cancelled_elsewhere_ends_with_a_turn_cancelled_error() -> None:
+    Started.reset()
+    engine, model, script = hold_at(3, ["Hi!", [note("a", "c1")], "Back."])
+    async with chat(engine) as client:
+        first = await client.chat.completions.with_raw_response.create(model="desk", messages=user("hello"))
+        session_id = first.headers[SESSION]
+        before = await transcript_lines(engine, session_id)
+        stream = await client.chat.completions.create(
+            model="desk", messages=user("note a"), stream=True, metadata={"session_id": session_id}
+        )
+        seen: list[dict[str, Any]] = []
+
+        async def read() -> None:
+            async for chunk in stream:
+                seen.append(chunk.to_dict())
+
+        reading = asyncio.create_task(read())
+        await model.held.wait()
+        cancel = await client._client.delete(  # the native route, with the same key
+            f"{client.base_url}sessions/{session_id}/turn", headers={"Authorization": f"Bearer {KEY}"}
+        )
+        assert (cancel.status_code, cancel.json()) == (202, {"session_id": session_id, "cancelled": "turn"})
+        with pytest.raises(openai.APIError) as failed:
+            await reading
+        assert failed.value.body == {
+            "message": "This turn was cancelled; nothing of it was saved.",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "turn_cancelled",
+        }
+        assert [chunk["choices"][0]["delta"] for chunk in seen] == [{"role": "assistant", "content": ""}]
+        assert await transcript_lines(engine, session_id) == before
+        again = await client.chat.completions.create(
+            model="desk", messages=user("hi"), metadata={"session_id": session_id}
+        )
+        assert again.choices[0].message.content == "Back."
+    assert Started.calls == ["note:a"]
+    script.assert_complete()

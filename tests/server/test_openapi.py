@@ -85,6 +85,7 @@ async def test_a_created_session_links_to_every_route_that_takes_its_id() -> Non
     links = paths["/v1/flows/{flow}/sessions"]["post"]["responses"]["201"]["links"]
     assert sorted(links) == [
         "AddTurn",
+        "CancelTurn",
         "DeleteSession",
         "GetSession",
         "ListApprovals",

@@ -156,6 +156,7 @@ async def _run_call(
         if isinstance(decided, CallResult):
             return decided
         key = decided
+    ws.config.cancel.check()  # no tool starts once the job was asked to stop
     value = await ws.config.tools.run(ws, step, spec, ToolJob(spec.name, (call,), (validated,), False, key))
     if isinstance(value, (type, str)) and _names_a_step(ws, value):  # a tuple: no union built per call
         value = go(value)  # PicoFlow's way to route: return the step (or its registered name)
@@ -186,6 +187,7 @@ async def _run_group(
         if decided is UNDECIDED:
             return [refused(other, NOT_PROPOSED.format(tool=call.name)) for other in calls]
         key = key or decided
+    ws.config.cancel.check()
     value = await ws.config.tools.run(ws, step, spec, ToolJob(spec.name, tuple(calls), arguments, True, key))
     observer = ws.config.observer
     if isinstance(value, CallResult):  # ToolError: the same refusal answers every call

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import time
 from dataclasses import dataclass
 
@@ -34,6 +35,8 @@ from picoflow.flow import FlowSpec
 from picoflow.session import OPEN_STATUSES, Session
 
 __all__ = ["DecisionRequest", "TurnRequest"]
+
+logger = logging.getLogger("picoflow")
 
 
 @dataclass(slots=True)
@@ -166,19 +169,31 @@ class DecisionRequest:
         ws.config.observer.approval_decided(decided)
         waiting = tuple(a for a in approvals_of(session.approvals, paused.approvals) if a.pending)
         expected = session.revision
-        if waiting:  # the response still waits for other decisions
-            await _claim(turns, session, expected)
+        cancel = ws.config.cancel
+        if waiting:  # the response still waits for other decisions: this save ends the job
+            with cancel.saving(final=True):
+                await _claim(turns, session, expected)
             return Paused(waiting)
         session.paused = dataclasses.replace(paused, resuming_since=self.at)
-        expected = await _claim(turns, session, expected)  # one process only goes on from here
+        with cancel.saving(final=False):
+            expected = await _claim(turns, session, expected)  # one process only goes on from here
+        claimed = True  # until the checkpoint, the stored session says this process runs the calls
 
         async def checkpoint() -> None:
-            nonlocal expected
+            nonlocal expected, claimed
             await turns.commit(ws, expected, (), ended=False)
             expected = session.revision
             ws.appended.clear()
+            claimed = False
+            cancel.check()  # a cancel that waited for the save stops the turn here
 
-        ended = await turns.observed(ws, resume_turn(ws, paused, checkpoint))
+        try:
+            cancel.check()  # a cancel that waited for the claim
+            ended = await turns.observed(ws, resume_turn(ws, paused, checkpoint))
+        except BaseException:
+            if claimed and cancel.requested:
+                await _give_up(turns, session.id, expected, self.at)
+            raise
         await turns.commit(ws, expected, ())
         return ended
 
@@ -195,3 +210,22 @@ async def _claim(turns: SessionTurns, session: Session, expected: int) -> int:
             "message came first); nothing was run",
             session_id=session.id,
         ) from exc
+
+
+async def _give_up(turns: SessionTurns, session_id: str, claimed: int, at: float) -> None:
+    """A decision cancelled while its calls ran: the claim it stored is given up (its lease ends
+    at once), so the next message answers those calls as of unknown result (never run again)
+    rather than waiting for the lease to run out. Best effort: a failure leaves the lease to end."""
+    store = turns.host.store
+    try:
+        stored = await store.load(session_id)
+        if stored is None or stored.revision != claimed or stored.paused is None:
+            return
+        stored.paused = dataclasses.replace(stored.paused, resuming_since=at - turns.host.approval_lease)
+        await store.save(stored, expected_revision=claimed)
+    except Exception:
+        logger.warning(
+            "picoflow: could not give up the cancelled decision's claim in session %s",
+            session_id,
+            exc_info=True,
+        )

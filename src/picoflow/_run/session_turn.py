@@ -1,6 +1,7 @@
 """The one path of a job against a session — a turn, a decision (``jobs``): lock the session in
 this process, open it, restore it, run the job, commit it atomically, or turn a failure into a
-``TurnResult`` — the stored session left exactly as it was.
+``TurnResult`` — the stored session left exactly as it was. A job running here can be cancelled
+(``SessionTurns.cancel``, the rules in ``cancel``): it ends as a failure like any other.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from picoflow._run.cancel import NEVER_CANCELLED, JobCancel
 from picoflow._run.compose import Composer
 from picoflow._run.dispatch import LOCAL_TOOLS
 from picoflow._run.effects import Paused, Reply
@@ -30,6 +32,7 @@ from picoflow.exceptions import (
     SessionConflict,
     StoreError,
     SubStepFailed,
+    TurnCancelled,
 )
 from picoflow.flow import FlowSpec, StepSpec
 from picoflow.models.base import Model
@@ -124,20 +127,25 @@ class SessionTurns:
         self.tools = tools
         self.composer = Composer(host.registry, host.model_for, host.with_mcp_tools)
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._running: dict[str, JobCancel] = {}
+        """The cancel of the job running against each session here (the one holding its lock)."""
 
     async def take(self, job: SessionJob, observer: TurnObserver) -> TurnResult:
         """The job's result (a turn's, a decision's); a failure is filed with the session and
-        leaves it as stored."""
+        leaves it as stored. Cancelled (``cancel``), the job ends as a ``TurnCancelled`` failure."""
         ws: Workspace | None = None
         continued = job.continues
         lock = None if continued is None else self._lock(continued)  # a new session needs none
         held = False
+        cancel: JobCancel | None = None
         try:
             if lock is not None:
                 held = await lock.acquire()
+            cancel = self._running[job.session_id] = JobCancel(asyncio.current_task(), job.noun)
             opened = await job.open(self)
+            cancel.owner = opened.session.principal
             observer.session_opened(opened.session.id)
-            ws = self.workspace(opened.spec, opened.session, opened.caller, observer)
+            ws = self.workspace(opened.spec, opened.session, opened.caller, observer, cancel)
             if opened.session.revision:
                 self._restore(ws)
             if observer.wants_session:
@@ -145,16 +153,33 @@ class SessionTurns:
             return _result(ws, await job.run(self, ws, opened))
         except RunError as exc:
             return await self.failed(exc, job.session_id, continued, ws)
+        except asyncio.CancelledError:
+            if cancel is None or not cancel.caught():
+                raise
+            stopped = TurnCancelled(f"the {job.noun} was cancelled", session_id=job.session_id)
+            return await self.failed(stopped, job.session_id, continued, ws)
         except Exception as exc:
             logger.exception("picoflow: unexpected error in a %s of session %s", job.noun, job.session_id)
             wrapped = RunError(f"unexpected {type(exc).__name__}: {exc}")
             wrapped.__cause__ = exc
             return await self.failed(wrapped, job.session_id, continued, ws)
         finally:
+            if cancel is not None and self._running.get(job.session_id) is cancel:
+                del self._running[job.session_id]
             if ws is not None:
                 ws.release()
             if lock is not None:
                 self._unlock(continued or "", lock, held)
+
+    def running(self, session_id: str) -> JobCancel | None:
+        """The cancel of the job running against ``session_id`` in this process, if one runs."""
+        return self._running.get(session_id)
+
+    def cancel(self, session_id: str) -> str | None:
+        """Ask the job running against ``session_id`` here to stop (``JobCancel.request``): what
+        it is ("turn", "decision"), or None when none runs here or it is past stopping."""
+        running = self._running.get(session_id)
+        return running.noun if running is not None and running.request() else None
 
     decide = take
     """A decision is a job as a turn is: ``take`` runs it."""
@@ -181,7 +206,12 @@ class SessionTurns:
         return ended
 
     def workspace(
-        self, spec: FlowSpec, session: Session, caller: Caller, observer: TurnObserver
+        self,
+        spec: FlowSpec,
+        session: Session,
+        caller: Caller,
+        observer: TurnObserver,
+        cancel: JobCancel = NEVER_CANCELLED,
     ) -> Workspace:
         host = self.host
         config = TurnConfig(
@@ -195,6 +225,7 @@ class SessionTurns:
             observer=observer,
             composer=self.composer,
             clock=host.clock,
+            cancel=cancel,
         )
         return Workspace(config, session)
 
@@ -202,7 +233,8 @@ class SessionTurns:
         self, ws: Workspace, expected: int | None, files: tuple[Attachment, ...], *, ended: bool = True
     ) -> None:
         """Save the job: all of it or, should the store refuse, nothing. ``ended=False`` saves a
-        turn still going on (a checkpoint: the turn is counted when it ends)."""
+        turn still going on (a checkpoint: the turn is counted when it ends). Once the final save
+        starts, the job is past cancelling; a checkpoint's save finishes before a cancel stops it."""
         if ended:
             if ws.config.spec.compacting:  # most flows compact nothing: no coroutine for them
                 await compact_memory(ws)
@@ -211,11 +243,12 @@ class SessionTurns:
         session = ws.session
         store = self.host.store
         try:
-            if files:
-                session.files_sent += len(files)
-                await store.save(session, expected_revision=expected, appended=ws.appended, files=files)
-            else:
-                await store.save(session, expected_revision=expected, appended=ws.appended)
+            with ws.config.cancel.saving(final=ended):
+                if files:
+                    session.files_sent += len(files)
+                    await store.save(session, expected_revision=expected, appended=ws.appended, files=files)
+                else:
+                    await store.save(session, expected_revision=expected, appended=ws.appended)
         except OSError as exc:  # as in ``store_call``, without its await on the hot path
             raise outage(f"saving session {session.id}", exc) from exc
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic_core import to_jsonable_python
 
 from picoflow._frozen import quick_init
+from picoflow._run.cancel import NEVER_CANCELLED, JobCancel
 from picoflow._run.files import TurnFiles
 from picoflow._run.observers import NO_OBSERVER, TurnObserver
 from picoflow.attachments import AttachmentRef
@@ -102,6 +103,8 @@ class TurnConfig:
     """What runs sub-steps."""
     clock: Callable[[], float] = time.time
     """The time approvals are asked and decided by (a durable executor's is its workflow's)."""
+    cancel: JobCancel = NEVER_CANCELLED
+    """The cancel of the job the turn runs in: every tool call and save is a safe point of it."""
 
 
 class Workspace:

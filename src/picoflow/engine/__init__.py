@@ -14,13 +14,14 @@ from picoflow.context import ANY_PRINCIPAL
 from picoflow.engine._checks import MAX_OFFSET, SESSION_ID, check_session_id, check_text
 from picoflow.engine._engine import FlowEngine
 from picoflow.engine.executors import LocalExecutor, TurnExecutor
-from picoflow.results import TurnError, TurnFinished, TurnResult
+from picoflow.results import Cancelled, TurnError, TurnFinished, TurnResult
 
 __all__ = [
     "ANY_PRINCIPAL",
     "LOCAL_TOOLS",
     "MAX_OFFSET",
     "SESSION_ID",
+    "Cancelled",
     "FlowEngine",
     "LocalExecutor",
     "LocalTools",

@@ -45,7 +45,7 @@ from picoflow.messages import Message
 from picoflow.models.base import Model
 from picoflow.models.catalog import ModelSelection, as_selection, default_selection, validate_selection
 from picoflow.models.fallback import as_model
-from picoflow.results import TurnFinished, TurnResult
+from picoflow.results import Cancelled, TurnFinished, TurnResult
 from picoflow.session import LogRecord, Session, SessionInfo, SessionStatus
 from picoflow.sessions.base import SessionStore
 from picoflow.sessions.health import StoreHealth
@@ -306,6 +306,21 @@ class FlowEngine:
         return await self._jobs.decide(
             session_id, approval_id, decision, reason, caller, on_event, on_timeline
         )
+
+    async def cancel(self, session_id: str, *, caller: Caller | None = None) -> Cancelled:
+        """Cancel the turn running in ``session_id`` (or the decision, with the turn it resumes).
+
+        The job stops where it waits, before its commit: nothing of it is stored, no tool starts
+        after the cancel, and its own caller gets a ``TurnCancelled`` result (409; a stream ends
+        with it). A checkpoint being saved (a decision's) finishes first and stands; a job whose
+        final commit has started finishes. The next message is a turn like any other.
+
+        Only the session's owner (the caller's principal) may cancel. Raises ``SessionNotFound``
+        (404) for an unknown session or another's, ``TurnNotRunning`` (409) when nothing runs
+        where the executor can reach it (with ``LocalExecutor``: in this process), and
+        ``InvalidInput`` for a malformed id or ``StoreError`` when the store fails.
+        """
+        return await self._jobs.cancel(session_id, caller)
 
     async def approvals(self, session_id: str, *, caller: Caller | None = None) -> list[Approval] | None:
         """The approvals of a session the caller may see (its own session's, or those its roles may

@@ -1,9 +1,9 @@
 """Turns and decisions as the engine hands them over: each one's input checked into a job (a
 ``TurnRequest``, a ``DecisionRequest``) or refused, the job handed to the executor, and every one
 watched the same way — traced, its events streamed to the caller, its timeline recorded and kept
-with its session. ``stream`` and ``run_sync`` run a turn (``engine.run``) for a caller that
-watches its events, or that has no event loop; ``warm`` sends a flow's first request once, ahead
-of any turn.
+with its session — and stopped on request while it runs (``cancel``). ``stream`` and ``run_sync``
+run a turn (``engine.run``) for a caller that watches its events, or that has no event loop;
+``warm`` sends a flow's first request once, ahead of any turn.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import dataclasses
 import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, cast
 
 from picoflow._run.jobs import TurnRequest
 from picoflow._run.loop import first_request
 from picoflow._run.observers import EventStream, TurnObserver, combine
-from picoflow._run.session_turn import SessionTurns
+from picoflow._run.session_turn import SessionTurns, may_access, store_call
 from picoflow._run.timeline import Recording, TimelineRecorder
 from picoflow._run.tracing import TracingSetting
 from picoflow.attachments import Attachment, AttachmentLimits, check_attachments
@@ -28,9 +28,9 @@ from picoflow.engine._approvals import Approvals
 from picoflow.engine._checks import check_session_id
 from picoflow.engine.executors import TurnExecutor
 from picoflow.events import TurnEvent
-from picoflow.exceptions import RunError
+from picoflow.exceptions import RunError, SessionNotFound, TurnNotRunning
 from picoflow.flow import Flow, FlowSpec
-from picoflow.results import TurnFinished, TurnResult
+from picoflow.results import Cancelled, TurnFinished, TurnResult
 from picoflow.session import Session, new_session_id
 from picoflow.sessions.base import SessionStore, TimelineStore
 from picoflow.timeline import TimelineSettings, TimelineUpdate
@@ -198,6 +198,25 @@ class Jobs:
             summary=f"{decision} {approval_id}",
             on_timeline=on_timeline,
         )
+
+    async def cancel(self, session_id: str, caller: Caller | None) -> Cancelled:
+        """Ask the turn or decision running in the caller's session to stop (``FlowEngine.cancel``)."""
+        host = self.host
+        check_session_id(session_id)
+        principal = (caller or Caller()).principal
+        async with store_call("loading session", session_id):
+            stored = await host.store.load(session_id)
+        if stored is not None:
+            if not may_access(stored, principal):
+                raise SessionNotFound(f"no session {session_id} for this caller", session_id=session_id)
+        else:  # a first turn's session is stored with its commit: its job knows whose it is
+            running = host.turns.running(session_id)
+            if running is None or not running.opened or running.owner != principal:
+                raise SessionNotFound(f"no session {session_id} for this caller", session_id=session_id)
+        job = await host.executor.cancel(host.turns, session_id, None if stored is None else stored.revision)
+        if job is None:
+            raise TurnNotRunning(f"no turn of session {session_id} is running here", session_id=session_id)
+        return Cancelled(session_id, cast(Literal["turn", "decision"], job))
 
     # --- turns for other callers ------------------------------------------------------------------
 

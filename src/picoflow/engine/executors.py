@@ -4,7 +4,8 @@ The engine checks a turn's input (the message, the session id, the files), then 
 executor. ``LocalExecutor``, the default, runs it here, in this process, on the engine's store.
 ``picoflow.temporal.TemporalExecutor`` runs it as a durable workflow on worker processes. A
 decision on a pending approval is handed over the same way: it is the other kind of job a session
-runs (``SessionTurns.take`` runs both).
+runs (``SessionTurns.take`` runs both). An executor also stops a running job (``cancel``): where
+the job runs, before it commits.
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ class TurnExecutor(Protocol):
         kind of job a session runs; ``SessionTurns.take`` (``decide`` is the same) runs both."""
         ...
 
+    async def cancel(self, turns: SessionTurns, session_id: str, revision: int | None) -> str | None:
+        """Ask the job running against ``session_id`` to stop before it commits: what it is
+        ("turn", "decision"), or None when none runs where this executor can reach it. ``revision``
+        is the session's stored revision (None: not stored yet), the one a running turn started on."""
+        ...
+
 
 class LocalExecutor:
     """Runs each turn in this process, one at a time per session (the store's compare-and-swap
@@ -48,3 +55,8 @@ class LocalExecutor:
         return turns.take(request, observer)
 
     decide = take  # a decision is a job as a turn is
+
+    async def cancel(self, turns: SessionTurns, session_id: str, revision: int | None) -> str | None:
+        """Stop the job this process runs against ``session_id`` (another process's is out of
+        reach: its turn goes on)."""
+        return turns.cancel(session_id)

@@ -54,6 +54,7 @@ from picoflow.exceptions import (
     SessionNotFound,
     StoreError,
     ToolSourceUnavailable,
+    TurnCancelled,
     UsageLimitExceeded,
 )
 from picoflow.server import errors
@@ -101,6 +102,7 @@ BYTES: dict[str, dict[str, Any]] = {
 SESSION_LINKS: dict[str, tuple[str, str]] = {
     "GetSession": ("get", "/v1/sessions/{session_id}"),
     "DeleteSession": ("delete", "/v1/sessions/{session_id}"),
+    "CancelTurn": ("delete", "/v1/sessions/{session_id}/turn"),
     "AddTurn": ("post", "/v1/sessions/{session_id}/turns"),
     "ListAttachments": ("get", "/v1/sessions/{session_id}/attachments"),
     "ListApprovals": ("get", "/v1/sessions/{session_id}/approvals"),
@@ -126,6 +128,12 @@ TURN_FAILURES: tuple[TurnFailure, ...] = (
     TurnFailure(FlowNotFound, "no such flow", before=True, after=False),
     TurnFailure(SessionNotFound, "no such session (or one of another principal)", before=True, after=False),
     TurnFailure(SessionConflict, "another turn on the session came first", before=True, after=True),
+    TurnFailure(
+        TurnCancelled,
+        "the turn was cancelled (`DELETE /v1/sessions/{session_id}/turn`, or the protocol's own cancel)",
+        before=True,
+        after=True,
+    ),
     TurnFailure(SessionCompleted, "the session has ended", before=True, after=False),
     TurnFailure(FlowMismatch, "the session belongs to another flow", before=True, after=False),
     TurnFailure(ApprovalPending, "an approved action is being carried out", before=True, after=False),
@@ -176,7 +184,8 @@ RETRY_AFTER: dict[str, Any] = {
 }
 STREAMED = (
     "Streamed (`stream: true`, or `Accept: text/event-stream`), a turn that fails once the stream is "
-    "open ends with an `error` event `{status, error}`"
+    "open ends with an `error` event `{status, error}` (a cancelled one with a `cancelled` event, "
+    "the same body)"
 )
 NATIVE_TURNS: tuple[TurnErrors, ...] = (
     TurnErrors("/v1/flows/{flow}/sessions", told=STREAMED, files=True),

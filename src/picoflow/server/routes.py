@@ -25,6 +25,7 @@ from picoflow.server.errors import ApiError, engine_call, not_found
 from picoflow.server.readiness import ReadyResponse
 from picoflow.server.schemas import (
     CallerOut,
+    CancelOut,
     ErrorBody,
     FlowOut,
     RunResponse,
@@ -199,6 +200,18 @@ async def delete_session(session_id: str, access: AccessDep) -> Response:
     return Response(status_code=204)
 
 
+async def cancel_turn(session_id: str, access: AccessDep) -> CancelOut:
+    """Cancel the turn running in the session (or the decision on an approval, with the turn it
+    resumed). Answered 202 once the job was asked to stop: it stops before its commit, so the
+    session keeps its last committed state, and no tool starts after the cancel. The job's own
+    request answers `409 turn_cancelled`, or its stream ends with a `cancelled` event (each
+    protocol's own way, on theirs). 409 `turn_not_running` when no job of the session runs in
+    this server process: none, or it ended or began its final commit first."""
+    async with engine_call(session_id):
+        cancelled = await access.engine.cancel(session_id, caller=access.caller)
+    return CancelOut(session_id=cancelled.session_id, cancelled=cancelled.job)
+
+
 async def session_diagram(session_id: str, access: AccessDep) -> Response:
     """The session's flow with its current step highlighted and the steps it visited shaded."""
     session = await _session(access, session_id)
@@ -225,6 +238,16 @@ DECISION_RESPONSES: dict[int | str, dict[str, Any]] = {
         "model": ErrorBody,
         "description": "The approval was decided already, expired, or is stale (its call changed), "
         "or another decision or turn came first",
+    },
+}
+CANCEL_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **ERRORS,
+    202: {"description": "The running turn (or decision) was asked to stop"},
+    404: {"model": ErrorBody, "description": "No such session (or one of another principal)"},
+    409: {
+        "model": ErrorBody,
+        "description": "No turn of the session runs in this server process: none was, or it ended or "
+        "began its final commit first (`turn_not_running`)",
     },
 }
 HANDOFFS: list[str | Enum] = ["handoffs"]
@@ -293,6 +316,14 @@ def install(app: FastAPI) -> None:
     api("/v1/sessions", list_sessions, methods=["GET"], **sessions)
     api("/v1/sessions/{session_id}", get_session, methods=["GET"], **sessions)
     api("/v1/sessions/{session_id}", delete_session, methods=["DELETE"], status_code=204, **sessions)
+    api(
+        "/v1/sessions/{session_id}/turn",
+        cancel_turn,
+        methods=["DELETE"],
+        status_code=202,
+        tags=SESSIONS,
+        responses=CANCEL_RESPONSES,
+    )
     api("/v1/sessions/{session_id}/attachments", list_attachments, methods=["GET"], **sessions)
     api(
         "/v1/sessions/{session_id}/timeline",

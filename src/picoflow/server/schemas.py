@@ -509,6 +509,15 @@ class CallerOut(BaseModel):
     staff: bool = Field(description="May take handed-off conversations and reply as staff.")
 
 
+class CancelOut(BaseModel):
+    """A running job asked to stop (``DELETE /v1/sessions/{session_id}/turn``)."""
+
+    session_id: str
+    cancelled: Literal["turn", "decision"] = Field(
+        description="What was running: a turn, or a decision on an approval with the turn it resumed."
+    )
+
+
 class SessionSummary(BaseModel):
     id: str
     flow: str

@@ -6,8 +6,10 @@ Events: ``status`` (the embedded model is still loading: ``{"status": "loading",
 ``text`` (when the provider streams; never a structured answer's), ``approval_requested`` and
 ``approval_decided`` (an ``ApprovalOut``), ``reading`` (a reading's verdicts: ``{"step": ...,
 "verdicts": [...]}``), ``handoff`` (the conversation was handed to a person: ``{"step": ...,
-"reason": ...}``), then ``result`` (a ``TurnResponse``) or ``error``
-(``{"status": ..., "error": {...}}``). Every stream ends with a ``result`` or an ``error`` event.
+"reason": ...}``), then ``result`` (a ``TurnResponse``), ``error`` (``{"status": ..., "error":
+{...}}``) or ``cancelled`` (the same body, kind ``turn_cancelled``: the turn was cancelled,
+``DELETE /v1/sessions/{id}/turn``, and nothing of it was stored). Every stream ends with a
+``result``, an ``error`` or a ``cancelled`` event.
 
 Asked with ``?inspect=true`` by a caller who may inspect (the rule of
 ``GET /v1/sessions/{id}/timeline``), the stream also carries the turn's ``timeline`` entries as
@@ -33,6 +35,7 @@ from fastapi.responses import StreamingResponse
 from picoflow.approvals import Approval
 from picoflow.attachments import Attachment
 from picoflow.context import Caller
+from picoflow.engine import FlowEngine, LocalExecutor
 from picoflow.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -45,6 +48,7 @@ from picoflow.events import (
     ToolReturned,
     TurnEvent,
 )
+from picoflow.exceptions import RunError, TurnCancelled
 from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnError, TurnFinished
 from picoflow.server.errors import ApiError, decision_error, v1_error
@@ -60,6 +64,7 @@ __all__ = [
     "Beat",
     "Feed",
     "Item",
+    "cancel_run",
     "open_decision",
     "open_turn",
     "stream_decision",
@@ -88,8 +93,8 @@ def _timeline_event(update: TimelineUpdate) -> bytes:
     return f'event: timeline\ndata: {head[:-1]}, "entry": {update.entry}}}\n\n'.encode()
 
 
-def _error_event(error: ApiError) -> bytes:
-    return _sse("error", {"status": error.status, "error": error.detail()})
+def _error_event(error: ApiError, event: str = "error") -> bytes:
+    return _sse(event, {"status": error.status, "error": error.detail()})
 
 
 def _internal() -> ApiError:
@@ -143,13 +148,21 @@ class Feed:
     an error). Iterating yields ``first`` and what follows, ``BEAT`` while nothing comes, and ends
     after ``TurnFinished`` or None (the run ended without a result)."""
 
-    __slots__ = ("_heartbeat", "_items", "first", "task")
+    __slots__ = ("_heartbeat", "_items", "_stop", "first", "task")
 
-    def __init__(self, task: asyncio.Task[None], items: asyncio.Queue[Item], first: Item, heartbeat: float):
+    def __init__(
+        self,
+        task: asyncio.Task[None],
+        items: asyncio.Queue[Item],
+        first: Item,
+        heartbeat: float,
+        stop: Callable[[], None] | None = None,
+    ):
         self.task = task
         self._items = items
         self.first = first
         self._heartbeat = heartbeat
+        self._stop = stop
 
     @property
     def refused(self) -> TurnError | None:
@@ -175,12 +188,12 @@ class Feed:
                 except TimeoutError:
                     yield BEAT
 
-    def cancel(self) -> bool:
-        """Stop the run if it is still going (a turn cancelled before its commit stores nothing);
-        False when it had ended already."""
-        if self.task.done():
-            return False
-        return self.task.cancel()
+    def abandon(self) -> None:
+        """The client went away before the run's end (a protocol's abort): cancel the run as
+        ``FlowEngine.cancel`` does (it stops before its commit; nothing of it is stored, no tool
+        starts after). No one reads its end any more."""
+        if self._stop is not None and not self.task.done():
+            self._stop()
 
 
 async def open_turn(
@@ -202,7 +215,8 @@ async def open_turn(
         with watch:  # this task's context, which the engine's turn inherits
             try:
                 # The turn runs in this task, which the server holds: a client that leaves cannot
-                # stop it, ``Feed.cancel`` does (a turn cancelled before its commit stores nothing).
+                # cut it short anywhere; ``Feed.abandon`` cancels it (before its commit, as
+                # ``FlowEngine.cancel`` does) for a protocol whose client's abort means so.
                 result = await state.engine.run(
                     flow,
                     message,
@@ -220,7 +234,7 @@ async def open_turn(
                 logger.exception("picoflow.server: a streamed turn failed")
                 items.put_nowait(None)
 
-    return await _open(state, items, read())
+    return await _open(state, items, read(), session_id, caller)
 
 
 async def open_decision(
@@ -259,15 +273,74 @@ async def open_decision(
                 logger.exception("picoflow.server: a streamed decision failed")
                 items.put_nowait(None)
 
-    return await _open(state, items, read())
+    return await _open(state, items, read(), session_id, caller)
 
 
-async def _open(state: ServerState, items: asyncio.Queue[Item], read: Coroutine[Any, Any, None]) -> Feed:
+async def _open(
+    state: ServerState,
+    items: asyncio.Queue[Item],
+    read: Coroutine[Any, Any, None],
+    session_id: str | None,
+    caller: Caller,
+) -> Feed:
     task = asyncio.create_task(read)
     state.streams.add(task)
     task.add_done_callback(state.streams.discard)
     first = await items.get()
-    return Feed(task, items, first, state.settings.sse_heartbeat)
+    stop = None if session_id is None else _stopper(state, task, session_id, caller)
+    return Feed(task, items, first, state.settings.sse_heartbeat, stop)
+
+
+def _stopper(
+    state: ServerState, task: asyncio.Task[None], session_id: str, caller: Caller
+) -> Callable[[], None]:
+    """How the run of ``task`` in ``session_id`` is cancelled when its client goes away."""
+
+    def stop() -> None:
+        if _stop_here(state.engine, task, session_id) is None:  # the job runs where the executor runs it
+            stopping = asyncio.ensure_future(_quietly(_cancel(state.engine, session_id, caller)))
+            state.streams.add(stopping)
+            stopping.add_done_callback(state.streams.discard)
+
+    return stop
+
+
+def _stop_here(engine: FlowEngine, task: asyncio.Future[Any], session_id: str) -> bool | None:
+    """Cancel the job the server's ``task`` runs in ``session_id``, when it runs in this process:
+    whether it was asked to stop; None when the executor runs it elsewhere (it must be asked)."""
+    if task.done():
+        return False
+    running = engine.turns.running(session_id)
+    if running is not None:  # a job runs here: the task's own, or one the task's waits behind
+        if running.task is task:
+            return running.request()
+        return task.cancel()  # its job waits for the session's lock: nothing of it ran
+    if isinstance(engine.executor, LocalExecutor):
+        return False  # its job ended: what is left (its timeline kept) is no one's to stop
+    return None
+
+
+async def _quietly(work: Coroutine[Any, Any, object]) -> None:
+    await work
+
+
+async def _cancel(engine: FlowEngine, session_id: str, caller: Caller) -> bool:
+    try:
+        await engine.cancel(session_id, caller=caller)
+    except RunError:  # it ended meanwhile: nothing to stop
+        return False
+    return True
+
+
+async def cancel_run(state: ServerState, task: asyncio.Future[Any], session_id: str, caller: Caller) -> bool:
+    """Cancel the turn or decision the server runs in ``task`` for ``session_id`` (a protocol's own
+    cancel), as ``FlowEngine.cancel`` does: it stops before its commit, nothing of it stored, and
+    its result is a ``TurnCancelled`` failure (or, still waiting behind another job of the
+    session, it never starts). Whether it was asked to stop."""
+    here = _stop_here(state.engine, task, session_id)
+    if here is not None:
+        return here
+    return await _cancel(state.engine, session_id, caller)
 
 
 async def stream_turn(
@@ -338,7 +411,10 @@ def _respond(
                 if isinstance(item, TurnFinished):
                     result = item.result
                     if result.error is not None:
-                        yield _error_event(error_of(result.error, session_id or result.session_id))
+                        failure = error_of(result.error, session_id or result.session_id)
+                        yield _error_event(
+                            failure, "cancelled" if result.error.is_a(TurnCancelled) else "error"
+                        )
                         return
                     name = result.flow or ""
                     yield _sse(

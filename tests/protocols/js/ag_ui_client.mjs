@@ -4,7 +4,9 @@
 //
 // scenario "chat": one run per message, all in the thread (the agent keeps the messages, as a chat
 // UI does). scenario "approval": the message's run ends with an interrupt; the next run resumes it
-// with {"decision": "approve"}; the same resume sent once more must be refused.
+// with {"decision": "approve"}; the same resume sent once more must be refused. scenario "abort":
+// as "chat", but the first run is aborted (agent.abortRun(), a UI's stop button) as soon as its
+// first TOOL_CALL_RESULT arrives.
 //
 // Prints one JSON document: each run's events (as received), what the run resolved to or the
 // error it failed with, the agent's messages, state and pending interrupts after each run, and
@@ -22,13 +24,17 @@ console.warn = (...args) => {
 const agent = new HttpAgent({ url, threadId, headers: { Authorization: `Bearer ${key}` } });
 const runs = [];
 
-async function run(parameters) {
+async function run(parameters, abortOn) {
   const events = [];
   const record = { events };
   try {
     const result = await agent.runAgent(parameters, {
       onEvent: ({ event }) => {
         events.push(event);
+        if (event.type === abortOn) {
+          record.aborted = true;
+          agent.abortRun();
+        }
       },
     });
     record.newMessages = result.newMessages;
@@ -48,10 +54,10 @@ function say(text) {
   agent.addMessage({ id: `user-${n}`, role: "user", content: text });
 }
 
-if (scenario === "chat") {
-  for (const text of texts) {
+if (scenario === "chat" || scenario === "abort") {
+  for (const [index, text] of texts.entries()) {
     say(text);
-    await run();
+    await run(undefined, scenario === "abort" && index === 0 ? "TOOL_CALL_RESULT" : undefined);
   }
 } else if (scenario === "approval") {
   say(texts[0]);

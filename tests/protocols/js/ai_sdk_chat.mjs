@@ -2,8 +2,9 @@
 // DefaultChatTransport, answering tool approvals with addToolApprovalResponse and sending them on
 // with lastAssistantMessageIsCompleteWithApprovalResponses, as the AI SDK documents.
 //
-// stdin: {"api", "headers", "body", "chatId", "steps": [{"send": text, "files"?, "metadata"?} |
-//         {"approve": true|false, "reason"?}]}
+// stdin: {"api", "headers", "body", "chatId", "steps": [{"send": text, "files"?, "metadata"?,
+//         "stopOn"?} | {"approve": true|false, "reason"?}]}: "stopOn" names a chunk type on which
+//         the Chat is stopped (chat.stop(), useChat's stop: the fetch is aborted).
 // prints: {"requests": [{"status", "streamHeader", "sent", "chunks"}], "messages", "status",
 //          "errors"}: every request the Chat made (the body it sent, the chunks it read), the
 //          chat's messages at the end, its status and the errors it reported.
@@ -57,6 +58,11 @@ class RecordingTransport extends DefaultChatTransport {
         transform(chunk, controller) {
           request.chunks.push(chunk);
           controller.enqueue(chunk);
+          if (stopOn !== undefined && chunk.type === stopOn) {
+            stopOn = undefined;
+            request.stopped = true;
+            chat.stop();
+          }
         },
       }),
     );
@@ -65,6 +71,7 @@ class RecordingTransport extends DefaultChatTransport {
 
 const errors = [];
 let finished = null;
+let stopOn;
 const chat = new NodeChat({
   id: input.chatId,
   transport: new RecordingTransport({
@@ -80,6 +87,7 @@ const chat = new NodeChat({
 
 for (const step of input.steps) {
   if ("send" in step) {
+    stopOn = step.stopOn;
     await chat.sendMessage({ text: step.send, files: step.files, metadata: step.metadata });
     continue;
   }

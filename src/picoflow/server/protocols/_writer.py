@@ -6,8 +6,19 @@ here, with a default that writes nothing."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
-from typing import Any, ClassVar, Final, Generic, TypeVar
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+)
+from typing import Any, ClassVar, Final, Generic, Protocol, TypeVar
+
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from picoflow.events import (
     ApprovalDecided,
@@ -26,7 +37,7 @@ from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnFinished, TurnResult
 from picoflow.server.streams import Beat
 
-__all__ = ["LOST", "PING", "EventWriter", "StreamWriter", "alone", "speaks"]
+__all__ = ["LOST", "PING", "EventWriter", "Run", "StreamWriter", "Streamed", "alone", "speaks"]
 
 logger = logging.getLogger("picoflow.server")
 
@@ -134,25 +145,67 @@ class StreamWriter(EventWriter[bytes]):
     def broken(self) -> bytes:
         return b""
 
-    async def stream(self, feeds: AsyncIterable[AsyncIterable[object]]) -> AsyncIterator[bytes]:
+    def respond(self, feeds: AsyncIterable[Run], media_type: str, headers: Mapping[str, str]) -> Streamed:
+        """The response writing ``stream(feeds)``."""
+        return Streamed(self.stream(feeds), media_type=media_type, headers=headers)
+
+    async def stream(self, feeds: AsyncIterable[Run]) -> AsyncIterator[bytes]:
+        """The stream whole. A client that goes away before its end (its abort: the connection
+        closed) cancels the run it was reading (``Run.abandon``): the protocols' own cancel."""
+        runs = aiter(feeds)
+        run: Run | None = None
+        told = False  # the stream reached an end of its own (not the client's leaving)
         try:
+            run = await anext(runs, None)  # known before the first write, which a client may not wait for
             yield self.opening()
-            async for feed in feeds:
-                async for item in feed:
+            while run is not None:
+                async for item in run:
                     frames = b"".join(self.write(item))
                     if frames:
                         yield frames
                     if self.ended:
+                        told = True
                         return
+                run = await anext(runs, None)
+            told = True
             yield self.broken()
         except Exception:
             # A frame that cannot be written (or a bug) must not drop the connection silently.
+            told = True
             logger.exception("picoflow.server: %s stream failed", self.name)
             if not self.ended:
                 yield self.broken()
+        finally:
+            if not told and not self.ended and run is not None:
+                run.abandon()
 
 
-async def alone(feed: AsyncIterable[object]) -> AsyncIterator[AsyncIterable[object]]:
+class Streamed(StreamingResponse):
+    """A protocol's event stream whose writer is closed the moment the response ends, however it
+    ends: a client gone away is known at once, and its run cancelled (``StreamWriter.stream``),
+    not whenever the garbage collector would have finished the stream."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            stream = self.body_iterator
+            if isinstance(stream, AsyncGenerator):
+                await stream.aclose()
+
+
+class Run(Protocol):
+    """What a stream writes the items of: a turn (or a decision) running for its request, which
+    stops when its client goes away (a ``Feed``)."""
+
+    def __aiter__(self) -> AsyncIterator[object]: ...
+
+    def abandon(self) -> None:
+        """The client went away before the run's end: cancel it."""
+        ...
+
+
+async def alone(feed: Run) -> AsyncIterator[Run]:
     """``feed`` as the one feed of a stream."""
     yield feed
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
@@ -67,7 +67,7 @@ from picoflow.results import TurnError, TurnResult
 from picoflow.server.errors import ApiError, TurnErrors, turn_error
 from picoflow.server.protocols._requests import FLOW_PARAMETER, Decision, invalid
 from picoflow.server.protocols._threads import Thread, check_thread_id
-from picoflow.server.protocols._writer import LOST, StreamWriter, alone, speaks
+from picoflow.server.protocols._writer import LOST, Run, StreamWriter, alone, speaks
 from picoflow.server.state import ERRORS, SESSION_HEADER, ApiRoute, ServerState, access_of
 from picoflow.server.streams import SSE_HEADERS
 
@@ -523,9 +523,8 @@ async def run_agent(request: Request) -> Response:
     return _respond(writer, await thread.decide(run.decisions, writer, _decision_refused, writer.end_with))
 
 
-def _respond(writer: _Writer, feeds: AsyncIterator[AsyncIterable[object]]) -> StreamingResponse:
-    headers = {**SSE_HEADERS, SESSION_HEADER: writer.session_id}
-    return StreamingResponse(writer.stream(feeds), media_type=MEDIA_TYPE, headers=headers)
+def _respond(writer: _Writer, feeds: AsyncIterator[Run]) -> StreamingResponse:
+    return writer.respond(feeds, MEDIA_TYPE, {**SSE_HEADERS, SESSION_HEADER: writer.session_id})
 
 
 SCHEMA_PREFIX = "AgUi"

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from fastapi import FastAPI, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import to_json
 
@@ -61,7 +61,7 @@ from picoflow.events import (
     ToolCalled,
     ToolReturned,
 )
-from picoflow.exceptions import RunError
+from picoflow.exceptions import RunError, TurnCancelled
 from picoflow.flow import FlowSpec
 from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnError, TurnResult
@@ -533,10 +533,18 @@ class _Writer(StreamWriter):
         return self.failed(None)
 
     def failed(self, error: TurnError | None) -> Iterator[bytes]:
-        """A turn that failed: ``error``'s words for users (None: it ended without a result)."""
+        """A turn that failed: ``error``'s words for users (None: it ended without a result). A
+        cancelled one ends as the AI SDK ends a stream its server aborted: ``abort``, no
+        ``finish``."""
         self.ended = True
         yield from self._end_text()
         yield from self._close_step()
+        if error is not None and error.is_a(TurnCancelled):
+            problem = {"kind": error.kind, "status": error.status, "retryable": False, "retryAfter": None}
+            yield self.metadata(sessionId=self.session_id, error=problem)
+            yield _chunk({"type": "abort", "reason": error.message})
+            yield DONE
+            return
         if error is None:
             problem = {"kind": "internal", "status": 500, "retryable": False, "retryAfter": None}
             text = LOST
@@ -592,7 +600,7 @@ async def chat(body: ChatRequest, request: Request) -> Response:
         answering = (decision.approval_id for decision in asked)
         writer = _Writer(access.engine, thread.session_id, message_id, spec, answering)
         feeds = await thread.decide(asked, writer, _decision_refusal)
-    return StreamingResponse(writer.stream(feeds), media_type="text/event-stream", headers=STREAM_HEADERS)
+    return writer.respond(feeds, "text/event-stream", STREAM_HEADERS)
 
 
 def install(app: FastAPI) -> list[str]:

@@ -33,6 +33,7 @@ event, as OpenAI sends it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import secrets
@@ -43,7 +44,7 @@ from functools import partial
 from typing import Annotated, Any, Final, Literal
 
 from fastapi import FastAPI, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from pydantic import (
     BaseModel,
@@ -562,9 +563,8 @@ async def _streamed(access: Access, ask: Ask) -> Response:
             await _discard(access, session_id)
         raise _internal() if refused is None else _turn_failure(refused, ask)
     writer = _Chunks(ask, session_id, _spec(access, ask.flow))
-    chunks = writer.stream(alone(_kept(access, feed, session_id) if created else feed))
-    headers = {**SSE_HEADERS, SESSION_HEADER: session_id}
-    return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
+    feeds = alone(_Kept(access, feed, session_id) if created else feed)
+    return writer.respond(feeds, "text/event-stream", {**SSE_HEADERS, SESSION_HEADER: session_id})
 
 
 async def _new_session(access: Access, flow: str) -> str:
@@ -671,16 +671,43 @@ class _Chunks(StreamWriter):
         yield _internal().event()
 
 
-async def _kept(access: Access, feed: Feed, session_id: str) -> AsyncIterator[object]:
+class _Kept:
     """The feed of a first turn, whose session is dropped before the turn's end is told when the
-    turn does not keep it: lost, or refused (one that ran and failed keeps its session, as the
-    engine keeps it: its error and timeline are filed with it)."""
-    async for item in feed:
-        error = item.result.error if isinstance(item, TurnFinished) else None
-        failure = None if error is None else error.error_class
-        if item is None or (failure is not None and not (failure.recorded and failure.keeps_session)):
-            await _discard(access, session_id)
-        yield item
+    turn does not keep it: lost, refused or cancelled (one that ran and failed keeps its session,
+    as the engine keeps it: its error and timeline are filed with it)."""
+
+    __slots__ = ("access", "feed", "session_id")
+
+    def __init__(self, access: Access, feed: Feed, session_id: str) -> None:
+        self.access = access
+        self.feed = feed
+        self.session_id = session_id
+
+    async def __aiter__(self) -> AsyncIterator[object]:
+        async for item in self.feed:
+            error = item.result.error if isinstance(item, TurnFinished) else None
+            failure = None if error is None else error.error_class
+            if item is None or (failure is not None and not (failure.recorded and failure.keeps_session)):
+                await _discard(self.access, self.session_id)
+            yield item
+
+    def abandon(self) -> None:
+        self.feed.abandon()
+        state = self.access.state
+        dropping = asyncio.ensure_future(self._drop_unless_kept())
+        state.streams.add(dropping)
+        dropping.add_done_callback(state.streams.discard)
+
+    async def _drop_unless_kept(self) -> None:
+        """Once the abandoned first turn is over: its session is dropped unless the turn committed."""
+        await asyncio.wait({self.feed.task})
+        access = self.access
+        try:
+            session = await access.engine.get_session(self.session_id, principal=access.caller.principal)
+        except RunError:
+            return
+        if session is not None and session.turns == 0:
+            await _discard(access, self.session_id)
 
 
 # --- the table ----------------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ from picoflow.exceptions import RunError, SessionNotFound
 from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnError, TurnResult
 from picoflow.server.errors import ApiError
-from picoflow.server.protocols._threads import Thread, check_thread_id
+from picoflow.server.protocols._threads import Thread, check_thread_id, thread_session_id
 from picoflow.server.protocols._writer import LOST, PING
 from picoflow.server.protocols.a2a._jsonrpc import Method, _answer, _error_frame, _frame
 from picoflow.server.protocols.a2a._refusals import _api_refusal, _run_refusal, _turn_refusal
@@ -68,7 +68,7 @@ from picoflow.server.protocols.a2a._tasks import _conclude, _now, _status, _Task
 from picoflow.server.protocols.a2a._wire import _TERMINAL, CANCELED, WORKING, Wire, _dump
 from picoflow.server.readiness import TurnWatch
 from picoflow.server.state import Access, ServerState
-from picoflow.server.streams import SSE_HEADERS, Beat
+from picoflow.server.streams import SSE_HEADERS, Beat, cancel_run
 
 logger = logging.getLogger("picoflow.server")
 
@@ -434,7 +434,8 @@ class _Agent:
             _status(stored, CANCELED)  # waiting for input: nothing runs
             self._tasks.save(stored)
             return _answer(request_id, stored.wire())
-        if not turn.run.task.cancel():
+        session_id = thread_session_id(access.caller.principal, SURFACE, stored.context_id)
+        if not await cancel_run(self._state, turn.run.task, session_id, access.caller):
             raise TaskNotCancelableError("the task's turn has ended")
         await asyncio.wait({turn.run.task})
         self._end(turn)

@@ -14,11 +14,13 @@ from typing import Final
 
 from picoflow.approvals import Approval
 from picoflow.events import ApprovalDecided, HandedOff, StepEntered, ToolCalled, ToolReturned
+from picoflow.exceptions import TurnCancelled
 from picoflow.models.readiness import LoadStatus
 from picoflow.results import TurnResult
 from picoflow.server.protocols._writer import LOST, EventWriter
 from picoflow.server.protocols.a2a._wire import (
     _AGENT,
+    CANCELED,
     COMPLETED,
     FAILED,
     INPUT_REQUIRED,
@@ -197,6 +199,8 @@ def _conclude(task: _Task, result: TurnResult | None) -> list[Wire]:
     if result is None:
         return [_status(task, FAILED, [_text(LOST)])]
     error = result.error
+    if error is not None and error.is_a(TurnCancelled):  # its turn stopped before it committed
+        return [_status(task, CANCELED)]
     if error is not None:
         details: Wire = {
             "event": "error",
