@@ -124,6 +124,11 @@ function verdictAction(entry) {
 
 // --- entries -----------------------------------------------------------------------------------
 
+function shortVersion(version) {
+  if (!version) return "(unrecorded)";
+  return /^[0-9a-f]{64}$/.test(version) ? version.slice(0, 12) : version;
+}
+
 function stepNote(entry) {
   return entry.step ? ` in ${entry.step}` : "";
 }
@@ -276,6 +281,12 @@ function renderEntry(entry, node, message) {
     case "handoff":
       node.append(line("entry-head", tag("handoff"), `handed to a person${stepNote(entry)}`, entry.reason ? `: ${entry.reason}` : ""));
       break;
+    case "migrated":
+      node.append(line("entry-head", tag("migrated"), `from version ${shortVersion(entry.from_version)} to ${shortVersion(entry.to_version)}`));
+      for (const change of entry.changes || []) {
+        node.append(line("note", `${change.action.replace(/_/g, " ")} ${change.step}${change.detail ? ` (${change.detail})` : ""}`));
+      }
+      break;
     case "erased":
       node.append(line("entry-head", tag("memory"), `memory of ${entry.namespace} erased`));
       break;
@@ -382,7 +393,7 @@ export function createInspector({ api }) {
     allowed: false, open: false, following: true, chatSession: null,
     sessionId: null, // the session inspected
     shown: null, // the session whose recorded turns are on screen
-    turns: [], live: null, loading: 0,
+    turns: [], live: null, loading: 0, listing: 0,
   };
 
   function setOpen(open) {
@@ -487,13 +498,17 @@ export function createInspector({ api }) {
     if (els.state.value) query.set("status", els.state.value);
     if (els.errors.checked) query.set("errors", "true");
     els.sessionsStatus.textContent = "Loading…";
+    // Filters changed quickly send several requests, whose answers may come back in any order:
+    // only the last request's answer is shown.
+    const ticket = ++view.listing;
     let sessions;
     try {
       sessions = await api(`/v1/sessions?${query}`);
     } catch (error) {
-      els.sessionsStatus.textContent = error.message;
+      if (ticket === view.listing) els.sessionsStatus.textContent = error.message;
       return;
     }
+    if (ticket !== view.listing) return;
     els.list.replaceChildren(...sessions.map(sessionRow));
     els.sessionsStatus.textContent = sessions.length ? "" : "No session matches these filters.";
   }
