@@ -248,7 +248,7 @@ async def test_changed_arguments_are_refused() -> None:
     assert Desk.ledger == []
 
 
-async def test_a_changed_flow_version_is_refused() -> None:
+async def test_a_new_flow_version_that_changed_the_tool_withdraws_its_approval() -> None:
     store = MemoryStore()
     engine = make_engine([[REFUND_SMALL]], store=store)
     session_id, approval = await propose(engine)
@@ -272,11 +272,14 @@ async def test_a_changed_flow_version_is_refused() -> None:
     assert later.flow("desk").version != engine.flow("desk").version
     refused = await later.decide(session_id, approval.id, "approve", caller=CUSTOMER)
     assert refused.error is not None and refused.error.is_a(ApprovalStale)
-    assert (
-        refused.error.message
-        == f"approval {approval.id} no longer applies: the flow changed since it was asked"
+    assert refused.error.message == (
+        f"approval {approval.id} was withdrawn: withdrawn: its tool changed in a new version of the flow"
     )
     assert Desk.ledger == []
+    # A refused decision stores nothing: the session is still as the first version left it.
+    stored = await store.load(session_id)
+    assert stored is not None and stored.flow_version == engine.flow("desk").version
+    assert [a.status for a in stored.approvals] == ["pending"]
 
 
 async def test_a_second_decision_is_refused() -> None:

@@ -49,6 +49,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "picoflow.slots",
             "picoflow.step",
             "picoflow.tools",
+            "picoflow.versions",
         ),
     ),
     ("runner", ("picoflow._run",)),

@@ -4,14 +4,19 @@ plausible way; a ``Catalog`` holds a flow's replies per locale and is checked wh
 
 from __future__ import annotations
 
+import json
 from datetime import date, datetime, time
 from decimal import Decimal
+from pathlib import Path
 
+import babel
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import picoflow.locale
 from picoflow import Catalog, FlowDefinitionError, Locale
+from picoflow.locale import months_in_any_language
 from picoflow.slots.words import written_numbers
 
 NARROW_NBSP = "\u202f"  # what CLDR puts between groups of digits in French
@@ -306,6 +311,41 @@ def test_months_are_named_by_cldr_with_and_without_accents_dots_and_umlauts() ->
 
 
 # --- words ----------------------------------------------------------------------------------------
+
+
+def test_every_languages_months_are_built_once_and_read_back_from_the_users_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    months_in_any_language.cache_clear()
+    built = months_in_any_language()
+    assert built["listopad"] == frozenset({10, 11})  # Croatian and Polish
+    assert built["agosto"] == frozenset({8}) and built["août"] == frozenset({8})
+    (kept,) = (tmp_path / "picoflow" / "locale").iterdir()
+    assert kept.name == f"months-babel-{babel.__version__}-1.json"
+
+    # A later process reads the table back: CLDR's languages are not read again.
+    def never() -> dict[str, list[int]]:
+        raise AssertionError("the table was built again")
+
+    monkeypatch.setattr(picoflow.locale, "_every_language_months", never)
+    months_in_any_language.cache_clear()
+    assert months_in_any_language() == built
+
+    # A table that is not one this code wrote is built again (and kept again).
+    kept.write_text('{"agosto": ["8"]}', encoding="utf-8")
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    months_in_any_language.cache_clear()
+    assert months_in_any_language() == built
+    assert json.loads(kept.read_text(encoding="utf-8"))["agosto"] == [8]
+
+    # A folder that cannot be written only means building it each time.
+    (tmp_path / "blocked").write_text("a file, not a folder", encoding="utf-8")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "blocked"))
+    months_in_any_language.cache_clear()
+    assert months_in_any_language() == built
+    months_in_any_language.cache_clear()
 
 
 def test_words_are_casefolded_runs_of_letters_and_digits() -> None:

@@ -8,7 +8,16 @@ import uuid
 from picoflow.approvals import Approval, Approvers, PausedResponse
 from picoflow.handoffs import HandoffTicket
 from picoflow.messages import Message, ToolCall
-from picoflow.session import LogRecord, Namespace, Session, new_session_id, session_from_json, session_to_json
+from picoflow.session import (
+    LogRecord,
+    MigrationChange,
+    Namespace,
+    Session,
+    SessionMigration,
+    new_session_id,
+    session_from_json,
+    session_to_json,
+)
 from picoflow.usage import Usage
 
 
@@ -54,6 +63,16 @@ def full_session() -> Session:
         paused=PausedResponse("b", (ToolCall("refund", {"order_id": 1}, "c1"),), ("apr_1",), ("staff",), 4.0),
         handoff=HandoffTicket("a", "b", "damaged item", "flow f, step a", 5.0, taken_by="sam", taken_at=6.0),
         interrupted=["a"],
+        flow_version="v2",
+        migrations=(
+            SessionMigration(
+                "v1",
+                "v2",
+                3,
+                7.0,
+                (MigrationChange("renamed", "b", "from c"), MigrationChange("fell_back", "b")),
+            ),
+        ),
     )
 
 

@@ -396,11 +396,30 @@ class WeekFlow(Flow):
 
 async def test_acknowledge_and_phrase_shape_the_reply_around_the_question() -> None:
     chat = Chat(WeekFlow)
-    assert await chat.say("Hi, I'm Ada", found(("name", "Ada", "Ada"))) == f"{INTRO} Thanks, Ada. {AGE}"
+    assert await chat.say("Hi, I'm Ada", found(("name", "Ada", "Ada"))) == f"{INTRO}\n\nThanks, Ada. {AGE}"
     await chat.say("36", found(("age", "36", 36)))
     await chat.say("Rome", found(("cities", "Rome", ["Rome"])))
     reply = await chat.say("From 2027-05-10", found(("start", "2027-05-10", "2027-05-10")))
     assert reply == "You leave on 2027-05-10. When do you come back?"
+
+
+async def test_an_answer_to_the_first_words_is_a_paragraph_after_the_intro() -> None:
+    chat = Chat(WeekFlow)
+    # The intro, then what answers the user's words: two paragraphs, not one run of sentences.
+    reply = await chat.say("Hi, I'm Ada", found(("name", "Ada", "Ada")))
+    assert reply == f"{INTRO}\n\nThanks, Ada. {AGE}"
+    assert await chat.say("36", found(("age", "36", 36))) == CITIES
+    assert await chat.transcript() == [
+        "WeekTrip | user: Hi, I'm Ada",
+        f"WeekTrip | assistant [direct]: {INTRO}\n\nThanks, Ada. {AGE}",
+        "WeekTrip | user: 36",
+        f"WeekTrip | assistant [direct]: {CITIES}",
+    ]
+    # The model reads the first reply as one line, as it did before the paragraph.
+    assert chat.requests()[1] == [SYSTEM, f"assistant [direct]: {INTRO} Thanks, Ada. {AGE}", "user: 36"]
+    # With nothing to answer, the intro and the question stay one paragraph.
+    other = Chat(WeekFlow)
+    assert await other.say("Hi", found()) == f"{INTRO} {NAME}"
 
 
 async def test_on_complete_may_forget_fields_and_their_question_is_asked_again() -> None:

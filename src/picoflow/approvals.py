@@ -28,6 +28,12 @@ __all__ = ["Approval", "Approvers", "Decision", "PausedResponse", "args_sha256",
 Decision = Literal["approve", "deny"]
 EXPIRED = "expired before anyone decided it"
 """The reason recorded with an approval whose time ran out."""
+TOOL_CHANGED = "withdrawn: its tool changed in a new version of the flow"
+"""The reason recorded with an approval withdrawn because a new version of the flow changed (or
+removed) its tool (``picoflow.versions``)."""
+STEP_CHANGED = "withdrawn: the step that proposed it changed in a new version of the flow"
+"""The reason recorded with an approval withdrawn because a new version of the flow removed the
+step that proposed it, or renamed it without keeping its memory (``picoflow.versions``)."""
 
 ApprovalStatus = Literal["pending", "approved", "denied", "expired", "withdrawn"]
 """``expired``: its time ran out before a decision; ``withdrawn``: a new message came first (the

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from picoflow.approvals import Approval
+from picoflow.session import SessionMigration
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +117,16 @@ class HandedOff:
     """Always None: only the turn itself hands off."""
 
 
+@dataclass(frozen=True, slots=True)
+class SessionMigrated:
+    """The session was stored under another version of its flow and was brought to this one
+    before the turn ran (``picoflow.versions``): what changed, from which version to which."""
+
+    migration: SessionMigration
+    parent: str | None = None
+    """Always None: the session is migrated before the turn runs."""
+
+
 TurnEvent = (
     StepEntered
     | ToolCalled
@@ -126,6 +137,7 @@ TurnEvent = (
     | ReadingJudged
     | PatternFired
     | HandedOff
+    | SessionMigrated
 )
 
 
@@ -139,7 +151,9 @@ class EventRecords:
       ``field_dropped`` (``step``, ``field``, ``value``, ``rule``): a reading's verdicts;
     * ``tool`` (``step``, ``id``, ``name``, ``args``, ``ok``, ``result``): a call and what the model
       was told (a call refused before it ran has no ``args``);
-    * ``approval_requested`` and ``approval_decided``; ``pattern``; ``handoff``.
+    * ``approval_requested`` and ``approval_decided``; ``pattern``; ``handoff``;
+    * ``migrated`` (``from_version``, ``to_version``, ``changes``: each with its ``action``,
+      ``step`` and ``detail``): the session was brought to this version of its flow first.
 
     With ``detailed`` a verdict's record also carries its ``action`` and, when it has them, its
     ``evidence`` (the words that bore it out: source, start, end, text) and ``why``; a tool record
@@ -207,6 +221,8 @@ class EventRecords:
             yield {"kind": "pattern", "step": event.step, "name": event.pattern, "detail": event.detail}
         elif isinstance(event, HandedOff):
             yield {"kind": "handoff", "step": event.step, "reason": event.reason}
+        elif isinstance(event, SessionMigrated):
+            yield migration_record(event.migration)
         # TextChunk: the reply is the reader's to add, whole (its parts say nothing more)
 
     def _verdict_record(self, step: str, verdict: Mapping[str, Any]) -> dict[str, Any]:
@@ -226,3 +242,17 @@ class EventRecords:
                 if key in verdict:
                     record[key] = verdict[key]
         return record
+
+
+def migration_record(migration: SessionMigration) -> dict[str, Any]:
+    """A migration as plain JSON: the ``migrated`` record of a turn's events and timeline."""
+    return {
+        "kind": "migrated",
+        "from_version": migration.from_version,
+        "to_version": migration.to_version,
+        "changes": [
+            {"action": change.action, "step": change.step, "detail": change.detail}
+            | ({"approval": change.approval} if change.approval else {})
+            for change in migration.changes
+        ],
+    }

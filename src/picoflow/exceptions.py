@@ -320,6 +320,16 @@ class FlowMismatch(RunError):
     public_message = "This conversation belongs to another flow."
 
 
+class MigrationFailed(FlowMismatch):
+    """A session stored under another version of its flow cannot be brought to this one: the step
+    it stands in is gone and neither ``Flow.renamed`` nor ``Flow.fallback`` says where it goes, or
+    a step's ``migrate`` raised. Nothing is stored; ``picoflow sessions check`` lists such sessions
+    before a deploy."""
+
+    kind = "migration_failed"
+    public_message = "This conversation cannot continue with the current version of the assistant."
+
+
 class ApprovalRefused(RunError):
     """A decision on an approval was refused: nothing ran and nothing changed."""
 

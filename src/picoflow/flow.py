@@ -12,9 +12,9 @@ import dataclasses
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, overload
 
 from pydantic import BaseModel
 
@@ -97,8 +97,29 @@ class FlowSpec:
     mcp_servers: tuple[MCPServer, ...] = ()
     """MCP servers whose tools the engine has still to list and add to the steps (empty once done)."""
     version: str = ""
-    """SHA-256 of what the flow offers the model (steps, tools and their schemas, which need
-    approval): an approval given under one version is refused under another."""
+    """The flow's version: the one it declares (``Flow.version``), else the SHA-256 of its
+    structure (steps, tools and their schemas, which need approval, slots models). A session stored
+    under another version is migrated when it is loaded (``picoflow.versions``)."""
+    renamed: Mapping[str, str] = field(default_factory=dict)
+    """Old step names and the steps that carry them on (``Flow.renamed``)."""
+    fallback: str | None = None
+    """Where a session standing in a step that is gone, unmapped, goes (``Flow.fallback``)."""
+
+
+class _StructureVersion:
+    """``Flow.version`` where a flow declares none: the digest of its structure, read from its spec."""
+
+    @overload
+    def __get__(self, instance: None, owner: type[Flow]) -> str: ...
+
+    @overload
+    def __get__(self, instance: Flow, owner: type[Flow] | None = None) -> str: ...
+
+    def __get__(self, instance: Flow | None, owner: type[Flow] | None = None) -> str:
+        if owner is None:
+            assert instance is not None, "Flow.version is read on a flow class or instance"
+            owner = type(instance)
+        return owner.spec().version
 
 
 class Flow:
@@ -125,6 +146,23 @@ class Flow:
     #: What the flow does when the user leaves the path (``picoflow.repairs``); a step's own
     #: ``repairs`` wins for that step.
     repairs: ClassVar[Repairs] = Repairs()
+    #: The flow's version. By default a digest of its structure (its steps, their tools and the
+    #: tools' argument schemas, the slots models of its forms), so any change of them is a new
+    #: version; declare one (``version = "2025-06"``) to say yourself when it changes. Sessions
+    #: record the version they ran on and are migrated when loaded under another one.
+    version: ClassVar[str] = _StructureVersion()  # type: ignore[assignment]
+    #: Steps renamed since an earlier version, by their old name: ``{"Compare": Review}``. A session
+    #: standing in (or holding the state of) an old name is carried on by the new step.
+    renamed: ClassVar[Mapping[str, type[Step] | str]] = {}
+    #: Where a session goes when the step it stood in is gone and ``renamed`` does not map it; it is
+    #: told so (``fallback_message``) and asked the step's opening question. None: such a session
+    #: cannot continue (its turns fail with ``MigrationFailed`` until the flow maps its step).
+    fallback: ClassVar[type[Step] | str | None] = None
+    #: What a session sent to ``fallback`` is told, before the fallback step's opening question.
+    fallback_message: ClassVar[str] = (
+        "This assistant has been updated since your last message, and the part of the "
+        "conversation you were in no longer exists, so we continue from here."
+    )
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -207,6 +245,7 @@ def _build(cls: type[Flow]) -> FlowSpec:
     if start_name not in step_classes:
         raise FlowDefinitionError(f"{where}: start step {start_name!r} is not one of its steps")
     _check_repairs(cls, where, step_classes)
+    renamed, fallback = _check_versions(cls, where, step_classes)
 
     specs: dict[str, StepSpec] = {}
     transitions: list[Transition] = []
@@ -254,7 +293,9 @@ def _build(cls: type[Flow]) -> FlowSpec:
     only_sub = {t.target for t in sub_steps} - {start_name} - {t.target for t in transitions}
     transitions = [t for t in transitions if not (t.source in only_sub and t.via == "terminate_session")]
     return FlowSpec(
-        version=flow_version(cls.name, specs.values()),
+        version=_declared_version(cls, where) or flow_version(cls.name, specs.values()),
+        renamed=renamed,
+        fallback=fallback,
         cls=cls,
         name=cls.name,
         description=(cls.__doc__ or "").strip(),
@@ -355,9 +396,72 @@ def tool_sha256(tool: ToolSpec) -> str:
 
 
 def flow_version(name: str, steps: Iterable[StepSpec]) -> str:
-    """The version of a flow: its steps, in order, and each step's tools."""
-    shape = [name, [[step.name, sorted(tool_sha256(tool) for tool in step.tools.values())] for step in steps]]
-    return hashlib.sha256(json.dumps(shape).encode()).hexdigest()
+    """The version of a flow that declares none: the SHA-256 of its structure — its steps, in
+    order, each step's tools (their definitions, argument schemas included, and who approves
+    them) and the schema of its form's slots model. Prompts, hooks and handler code are not part of
+    it: changing them changes no stored session's meaning."""
+    shape = [
+        name,
+        [
+            [step.name, sorted(tool_sha256(tool) for tool in step.tools.values()), _slots_schema(step.cls)]
+            for step in steps
+        ],
+    ]
+    return hashlib.sha256(json.dumps(shape, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _slots_schema(step_cls: type[Step]) -> dict[str, Any] | None:
+    """The JSON schema of a form's slots model (``SlotStep.slots``); None for a step without one."""
+    slots = getattr(step_cls, "slots", None)
+    return json_schema(slots) if isinstance(slots, type) and issubclass(slots, BaseModel) else None
+
+
+def _declared_version(cls: type[Flow], where: str) -> str | None:
+    """The version the flow (or a base flow) declares; None for the digest of its structure."""
+    declared = next((klass.__dict__["version"] for klass in cls.__mro__ if "version" in klass.__dict__), None)
+    if declared is None or isinstance(declared, _StructureVersion):
+        return None
+    if not isinstance(declared, str) or not declared.strip():
+        raise FlowDefinitionError(f"{where}: version must be a non-empty string, not {declared!r}")
+    return declared.strip()
+
+
+def _check_versions(
+    cls: type[Flow], where: str, steps: Mapping[str, type[Step]]
+) -> tuple[dict[str, str], str | None]:
+    """``renamed`` maps names the flow no longer has to steps it has; ``fallback`` is a step the
+    user can be told where they are in (not a LogicStep, a Handoff or the end)."""
+    if not isinstance(cls.renamed, Mapping):
+        raise FlowDefinitionError(f'{where}: renamed must be a mapping {{"OldName": NewStep}}')
+    renamed: dict[str, str] = {}
+    for old, new in cls.renamed.items():
+        target = new if isinstance(new, str) else _named(new)
+        if not isinstance(old, str) or not STEP_NAME.match(old):
+            raise FlowDefinitionError(f"{where}: renamed maps {old!r}, which is not a step name")
+        if old in steps:
+            raise FlowDefinitionError(
+                f"{where}: renamed maps {old!r}, which is still a step of the flow: a stored session in "
+                f"it could be in either; give the new step another name"
+            )
+        if target not in steps:
+            raise FlowDefinitionError(f"{where}: renamed maps {old!r} to {target!r}, not one of its steps")
+        renamed[old] = target
+    fallback = cls.fallback
+    if fallback is None:
+        return renamed, None
+    name = fallback if isinstance(fallback, str) else _named(fallback)
+    if name not in steps:
+        raise FlowDefinitionError(f"{where}: fallback names {name!r}, not one of its steps")
+    chosen = steps[name]
+    if chosen.is_logic or chosen.is_terminal:
+        kind = "a Handoff" if chosen.is_handoff else "a LogicStep" if chosen.is_logic else "the TerminateStep"
+        raise FlowDefinitionError(
+            f"{where}: fallback names {name!r}, {kind}; a session sent there is told where it is and "
+            "asked the step's opening question, so it must be a conversational step"
+        )
+    if not isinstance(cls.fallback_message, str) or not cls.fallback_message.strip():
+        raise FlowDefinitionError(f"{where}: fallback_message must be the text a session sent there is told")
+    return renamed, name
 
 
 def _servers(servers: object, where: str) -> tuple[MCPServer, ...]:

@@ -13,6 +13,9 @@ declared locale reads numbers exactly as that locale writes them.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import re
 import string
 import unicodedata
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, time
 from decimal import Decimal
 from functools import cache
+from pathlib import Path
 from types import MappingProxyType
 from typing import Literal, TypeAlias
 
@@ -258,7 +262,27 @@ def _data(tag: str) -> _Data:
 def months_in_any_language() -> Mapping[str, frozenset[int]]:
     """Every language's month names (``Locale.months`` of each language CLDR knows), each with the
     months it names in some language ("listopad" is 10 in Croatian and 11 in Polish): what a month
-    word may mean when a flow declares no locale. Built once, on first use."""
+    word may mean when a flow declares no locale. Built once, on first use.
+
+    Building it reads the CLDR data of every language (a second or more, and some 150 MB held
+    by Babel afterwards), so the table is kept in the user's cache folder (``$XDG_CACHE_HOME``,
+    else ``~/.cache``, under ``picoflow/locale``), one file per Babel version: a later process
+    reads it back in milliseconds. A folder that cannot be written only means building it again."""
+    path = _months_file()
+    found = _read_months(path) if path is not None else None
+    if found is None:
+        found = _every_language_months()
+        if path is not None:
+            _write_months(path, found)
+    return MappingProxyType({name: frozenset(months) for name, months in found.items()})
+
+
+_MONTHS_FORMAT = 1
+"""Raise it whenever ``_months`` or ``_spellings`` reads CLDR's names otherwise: a table kept by an
+earlier picoflow is then built again."""
+
+
+def _every_language_months() -> dict[str, list[int]]:
     found: dict[str, set[int]] = {}
     for identifier in babel.localedata.locale_identifiers():
         if "_" in identifier:
@@ -269,7 +293,42 @@ def months_in_any_language() -> Mapping[str, frozenset[int]]:
             continue
         for name, month in names.items():
             found.setdefault(name, set()).add(month)
-    return MappingProxyType({name: frozenset(months) for name, months in found.items()})
+    return {name: sorted(months) for name, months in found.items()}
+
+
+def _months_file() -> Path | None:
+    try:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser()
+    except RuntimeError:  # no home folder to find
+        return None
+    return base / "picoflow" / "locale" / f"months-babel-{babel.__version__}-{_MONTHS_FORMAT}.json"
+
+
+def _read_months(path: Path) -> dict[str, list[int]] | None:
+    """The table kept at ``path``; None when there is none, or not one this code wrote."""
+    try:
+        kept = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(kept, dict) or not kept:
+        return None
+    for months in kept.values():
+        if not (isinstance(months, list) and months and all(type(m) is int and 1 <= m <= 12 for m in months)):
+            return None
+    return kept
+
+
+def _write_months(path: Path, found: Mapping[str, list[int]]) -> None:
+    # Written whole under another name, then renamed: a process reading it meanwhile never sees
+    # half a table, whichever of two processes building it at once renames last.
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(json.dumps(found, ensure_ascii=False, sort_keys=True), encoding="utf-8")
+        os.replace(partial, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
 
 
 def _spelled(language: str) -> str | None:

@@ -53,6 +53,63 @@ OPEN_STATUSES: tuple[SessionStatus, ...] = ("running", "awaiting_approval", "awa
 #: Bumped when the document's shape changes incompatibly; ``Flow.on_restore_session`` sees old ones.
 DOCUMENT_VERSION = 1
 
+MAX_MIGRATIONS = 20
+"""Migrations a session keeps in its record (the latest ones): one per deploy that changed its flow."""
+
+MigrationAction = Literal[
+    "renamed",
+    "fell_back",
+    "state_migrated",
+    "state_dropped",
+    "field_dropped",
+    "approval_carried",
+    "approval_withdrawn",
+    "handoff_ended",
+]
+"""What a migration did to a session loaded under a new version of its flow (``picoflow.versions``):
+
+* ``renamed``: a step of ``Flow.renamed`` took over an old step's state (and the session, if it
+  stood there);
+* ``fell_back``: the step the session stood in is gone, unmapped: it went to ``Flow.fallback``;
+* ``state_migrated``: the step's ``migrate(state, from_version)`` changed its state;
+* ``state_dropped``: the state of a step that is gone, unmapped, was dropped;
+* ``field_dropped``: a form's field no longer validates under the new slots model: it is asked again;
+* ``approval_carried``: a pending approval whose tool is unchanged stays pending under the new version;
+* ``approval_withdrawn``: a pending approval whose tool changed (or is gone) was withdrawn;
+* ``handoff_ended``: the Handoff step the session waited in is gone: it no longer awaits a human."""
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationChange:
+    """One thing a migration did, in words for the flow's author (never a user's value)."""
+
+    action: MigrationAction
+    step: str
+    """The step it concerns (under its new name when it was renamed)."""
+    detail: str = ""
+    """What exactly: the old name, a field and the rule it broke, the keys a state changed, an
+    approval's tool."""
+    approval: str | None = None
+    """The id of the approval carried or withdrawn."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionMigration:
+    """A session stored under one version of its flow, brought to another when it was loaded."""
+
+    from_version: str
+    """The version the session last ran on ("": stored before versions were recorded)."""
+    to_version: str
+    turn: int
+    """The turn that migrated it (the first to run on ``to_version``)."""
+    at: float
+    changes: tuple[MigrationChange, ...] = ()
+
+    @property
+    def fell_back(self) -> MigrationChange | None:
+        """The change that sent the session to the flow's fallback step, if there was one."""
+        return next((change for change in self.changes if change.action == "fell_back"), None)
+
 
 @dataclass(slots=True)
 class Namespace:
@@ -120,6 +177,12 @@ class Session:
     interrupted: list[str] = field(default_factory=list)
     """The steps digressions interrupted, the innermost last: each ``Step.resume`` goes back to
     the last one (``picoflow.repairs``)."""
+    flow_version: str = ""
+    """The version of the flow (``Flow.version``) the session's last turn ran on; "" for a session
+    stored before versions were recorded. Loaded under another version, it is migrated first."""
+    migrations: tuple[SessionMigration, ...] = ()
+    """The migrations the session went through, oldest first (the latest ``MAX_MIGRATIONS``):
+    with ``flow_version``, the version every turn ran on."""
 
     def namespace(self, name: str) -> Namespace:
         ns = self.memory.get(name)
@@ -161,6 +224,8 @@ class Session:
             self.paused,
             self.handoff,
             self.interrupted.copy(),
+            self.flow_version,
+            self.migrations,
         )
 
     def info(self) -> SessionInfo:
@@ -175,6 +240,15 @@ class Session:
             created_at=self.created_at,
             updated_at=self.updated_at,
         )
+
+    def version_of_turn(self, turn: int) -> str:
+        """The version of the flow turn ``turn`` (from 1) ran on, as far as the session recorded it
+        ("" when it ran before versions were recorded)."""
+        version = self.migrations[0].from_version if self.migrations else self.flow_version
+        for migration in self.migrations:
+            if migration.turn <= turn:
+                version = migration.to_version
+        return version
 
 
 @dataclass(frozen=True, slots=True)

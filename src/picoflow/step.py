@@ -246,6 +246,21 @@ class Step:
             return text
         return cls.output.model_validate_json(text)
 
+    @classmethod
+    def migrate(cls, state: dict[str, Any], from_version: str) -> dict[str, Any]:
+        """Bring this step's stored ``state`` (JSON values), written under version ``from_version``
+        of the flow ("" for a session stored before versions were recorded), to what this code
+        reads, and return it. Called once per session and step when a session stored under another
+        version is loaded, before the turn runs; what it returns is committed with the turn (a
+        failed turn stores nothing). A state it cannot carry can be returned empty: the step starts
+        over. Raising makes the session's turns fail (``MigrationFailed``); ``picoflow sessions
+        check`` lists them before a deploy. By default the state is kept as it is.
+
+        It must decide from its arguments alone (no clock, no I/O): ``sessions check`` runs it
+        without changing anything, and a durable executor may run it again.
+        """
+        return state
+
     # --- hooks -------------------------------------------------------------------------------
 
     def on_enter(self) -> Any:

@@ -20,6 +20,8 @@ Entries come in the order they happened; each has a ``kind``:
 * ``tool``: a call with its validated arguments and what the model was told (``ok`` false: a
   refusal or an error);
 * ``approval_requested`` / ``approval_decided``, ``pattern`` (a repair pattern), ``handoff``;
+* ``migrated``: the session was stored under another version of the flow and was brought to this
+  one before the turn ran (``picoflow.versions``): each change with its action, step and detail;
 * ``erased``: a namespace's memory was erased;
 * ``state``: a step's state as the turn changed it, key by key (before and after);
 * ``omitted``: entries left out because the turn outgrew ``TimelineSettings.max_bytes``.
@@ -53,6 +55,8 @@ __all__ = [
     "HandoffEntry",
     "Left",
     "MessageShown",
+    "MigratedEntry",
+    "MigrationChangeShown",
     "ModelEntry",
     "Omitted",
     "PatternEntry",
@@ -287,6 +291,25 @@ class HandoffEntry(_Entry):
     reason: str | None = None
 
 
+class MigrationChangeShown(BaseModel):
+    """One thing a migration did (``picoflow.session.MigrationChange``)."""
+
+    action: str
+    step: str
+    detail: str = ""
+    approval: str | None = None
+
+
+class MigratedEntry(_Entry):
+    """The session was brought from another version of its flow to this one before the turn ran."""
+
+    kind: Literal["migrated"] = "migrated"
+    from_version: str
+    """"" for a session stored before versions were recorded."""
+    to_version: str
+    changes: list[MigrationChangeShown] = Field(default_factory=list)
+
+
 class Erased(_Entry):
     kind: Literal["erased"] = "erased"
     namespace: str
@@ -328,6 +351,7 @@ TimelineEntry = Annotated[
     | ApprovalDecidedEntry
     | PatternEntry
     | HandoffEntry
+    | MigratedEntry
     | Erased
     | StateEntry
     | Omitted,
@@ -354,6 +378,8 @@ class TurnTimeline(BaseModel):
     turn: int
     """The turn's number in the session (a failed turn has the number the next one will have)."""
     flow: str
+    flow_version: str = ""
+    """The version of the flow the turn ran on ("" in a timeline recorded before versions were)."""
     trigger: Literal["message", "decision"] = "message"
     message: str
     """The user's message (or the decision taken)."""

@@ -102,7 +102,7 @@ async def test_a_budget_given_early_is_not_asked_for_and_is_in_the_search() -> N
     said = ["Hi, under $500 a night please", "yes", "8/1/2027 to 8/3/2027", "two beds", "nothing", "no"]
     replies = [result.message for result in await chat.say_all(said)]
     assert replies[:5] == [
-        f"{HELLO} Noted: up to $500 a night. {PORTLAND}",
+        f"{HELLO}\n\nNoted: up to $500 a night. {PORTLAND}",
         f"Great. {DATES}",
         f"Check-in Sunday August 1, 2027, check-out Tuesday August 3, 2027: 2 nights. {ROOM}",
         f"Noted: two beds. {AMENITIES}",
@@ -158,7 +158,7 @@ async def test_a_stay_outside_portland_is_refused_with_the_reason() -> None:
     no = found(("in_portland", "no, Seattle", False))
     chat = chat_with(no, no)
     result = await chat.say("no, Seattle")
-    assert result.message == f"{HELLO} Sorry, we only have hotels in the Portland, Oregon area. {PORTLAND}"
+    assert result.message == f"{HELLO}\n\nSorry, we only have hotels in the Portland, Oregon area. {PORTLAND}"
     assert "in_portland" not in (await known(chat))
 
 

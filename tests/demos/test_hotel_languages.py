@@ -76,8 +76,8 @@ async def test_a_spanish_guest_is_answered_in_spanish_from_the_greeting_to_the_b
     replies = [result.message for result in await chat.say_all(said)]
     usd = f"{NBSP}US$"
     assert replies == [
-        "¡Hola! Puedo ayudarle a encontrar un hotel en la zona de Portland, Oregón. Perfecto. Anotado: dos "
-        "camas. ¿Cuáles son sus fechas de llegada y de salida?",
+        "¡Hola! Puedo ayudarle a encontrar un hotel en la zona de Portland, Oregón.\n\nPerfecto. Anotado: "
+        "dos camas. ¿Cuáles son sus fechas de llegada y de salida?",
         "Lo siento, la fecha de llegada debe ser posterior a hoy, jueves, 15 de julio de 2027. ¿Cuáles son "
         "sus fechas de llegada y de salida?",
         "Llegada el martes, 10 de agosto de 2027, salida el viernes, 13 de agosto de 2027: 3 noches. ¿Qué "
@@ -169,8 +169,8 @@ async def test_a_german_guest_refused_and_leaving_is_answered_in_german() -> Non
     ]
     replies = [result.message for result in await chat.say_all(said)]
     assert replies == [
-        "Hallo! Ich helfe Ihnen gern, ein Hotel in der Gegend von Portland, Oregon, zu finden. Notiert: zwei "
-        "Betten. Ist Ihr Aufenthalt in der Gegend von Portland?",
+        "Hallo! Ich helfe Ihnen gern, ein Hotel in der Gegend von Portland, Oregon, zu finden.\n\nNotiert: "
+        "zwei Betten. Ist Ihr Aufenthalt in der Gegend von Portland?",
         "Entschuldigung, wir haben nur Hotels in der Gegend von Portland, Oregon. Ist Ihr Aufenthalt in der "
         "Gegend von Portland?",
         "Sehr gut. Anreise am Dienstag, 10. August 2027, Abreise am Freitag, 13. August 2027: 3 Nächte. An "
@@ -346,9 +346,8 @@ async def test_an_english_guest_reads_the_replies_of_before() -> None:
     ]
     replies = [result.message for result in await chat.say_all(said)]
     assert replies == [
-        "Hello! I can help you find a hotel in the Portland, Oregon area. Great. Noted: two beds. What are "
-        "your "
-        "check-in and check-out dates?",
+        "Hello! I can help you find a hotel in the Portland, Oregon area.\n\nGreat. Noted: two beds. What "
+        "are your check-in and check-out dates?",
         "Sorry, the check-in date must be after today, Thursday July 15, 2027. What are your check-in and "
         "check-out dates?",
         "Check-in Tuesday August 10, 2027, check-out Friday August 13, 2027: 3 nights. What nightly budget "

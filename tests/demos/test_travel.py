@@ -370,7 +370,7 @@ async def test_dates_that_cannot_be_planned_are_refused_with_the_reason(
     chat = chat_with({"Planner": [reading]})
     result = await chat.say(said)
     assert result.message == (
-        f"{HELLO} Noted: Boston. Sorry, {refusal} When would you like to be in Boston? Give your check-in "
+        f"{HELLO}\n\nNoted: Boston. Sorry, {refusal} When would you like to be in Boston? Give your check-in "
         "and check-out dates."
     )
     # The traveller is told at once: the model read the dates right, and is not asked again.
@@ -397,7 +397,7 @@ async def test_a_check_out_date_alone_is_read_against_the_check_in_kept() -> Non
     said = ["Boston, arriving June 20", "leaving June 12", "sorry, the 24th"]
     replies = [result.message for result in await chat.say_all(said)]
     assert replies == [
-        f"{HELLO} Noted: Boston. Check-in Sun Jun 20, 2027. What is your check-out date?",
+        f"{HELLO}\n\nNoted: Boston. Check-in Sun Jun 20, 2027. What is your check-out date?",
         "Sorry, the trip would end on Sat Jun 12, 2027, before it starts on Sun Jun 20, 2027: the check-out "
         "date must come after the check-in date. Check-in Sun Jun 20, 2027. What is your check-out date?",
         f"Noted: Boston; Sun Jun 20 to Thu Jun 24, 2027 (4 nights). {WISHES_QUESTION}",
@@ -455,8 +455,8 @@ async def test_a_city_without_listings_is_refused_and_the_dates_are_kept() -> No
     refused, planned = await chat.say_all(["Paris from June 10 to 13", "OK, NOLA then. I love jazz"])
     # The traveller's words are not repeated; the question lists the cities there are listings for.
     assert refused.message == (
-        f"{HELLO} Noted: Thu Jun 10 to Sun Jun 13, 2027 (3 nights). Sorry, I have no listings for that city. "
-        f"{WHICH_CITY}"
+        f"{HELLO}\n\nNoted: Thu Jun 10 to Sun Jun 13, 2027 (3 nights). "
+        f"Sorry, I have no listings for that city. {WHICH_CITY}"
     )
     assert planned.message == NOLA_PLAN
     assert conversation(await transcript(chat)) == [
@@ -687,7 +687,7 @@ async def test_answers_in_another_order_are_all_kept_and_the_wishes_are_asked_on
     results = await chat.say_all(said)
     replies = [result.message for result in results]
     assert replies[:2] == [
-        f"{HELLO} Noted: Thu Jun 10 to Sun Jun 13, 2027 (3 nights). {WHICH_CITY}",
+        f"{HELLO}\n\nNoted: Thu Jun 10 to Sun Jun 13, 2027 (3 nights). {WHICH_CITY}",
         f"Noted: New Orleans; Thu Jun 10 to Sun Jun 13, 2027 (3 nights). {WISHES_QUESTION}",
     ]
     # Declined, the wishes are not asked again: the plan, then nothing new to plan.

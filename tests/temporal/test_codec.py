@@ -10,12 +10,13 @@ from hypothesis import strategies as st
 
 from picoflow.approvals import Approval, Approvers
 from picoflow.context import Caller
-from picoflow.events import PatternFired
+from picoflow.events import PatternFired, SessionMigrated
 from picoflow.exceptions import ModelMisbehaved, SessionConflict, StoreUnavailable, SubStepFailed, ToolFailure
 from picoflow.messages import Message, ModelRequest, ModelResponse, OutputSchema, ToolCall, ToolDefinition
 from picoflow.outcomes import Direct, Go, Stay, direct_to, go, repair, stay
 from picoflow.outcomes import direct as direct_outcome
 from picoflow.results import TurnError, TurnResult
+from picoflow.session import MigrationChange, SessionMigration
 from picoflow.temporal import _codec as codec
 from picoflow.usage import Usage
 
@@ -83,6 +84,15 @@ def test_a_repair_and_its_event_come_back_whole() -> None:
     assert codec.decode_event(codec.encode_event(PatternFired("Desk", "repeat"))) == PatternFired(
         "Desk", "repeat"
     )
+
+
+def test_a_migration_event_comes_back_whole() -> None:
+    changes = (
+        MigrationChange("renamed", "Review", "from Compare"),
+        MigrationChange("approval_withdrawn", "Book", "book", "apr_1"),
+    )
+    event = SessionMigrated(SessionMigration("v1", "v2", 4, 1_000.0, changes))
+    assert codec.decode_event(codec.encode_event(event)) == event
 
 
 def test_errors_come_back_of_their_class() -> None:

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 
 from picoflow._run.approvals import answer_unfinished, approvals_of, check_decision, decide_approval
-from picoflow._run.effects import Paused, Reply
+from picoflow._run.effects import Paused, Reply, enter
 from picoflow._run.files import TurnFiles
 from picoflow._run.handoff import wait_for_staff
 from picoflow._run.loop import resume_turn, run_turn
@@ -32,7 +32,9 @@ from picoflow.exceptions import (
     SessionNotFound,
 )
 from picoflow.flow import FlowSpec
+from picoflow.outcomes import direct
 from picoflow.session import OPEN_STATUSES, Session
+from picoflow.versions import migrate_session
 
 __all__ = ["DecisionRequest", "TurnRequest"]
 
@@ -68,11 +70,18 @@ class TurnRequest:
             assert spec is not None  # the engine resolves the flow of a new session up front
             principal = self.caller.principal
             session = Session(
-                id=self.session_id, flow=spec.name, current_step=spec.start, principal=principal
+                id=self.session_id,
+                flow=spec.name,
+                current_step=spec.start,
+                principal=principal,
+                flow_version=spec.version,
             )
             return Opened(await turns.ready(spec), session, self.caller, None)
         spec, stored = await self._stored(turns)
-        return Opened(await turns.ready(spec), stored, self.caller, stored.revision)
+        spec = await turns.ready(spec)  # its MCP tools listed: an approval of one may be carried
+        expected = stored.revision
+        migration = migrate_session(stored, spec, turns.host.clock())
+        return Opened(spec, stored, self.caller, expected, migration)
 
     async def _stored(self, turns: SessionTurns) -> tuple[FlowSpec, Session]:
         session_id, spec = self.session_id, self.spec
@@ -86,25 +95,41 @@ class TurnRequest:
             raise FlowMismatch(f"session {session_id} belongs to flow {stored.flow}, not {spec.name}")
         if stored.status not in OPEN_STATUSES:
             raise SessionCompleted(f"session {session_id} is {stored.status}", session_id=session_id)
-        if stored.current_step not in spec.steps:
-            raise FlowMismatch(
-                f"session {session_id} is in step {stored.current_step}, unknown to {spec.name}"
-            )
         return spec, stored
 
     async def run(self, turns: SessionTurns, ws: Workspace, opened: Opened) -> Reply | Paused:
         """The message answered (by the loop, or kept for staff while a human is awaited), and
-        committed with its files."""
+        committed with its files. A session a new version of its flow sent to the fallback step is
+        told so instead."""
         if self.files or ws.session.files_sent:
             ws.files = TurnFiles(self.files, functools.partial(turns.host.store.load_files, ws.session.id))
         if ws.session.paused is not None:
             await _close_paused(turns, ws, ws.session.paused)
+        fell_back = opened.migration.fell_back if opened.migration is not None else None
         if ws.session.status == "awaiting_human":  # staff answer: no model is called
             reply: Reply | Paused = await turns.observed(ws, wait_for_staff(ws, self.text))
+        elif fell_back is not None and ws.session.current_step == fell_back.step:
+            reply = await turns.observed(ws, _fall_back(ws, self.text))
         else:
             reply = await turns.observed(ws, run_turn(ws, self.text))
         await turns.commit(ws, opened.expected, self.files)
         return reply
+
+
+async def _fall_back(ws: Workspace, text: str) -> Reply:
+    """The first turn in the fallback step of a session whose step a new version of the flow
+    removed: the step is entered, the user's message kept in its memory, and the reply, written in
+    code, says what happened (``Flow.fallback_message``) and asks the step's opening question. The
+    message itself is not answered: it was written for a step that no longer exists."""
+    name = ws.session.current_step
+    await enter(ws, name, previous=None)
+    ws.add_user(name, text)
+    step = ws.step(name)
+    opening = await ws.hook(step, "opening", step.opening)
+    notice = ws.config.spec.cls.fallback_message.strip()
+    said = direct(f"{notice} {opening}".strip() if isinstance(opening, str) else notice)
+    ws.add_direct(name, said)
+    return Reply(said.content)
 
 
 async def _close_paused(turns: SessionTurns, ws: Workspace, paused: PausedResponse) -> None:
@@ -152,12 +177,14 @@ class DecisionRequest:
         if stored is None:
             raise ApprovalNotFound(f"no approval {self.approval_id} for this caller", session_id=session_id)
         spec = await turns.ready(turns.host.flow(stored.flow))
+        expected = stored.revision
+        migration = migrate_session(stored, spec, turns.host.clock())
         _, paused = check_decision(stored, spec, self.approval_id, self.caller, self.at)
         # The calls run as the proposing caller: the session's principal, with its visibilities.
         owner = Caller(
             principal=stored.principal, visibilities=frozenset(paused.visibilities), deps=self.caller.deps
         )
-        return Opened(spec, stored, owner, stored.revision)
+        return Opened(spec, stored, owner, expected, migration)
 
     async def run(self, turns: SessionTurns, ws: Workspace, opened: Opened) -> Reply | Paused:
         """The decision recorded and claimed; with the last one its response waited for, the

@@ -17,6 +17,7 @@ from picoflow.events import (
     HandedOff,
     PatternFired,
     ReadingJudged,
+    SessionMigrated,
     StepEntered,
     TextChunk,
     ToolCalled,
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from picoflow.approvals import Approval
     from picoflow.messages import ModelRequest, ModelResponse, ToolCall
     from picoflow.results import TurnResult
-    from picoflow.session import Session
+    from picoflow.session import Session, SessionMigration
     from picoflow.slots.grounding import Verdict
 
 
@@ -62,6 +63,10 @@ class TurnObserver:
 
     def turn_aborted(self, error: BaseException) -> None:
         """The turn was interrupted (cancelled) and gives no result."""
+
+    def session_migrated(self, migration: SessionMigration) -> None:
+        """The session was stored under another version of its flow: ``migration`` says what was
+        done to bring it to this one (before any step ran; committed with the turn)."""
 
     def step_started(self, step: str) -> None:
         """The loop starts running ``step`` (the turn's first step, or another one it moved to)."""
@@ -155,6 +160,10 @@ class Observers(TurnObserver):
     def turn_aborted(self, error: BaseException) -> None:
         for observer in self.observers:
             observer.turn_aborted(error)
+
+    def session_migrated(self, migration: SessionMigration) -> None:
+        for observer in self.observers:
+            observer.session_migrated(migration)
 
     def session_before(self, session: Session) -> None:
         for observer in self.observers:
@@ -297,6 +306,9 @@ class EventStream(TurnObserver):
 
     def handed_off(self, step: str, reason: str | None, summary: str) -> None:
         self.emit(HandedOff(step, reason, summary))
+
+    def session_migrated(self, migration: SessionMigration) -> None:
+        self.emit(SessionMigrated(migration))
 
     def sub_turn(self, step: str, call: ToolCall | None) -> TurnObserver:
         return EventStream(self.emit, parent=call.id if call is not None else step)

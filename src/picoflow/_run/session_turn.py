@@ -37,7 +37,7 @@ from picoflow.exceptions import (
 from picoflow.flow import FlowSpec, StepSpec
 from picoflow.models.base import Model
 from picoflow.results import TurnError, TurnResult
-from picoflow.session import LogRecord, Session
+from picoflow.session import LogRecord, Session, SessionMigration
 from picoflow.sessions.base import SessionStore
 from picoflow.usage import Usage, UsageLimits
 
@@ -88,6 +88,9 @@ class Opened:
     """Who the job's calls run as."""
     expected: int | None
     """The stored revision the job's commit expects (None: the job starts the session)."""
+    migration: SessionMigration | None = None
+    """What loading the session under this version of its flow changed (``picoflow.versions``),
+    committed with the job; None when it ran on this version already."""
 
 
 class SessionJob(Protocol):
@@ -146,6 +149,8 @@ class SessionTurns:
             cancel.owner = opened.session.principal
             observer.session_opened(opened.session.id)
             ws = self.workspace(opened.spec, opened.session, opened.caller, observer, cancel)
+            if opened.migration is not None:
+                observer.session_migrated(opened.migration)
             if opened.session.revision:
                 self._restore(ws)
             if observer.wants_session:
@@ -241,6 +246,7 @@ class SessionTurns:
             _commit_locally(ws)
         ws.normalize_states()
         session = ws.session
+        session.flow_version = ws.config.spec.version  # the version this turn ran on
         store = self.host.store
         try:
             with ws.config.cancel.saving(final=ended):
@@ -328,7 +334,11 @@ class SessionTurns:
             return False
         ran = ws.session
         session = Session(
-            id=ran.id, flow=ran.flow, current_step=ws.config.spec.start, principal=ran.principal
+            id=ran.id,
+            flow=ran.flow,
+            current_step=ws.config.spec.start,
+            principal=ran.principal,
+            flow_version=ws.config.spec.version,
         )
         try:
             await self.host.store.save(session, expected_revision=None)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from picoflow.context import Caller
     from picoflow.messages import Message, ModelRequest, ModelResponse, ToolCall
     from picoflow.results import TurnResult
-    from picoflow.session import Session
+    from picoflow.session import Session, SessionMigration
     from picoflow.slots.grounding import Verdict
 
 _SECRET_VARIABLE = re.compile(r"(API_KEYS?|_KEY|_TOKEN|_SECRET|_PASSWORD)$")
@@ -145,6 +145,8 @@ class _Log:
     records: _Timed = field(init=False)
     started_at: float = field(default_factory=time.time)
     flow: str = ""
+    flow_version: str = ""
+    """The version of the flow the turn ran on (the session's, once migrated)."""
     message: str = ""
     session_id: str | None = None
     turn: int = 1
@@ -199,6 +201,7 @@ class TimelineRecorder(TurnObserver):
 
     def session_before(self, session: Session) -> None:
         self.log.flow = session.flow
+        self.log.flow_version = session.flow_version
         self.log.turn = session.turns + 1
         self.log.states_before = copy_json(session.states)
 
@@ -326,6 +329,9 @@ class TimelineRecorder(TurnObserver):
     def handed_off(self, step: str, reason: str | None, summary: str) -> None:
         self.events.handed_off(step, reason, summary)
 
+    def session_migrated(self, migration: SessionMigration) -> None:
+        self.events.session_migrated(migration)
+
     def memory_erased(self, namespace: str) -> None:
         self.log.records.add({"kind": "erased", "namespace": namespace}, self.parent)
 
@@ -359,6 +365,7 @@ class TimelineRecorder(TurnObserver):
             "session_id": session_id,
             "turn": log.turn,
             "flow": result.flow or log.flow,
+            "flow_version": log.flow_version,
             "trigger": log.trigger,
             "message": cleaner.text(log.message),
             "started_at": log.started_at,

@@ -316,11 +316,10 @@ async def _show_preparing(model: Preparable, warm: Warm | None, cache_name: str 
             task = progress.add_task("Preparing the model…", total=None)
 
             def update(status: LoadStatus) -> None:
-                measured = status.phase in (Phase.DOWNLOADING, Phase.CHECKING) and status.total
                 progress.update(
                     task,
                     description=escape(status.message),
-                    total=status.total if measured else None,
+                    total=status.total if status.measured else None,
                     completed=status.done or 0,
                 )
 

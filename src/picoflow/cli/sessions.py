@@ -1,5 +1,6 @@
 """``picoflow sessions …`` reads stored sessions through a ``FlowEngine`` without flows, as an
-operator's tool: every read names ``ANY_PRINCIPAL``. ``picoflow db upgrade`` is the storage
+operator's tool: every read names ``ANY_PRINCIPAL``; ``sessions check`` loads the flows given and
+checks every live session against them, changing nothing. ``picoflow db upgrade`` is the storage
 administrator's command and opens the store itself."""
 
 from __future__ import annotations
@@ -14,14 +15,26 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from picoflow.cli.loading import CliError, StoreOpt, console, resolve_session_id, run, store_engine
-from picoflow.cli.timeline import render_timeline
+from picoflow.cli.loading import (
+    USER_ERRORS,
+    CliError,
+    FlowsOpt,
+    StoreOpt,
+    console,
+    fail,
+    load_flows,
+    resolve_session_id,
+    run,
+    store_engine,
+)
+from picoflow.cli.timeline import render_timeline, short_version
 from picoflow.cli.views import decisions_table, unique_prefixes, when
 from picoflow.engine import ANY_PRINCIPAL, FlowEngine
 from picoflow.messages import Message
 from picoflow.session import LogRecord, Session, SessionInfo, SessionStatus
 from picoflow.sessions import open_store
 from picoflow.timeline import SessionTimeline, timeline_schema
+from picoflow.versions import CheckGroup, FlowCheck
 
 T = TypeVar("T")
 _Record = tuple[Session, list[Message], list[LogRecord]]
@@ -172,6 +185,127 @@ def sessions_show(
             console.print(f"[red]{escape(record.code)}[/red]{escape(where)}: {escape(record.message)}")
 
 
+WOULD_FAIL = 1
+"""The exit code of ``sessions check`` when a session would fail under the flows given."""
+EXAMPLES = 3
+"""Session ids ``sessions check`` shows per line (``--json`` has the first five)."""
+
+
+@sessions_app.command("check")
+def sessions_check(
+    flows: FlowsOpt = None,
+    store: StoreOpt = None,
+    page: Annotated[
+        int, typer.Option(min=1, max=100_000, metavar="<n>", help="Sessions read at a time.")
+    ] = 1000,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Before a deploy: load every live session of the given flows against them (the new code) and
+    say what would happen to each — nothing, migrate, fall back to Flow.fallback, or fail, and why.
+    Changes nothing. Exits with 1 when a session would fail."""
+    try:
+        loaded = load_flows(flows)
+        engine = store_engine(store)
+        for flow in loaded:
+            engine.register(flow)
+    except USER_ERRORS as exc:
+        raise fail(str(exc)) from None
+
+    async def work(engine: FlowEngine) -> tuple[list[FlowCheck], dict[str, int]]:
+        reports = [await engine.check_sessions(spec.name, page=page) for spec in engine.flows]
+        counted = await engine.live_versions()
+        checked = {spec.name for spec in engine.flows}
+        others: dict[str, int] = {}
+        for (flow, _), count in counted.items():
+            if flow not in checked:
+                others[flow] = others.get(flow, 0) + count
+        return reports, others
+
+    reports, others = run(lambda: _with_engine_of(engine, work))
+    failed = sum(report.failed for report in reports)
+    if as_json:
+        typer.echo(json.dumps(_check_json(reports, others), ensure_ascii=False, indent=2))
+    else:
+        for report in reports:
+            _print_check(report)
+        if others:
+            listed = ", ".join(f"{escape(flow)} ({count:,})" for flow, count in sorted(others.items()))
+            console.print(f"[dim]not checked (their flows were not given): {listed}[/dim]")
+        if failed:
+            console.print(
+                f"[red]{failed:,} session(s) would fail[/red]: see each reason (a step they stand in "
+                "needs Flow.renamed or Flow.fallback) before deploying",
+                soft_wrap=True,
+            )
+        else:
+            console.print("[green]no session would fail[/green]")
+    if failed:
+        raise typer.Exit(WOULD_FAIL)
+
+
+def _print_check(report: FlowCheck) -> None:
+    checked = report.checked
+    console.rule(
+        f"flow {escape(report.flow)} · checked against version {short_version(report.version)}",
+        style="dim",
+        align="left",
+    )
+    stored = ", ".join(f"{short_version(version)}: {count:,}" for version, count in report.stored.items())
+    console.print(
+        f"{checked:,} live session(s)" + (f"; stored under {stored}" if stored else ""), soft_wrap=True
+    )
+    verdicts = report.verdicts
+    console.print(
+        f"  current {verdicts['current']:,} · migrate {verdicts['migrate']:,} · "
+        f"fall back {verdicts['fall_back']:,} · [{'red' if verdicts['fail'] else 'green'}]fail "
+        f"{verdicts['fail']:,}[/]"
+    )
+    for title, groups in (("would change", report.changes), ("would fail", report.failures)):
+        if groups:
+            console.print()
+            console.print(_groups_table(title, list(groups.values()), wide=console.width >= WIDE))
+    console.print()
+
+
+def _groups_table(title: str, groups: list[CheckGroup], *, wide: bool) -> Table:
+    """One line per group: what it is, how many sessions, and a few of them (on a narrow terminal
+    by the shortest prefix of their ids unique among those shown, as ``sessions list`` does)."""
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1), collapse_padding=True)
+    table.add_column(title, overflow="fold", style="red" if title == "would fail" else None)
+    table.add_column("sessions", justify="right", no_wrap=True)
+    table.add_column("for example", overflow="fold")
+    for group in sorted(groups, key=lambda g: (-g.sessions, g.what)):
+        examples = group.examples[:EXAMPLES]
+        ids = examples if wide else unique_prefixes(examples, SHORT_ID)
+        shown = ", ".join(ids) + (", …" if group.sessions > EXAMPLES else "")
+        table.add_row(escape(group.what), f"{group.sessions:,}", escape(shown))
+    return table
+
+
+def _check_json(reports: list[FlowCheck], others: dict[str, int]) -> dict[str, object]:
+    def groups(found: dict[str, CheckGroup]) -> list[dict[str, object]]:
+        ordered = sorted(found.values(), key=lambda g: (-g.sessions, g.what))
+        return [{"what": g.what, "sessions": g.sessions, "examples": g.examples} for g in ordered]
+
+    return {
+        "flows": [
+            {
+                "flow": report.flow,
+                "version": report.version,
+                "stored": report.stored,
+                "checked": report.checked,
+                "verdicts": report.verdicts,
+                "changes": groups(report.changes),
+                "failures": groups(report.failures),
+                "seconds": round(report.seconds, 3),
+            }
+            for report in reports
+        ],
+        "not_checked": others,
+        "failed": sum(report.failed for report in reports),
+    }
+
+
 @sessions_app.command("timeline-schema")
 def timeline_schema_command(
     output: Annotated[
@@ -220,7 +354,10 @@ def _transcript_line(message: Message) -> str:
 
 
 async def _with_engine(store: str | None, work: Callable[[FlowEngine], Awaitable[T]]) -> T:
-    engine = store_engine(store)
+    return await _with_engine_of(store_engine(store), work)
+
+
+async def _with_engine_of(engine: FlowEngine, work: Callable[[FlowEngine], Awaitable[T]]) -> T:
     try:
         return await work(engine)
     finally:

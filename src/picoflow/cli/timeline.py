@@ -24,6 +24,7 @@ from picoflow.timeline import (
     HandoffEntry,
     Left,
     MessageShown,
+    MigratedEntry,
     ModelEntry,
     Omitted,
     PatternEntry,
@@ -101,6 +102,15 @@ def _entry(entry: Any) -> Iterable[RenderableType]:
         yield _line(f"{nested}⤴", "magenta", f"repair {entry.name} in {entry.step}{detail}")
     elif isinstance(entry, HandoffEntry):
         yield _line(f"{nested}☎", "magenta", f"handed off from {entry.step}: {entry.reason or '-'}")
+    elif isinstance(entry, MigratedEntry):
+        yield _line(
+            "⇪",
+            "magenta",
+            f"migrated from version {short_version(entry.from_version)} to {short_version(entry.to_version)}",
+        )
+        for done in entry.changes:
+            detail = f" ({done.detail})" if done.detail else ""
+            yield _under(nested, _clip(f"{done.action.replace('_', ' ')} {done.step}{detail}", SHORT))
     elif isinstance(entry, Erased):
         yield _line(f"{nested}⌫", "dim", f"memory of {entry.namespace} erased")
     elif isinstance(entry, StateEntry):
@@ -115,6 +125,13 @@ def _entry(entry: Any) -> Iterable[RenderableType]:
             yield _under(nested, _clip(text, SHORT))
     elif isinstance(entry, Omitted):
         yield _line("…", "dim", f"{entry.entries} more entries ({entry.bytes:,} bytes) not kept")
+
+
+def short_version(version: str) -> str:
+    """A version as a person reads it: a digest by its first 12 characters, "unrecorded" for none."""
+    if not version:
+        return "(unrecorded)"
+    return version[:12] if len(version) == 64 and all(c in "0123456789abcdef" for c in version) else version
 
 
 def _model(entry: ModelEntry, nested: str) -> Iterable[RenderableType]:

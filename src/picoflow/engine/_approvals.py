@@ -12,12 +12,13 @@ from picoflow._run.jobs import DecisionRequest
 from picoflow._run.session_turn import may_access, store_call
 from picoflow.approvals import Approval, Decision, visible_to
 from picoflow.context import Caller
-from picoflow.engine._checks import check_session_id, check_text
+from picoflow.engine._checks import check_session_id, optional_text
 from picoflow.exceptions import InvalidInput
 from picoflow.sessions.base import SessionStore
 
 APPROVAL_ID = re.compile(r"^apr_[0-9a-f]{24}$")
 MAX_REASON_CHARS = 2000
+"""A decision's reason (told to the model when denying) is at most this long."""
 
 
 class ApprovalsHost(Protocol):
@@ -42,7 +43,7 @@ class Approvals:
             session_id,
             check_approval_id(approval_id),
             check_decision(decision),
-            check_reason(reason),
+            optional_text(reason, "reason", MAX_REASON_CHARS),
             caller,
             self.host.clock(),
         )
@@ -103,16 +104,3 @@ def check_decision(decision: object) -> Decision:
     if decision == "approve" or decision == "deny":
         return decision
     raise InvalidInput('decision must be "approve" or "deny"', field="decision")
-
-
-def check_reason(reason: object) -> str | None:
-    """A decision's reason (told to the model when denying): text, at most 2,000 characters."""
-    if reason is None:
-        return None
-    if not isinstance(reason, str):
-        raise InvalidInput(f"reason must be text, not {type(reason).__name__}", field="reason")
-    text = reason.strip()
-    if len(text) > MAX_REASON_CHARS:
-        raise InvalidInput(f"reason is longer than {MAX_REASON_CHARS} characters", field="reason")
-    check_text(text, "reason")
-    return text or None

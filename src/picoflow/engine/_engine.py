@@ -36,6 +36,7 @@ from picoflow.engine._handoffs import StaffDesk
 from picoflow.engine._jobs import Jobs
 from picoflow.engine._mcp import FlowServers
 from picoflow.engine._sessions import StoredSessions
+from picoflow.engine._versions import SessionsCheck
 from picoflow.engine.executors import LocalExecutor, TurnExecutor
 from picoflow.events import TurnEvent
 from picoflow.exceptions import FlowDefinitionError, FlowNotFound, InvalidInput
@@ -52,6 +53,7 @@ from picoflow.sessions.health import StoreHealth
 from picoflow.sessions.memory import MemoryStore
 from picoflow.timeline import SessionTimeline, TimelineSettings, TimelineUpdate
 from picoflow.usage import UsageLimits
+from picoflow.versions import FlowCheck
 
 __all__ = ["ANY_PRINCIPAL", "MAX_OFFSET", "SESSION_ID", "FlowEngine", "check_session_id", "check_text"]
 
@@ -145,6 +147,7 @@ class FlowEngine:
         self._jobs = Jobs(self, self._approvals, self._tracing, timeline)
         self._sessions = StoredSessions(self)
         self._desk = StaffDesk(self)
+        self._check = SessionsCheck(self)
         for flow in flows:
             self.register(flow)
 
@@ -478,6 +481,20 @@ class FlowEngine:
         """``ok`` or ``unavailable`` from a short, briefly cached ping of the store; None for stores
         that live in this process and need none (memory, SQLite)."""
         return await self._sessions.health()
+
+    async def check_sessions(self, flow: str | type[Flow], *, page: int = 1000) -> FlowCheck:
+        """The pre-deploy check: what loading each live session of ``flow`` in the store under the
+        registered version of the flow would do — nothing, migrate it, send it to the fallback
+        step, or fail (and why), grouped. Reads the sessions ``page`` at a time, in id order, and
+        changes nothing (``picoflow sessions check``). Raises ``FlowNotFound``, ``StoreError``,
+        and ``ValueError`` for a store that cannot read its sessions in pages."""
+        return await self._check.check(self.flow(flow), page)
+
+    async def live_versions(self) -> dict[tuple[str, str], int]:
+        """How many live sessions the store holds of each flow, by the version of the flow they last
+        ran on ("": stored before versions were recorded), whether the flow is registered or not.
+        Raises ``ValueError`` for a store that cannot count them (``LiveSessions``), ``StoreError``."""
+        return await self._check.live_versions()
 
     async def delete_session(self, session_id: str, *, principal: PrincipalFilter = None) -> bool:
         """Delete a session (waits for a turn in progress on it). False if it did not exist."""

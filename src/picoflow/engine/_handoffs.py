@@ -16,8 +16,8 @@ from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
 from picoflow._run.session_turn import may_access, store_call
-from picoflow._run.text import check_text
 from picoflow.context import Caller
+from picoflow.engine._checks import check_text, optional_text
 from picoflow.exceptions import (
     HandoffConflict,
     HandoffNotAllowed,
@@ -147,7 +147,7 @@ class StaffDesk:
         self.check_staff(caller)
         if step is not None and (not isinstance(step, str) or not step.strip()):
             raise InvalidInput("step must be the name of a step of the flow", field="step")
-        checked_note = self._note(note)
+        checked_note = optional_text(note, "note", MAX_NOTE_CHARS)
 
         def change(session: Session, ticket: HandoffTicket) -> list[tuple[str, Message]]:
             self._check_taker(session_id, ticket, caller)
@@ -262,18 +262,6 @@ class StaffDesk:
             raise InvalidInput("text is empty", field="text")
         check_text(checked, "text")
         return checked
-
-    @staticmethod
-    def _note(note: object) -> str | None:
-        if note is None:
-            return None
-        if not isinstance(note, str):
-            raise InvalidInput(f"note must be text, not {type(note).__name__}", field="note")
-        checked = note.strip()
-        if len(checked) > MAX_NOTE_CHARS:
-            raise InvalidInput(f"note is longer than {MAX_NOTE_CHARS} characters", field="note")
-        check_text(checked, "note")
-        return checked or None
 
 
 def queued(session: Session, ticket: HandoffTicket) -> QueuedHandoff:

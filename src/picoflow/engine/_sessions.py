@@ -44,6 +44,7 @@ class StoredSessions:
             flow=spec.name,
             current_step=spec.start,
             principal=caller.principal,
+            flow_version=spec.version,
         )
         async with store_call("creating a session"):
             await self.host.store.save(session, expected_revision=None)

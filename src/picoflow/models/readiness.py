@@ -40,9 +40,10 @@ class LoadStatus:
     phase: Phase = Phase.IDLE
     """The current phase."""
     done: int | None = None
-    """Bytes downloaded (``downloading``) or hashed (``checking``) so far."""
+    """Bytes downloaded (``downloading``) or hashed (``checking``) so far, or tokens of the first
+    prompt read (``warming``)."""
     total: int | None = None
-    """Bytes there are to download or hash."""
+    """Bytes there are to download or hash, or tokens of the first prompt to read."""
     part: int | None = None
     """The part being downloaded, counted from 1."""
     parts: int | None = None
@@ -64,7 +65,14 @@ class LoadStatus:
             return f"Downloading the offline model{amount}{part}"
         if self.phase is Phase.FAILED:
             return f"The offline model could not be loaded: {self.reason or 'unknown error'}"
+        if self.phase is Phase.WARMING and self.total:
+            return f"Getting ready… {min(self.done or 0, self.total) * 100 // self.total}%"
         return _MESSAGES[self.phase]
+
+    @property
+    def measured(self) -> bool:
+        """Whether the phase tells how far it is (``done`` of ``total``), for a progress bar."""
+        return bool(self.total) and self.phase in (Phase.DOWNLOADING, Phase.CHECKING, Phase.WARMING)
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON shape the server sends (readiness endpoint and ``status`` stream events)."""

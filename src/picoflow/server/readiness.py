@@ -41,8 +41,12 @@ class ReadyResponse(BaseModel):
 
     status: Literal["ready", "loading", "failed"]
     phase: Phase = Field(description="idle, downloading, checking, loading, warming, ready or failed")
-    done: int | None = Field(None, description="Bytes downloaded or checked so far.")
-    total: int | None = Field(None, description="Bytes to download or check.")
+    done: int | None = Field(
+        None, description="Bytes downloaded or checked so far, or tokens of the first prompt read (warming)."
+    )
+    total: int | None = Field(
+        None, description="Bytes to download or check, or tokens of the first prompt to read (warming)."
+    )
     part: int | None = Field(None, description="Part being downloaded, from 1.")
     parts: int | None = Field(None, description="Parts of the download.")
     reason: str | None = Field(None, description="Why loading failed.")

@@ -42,11 +42,13 @@ from picoflow.events import (
     HandedOff,
     PatternFired,
     ReadingJudged,
+    SessionMigrated,
     StepEntered,
     TextChunk,
     ToolCalled,
     ToolReturned,
     TurnEvent,
+    migration_record,
 )
 from picoflow.exceptions import RunError, TurnCancelled
 from picoflow.models.readiness import LoadStatus
@@ -128,6 +130,9 @@ def _event(event: TurnEvent) -> bytes:
         return _sse("pattern", {"step": event.step, "pattern": event.pattern, "detail": event.detail})
     if isinstance(event, HandedOff):  # the summary is for staff (GET /v1/handoffs), not the stream
         return _sse("handoff", {"step": event.step, "reason": event.reason})
+    if isinstance(event, SessionMigrated):
+        record = migration_record(event.migration)
+        return _sse("migrated", {key: value for key, value in record.items() if key != "kind"})
     raise TypeError(f"unknown turn event {type(event).__name__}")
 
 

@@ -30,6 +30,7 @@ from picoflow.session import (
     Namespace,
     Session,
 )
+from picoflow.sessions.base import LiveSession
 
 T = TypeVar("T")
 
@@ -146,6 +147,7 @@ def session_columns(session: Session, prepared: SaveRows, expected_revision: int
         "turns": session.turns,
         "created_at": session.created_at,
         "updated_at": session.updated_at,
+        "flow_version": session.flow_version,
         "document": prepared.document,
         "expected": expected_revision,
     }
@@ -232,6 +234,14 @@ def restore_session(document: str | None, live: Live, decoded: DecodedMemory | N
         else:
             held.messages.extend(decoded.messages(session.id, namespace, bodies))
     return session
+
+
+def live_session(session_id: str, document: str) -> LiveSession:
+    """A stored session read from its document alone (no messages), or why it cannot be."""
+    try:
+        return LiveSession(session_id, restore_session(document, {}))
+    except Unreadable as exc:
+        return LiveSession(session_id, None, str(exc))
 
 
 def parse_document(document: str) -> Session:

@@ -18,11 +18,15 @@ from typing import Any
 
 from picoflow.attachments import AttachmentRef
 from picoflow.messages import Message
-from picoflow.session import LogRecord, SessionInfo, SessionStatus
+from picoflow.session import OPEN_STATUSES, LogRecord, SessionInfo, SessionStatus
 from picoflow.sessions import _rows
 from picoflow.sessions._files import as_bytes, wanted_hashes
+from picoflow.sessions.base import LiveSession
 
 Params = Sequence[object] | Mapping[str, object]
+
+LIVE = "status IN ({})".format(", ".join(f"'{status}'" for status in OPEN_STATUSES))
+"""The SQL condition of a live session (its statuses are picoflow's own words, not input)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +55,11 @@ class Statements:
     """The hashes wanted, as the one parameter ``load_files`` takes for them."""
     list_files: str
     """Rows ``(name, media_type, size, sha256)`` in the order first stored; parameter: session id."""
+    live_page: str
+    """Rows ``(id, document)`` of live sessions in id order; parameters: flow, the id to start
+    after, limit."""
+    live_versions: str
+    """Rows ``(flow, flow_version, count)`` of live sessions; no parameter."""
 
 
 class SQLStore(ABC):
@@ -116,6 +125,15 @@ class SQLStore(ABC):
     async def list_files(self, session_id: str) -> list[AttachmentRef]:
         rows = await self._fetch(self.statements.list_files, (session_id,))
         return [AttachmentRef(name, media_type, int(size), sha) for name, media_type, size, sha in rows]
+
+    async def live_sessions(self, flow: str, *, after: str = "", limit: int = 1000) -> list[LiveSession]:
+        _rows.check_page(limit, 0)
+        rows = await self._fetch(self.statements.live_page, (flow, after, limit))
+        return [_rows.live_session(session_id, document) for session_id, document in rows]
+
+    async def live_versions(self) -> dict[tuple[str, str], int]:
+        rows = await self._fetch(self.statements.live_versions, ())
+        return {(flow, version): int(count) for flow, version, count in rows}
 
     def _forget(self, session_id: str) -> None:
         """Drop what loads of a deleted session parsed (only to free the memory: see ``DecodedMemory``)."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from picoflow.attachments import Attachment, AttachmentRef
@@ -22,6 +23,8 @@ from picoflow.session import (
 
 __all__ = [
     "DOCUMENT_VERSION",
+    "LiveSession",
+    "LiveSessions",
     "LogRecord",
     "Namespace",
     "Session",
@@ -122,3 +125,34 @@ class TimelineStore(Protocol):
     ) -> None: ...
 
     async def timelines(self, session_id: str, turn: int | None = None) -> list[str]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LiveSession:
+    """One stored session as ``LiveSessions.live_sessions`` reads it."""
+
+    id: str
+    session: Session | None
+    """The session without its messages (each namespace empty); None when it is not readable."""
+    problem: str | None = None
+    """Why the stored session could not be read (never a value it holds)."""
+
+
+@runtime_checkable
+class LiveSessions(Protocol):
+    """A store that reads its live sessions (running, awaiting an approval or a human) in pages, in
+    the order of their ids: what ``picoflow sessions check`` walks, however many there are. Every
+    store picoflow ships is one.
+
+    * ``live_sessions(flow, after=, limit=)`` returns at most ``limit`` live sessions of ``flow``
+      whose id sorts after ``after``, in id order (keyset pagination: a page costs the same on the
+      millionth session as on the first, and a session saved meanwhile is neither skipped nor
+      read twice unless its id is new). Each is read without its messages; a session whose
+      document cannot be read is returned with its ``problem`` instead.
+    * ``live_versions()`` counts the live sessions of each flow by the flow version they last ran
+      on (``""``: stored before versions were recorded), without reading their documents.
+    """
+
+    async def live_sessions(self, flow: str, *, after: str = "", limit: int = 1000) -> list[LiveSession]: ...
+
+    async def live_versions(self) -> dict[tuple[str, str], int]: ...

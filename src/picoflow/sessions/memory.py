@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Collection, Sequence
 
 from picoflow.attachments import Attachment, AttachmentRef
 from picoflow.messages import Message
-from picoflow.session import LogRecord, Session, SessionInfo, SessionStatus
+from picoflow.session import OPEN_STATUSES, LogRecord, Session, SessionInfo, SessionStatus
 from picoflow.sessions._files import NO_FILES, SessionFiles, file_rows
 from picoflow.sessions._rows import check_page, check_save, conflict
+from picoflow.sessions.base import LiveSession
 
 
 class MemoryStore:
@@ -93,6 +95,20 @@ class MemoryStore:
         found.sort(key=lambda info: (-info.updated_at, info.id))
         return found[offset : offset + limit]
 
+    async def live_sessions(self, flow: str, *, after: str = "", limit: int = 1000) -> list[LiveSession]:
+        check_page(limit, 0)
+        live = (s for s in self._sessions.values() if s.flow == flow and s.status in OPEN_STATUSES)
+        page = heapq.nsmallest(limit, (s for s in live if s.id > after), key=lambda session: session.id)
+        return [LiveSession(session.id, _without_messages(session)) for session in page]
+
+    async def live_versions(self) -> dict[tuple[str, str], int]:
+        counts: dict[tuple[str, str], int] = {}
+        for session in self._sessions.values():
+            if session.status in OPEN_STATUSES:
+                key = (session.flow, session.flow_version)
+                counts[key] = counts.get(key, 0) + 1
+        return counts
+
     async def find_ids(self, prefix: str, limit: int = 10) -> list[str]:
         return sorted(id_ for id_ in self._sessions if id_.startswith(prefix))[:limit]
 
@@ -122,3 +138,11 @@ class MemoryStore:
 
     async def close(self) -> None:
         """Nothing to release."""
+
+
+def _without_messages(session: Session) -> Session:
+    """A copy as a SQL store reads a session from its document alone: each namespace empty."""
+    copied = session.copy()
+    for namespace in copied.memory.values():
+        namespace.messages = []
+    return copied

@@ -102,6 +102,12 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX picoflow_timelines_session ON picoflow_timelines (session_id, turn, id)",
         ),
     ),
+    Migration(
+        4,
+        "the version of its flow each session last ran on",
+        # Rows stored before it read "" (unrecorded): their next turn migrates them.
+        ("ALTER TABLE picoflow_sessions ADD COLUMN flow_version TEXT NOT NULL DEFAULT ''",),
+    ),
 )
 
 POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
@@ -179,6 +185,12 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
             )""",
             "CREATE INDEX picoflow_timelines_session ON {p}picoflow_timelines (session_id, turn, id)",
         ),
+    ),
+    Migration(
+        4,
+        "the version of its flow each session last ran on",
+        # A constant default: PostgreSQL 11 and later add the column without rewriting the table.
+        ("ALTER TABLE {p}picoflow_sessions ADD COLUMN flow_version text NOT NULL DEFAULT ''",),
     ),
 )
 

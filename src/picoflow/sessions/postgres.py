@@ -19,14 +19,14 @@ from picoflow.session import Session
 from picoflow.sessions import _rows
 from picoflow.sessions._files import file_rows
 from picoflow.sessions._postgres_pool import PostgresPool
-from picoflow.sessions._sql import Params, SQLStore, Statements
+from picoflow.sessions._sql import LIVE, Params, SQLStore, Statements
 from picoflow.sessions.migrations import check_postgres, check_schema_name, qualifier, upgrade_postgres
 
 if TYPE_CHECKING:
     from picoflow.sessions._postgres_pool import Connection
 
 _COLUMNS = (
-    "id, flow, status, principal, current_step, revision, turns, created_at, updated_at,"
+    "id, flow, status, principal, current_step, revision, turns, created_at, updated_at, flow_version,"
     " namespaces, starts, document"
 )
 
@@ -59,7 +59,8 @@ _CREATE = (
     + _COLUMNS
     + """)
     VALUES (%(id)s, %(flow)s, %(status)s, %(principal)s, %(current_step)s, %(revision)s, %(turns)s,
-            %(created_at)s, %(updated_at)s, %(namespaces)s::text[], %(starts)s::bigint[], %(document)s::json)
+            %(created_at)s, %(updated_at)s, %(flow_version)s, %(namespaces)s::text[], %(starts)s::bigint[],
+            %(document)s::json)
     ON CONFLICT (id) DO NOTHING
     RETURNING id
 ), """
@@ -73,8 +74,8 @@ _UPDATE = (
     UPDATE {p}picoflow_sessions
     SET flow = %(flow)s, status = %(status)s, principal = %(principal)s,
         current_step = %(current_step)s, revision = %(revision)s, turns = %(turns)s,
-        updated_at = %(updated_at)s, namespaces = %(namespaces)s::text[], starts = %(starts)s::bigint[],
-        document = %(document)s::json
+        updated_at = %(updated_at)s, flow_version = %(flow_version)s, namespaces = %(namespaces)s::text[],
+        starts = %(starts)s::bigint[], document = %(document)s::json
     WHERE id = %(id)s AND revision = %(expected)s
     RETURNING id
 ), """
@@ -129,6 +130,15 @@ def _statements(p: str) -> Statements:
         list_files=(
             f"SELECT name, media_type, size, sha256 FROM {p}picoflow_files"
             " WHERE session_id = %s ORDER BY revision, ordinal"
+        ),
+        # The primary key's index (in the database's collation, as ``id >`` compares), walked from
+        # the last id of the page before (keyset pagination).
+        live_page=(
+            f"SELECT id, document::text FROM {p}picoflow_sessions"
+            f" WHERE flow = %s AND {LIVE} AND id > %s ORDER BY id LIMIT %s"
+        ),
+        live_versions=(
+            f"SELECT flow, flow_version, count(*) FROM {p}picoflow_sessions WHERE {LIVE} GROUP BY 1, 2"
         ),
     )
 

@@ -21,7 +21,7 @@ from picoflow.messages import Message
 from picoflow.session import Session
 from picoflow.sessions import _rows
 from picoflow.sessions._files import NO_FILES, file_rows
-from picoflow.sessions._sql import Params, SQLStore, Statements
+from picoflow.sessions._sql import LIVE, Params, SQLStore, Statements
 from picoflow.sessions._sqlite_connections import SQLiteConnections, transaction
 from picoflow.sessions._sqlite_known import KnownSessions, Read
 from picoflow.sessions.migrations import check_sqlite, upgrade_sqlite
@@ -49,10 +49,11 @@ CROSS JOIN picoflow_messages AS m INDEXED BY picoflow_messages_live
 # constraint the row breaks is an error.
 _INSERT = """
 INSERT INTO picoflow_sessions
-    (id, flow, status, principal, current_step, revision, turns, created_at, updated_at, live, document)
+    (id, flow, status, principal, current_step, revision, turns, created_at, updated_at, flow_version, live,
+     document)
 VALUES (
-    :id, :flow, :status, :principal, :current_step, :revision, :turns, :created_at, :updated_at, :live,
-    :document
+    :id, :flow, :status, :principal, :current_step, :revision, :turns, :created_at, :updated_at,
+    :flow_version, :live, :document
 )
 ON CONFLICT (id) DO NOTHING
 """
@@ -60,7 +61,8 @@ ON CONFLICT (id) DO NOTHING
 _UPDATE = """
 UPDATE picoflow_sessions
 SET flow = :flow, status = :status, principal = :principal, current_step = :current_step,
-    revision = :revision, turns = :turns, updated_at = :updated_at, live = :live, document = :document
+    revision = :revision, turns = :turns, updated_at = :updated_at, flow_version = :flow_version,
+    live = :live, document = :document
 WHERE id = :id AND revision = :expected
 """
 
@@ -95,6 +97,11 @@ STATEMENTS = Statements(
         "SELECT name, media_type, size, sha256 FROM picoflow_files"
         " WHERE session_id = ? ORDER BY revision, ordinal"
     ),
+    # The primary key's index, walked from the last id of the page before (keyset pagination).
+    live_page=(
+        f"SELECT id, document FROM picoflow_sessions WHERE flow = ? AND {LIVE} AND id > ? ORDER BY id LIMIT ?"
+    ),
+    live_versions=f"SELECT flow, flow_version, count(*) FROM picoflow_sessions WHERE {LIVE} GROUP BY 1, 2",
 )
 
 

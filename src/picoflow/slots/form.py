@@ -157,6 +157,23 @@ class Form(BaseModel):
             declined = tuple(dict.fromkeys((*declined, asked.key)))
         return Merge(self._with(known=values, declined=declined), accepted, problems)
 
+    def revalidated(self, slots: type[BaseModel], questions: Sequence[Ask] = ()) -> Merge:
+        """The form as another ``slots`` model reads it (a new version of the flow changed it): the
+        known fields that still validate are kept, as the new model writes them; the others become
+        unknown, each in ``problems`` with the rule it broke (or because the model no longer has
+        it), so their questions are asked again. With ``questions``, declined and asked questions
+        it no longer has are forgotten too."""
+        values, accepted, problems = _merged(slots, {}, self.known, questions)
+        fields = slots.model_fields
+        gone = {name: "no longer a field of the form" for name in self.known if name not in fields}
+        declined, asking = self.declined, self.asking
+        if questions:
+            keys = {question.key for question in questions}
+            declined = tuple(key for key in declined if key in keys)
+            asking = asking if asking in keys else None
+        form = self._with(known=values, declined=declined, asking=asking)
+        return Merge(form, accepted, {**problems, **gone})
+
     def forget(self, *names: str) -> Form:
         """The form with fields ``names`` unknown again (their questions are asked again)."""
         known = {name: value for name, value in self.known.items() if name not in names}

@@ -43,6 +43,7 @@ from picoflow.slots.dates import DatePart, WrittenDates
 from picoflow.slots.said import FieldEvidence, Said, evidence_of
 from picoflow.slots.words import (
     locale_numbers,
+    may_slip,
     numbers_in,
     parts_of,
     phrase_of,
@@ -142,11 +143,6 @@ class Heard:
         self.parts = tuple(parts_of(message))
         self.dates = WrittenDates.of(message, self.locale.date_order())
         self.numbers = self.numbers_of(message)
-        self.months_written = self.months_named(message)
-        """The months the message names, in a declared locale's words (any language's when none
-        is declared)."""
-        self.months = self.months_written | self.months_named(self.previous)
-        """The months the message or the assistant's previous message names."""
         self.asked = tuple(_questions(self.previous))
         """The questions of the assistant's previous message: what it put forward to accept."""
         self.accepted = accept.answer(self.sequence, exact=not slips) if accept is not None else None
@@ -158,24 +154,39 @@ class Heard:
         them (every plausible way when none is declared)."""
         return locale_numbers(text, self.locales)
 
+    @cached_property
+    def months_written(self) -> frozenset[int]:
+        """The months the message names, in a declared locale's words (in any language's when none
+        is declared). Worked out when a rule first asks: a reading without a date never pays."""
+        return self.months_named(self.message)
+
+    @cached_property
+    def months(self) -> frozenset[int]:
+        """The months the message or the assistant's previous message names."""
+        return self.months_written | self.months_named(self.previous)
+
     def months_named(self, text: str) -> frozenset[int]:
         """The months ``text`` names: in a declared locale's words, or, with none declared, in any
         language's; with slips allowed, also a declared name written with one slip ("agust")."""
         said = words(text)
+        if not said:
+            return frozenset()
+        tags = self.locales or (Locale.any().tag,)
         if self.locales:
-            names = [Locale.of(tag).months() for tag in self.locales]
+            names = [Locale.of(tag).months() for tag in tags]
             found = {month for months in names for word in said if (month := months.get(word)) is not None}
         else:
             anywhere = months_in_any_language()
             found = {month for word in said for month in anywhere.get(word, ())}
-            names = [Locale.any().months()]
-        if self.slips:
+        # Only a word that may hold a slip of the keys is compared with the names of its initial.
+        slipped = [word for word in said if may_slip(word)] if self.slips else []
+        for tag in tags if slipped else ():
+            months, by_initial = Locale.of(tag).months(), _month_names_by_initial(tag)
             found |= {
                 month
-                for months in names
-                for word in said
+                for word in slipped
                 if word not in months
-                for name, month in months.items()
+                for name, month in by_initial.get(word[0], ())
                 if same_word(name, word)
             }
         return frozenset(found)
@@ -236,6 +247,16 @@ class Heard:
             return None
         start, end = found
         return Evidence(source, start, end, text[start:end])
+
+
+@cache
+def _month_names_by_initial(tag: str) -> Mapping[str, tuple[tuple[str, int], ...]]:
+    """The month names of locale ``tag`` (``Locale.months``) by their first letter, each with its
+    month: a slip of the keys is never in the first letter (``same_word``)."""
+    grouped: dict[str, list[tuple[str, int]]] = {}
+    for name, month in Locale.of(tag).months().items():
+        grouped.setdefault(name[0], []).append((name, month))
+    return {initial: tuple(names) for initial, names in grouped.items()}
 
 
 @cache
@@ -533,11 +554,12 @@ def _month_said(day: Mapping[DatePart, int], seen: Seen) -> bool:
     digits with that month, or its number joined to the day's by a slash or a dot, either way round
     ("6/10-6/13", "20.06."; a hyphen joins the days of a range too often: "the 3-6")."""
     heard = seen.heard
-    if day["month"] in heard.months or heard.dates.reads(_PARTS, day):
+    if heard.dates.reads(_PARTS, day):
         return True
     month, number = day["month"], day["day"]
     joined = rf"(?<!\d)0?{month}\s?[/.]\s?0?{number}(?!\d)|(?<!\d)0?{number}\s?[/.]\s?0?{month}(?!\d)"
-    return re.search(joined, heard.message) is not None
+    # The months named last: the names of every language are read only when the digits say nothing.
+    return re.search(joined, heard.message) is not None or month in heard.months
 
 
 _PARTS: Mapping[DatePart, str] = {"day": "day", "month": "month", "year": "year"}
@@ -706,7 +728,8 @@ class OptionWords(Rule):
             quote = part
             value = own.options_kept(item.value, quote, exact=seen.heard.exact)
         if value != item.value and own.has_options(item.value):
-            said = own.options_said(quote, exact=seen.heard.exact)
+            # In the field's order of options (its literal ones sorted), which a list keeps.
+            said = sorted(own.options_said(quote, exact=seen.heard.exact), key=own.options.index)
             if isinstance(item.value, list):
                 kept = value or []
                 value = [*kept, *(option for option in said if option not in kept)] or None

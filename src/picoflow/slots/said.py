@@ -244,12 +244,14 @@ class FieldEvidence:
         return value if not verdicts or any(verdicts) else None
 
     def options_said(self, quote: Sequence[str], *, exact: bool = False) -> list[str]:
-        """The options whose declared words ``quote`` holds, in the order they are declared."""
-        return [
-            option
-            for option in self.options
-            if any(marker.bears(option, quote, exact=exact) for marker in self.said)
-        ]
+        """The options whose declared words ``quote`` holds, in the order they are declared (marker
+        by marker: an option comes where the first marker whose words ``quote`` holds names it)."""
+        found: list[str] = []
+        for marker in self.said:
+            for option in marker.names():
+                if option not in found and marker.bears(option, quote, exact=exact):
+                    found.append(option)
+        return found
 
     def option_words(self, value: Any, quote: Sequence[str], *, exact: bool = False) -> list[str]:
         """The declared words of ``value``'s options (each item of a list) that ``quote`` holds, as
@@ -405,13 +407,7 @@ def options_said(model: type[BaseModel], name: str, said: str, locales: Sequence
     """The options of field ``name`` of ``model`` whose declared words ``said`` holds (anywhere in
     it, with no reading to go by), in the order they are declared. With ``locales``, only the
     words declared for their languages (or for none) count."""
-    quote = words(said)
-    found: list[Any] = []
-    for marker in _evidence(model, name, _tags(locales)).said:
-        for option in marker.names():
-            if option not in found and marker.bears(option, quote):
-                found.append(option)
-    return found
+    return _evidence(model, name, _tags(locales)).options_said(words(said))
 
 
 def says_field(model: type[BaseModel], name: str, said: str, locales: Sequence[str] = ()) -> bool:

@@ -70,6 +70,10 @@ class SlotStep(Step):
     value the model reads each turn), ``questions`` (``ask(...)`` in the order to ask them) and
     ``on_complete(values)``, which gets the whole validated value and returns where to go next.
 
+    A session stored under another version of the flow keeps the fields of its form that still
+    validate under the new ``slots``; the others are asked again (``revalidated_state``, after the
+    step's own ``migrate``, which may convert a value first).
+
     What the form owns: its ``Form`` under the state key ``"form"``; ``output``, derived from
     ``slots`` (``reading_of(slots)``: setting it is a ``FlowDefinitionError``); the standing
     ``instructions`` that tell the model how to read (added after whatever ``prompt()`` returns);
@@ -195,6 +199,28 @@ class SlotStep(Step):
     def forget(self, *names: str) -> None:
         """Make fields unknown again (their questions are asked again)."""
         self.form = self.form.forget(*names)
+
+    @classmethod
+    def revalidated_state(cls, state: Mapping[str, Any]) -> tuple[dict[str, Any], Mapping[str, str]]:
+        """A stored state with its form as this step's ``slots`` reads it (``Form.revalidated``):
+        what a session stored under another version of the flow gets when it is loaded, after the
+        step's ``migrate``. Returns the state and the fields dropped, each with the rule it broke
+        (never its value); their questions are asked again."""
+        slots = getattr(cls, "slots", None)
+        if FORM_KEY in state:
+            form = Form.model_validate(state[FORM_KEY])
+        elif isinstance(state.get("slots"), dict):
+            form = _earlier_form(state)
+        else:
+            return dict(state), {}
+        if slots is None:
+            return dict(state), {}
+        merged = form.revalidated(slots, cls.questions)
+        if merged.form == form and FORM_KEY in state:
+            return dict(state), {}
+        kept = {key: value for key, value in state.items() if key not in _EARLIER_KEYS or FORM_KEY in state}
+        kept[FORM_KEY] = merged.form.model_dump(mode="json")
+        return kept, merged.problems
 
     # --- what code says and does: yours to override -------------------------------------------------
 
@@ -520,12 +546,19 @@ class SlotStep(Step):
                 outcome = replace(outcome, content=f"{told}\n\n{outcome.content}")
             return outcome
         words = [self.acknowledge(values, merged.accepted)]
-        if not form.introduced:
-            words.insert(0, self.intro)
         if refused is not None:  # the rule as its validator words it, after the user's answers
             words.append(self.refusal(refused, merged.problems[refused]))
-        words.append(self.phrase(question, values))
-        return direct(" ".join(word.strip() for word in words if word.strip()))
+        answer = " ".join(word.strip() for word in words if word.strip())
+        reply = " ".join(part for part in (answer, self.phrase(question, values).strip()) if part)
+        intro = "" if form.introduced else self.intro.strip()
+        if not intro:
+            return direct(reply)
+        if not answer:
+            return direct(f"{intro} {reply}")
+        # What answers the user's first words is a paragraph of its own, not the greeting's next
+        # sentence ("Hello! I can help you find a hotel. Great. Check-in..."). The step's memory
+        # keeps the reply on one line, as its model has always read it.
+        return direct(f"{intro}\n\n{reply}").remember_as(f"{intro} {reply}")
 
 
 def _no_progress_key(question: Ask) -> str:

@@ -137,13 +137,19 @@ def same_word(declared: str, written: str) -> bool:
     "nicht" and "nichts", "hotel" and "hotels")."""
     if declared == written:
         return True
-    if min(len(declared), len(written)) < TYPO_LENGTH or abs(len(declared) - len(written)) > 1:
+    if not (may_slip(declared) and may_slip(written)) or abs(len(declared) - len(written)) > 1:
         return False
-    if not (declared.isalpha() and written.isalpha()) or declared[0] != written[0]:
+    if declared[0] != written[0]:
         return False
     if declared.startswith(written) or written.startswith(declared):
         return False
     return _one_slip(declared, written)
+
+
+def may_slip(word: str) -> bool:
+    """Whether ``same_word`` may find a slip of the keys in ``word``: letters only, and at least
+    ``TYPO_LENGTH`` of them (a shorter word with a slip is too often another word)."""
+    return len(word) >= TYPO_LENGTH and word.isalpha()
 
 
 def _one_slip(a: str, b: str) -> bool:

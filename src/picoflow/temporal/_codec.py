@@ -24,6 +24,7 @@ from picoflow.events import (
     HandedOff,
     PatternFired,
     ReadingJudged,
+    SessionMigrated,
     StepEntered,
     TextChunk,
     ToolCalled,
@@ -34,7 +35,7 @@ from picoflow.exceptions import RunError, SubStepFailed, ToolFailure
 from picoflow.messages import Message, ModelRequest, ModelResponse
 from picoflow.outcomes import PATTERNS, Direct, Go, Outcome, Repair, Stay
 from picoflow.results import TurnError, TurnResult
-from picoflow.session import LogRecord
+from picoflow.session import LogRecord, SessionMigration
 from picoflow.usage import Usage
 
 _BYTES = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
@@ -231,6 +232,7 @@ class EncodedEvent(BaseModel):
         "reading",
         "pattern",
         "handoff",
+        "migrated",
     ]
     step: str
     parent: str | None = None
@@ -243,6 +245,7 @@ class EncodedEvent(BaseModel):
     is_error: bool = False
     verdicts: list[dict[str, Any]] = Field(default_factory=list)
     reason: str | None = None
+    migration: SessionMigration | None = None
 
 
 def encode_event(event: TurnEvent) -> EncodedEvent:
@@ -274,6 +277,8 @@ def encode_event(event: TurnEvent) -> EncodedEvent:
         return EncodedEvent(kind="pattern", step=event.step, name=event.pattern, content=event.detail or "")
     if isinstance(event, HandedOff):
         return EncodedEvent(kind="handoff", step=event.step, reason=event.reason, content=event.summary)
+    if isinstance(event, SessionMigrated):
+        return EncodedEvent(kind="migrated", step="", migration=event.migration)
     return EncodedEvent(kind="text", step=event.step, content=event.text, parent=event.parent)
 
 
@@ -295,6 +300,8 @@ def decode_event(encoded: EncodedEvent) -> TurnEvent:
         return PatternFired(e.step, e.name, e.content or None)
     if e.kind == "handoff":
         return HandedOff(e.step, e.reason, e.content)
+    if e.kind == "migrated" and e.migration is not None:
+        return SessionMigrated(e.migration)
     return TextChunk(e.step, e.content, e.parent)
 
 

@@ -20,6 +20,7 @@ import os
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -46,6 +47,8 @@ DEFAULT_TEMPERATURE = 0.2
 _SAMPLING = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "seed": "seed"}
 _WORTH_SAVING = 32
 """Prompt tokens a warm-up must have read anew before its slot is saved again (a few are always new)."""
+_WARMING: ContextVar[LoadTracker | None] = ContextVar("picoflow_local_warming", default=None)
+"""While ``LocalModel.prepare`` warms a flow: the load its requests report their prompt's reading to."""
 
 
 def choose_threads(load: float | None = None, cpus: int | None = None) -> int:
@@ -318,10 +321,15 @@ class LocalModel(Model):
             lambda: engine.prompt_cache.restore(cache_name)
         )
         self.last_timings = {}
+        # The prompt it reads is the longest wait of a start (a minute or two on a small CPU):
+        # its progress is the load's, in tokens read.
+        reporting = _WARMING.set(status)
         try:
             await warm()
         except Exception:  # warming only saves time later; the model itself is ready
             logger.warning("picoflow: warming the offline model failed", exc_info=True)
+        finally:
+            _WARMING.reset(reporting)
         read = int(self.last_timings.get("prompt_n") or 0)
         if cache_name is not None and (not restored or read > _WORTH_SAVING):
             await _in_daemon_thread(lambda: engine.prompt_cache.save(cache_name))
@@ -364,6 +372,11 @@ class LocalModel(Model):
         return ModelResponse(reply, tool_calls, usage, "tool_calls" if tool_calls else finish, self.name)
 
     async def request(self, request: ModelRequest) -> ModelResponse:
+        warming = _WARMING.get()
+        if warming is not None:  # streamed, for the progress of reading its prompt
+            async for event in self._stream(request, warming):
+                if isinstance(event, ResponseDone):
+                    return event.response
         engine = await self.engine()
         payload = self.build_payload(request)
         result = await _in_daemon_thread(lambda: engine.chat(payload))
@@ -372,13 +385,30 @@ class LocalModel(Model):
         text = (choice.get("message") or {}).get("content") or ""
         return self._response(request, text, _usage(result.get("usage")), choice.get("finish_reason"))
 
-    async def request_stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    def request_stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        return self._stream(request)
+
+    async def _stream(
+        self, request: ModelRequest, reading: LoadTracker | None = None
+    ) -> AsyncIterator[StreamEvent]:
+        """The answer to ``request`` as it is generated; with ``reading``, the prompt's progress
+        reported into it as a warm-up's (``warming``, tokens read of the prompt's)."""
         engine = await self.engine()
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         stop = threading.Event()
+        payload = self.build_payload(request)
+        if reading is not None:
+            payload["return_progress"] = True
 
         def on_chunk(chunk: Any) -> bool:
+            progress = chunk.get("prompt_progress") if isinstance(chunk, dict) and reading else None
+            if reading is not None and isinstance(progress, dict):
+                reading.report(
+                    Phase.WARMING,
+                    done=int(progress.get("processed") or 0),
+                    total=int(progress.get("total") or 0) or None,
+                )
             loop.call_soon_threadsafe(
                 queue.put_nowait, chunk if isinstance(chunk, dict) else {"error": chunk}
             )
@@ -386,7 +416,7 @@ class LocalModel(Model):
 
         def produce() -> None:
             try:
-                engine.chat_stream(self.build_payload(request), on_chunk)
+                engine.chat_stream(payload, on_chunk)
             finally:
                 loop.call_soon_threadsafe(queue.put_nowait, None)
 

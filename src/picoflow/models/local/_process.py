@@ -149,6 +149,10 @@ def _serve(settings: Mapping[str, Any]) -> Any:
     params.model.path = str(settings["path"])
     params.n_ctx = int(settings["n_ctx"])
     params.n_parallel = 1
+    # llama.cpp tells a prompt's progress after each batch it decodes: a batch of one ubatch (512
+    # tokens, its default) tells it every 512 tokens rather than once per 2,048. The ubatches are
+    # the same either way, and so are the answers (their logprobs compared equal).
+    params.n_batch = params.n_ubatch
     params.cpuparams.n_threads = int(settings["threads"])
     params.cpuparams_batch.n_threads = int(settings["batch_threads"])
     params.warmup = False
