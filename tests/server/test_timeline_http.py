@@ -223,6 +223,7 @@ async def test_a_caller_without_inspect_gets_no_timeline_in_its_stream() -> None
             "principal": "ada",
             "inspect": False,
             "staff": False,
+            "roles": [],
         }
         assert (await client.get("/v1/me", headers=bearer("k-ada-inspect"))).json()["inspect"] is True
         assert (await client.get("/v1/me")).status_code == 401
@@ -235,7 +236,12 @@ async def test_a_caller_without_inspect_gets_no_timeline_in_its_stream() -> None
         assert refused.status_code == 422
         assert refused.json()["error"]["fields"][0]["field"] == "query.inspect"
     async with client_for(engine, ServerSettings(prepare_models=False)) as client:
-        assert (await client.get("/v1/me")).json() == {"principal": "local", "inspect": True, "staff": False}
+        assert (await client.get("/v1/me")).json() == {
+            "principal": "local",
+            "inspect": True,
+            "staff": False,
+            "roles": [],
+        }
 
 
 class Routed(Model):

@@ -69,12 +69,15 @@ async def get_caller(request: Request, access: AccessDep) -> CallerOut:
     """Who the server takes the caller for, and what it may do beyond its own conversations: read
     timelines (``inspect``, as ``GET /v1/sessions/{id}/timeline`` and the turn streams' ``timeline``
     events allow) and serve as staff (``staff``, the handoff routes). A page shows its developer
-    view and its staff queue from this."""
+    view and its staff queue from this, and offers a decision on an approval only to a caller the
+    approval admits (its own customer, or one of ``roles``); the decision route still refuses any
+    other."""
     caller = access.caller
     return CallerOut(
         principal=caller.principal,
         inspect=may_inspect(access, request),
         staff=access.engine.staff_visibility in caller.visibilities,
+        roles=sorted(caller.visibilities),
     )
 
 

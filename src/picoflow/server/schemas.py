@@ -507,6 +507,9 @@ class CallerOut(BaseModel):
     principal: str | None = Field(description="Whose sessions the caller reads and continues.")
     inspect: bool = Field(description="May read its sessions' timelines (the developer view).")
     staff: bool = Field(description="May take handed-off conversations and reply as staff.")
+    roles: list[str] = Field(
+        description="The caller's roles (visibilities): an approval naming one of them may be decided by it."
+    )
 
 
 class CancelOut(BaseModel):

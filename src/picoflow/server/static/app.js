@@ -212,6 +212,16 @@ function visible(message) {
 // resumed turn's reply follows as an assistant message, and the card shows the outcome.
 
 const cards = new Map(); // approval id -> { item, approval }
+let caller = null; // GET /v1/me: who this page's caller is (null: an older server, which did not say)
+
+// Whether this page's caller is among those ``approval`` names, so that its buttons mean something.
+// The page only opens its caller's own conversations, so "the customer" is the caller. Only what is
+// offered follows from this: the decision route refuses anyone else whatever the page shows.
+function mayDecide(approval) {
+  if (!caller || !Array.isArray(caller.roles)) return true;
+  const who = approval.approvers;
+  return who.principal || who.roles.some((role) => caller.roles.includes(role));
+}
 
 const OUTCOMES = {
   expired: () => "Expired before anyone decided it",
@@ -297,8 +307,12 @@ function showApproval(approval) {
   known.approval = approval;
   const { item } = known;
   const pending = approval.status === "pending";
+  const offered = mayDecide(approval);
   item.dataset.status = approval.status;
-  item.querySelector(".approval-actions").hidden = !pending;
+  item.querySelector(".approval-actions").hidden = !pending || !offered;
+  item.querySelector(".approval-who").textContent = pending && !offered
+    ? `Waiting for approval by ${approval.approvers.description}`
+    : `Must be approved by ${approval.approvers.description}`;
   item.querySelector(".approval-expires").hidden = !pending;
   item.querySelector(".approval-title").textContent = pending ? "Approval needed" : "Approval";
   item.querySelector(".approval-outcome").textContent = pending ? "" : OUTCOMES[approval.status](approval);
@@ -881,13 +895,13 @@ async function start() {
   }));
   const wanted = new URLSearchParams(location.search).get("flow")
     || localStorage.getItem("picoflow.flow") || config.defaultFlow;
-  let me = null;
+  caller = null;
   try {
-    me = await api("/v1/me");
+    caller = await api("/v1/me");
   } catch (_) {
-    // An older server, or none: no developer view.
+    // An older server, or none: no developer view, and every approval card offers its buttons.
   }
-  inspector.allow(me, state.flows);
+  inspector.allow(caller, state.flows);
   await openFlow(wanted);
   document.body.dataset.ready = "true";
   watchQueue();

@@ -1,0 +1,122 @@
+"""The chat page as a guest sees it, in headless Chromium against a real server with API keys: an
+approval card offers Approve and Deny only to a caller the approval names (its customer, or someone
+holding one of its roles), while the server goes on refusing anyone else."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from playwright.sync_api import Page, expect, sync_playwright
+
+from picoflow import FlowEngine
+from picoflow.models import ScriptedModel, ToolCall
+from picoflow.server import ServerSettings
+from picoflow.sessions import MemoryStore
+
+from .approvals_support import KEYS, RefundFlow, Refunds, clock
+from .test_browser import CHROMIUM, CHROMIUM_ARGS, serving_in_a_thread
+
+pytestmark = pytest.mark.browser
+
+SMALL = ToolCall("refund", {"order_id": 40001, "amount": 25.5}, "c1")
+BIG = ToolCall("refund", {"order_id": 40002, "amount": 250.0}, "c2")
+STAFF_ONLY = "Waiting for approval by someone with the 'staff' role"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_ledger() -> Iterator[None]:
+    Refunds.ledger = []
+    yield
+    Refunds.ledger = []
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def open_as(
+    browser: Any, url: str, key: str, failures: list[str], width: int = 1280, height: int = 1000
+) -> Page:
+    """A page in a context of its own (its own storage), signed in with ``key``."""
+    context = browser.new_context(
+        viewport={"width": width, "height": height}, locale="en-US", timezone_id="UTC"
+    )
+    page: Page = context.new_page()
+    page.on("pageerror", lambda error: failures.append(str(error)))
+    page.goto(url + "/")
+    page.fill("#api-key", key)
+    page.click("#auth button[type=submit]")
+    expect(page.locator("body")).to_have_attribute("data-ready", "true")
+    return page
+
+
+def send(page: Page, text: str) -> None:
+    page.fill("#input", text)
+    page.press("#input", "Enter")
+
+
+def card(page: Page, index: int) -> Any:
+    return page.locator("#messages li.approval").nth(index)
+
+
+def test_only_a_caller_the_approval_names_is_offered_the_buttons(browser: Any) -> None:
+    failures: list[str] = []
+    model = ScriptedModel([[BIG], [SMALL], [BIG]])
+    engine = FlowEngine([RefundFlow], store=MemoryStore(), model=model, clock=clock)
+    settings = ServerSettings(api_keys=KEYS, default_flow="refunds")
+    with serving_in_a_thread(engine, settings) as url:
+        customer = open_as(browser, url, "cust-key", failures)
+        send(customer, "refund order 40002")
+        big = card(customer, 0)
+        expect(big.locator(".approval-summary")).to_have_text("Refund $250.00 on order 40002")
+        expect(customer.locator("#busy")).to_be_hidden()
+        expect(big.locator(".approval-who")).to_have_text(STAFF_ONLY)
+        expect(big.locator(".approval-actions")).to_be_hidden()
+        assert big.locator("button:visible, input:visible").count() == 0
+
+        # Hiding the buttons is not what stops the customer: the server refuses them as before.
+        refused = customer.evaluate(
+            """async (id) => {
+                const session = localStorage.getItem("picoflow.session.refunds");
+                const response = await fetch(`/v1/sessions/${session}/approvals/${id}`, {
+                    method: "POST",
+                    headers: { "Content-Type": "application/json", Authorization: "Bearer cust-key" },
+                    body: JSON.stringify({ decision: "approve" }),
+                });
+                return [response.status, (await response.json()).error.message];
+            }""",
+            big.get_attribute("data-approval-id"),
+        )
+        assert refused == [
+            403,
+            f"approval {big.get_attribute('data-approval-id')} needs someone with the 'staff' role",
+        ]
+        assert Refunds.ledger == []
+
+        send(customer, "a smaller one then")  # the customer's own to decide
+        small = card(customer, 1)
+        expect(small.locator(".approval-summary")).to_have_text("Refund $25.50 on order 40001")
+        expect(customer.locator("#busy")).to_be_hidden()
+        expect(small.locator(".approval-who")).to_have_text("Must be approved by the customer")
+        expect(small.locator(".approval-actions button")).to_have_text(["Approve", "Deny"])
+        expect(big.locator(".approval-outcome")).to_have_text("Withdrawn: the conversation moved on")
+
+        staff = open_as(browser, url, "staff-key", failures)  # holds the staff role
+        send(staff, "refund order 40002")
+        theirs = card(staff, 0)
+        expect(theirs.locator(".approval-summary")).to_have_text("Refund $250.00 on order 40002")
+        expect(staff.locator("#busy")).to_be_hidden()
+        expect(theirs.locator(".approval-who")).to_have_text(
+            "Must be approved by someone with the 'staff' role"
+        )
+        expect(theirs.locator(".approval-actions button")).to_have_text(["Approve", "Deny"])
+    assert model.remaining == 0 and failures == [] and Refunds.ledger == []
+
