@@ -166,7 +166,7 @@ def test_a_hotel_conversation_in_the_chat_page(served: Served, page: Page) -> No
     expect(page.locator("body")).to_have_attribute("data-ready", "true")
     expect(page.locator("#flow-select")).to_have_value("hotel")
     expect(current_step(page)).to_have_attribute("data-step", "Explore")
-    expect(page.locator("#session-status")).to_have_text("new")
+    expect(page.locator("#session-status")).to_have_text("Not started")
 
     *talk, choice = CONVERSATION
     for turn in talk:
@@ -207,17 +207,17 @@ def test_a_hotel_conversation_in_the_chat_page(served: Served, page: Page) -> No
         f"Book {SHERWOOD}, two beds: check-in Sunday August 1, 2027, check-out Sunday August 8, 2027 "
         "(7 nights), $311.04 to $357.70 a night, $2,270.60 in total"
     )
-    expect(page.locator("#session-status")).to_have_text("awaiting_approval")
+    expect(page.locator("#session-status")).to_have_text("Waiting for approval")
     assert replies.count() == before
     card.locator("button.approve").click()
     expect(replies).to_have_count(before + 1)
     expect(page.locator("#busy")).to_be_hidden()
     expect(last_reply(page)).to_contain_text("Your booking is confirmed.")
     expect(last_reply(page).locator("strong").first).to_have_text("Your booking is confirmed.")
-    expect(card.locator(".approval-outcome")).to_have_text("Approved by local")
+    expect(card.locator(".approval-outcome")).to_have_text("Approved by you")
     expect(page.locator("#completed")).to_be_visible()
     expect(page.locator("#input")).to_be_disabled()
-    expect(page.locator("#session-status")).to_have_text("completed")
+    expect(page.locator("#session-status")).to_have_text("Complete")
     expect(page.locator("#turns")).to_have_text("15")
     expect(current_step(page)).to_have_attribute("data-step", "Goodbye")
     assert int(page.locator("#usage-total").inner_text()) > 1000
@@ -238,7 +238,7 @@ def test_a_hotel_conversation_in_the_chat_page(served: Served, page: Page) -> No
 
     page.click("#restart")
     expect(page.locator("#messages li")).to_have_count(0)
-    expect(page.locator("#session-status")).to_have_text("new")
+    expect(page.locator("#session-status")).to_have_text("Not started")
     expect(page.locator("#input")).to_be_enabled()
     expect(current_step(page)).to_have_attribute("data-step", "Explore")
     assert failures == []
@@ -497,7 +497,7 @@ def test_words_written_with_a_tool_call_show_live_as_after_a_reload(
 
     send(page, "what is on my account?")
     # While the tool runs, the words the model wrote with its call are on screen, and stay.
-    expect(page.locator("#busy-text")).to_have_text("Running lookup…")
+    expect(page.locator("#busy-text")).to_have_text("Working…")
     expect(messages.last).to_have_text(FIRST_WORDS)
     expect(messages.last).to_have_class("message assistant")
     gates.lookup.set()
@@ -549,7 +549,7 @@ def test_words_written_with_a_tool_call_go_when_the_turn_fails(
     messages = page.locator("#messages > li")
 
     send(page, message)
-    expect(page.locator("#busy-text")).to_have_text(f"Running {tool}…")
+    expect(page.locator("#busy-text")).to_have_text("Working…")
     expect(messages.last).to_have_text(words)  # on screen while the tool runs
     gates.open_all()
     failed = page.locator("#messages li.assistant.failed")

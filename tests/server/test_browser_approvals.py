@@ -124,7 +124,7 @@ def test_deny_then_approve_across_reloads(page: Page) -> None:
         assert first.locator("table img").count() == 0
         expect(first.locator(".approval-who")).to_have_text("Must be approved by the customer")
         expect(first.locator(".approval-expires")).to_have_text(EXPIRES)
-        expect(page.locator("#session-status")).to_have_text("awaiting_approval")
+        expect(page.locator("#session-status")).to_have_text("Waiting for approval")
         assert chat(page) == ["user: refund order 40001", "card Refund $25.50 on order 40001: Approve / Deny"]
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "chat-approval-card.png"))
@@ -132,9 +132,9 @@ def test_deny_then_approve_across_reloads(page: Page) -> None:
         first.locator(".approval-reason").fill("the parcel came back")
         first.locator("button.deny").click()
         expect(page.locator("#messages li.assistant")).to_have_text(["Understood, no refund."])
-        expect(first.locator(".approval-outcome")).to_have_text("Denied by local: the parcel came back")
+        expect(first.locator(".approval-outcome")).to_have_text("Denied by you: the parcel came back")
         expect(page.locator("#busy")).to_be_hidden()
-        expect(page.locator("#session-status")).to_have_text("running")
+        expect(page.locator("#session-status")).to_have_text("In progress")
         assert Refunds.ledger == []
 
         send(page, "refund it after all")
@@ -150,17 +150,17 @@ def test_deny_then_approve_across_reloads(page: Page) -> None:
         reload(page)
         assert chat(page) == [
             "user: refund order 40001",
-            "card Refund $25.50 on order 40001: Denied by local: the parcel came back",
+            "card Refund $25.50 on order 40001: Denied by you: the parcel came back",
             "assistant: Understood, no refund.",
             "user: refund it after all",
             "card Refund $25.50 on order 40001: Approve / Deny",
         ]
-        expect(page.locator("#session-status")).to_have_text("awaiting_approval")
+        expect(page.locator("#session-status")).to_have_text("Waiting for approval")
         card(page, 1).locator("button.approve").click()
         expect(page.locator("#messages li.assistant")).to_have_text(
             ["Understood, no refund.", "Your refund is on its way."]
         )
-        expect(card(page, 1).locator(".approval-outcome")).to_have_text("Approved by local")
+        expect(card(page, 1).locator(".approval-outcome")).to_have_text("Approved by you")
         expect(page.locator("#busy")).to_be_hidden()
         (approved,) = Refunds.ledger
         assert approved[1:] == (40001, 25.5) and approved[0] == card(page, 1).get_attribute(
@@ -170,10 +170,10 @@ def test_deny_then_approve_across_reloads(page: Page) -> None:
         reload(page)
         assert chat(page) == [
             "user: refund order 40001",
-            "card Refund $25.50 on order 40001: Denied by local: the parcel came back",
+            "card Refund $25.50 on order 40001: Denied by you: the parcel came back",
             "assistant: Understood, no refund.",
             "user: refund it after all",
-            "card Refund $25.50 on order 40001: Approved by local",
+            "card Refund $25.50 on order 40001: Approved by you",
             "assistant: Your refund is on its way.",
         ]
         assert page.locator("#messages .approval-actions:visible").count() == 0
@@ -216,13 +216,13 @@ def test_a_refused_decision_shows_its_error_on_the_card(browser_context: Any) ->
         expect(small.locator(".approval-error")).to_have_text(
             f"approval {small.get_attribute('data-approval-id')} was approved already"
         )
-        expect(small.locator(".approval-outcome")).to_have_text("Approved by local")
+        expect(small.locator(".approval-outcome")).to_have_text("Approved by you")
         expect(page.locator("#busy")).to_be_hidden()
         assert chat(page) == [
             "user: refund order 40002",
             "card Refund $250.00 on order 40002: Withdrawn: the conversation moved on",
             "user: a smaller one then",
-            "card Refund $25.50 on order 40001: Approved by local",
+            "card Refund $25.50 on order 40001: Approved by you",
         ]
     assert [entry[1:] for entry in Refunds.ledger] == [(40001, 25.5)]
     assert failures == []
@@ -272,7 +272,7 @@ def test_the_hotel_booking_waits_on_its_card_denied_then_approved(
             ["language", "en"],
         ]
         expect(first.locator(".approval-who")).to_have_text("Must be approved by the customer")
-        expect(page.locator("#session-status")).to_have_text("awaiting_approval")
+        expect(page.locator("#session-status")).to_have_text("Waiting for approval")
         expect(replies).to_have_count(2)  # no confirmation: nothing is booked yet
 
         first.locator(".approval-reason").fill("not that one")
@@ -280,9 +280,9 @@ def test_the_hotel_booking_waits_on_its_card_denied_then_approved(
         expect(replies).to_have_count(3)
         expect(replies.last).to_contain_text("OK, nothing was booked.")
         expect(replies.last.locator("ol li")).to_have_count(26)  # back at the list
-        expect(first.locator(".approval-outcome")).to_have_text("Denied by local: not that one")
+        expect(first.locator(".approval-outcome")).to_have_text("Denied by you: not that one")
         expect(page.locator("#busy")).to_be_hidden()
-        expect(page.locator("#session-status")).to_have_text("running")
+        expect(page.locator("#session-status")).to_have_text("In progress")
 
         send(page, "book the cheapest")
         second = card(page, 1)
@@ -295,8 +295,8 @@ def test_the_hotel_booking_waits_on_its_card_denied_then_approved(
         expect(replies.last.locator("strong").first).to_have_text("Your booking is confirmed.")
         expect(replies.last).to_contain_text(f"Hotel: {TRU}")
         expect(replies.last).to_contain_text(f"Confirmation number: {code}")
-        expect(second.locator(".approval-outcome")).to_have_text("Approved by local")
-        expect(page.locator("#session-status")).to_have_text("completed")
+        expect(second.locator(".approval-outcome")).to_have_text("Approved by you")
+        expect(page.locator("#session-status")).to_have_text("Complete")
         expect(page.locator("#completed")).to_be_visible()
         live = [line.split("\n")[0] for line in chat(page)]
         page.screenshot(path=str(ARTIFACTS / "chat-hotel-booking-approved.png"), full_page=True)
@@ -313,10 +313,10 @@ def test_the_hotel_booking_waits_on_its_card_denied_then_approved(
                 "user: 8/1/2027 to 8/4/2027, under 300 a night, search",
                 "assistant: Aug 1 to Aug 4, 3 nights; up to $300 a night",
                 "user: book the cheapest",
-                f"card {BOOK_TRU}: Denied by local: not that one",
+                f"card {BOOK_TRU}: Denied by you: not that one",
                 "assistant: OK, nothing was booked.",
                 "user: book the cheapest",
-                f"card {BOOK_TRU}: Approved by local",
+                f"card {BOOK_TRU}: Approved by you",
                 "assistant: Your booking is confirmed.",
             ]
         )

@@ -1,6 +1,7 @@
 """The chat page as a guest sees it, in headless Chromium against a real server with API keys: an
 approval card offers Approve and Deny only to a caller the approval names (its customer, or someone
-holding one of its roles), while the server goes on refusing anyone else."""
+holding one of its roles), while the server goes on refusing anyone else; no name from the code (a
+step's, a status's, a principal's, a transition's) reaches a guest's page."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from picoflow import FlowEngine
 from picoflow.models import ScriptedModel, ToolCall
 from picoflow.server import ServerSettings
 from picoflow.sessions import MemoryStore
+from picoflow_demos.hotel import HotelFlow
+from picoflow_demos.hotel.scripted import CURRENT_DATE, day, found, wants
 
 from .approvals_support import KEYS, RefundFlow, Refunds, clock
 from .test_browser import CHROMIUM, CHROMIUM_ARGS, serving_in_a_thread
@@ -119,4 +122,88 @@ def test_only_a_caller_the_approval_names_is_offered_the_buttons(browser: Any) -
         )
         expect(theirs.locator(".approval-actions button")).to_have_text(["Approve", "Deny"])
     assert model.remaining == 0 and failures == [] and Refunds.ledger == []
+
+
+# --- what a guest reads ------------------------------------------------------------------------
+
+WATCH_BUSY = """
+window.__busy = [];
+addEventListener("DOMContentLoaded", () => {
+  const line = document.getElementById("busy-text");
+  new MutationObserver(() => window.__busy.push(line.textContent))
+    .observe(line, { childList: true, characterData: true, subtree: true });
+});
+"""
+"""Every text the line under the conversation shows, recorded as it changes."""
+
+SHOWN_TEXTS = """
+(root) => {
+  const texts = [];
+  const walker = document.createTreeWalker(document.querySelector(root), NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const text = node.textContent.trim();
+    if (text && node.parentElement.checkVisibility()) texts.push(text);
+  }
+  return texts;
+}
+"""
+"""Every visible text node under a selector."""
+
+
+def test_a_guest_reads_no_name_from_the_code(browser: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOTEL_FLOW_CURRENT_DATE", CURRENT_DATE)
+    dates = found(
+        ("check_in", "8/1/2027", day(8, 1, 2027)),
+        ("check_out", "8/4/2027", day(8, 4, 2027)),
+        ("max_price", "under 300", 300),
+        ("request", "search", "search"),
+    )
+    model = ScriptedModel([found(), dates, wants("book", pick="cheapest")])
+    engine = FlowEngine([HotelFlow], store=MemoryStore(), model=model)
+    failures: list[str] = []
+    context = browser.new_context(viewport={"width": 1280, "height": 1000}, locale="en-US", timezone_id="UTC")
+    context.add_init_script(WATCH_BUSY)
+    guest: Page = context.new_page()
+    guest.on("pageerror", lambda error: failures.append(str(error)))
+    replies = guest.locator("#messages li.assistant:not(.streaming)")
+    with serving_in_a_thread(
+        engine, ServerSettings(api_keys={"guest-key": "guest-7"}, default_flow="hotel")
+    ) as url:
+        guest.goto(url + "/")
+        guest.fill("#api-key", "guest-key")
+        guest.click("#auth button[type=submit]")
+        expect(guest.locator("body")).to_have_attribute("data-ready", "true")
+        send(guest, "Hi")
+        expect(replies).to_have_count(1)
+        send(guest, "8/1/2027 to 8/4/2027, under 300 a night, search")
+        expect(replies).to_have_count(2)
+        expect(guest.locator("#busy")).to_be_hidden()
+        send(guest, "book the cheapest")
+        booking = card(guest, 0)
+        expect(guest.locator("#busy")).to_be_hidden()
+        expect(guest.locator("#session-status")).to_have_text("Waiting for approval")
+        expect(booking.locator(".approval-who")).to_have_text("Must be approved by the customer")
+        booking.locator("button.approve").click()
+        expect(replies).to_have_count(3)
+        expect(guest.locator("#busy")).to_be_hidden()
+        expect(booking.locator(".approval-outcome")).to_have_text("Approved by you")
+        expect(guest.locator("#session-status")).to_have_text("Complete")
+
+        busy = guest.evaluate("window.__busy")
+        assert "Working…" in busy and all(text.endswith("…") for text in busy)
+        assert set(busy) <= {"Thinking…", "Working…", "Approving…"}
+        steps = {step.__name__ for step in HotelFlow.steps}
+        internal = ["guest-7", "by local", "on_model_error", "awaiting", "Moving to", "Asking "]
+        for where in ("main.chat", "aside.panel"):
+            shown = guest.evaluate(SHOWN_TEXTS, where)
+            assert shown, where
+            named = [
+                text
+                for text in shown
+                if text in steps or "_" in text or any(name in text for name in internal)
+            ]
+            assert named == [], where
+        expect(guest.locator("#diagram")).to_be_hidden()
+        expect(guest.locator("#current-step")).to_be_hidden()
+    assert model.remaining == 0 and failures == []
 

@@ -59,7 +59,7 @@ def test_staff_take_over_a_conversation_from_the_queue() -> None:
                 expect(customer.locator("#staff")).to_be_hidden()  # no staff visibility: no queue
                 send(customer, "about order 40001")
                 send(customer, "I want to talk to a person")
-                expect(customer.locator("#session-status")).to_have_text("awaiting_human")
+                expect(customer.locator("#session-status")).to_have_text("With our team")
                 expect(customer.locator("#with-staff")).to_be_visible()
 
                 staff = open_as(browser, url, "key-ana", failures)
@@ -92,7 +92,7 @@ def test_staff_take_over_a_conversation_from_the_queue() -> None:
                 item.get_by_role("button", name="Hand back").click()
                 expect(queue).to_have_count(0)
                 expect(staff.locator("#staff-empty")).to_be_visible()
-                expect(customer.locator("#session-status")).to_have_text("running")
+                expect(customer.locator("#session-status")).to_have_text("In progress")
                 expect(customer.locator("#with-staff")).to_be_hidden()
                 send(customer, "thanks!")
                 assert chat(customer) == [

@@ -104,7 +104,7 @@ def test_no_bubble_ever_holds_a_structured_answer(served: Served, page: Page) ->
 
     # Between the typed step's answer and the goodbye: the page has moved on, and shows no answer.
     send(page, yes)
-    expect(page.locator("#busy-text")).to_have_text("Moving to Booked…")
+    expect(page.locator("#busy-text")).to_have_text("Working…")
     assert conversation(page) == bubbles(SEEN[:8])
     served.model.release.set()
     expect(page.locator("#messages li.assistant .bubble").last).to_have_text(GOODBYE)

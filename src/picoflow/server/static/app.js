@@ -31,6 +31,16 @@ const state = {
   after: -1, staffShown: new Set(), watching: null,
 };
 const OPEN_STATUSES = ["running", "awaiting_approval", "awaiting_human"];
+// A session's status as the page says it (the API's names are for code and the developer view).
+const STATUS_WORDS = {
+  new: "Not started",
+  running: "In progress",
+  awaiting_approval: "Waiting for approval",
+  awaiting_human: "With our team",
+  completed: "Complete",
+  aborted: "Ended",
+};
+const statusWords = (status) => STATUS_WORDS[status] || "In progress";
 const picker = createPicker({
   button: els.attach, input: els.fileInput, chips: els.chips, dropZone: els.messages.closest("main"),
   dropHint: els.dropHint, textarea: els.input, limits: { ...DEFAULT_LIMITS, ...config.attachmentLimits },
@@ -171,7 +181,7 @@ function showUsage(usage) {
 
 function showSession(session) {
   els.step.textContent = session ? session.step : (state.flow ? state.flow.start : "–");
-  els.status.textContent = session ? session.status : "new";
+  els.status.textContent = statusWords(session ? session.status : "new");
   els.turns.textContent = session ? session.turns : 0;
   els.sessionId.textContent = session ? session.id : "–";
   showUsage(session && session.usage);
@@ -184,8 +194,12 @@ function showSession(session) {
   updateControls();
 }
 
+// The diagram and the current step name the flow's steps and transitions as its code does: they are
+// shown to a caller who may inspect (a developer), not to a guest.
+const developer = () => !caller || caller.inspect === true;
+
 async function showDiagram() {
-  if (!state.flow) return;
+  if (!state.flow || !developer()) return;
   const path = state.sessionId
     ? `/v1/sessions/${encodeURIComponent(state.sessionId)}/diagram.svg`
     : `/v1/flows/${encodeURIComponent(state.flow.name)}/diagram.svg?step=${encodeURIComponent(state.flow.start)}`;
@@ -223,11 +237,19 @@ function mayDecide(approval) {
   return who.principal || who.roles.some((role) => caller.roles.includes(role));
 }
 
+// Who decided, in words for the person reading: a principal is an id of the server's (an API key's
+// name, "local" for the open development server), never shown; the caller is "you", anyone else
+// the approvers as the card describes them.
+function decider(approval) {
+  if (caller && approval.decided_by && approval.decided_by === caller.principal) return "you";
+  return approval.approvers.description;
+}
+
 const OUTCOMES = {
   expired: () => "Expired before anyone decided it",
   withdrawn: () => "Withdrawn: the conversation moved on",
-  approved: (a) => `Approved by ${a.decided_by || "someone"}${a.reason ? `: ${a.reason}` : ""}`,
-  denied: (a) => `Denied by ${a.decided_by || "someone"}${a.reason ? `: ${a.reason}` : ""}`,
+  approved: (a) => `Approved by ${decider(a)}${a.reason ? `: ${a.reason}` : ""}`,
+  denied: (a) => `Denied by ${decider(a)}${a.reason ? `: ${a.reason}` : ""}`,
 };
 
 function element(tag, className, text) {
@@ -803,13 +825,15 @@ function turnEvent(name, data, turn) {
     turn.kept.push(live);
     live = null;
   }
+  // Steps and tools are named in code: the line under the conversation says only that work goes on
+  // (the developer view names them).
   if (name === "step" && data.parent) {
-    setBusy(true, `Asking ${data.step}…`); // a sub-step: the conversation stays where it is
+    setBusy(true, "Working…"); // a sub-step: the conversation stays where it is
   } else if (name === "step") {
     els.step.textContent = data.step;
-    setBusy(true, `Moving to ${data.step}…`);
+    setBusy(true, "Working…");
   } else if (name === "tool_call") {
-    setBusy(true, `Running ${data.name}…`);
+    setBusy(true, "Working…");
   } else if (name === "approval_requested" || name === "approval_decided") {
     if (!data.parent) showApproval(data);
   } else if (name === "text") {
@@ -902,6 +926,7 @@ async function start() {
     // An older server, or none: no developer view, and every approval card offers its buttons.
   }
   inspector.allow(caller, state.flows);
+  for (const node of [els.diagram, els.step, els.step.previousElementSibling]) node.hidden = !developer();
   await openFlow(wanted);
   document.body.dataset.ready = "true";
   watchQueue();
