@@ -1,7 +1,9 @@
 """The chat page as a guest sees it, in headless Chromium against a real server with API keys: an
 approval card offers Approve and Deny only to a caller the approval names (its customer, or someone
 holding one of its roles), while the server goes on refusing anyone else; no name from the code (a
-step's, a status's, a principal's, a transition's) reaches a guest's page."""
+step's, a status's, a principal's, a transition's) reaches a guest's page; and at 390x844 (a
+phone) the chat fits: no sideways scroll, the message box and its button in view, what is wide
+scrolling inside its bubble."""
 
 from __future__ import annotations
 
@@ -207,3 +209,55 @@ def test_a_guest_reads_no_name_from_the_code(browser: Any, monkeypatch: pytest.M
         expect(guest.locator("#current-step")).to_be_hidden()
     assert model.remaining == 0 and failures == []
 
+
+# --- a phone -----------------------------------------------------------------------------------
+
+WIDE_TABLE = "\n".join(
+    [
+        "Here is what I found:",
+        "",
+        "| order | placed | item | amount | status | carrier | tracking number |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| 40001 | 2099-12-30 | a very long item name that keeps going | $25.50 | returned | Parcelforce | "
+        "PF0000000000000000000000000001 |",
+        "",
+        "Reference: " + "X" * 120,
+    ]
+)
+WIDE = ToolCall(
+    "refund", {"order_id": 40001, "amount": 25.5, "note": "a note of many words " * 12 + "Y" * 90}, "c3"
+)
+
+
+def test_the_chat_fits_a_phone(browser: Any) -> None:
+    failures: list[str] = []
+    model = ScriptedModel([WIDE_TABLE, [WIDE]])
+    engine = FlowEngine([RefundFlow], store=MemoryStore(), model=model, clock=clock)
+    with serving_in_a_thread(engine, ServerSettings(api_keys=KEYS, default_flow="refunds")) as url:
+        phone = open_as(browser, url, "cust-key", failures, width=390, height=844)
+        send(phone, "my orders")
+        expect(phone.locator("#messages li.assistant table")).to_have_count(1)
+        expect(phone.locator("#busy")).to_be_hidden()
+        send(phone, "refund order 40001")
+        refund = card(phone, 0)
+        expect(refund.locator(".approval-summary")).to_have_text("Refund $25.50 on order 40001")
+        expect(phone.locator("#busy")).to_be_hidden()
+        expect(refund.locator(".approval-actions button")).to_have_text(["Approve", "Deny"])
+
+        assert phone.evaluate("document.scrollingElement.scrollWidth") <= 390
+        for selector in ("#input", "#send", "#attach"):
+            expect(phone.locator(selector)).to_be_in_viewport(ratio=1)
+        for table, holder in (
+            (
+                phone.locator("#messages li.assistant table"),
+                phone.locator("#messages li.assistant .bubble").last,
+            ),
+            (refund.locator("table.approval-args"), refund.locator(".card")),
+        ):
+            inner, outer = table.bounding_box(), holder.bounding_box()
+            assert inner is not None and outer is not None
+            assert outer["x"] >= 0 and outer["x"] + outer["width"] <= 390
+            assert inner["x"] + inner["width"] <= outer["x"] + outer["width"]
+        refund.locator("button.approve").scroll_into_view_if_needed()
+        expect(refund.locator("button.approve")).to_be_in_viewport(ratio=1)
+    assert model.remaining == 0 and failures == []
