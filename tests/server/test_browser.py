@@ -460,6 +460,22 @@ def conversation(page: Page) -> list[tuple[str, str]]:
     ]
 
 
+def open_as(
+    browser: Any, url: str, key: str, failures: list[str], width: int = 1280, height: int = 1000
+) -> Page:
+    """A page in a context of its own (its own storage), signed in with ``key``."""
+    context = browser.new_context(
+        viewport={"width": width, "height": height}, locale="en-US", timezone_id="UTC"
+    )
+    page: Page = context.new_page()
+    page.on("pageerror", lambda error: failures.append(str(error)))
+    page.goto(url + "/")
+    page.fill("#api-key", key)
+    page.click("#auth button[type=submit]")
+    expect(page.locator("body")).to_have_attribute("data-ready", "true")
+    return page
+
+
 def send(page: Page, text: str) -> None:
     page.fill("#input", text)
     page.press("#input", "Enter")

@@ -21,7 +21,7 @@ from picoflow_demos.hotel import HotelFlow
 from picoflow_demos.hotel.scripted import CURRENT_DATE, day, found, wants
 
 from .approvals_support import KEYS, RefundFlow, Refunds, clock
-from .test_browser import CHROMIUM, CHROMIUM_ARGS, serving_in_a_thread
+from .test_browser import CHROMIUM, CHROMIUM_ARGS, open_as, send, serving_in_a_thread
 
 pytestmark = pytest.mark.browser
 
@@ -45,27 +45,6 @@ def browser() -> Iterator[Any]:
             yield chromium
         finally:
             chromium.close()
-
-
-def open_as(
-    browser: Any, url: str, key: str, failures: list[str], width: int = 1280, height: int = 1000
-) -> Page:
-    """A page in a context of its own (its own storage), signed in with ``key``."""
-    context = browser.new_context(
-        viewport={"width": width, "height": height}, locale="en-US", timezone_id="UTC"
-    )
-    page: Page = context.new_page()
-    page.on("pageerror", lambda error: failures.append(str(error)))
-    page.goto(url + "/")
-    page.fill("#api-key", key)
-    page.click("#auth button[type=submit]")
-    expect(page.locator("body")).to_have_attribute("data-ready", "true")
-    return page
-
-
-def send(page: Page, text: str) -> None:
-    page.fill("#input", text)
-    page.press("#input", "Enter")
 
 
 def card(page: Page, index: int) -> Any:

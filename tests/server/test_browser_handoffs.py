@@ -5,8 +5,6 @@ staff reply; staff hand it back and the model answers the customer again."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
@@ -14,23 +12,11 @@ from picoflow.server import ServerSettings
 from picoflow.sessions import MemoryStore
 
 from .handoff_support import KEYS, support_engine
-from .test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, serving_in_a_thread
+from .test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, open_as, serving_in_a_thread
 
 pytestmark = pytest.mark.browser
 
 REPLY = "I'm passing this conversation to a member of our team. A person will reply here."
-
-
-def open_as(browser: Any, url: str, key: str, failures: list[str]) -> Page:
-    """A page in a context of its own (its own storage), signed in with ``key``."""
-    context = browser.new_context(viewport={"width": 1280, "height": 1000}, locale="en-US", timezone_id="UTC")
-    page: Page = context.new_page()
-    page.on("pageerror", lambda error: failures.append(str(error)))
-    page.goto(url + "/")
-    page.fill("#api-key", key)
-    page.click("#auth button[type=submit]")
-    expect(page.locator("body")).to_have_attribute("data-ready", "true")
-    return page
 
 
 def send(page: Page, text: str) -> None:
