@@ -6,6 +6,7 @@ no observer at all."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from picoflow.exceptions import UsageLimitExceeded
 from picoflow.messages import ToolCall
 from picoflow.models import ScriptedModel
 from picoflow.sessions import MemoryStore, SQLiteStore
+from picoflow.testing import HeldModel
 from picoflow.timeline import (
     ApprovalDecidedEntry,
     ApprovalRequestedEntry,
@@ -54,6 +56,7 @@ from picoflow.timeline import (
     TimelineSettings,
     TimelineUpdate,
     ToolEntry,
+    TurnRecorded,
     TurnTimeline,
     timeline_schema,
 )
@@ -565,3 +568,70 @@ async def test_no_entry_is_handed_over_without_recording() -> None:
     updates: list[TimelineUpdate] = []
     result = await engine.run("vault", "hi", on_timeline=updates.append)
     assert result.ok and updates == []
+
+
+async def test_a_followed_session_shows_each_turn_live_whoever_runs_it_then_the_stored_turn() -> None:
+    scripted = ScriptedModel(["Hello.", ToolCall("store_card", {"card": "4111 1111 1111 1111"}), "Stored."])
+    held = HeldModel(scripted, at=3)  # the second turn's answer after its tool call
+    settings = TimelineSettings(redact=lambda field, value: field == "card")
+    engine = FlowEngine([VaultFlow], model=held, timeline=settings)
+    first = await engine.run("vault", "hi", caller=Caller(principal="ada"))
+    assert first.ok and first.session_id is not None
+    session_id = first.session_id
+
+    assert await engine.follow_timeline(session_id, principal="bob") is None  # another's
+    assert await engine.follow_timeline("00000000-0000-4000-8000-000000000000", principal="ada") is None
+    follower = await engine.follow_timeline(session_id, principal="ada")
+    assert follower is not None and follower.turn == 1
+    watcher = await engine.follow_timeline(session_id, principal="ada")
+    assert watcher is not None
+
+    # Someone else runs the next turn (no on_timeline of theirs): its entries reach the followers
+    # while it runs, held at its second model request.
+    caller = Caller(principal="ada", config={"crm_key": CRM_KEY})
+    running = asyncio.create_task(engine.run("vault", "store my card", session_id, caller=caller))
+    await held.held.wait()
+    so_far: list[tuple[int, str, bool]] = []
+    while (update := await follower.next(within=0)) is not None:
+        assert isinstance(update, TimelineUpdate) and (update.session_id, update.turn) == (session_id, 2)
+        entry = json.loads(update.entry)
+        so_far.append((update.index, entry["kind"], "text" in entry or entry.get("ok") is not None))
+    assert so_far == [
+        (0, "model", False),
+        (0, "model", True),
+        (0, "model", True),
+        (1, "tool", False),
+        (1, "tool", True),
+        (2, "model", False),  # the held request, sent and not answered
+    ]
+    watcher.close()
+    watcher.close()  # again: nothing
+
+    held.release()
+    result = await running
+    assert result.ok and result.message == "Stored."
+    rest = []
+    while not isinstance(update := await follower.next(), TurnRecorded):
+        rest.append(update)
+    assert update == TurnRecorded(session_id, 2, "replied")
+    assert [json.loads(u.entry)["kind"] for u in rest] == ["model", "model", "state"]
+    assert "4111" not in "".join(u.entry for u in rest) and CRM_KEY not in "".join(u.entry for u in rest)
+
+    timeline = await engine.timeline(session_id, principal="ada", turn=2)
+    assert timeline is not None
+    [turn] = timeline.turns
+    assert [entry.kind for entry in turn.entries] == ["model", "tool", "model", "state"]
+
+    # Closed: the next turn reaches no one, and costs no live encoding.
+    follower.close()
+    third = await engine.run("vault", "thanks", session_id, caller=Caller(principal="ada"))
+    assert not third.ok  # the script is played out: a failed turn, stored all the same
+    assert await follower.next(within=0) is None
+
+
+async def test_following_needs_an_engine_that_records() -> None:
+    engine = FlowEngine([VaultFlow], model=ScriptedModel(["Hello."]))
+    result = await engine.run("vault", "hi")
+    assert result.session_id is not None
+    with pytest.raises(RuntimeError, match="records no timelines"):
+        await engine.follow_timeline(result.session_id)

@@ -7,7 +7,9 @@ route ``GET /v1/sessions/{id}/timeline`` serves them to callers allowed to inspe
 ``picoflow sessions show ID --trace`` renders them (``--json`` exports a ``SessionTimeline``,
 valid against ``timeline_schema()``). While a turn runs, ``FlowEngine.run(on_timeline=...)`` hands
 its entries over as they are recorded (``TimelineUpdate``): the chat page's developer view draws
-them live.
+them live. ``FlowEngine.follow_timeline(id)`` does the same for every turn of a session that runs in
+this process, whoever started it (a ``TimelineFollower``: the entries, then ``TurnRecorded`` once
+the turn is stored).
 
 Entries come in the order they happened; each has a ``kind``:
 
@@ -33,6 +35,7 @@ type and size, and fields the application's ``redact`` hook names read ``[redact
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -65,10 +68,12 @@ __all__ = [
     "StateChange",
     "StateEntry",
     "TimelineEntry",
+    "TimelineFollower",
     "TimelineSettings",
     "TimelineUpdate",
     "ToolEntry",
     "TurnFailure",
+    "TurnRecorded",
     "TurnTimeline",
     "TurnUsage",
     "timeline_schema",
@@ -419,6 +424,67 @@ class TimelineUpdate:
     """The entry's place in the turn, from 0, in the order entries were first recorded."""
     entry: str
     """The entry as JSON text, one ``TimelineEntry``."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRecorded:
+    """A followed session's turn (or decision) ended and its timeline is stored: read it whole with
+    ``FlowEngine.timeline(session_id, turn=turn)``."""
+
+    session_id: str
+    turn: int
+    outcome: Literal["replied", "paused", "failed"]
+
+
+class TimelineFollower:
+    """A session's turns as they run in this process, whoever started them
+    (``FlowEngine.follow_timeline``): each entry as it is recorded (``TimelineUpdate``, an entry
+    sent again with the same index replacing the earlier), and ``TurnRecorded`` once a turn is
+    stored. A turn already running when following began shows only its ``TurnRecorded``.
+
+    Iterate it (``async for``), or await ``next(within)``; ``close()`` (or leaving ``async with``)
+    stops following. Updates wait in memory until read: read them, or close it."""
+
+    __slots__ = ("_queue", "_stop", "session_id", "turn")
+
+    def __init__(self, session_id: str, turn: int, stop: Callable[[TimelineFollower], None]) -> None:
+        self.session_id = session_id
+        self.turn = turn
+        """The session's last turn when following began (0: none yet)."""
+        self._queue: asyncio.Queue[TimelineUpdate | TurnRecorded] = asyncio.Queue()
+        self._stop = stop
+
+    def put(self, item: TimelineUpdate | TurnRecorded) -> None:
+        """Hand over one update (the engine's side)."""
+        self._queue.put_nowait(item)
+
+    async def next(self, within: float | None = None) -> TimelineUpdate | TurnRecorded | None:
+        """The next update, or None when none came within ``within`` seconds (0: only one that is
+        already there)."""
+        if not self._queue.empty():
+            return self._queue.get_nowait()
+        if within is None:
+            return await self._queue.get()
+        try:
+            return await asyncio.wait_for(self._queue.get(), within)
+        except TimeoutError:
+            return None
+
+    def __aiter__(self) -> TimelineFollower:
+        return self
+
+    async def __anext__(self) -> TimelineUpdate | TurnRecorded:
+        return await self._queue.get()
+
+    def close(self) -> None:
+        """Stop following (again: nothing)."""
+        self._stop(self)
+
+    async def __aenter__(self) -> TimelineFollower:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
 
 
 class SessionTimeline(BaseModel):

@@ -5,6 +5,9 @@ model call."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -12,15 +15,16 @@ import jsonschema
 from pydantic import TypeAdapter
 
 from inspect_flow import ASK_ORDER, REFUNDED, TURNS, InspectFlow, LoopFlow, looping_model, play
-from picoflow import FlowEngine
+from picoflow import Flow, FlowEngine, Step, tool
 from picoflow.context import Caller
 from picoflow.messages import ModelRequest, ModelResponse, ToolCall
 from picoflow.models import Model, ScriptedModel
 from picoflow.server import ServerSettings
 from picoflow.server.auth import Identity
+from picoflow.testing import HeldModel
 from picoflow.timeline import TimelineEntry, TimelineSettings, timeline_schema
 
-from .support import client_for, events_of
+from .support import client_for, events_of, serving
 
 KEYS = {
     "k-ada": Identity("ada"),
@@ -291,3 +295,113 @@ async def test_sessions_are_listed_by_flow_status_and_errors() -> None:
             asked = {p["name"]: p for p in document["paths"][path]["post"]["parameters"]}
             assert asked["inspect"]["schema"]["type"] == "boolean", path
             assert "timeline" in asked["inspect"]["description"], path
+
+
+class Counter(Step):
+    """Count what the user asks to count."""
+
+    @tool
+    def count(self, what: str) -> str:
+        """Count something."""
+        return f"3 {what}"
+
+
+class CounterFlow(Flow):
+    name = "counter"
+    steps = [Counter]
+
+
+async def sse_events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    """The ``(event, data)`` pairs of an event stream as they arrive (comments skipped)."""
+    name, data = "message", ""
+    async for line in lines:
+        if line.startswith("event:"):
+            name = line[6:].strip()
+        elif line.startswith("data:"):
+            data = line[5:].strip()
+        elif not line and data:
+            yield name, json.loads(data)
+            name, data = "message", ""
+
+
+async def test_an_inspector_follows_a_session_live_whoever_runs_its_turns() -> None:
+    scripted = ScriptedModel(["Hello.", ToolCall("count", {"what": "apples"}), "Three apples."])
+    held = HeldModel(scripted, at=3)  # the second turn's answer, after its tool ran
+    engine = FlowEngine([CounterFlow], model=held, timeline=TimelineSettings())
+    serve = serving(engine, api_keys=KEYS, open_mode=False, prepare_models=False)
+    async with serve as url, httpx.AsyncClient(base_url=url) as client:
+        created = await client.post(
+            "/v1/flows/counter/sessions", json={"message": "hi"}, headers=bearer("k-ada")
+        )
+        session_id = created.json()["session_id"]
+        live = f"/v1/sessions/{session_id}/timeline/live"
+        # Without inspect, as another principal, or for no session: an unknown session's 404.
+        unknown = await client.get(
+            "/v1/sessions/00000000-0000-4000-8000-000000000000/timeline/live",
+            headers=bearer("k-ada-inspect"),
+        )
+        assert unknown.status_code == 404
+        for key in ("k-ada", "k-bob-inspect"):
+            refused = await client.get(live, headers=bearer(key))
+            assert refused.status_code == 404, key
+            assert without_id(refused) == without_id(unknown)
+        assert (await client.get(live)).status_code == 401
+
+        async with client.stream("GET", live, headers=bearer("k-ada-inspect")) as stream:
+            assert stream.status_code == 200
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            events = sse_events(stream.aiter_lines())
+            assert await anext(events) == ("following", {"session_id": session_id, "turn": 1})
+
+            # The customer's next turn, from another client that asks for no timeline.
+            turn = asyncio.create_task(
+                client.post(
+                    f"/v1/sessions/{session_id}/turns",
+                    json={"message": "count apples"},
+                    headers=bearer("k-ada"),
+                )
+            )
+            seen: list[tuple[int, str, bool]] = []
+            while seen[-1:] != [(2, "model", False)]:  # until the held request shows
+                name, data = await anext(events)
+                assert name == "timeline" and (data["session_id"], data["turn"]) == (session_id, 2)
+                entry = data["entry"]
+                seen.append((data["index"], entry["kind"], "text" in entry or entry.get("ok") is not None))
+            assert not turn.done()  # all of it while the turn runs
+            assert seen == [
+                (0, "model", False),
+                (0, "model", True),
+                (0, "model", True),
+                (1, "tool", False),
+                (1, "tool", True),
+                (2, "model", False),
+            ]
+            held.release()
+            rest = []
+            while (event := await anext(events))[0] != "turn":
+                rest.append(event[1]["entry"]["kind"])
+            assert event == ("turn", {"session_id": session_id, "turn": 2, "outcome": "replied"})
+            assert rest == ["model", "model"]  # the held request answered, then accepted
+            answered = await turn
+            assert answered.status_code == 200 and answered.json()["message"] == "Three apples."
+
+        stored = await client.get(f"{live.removesuffix('/live')}?turn=2", headers=bearer("k-ada-inspect"))
+        [recorded] = stored.json()["turns"]
+        assert [entry["kind"] for entry in recorded["entries"]] == ["model", "tool", "model"]
+
+
+async def test_a_live_timeline_with_no_turn_ends_once_idle() -> None:
+    engine = FlowEngine([CounterFlow], model=ScriptedModel(["Hello."]), timeline=TimelineSettings())
+    serve = serving(engine, prepare_models=False, follow_idle=0.01)  # the local open mode
+    async with serve as url, httpx.AsyncClient(base_url=url) as client:
+        created = await client.post("/v1/flows/counter/sessions", json={"message": "hi"})
+        session_id = created.json()["session_id"]
+        ended = await client.get(f"/v1/sessions/{session_id}/timeline/live")
+        assert ended.status_code == 200
+        assert events_of(ended.text) == [("following", {"session_id": session_id, "turn": 1})]
+    # An engine that records nothing has nothing to follow: as an unknown session.
+    quiet = FlowEngine([CounterFlow], model=ScriptedModel(["Hello."]))
+    async with serving(quiet, prepare_models=False) as url, httpx.AsyncClient(base_url=url) as client:
+        created = await client.post("/v1/flows/counter/sessions", json={"message": "hi"})
+        session_id = created.json()["session_id"]
+        assert (await client.get(f"/v1/sessions/{session_id}/timeline/live")).status_code == 404

@@ -51,7 +51,7 @@ from picoflow.session import LogRecord, Session, SessionInfo, SessionStatus
 from picoflow.sessions.base import SessionStore
 from picoflow.sessions.health import StoreHealth
 from picoflow.sessions.memory import MemoryStore
-from picoflow.timeline import SessionTimeline, TimelineSettings, TimelineUpdate
+from picoflow.timeline import SessionTimeline, TimelineFollower, TimelineSettings, TimelineUpdate
 from picoflow.usage import UsageLimits
 from picoflow.versions import FlowCheck
 
@@ -455,6 +455,25 @@ class FlowEngine:
         another principal's. Who may inspect at all is the edge's to decide (the HTTP route asks
         for the ``inspect`` visibility). Raises ``InvalidInput`` for a malformed id, ``StoreError``."""
         return await self._sessions.timeline(session_id, principal, turn)
+
+    async def follow_timeline(
+        self, session_id: str, *, principal: PrincipalFilter = None
+    ) -> TimelineFollower | None:
+        """Follow the session's turns and decisions as they run in this process, whoever started
+        them (a page, a protocol, the command line): each timeline entry as it is recorded, and
+        ``TurnRecorded`` once the turn is stored (``picoflow.timeline.TimelineFollower``; close it
+        when done). None if the session is unknown or another principal's. Turns run by another
+        process (another server worker, a durable executor's worker) show in ``timeline`` once
+        stored. Raises ``RuntimeError`` when this engine records no timelines (``timeline=``),
+        ``InvalidInput`` for a malformed id, ``StoreError``."""
+        if self.timeline_settings is None:
+            raise RuntimeError(
+                "this engine records no timelines to follow: FlowEngine(timeline=TimelineSettings())"
+            )
+        session = await self._sessions.get(session_id, principal)
+        if session is None:
+            return None
+        return self._jobs.follow(session.id, session.turns)
 
     async def list_sessions(
         self,

@@ -33,7 +33,7 @@ from picoflow.flow import Flow, FlowSpec
 from picoflow.results import Cancelled, TurnFinished, TurnResult
 from picoflow.session import Session, new_session_id
 from picoflow.sessions.base import SessionStore, TimelineStore
-from picoflow.timeline import TimelineSettings, TimelineUpdate
+from picoflow.timeline import TimelineFollower, TimelineSettings, TimelineUpdate, TurnRecorded
 
 logger = logging.getLogger("picoflow")
 
@@ -71,6 +71,8 @@ class Jobs:
         self._recording = Recording(timeline) if timeline is not None else None
         self._timeline_store: TimelineStore | None = None
         self._background: set[asyncio.Future[TurnResult]] = set()
+        self._followers: dict[str, list[TimelineFollower]] = {}
+        """Per session id: who follows its turns' timelines (``FlowEngine.follow_timeline``)."""
 
     # --- the one path -----------------------------------------------------------------------------
 
@@ -90,6 +92,8 @@ class Jobs:
         (``trigger`` says what started it), whose record is kept with the session; ``on_timeline``
         is handed its entries as they are recorded."""
         tracer = self.tracing.observer()
+        if session_id is not None and session_id in self._followers:
+            on_timeline = self._handed_to_followers(session_id, on_timeline)
         recorder = None if self._recording is None else self._recording.recorder(caller, trigger, on_timeline)
         observer = combine(tracer, EventStream(on_event) if on_event is not None else None, recorder)
         observer.turn_started(flow, session_id, summary)
@@ -100,26 +104,68 @@ class Jobs:
             raise
         observer.turn_finished(result)
         if recorder is not None:
-            await self._keep_timeline(recorder, result)
+            turn = await self._keep_timeline(recorder, result)
+            if turn is not None and result.session_id in self._followers:
+                self._tell_followers(result, turn)
         return result
 
-    async def _keep_timeline(self, recorder: TimelineRecorder, result: TurnResult) -> None:
-        """Store the job's timeline with its session (best effort: the job's result stands)."""
+    async def _keep_timeline(self, recorder: TimelineRecorder, result: TurnResult) -> int | None:
+        """Store the job's timeline with its session (best effort: the job's result stands); the
+        turn's number once stored, else None."""
         settings, store = self.host.timeline_settings, self._timeline_store
         if settings is None:
-            return
+            return None
         if store is None:  # checked once: a protocol check costs more than a turn's recording
             if not isinstance(self.host.store, TimelineStore):
-                return
+                return None
             store = self._timeline_store = self.host.store
         document = recorder.document(result)
         if document is None:
-            return
+            return None
         session_id, turn, body = document
         try:
             await store.record_timeline(session_id, turn, body, keep_turns=settings.keep_turns)
         except Exception:
             logger.warning("picoflow: could not store the timeline of session %s", session_id, exc_info=True)
+            return None
+        return turn
+
+    # --- following a session's timeline -----------------------------------------------------------
+
+    def follow(self, session_id: str, turn: int) -> TimelineFollower:
+        """A new follower of the session's turns (``FlowEngine.follow_timeline``)."""
+        follower = TimelineFollower(session_id, turn, self._unfollow)
+        self._followers.setdefault(session_id, []).append(follower)
+        return follower
+
+    def _unfollow(self, follower: TimelineFollower) -> None:
+        following = self._followers.get(follower.session_id)
+        if following is not None and follower in following:
+            following.remove(follower)
+            if not following:
+                del self._followers[follower.session_id]
+
+    def _handed_to_followers(
+        self, session_id: str, also: Callable[[TimelineUpdate], None] | None
+    ) -> Callable[[TimelineUpdate], None]:
+        """``also`` (the job's own watcher, if any) and each follower of the session at the time,
+        handed every entry as it is recorded."""
+
+        def hand(update: TimelineUpdate) -> None:
+            if also is not None:
+                also(update)
+            for follower in self._followers.get(session_id, ()):
+                follower.put(update)
+
+        return hand
+
+    def _tell_followers(self, result: TurnResult, turn: int) -> None:
+        session_id = cast(str, result.session_id)
+        outcome: Literal["replied", "paused", "failed"] = (
+            "failed" if result.error is not None else "paused" if result.pending else "replied"
+        )
+        for follower in self._followers.get(session_id, ()):
+            follower.put(TurnRecorded(session_id, turn, outcome))
 
     # --- the two kinds ----------------------------------------------------------------------------
 

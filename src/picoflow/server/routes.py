@@ -13,7 +13,7 @@ from functools import partial
 from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, Query, Request
-from fastapi.responses import PlainTextResponse, Response
+from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 
 from picoflow.approvals import visible_to
 from picoflow.diagram import flow_mermaid, flow_svg
@@ -34,6 +34,7 @@ from picoflow.server.schemas import (
     TurnResponse,
 )
 from picoflow.server.state import ERRORS, Access, AccessDep, ApiRoute, may_inspect
+from picoflow.server.streams import follow_stream
 from picoflow.server.turns import RENDER_DOC, TurnRoute, add_turn, create_session, turn_parameters
 from picoflow.server.uploads import get_attachment, list_attachments
 from picoflow.session import Session, SessionStatus
@@ -195,6 +196,26 @@ async def get_timeline(
     return found
 
 
+async def follow_timeline(session_id: str, request: Request, access: AccessDep) -> StreamingResponse:
+    """The inspector's live view: the session's turns as they run in this server process, whoever
+    started them (the page, a protocol, another client), as Server-Sent Events. First `following`
+    (`{"session_id", "turn"}`: the last turn stored so far), then each running turn's `timeline`
+    events (as the turn streams carry them with `?inspect=true`; an entry sent again with the same
+    index replaces the earlier) and `turn` (`{"session_id", "turn", "outcome"}`) once it is stored:
+    read it whole from `GET /v1/sessions/{id}/timeline?turn=N`. The stream ends after
+    `ServerSettings.follow_idle` seconds without a turn; open it again to go on watching. Turns run
+    by another process show once stored. Answered only to callers who may inspect; anyone else,
+    like another principal, gets the 404 of an unknown session."""
+    if not may_inspect(access, request) or access.engine.timeline_settings is None:
+        raise not_found(session_id)
+    async with engine_call(session_id):
+        follower = await access.engine.follow_timeline(session_id, principal=access.caller.principal)
+    if follower is None:
+        raise not_found(session_id)
+    settings = access.state.settings
+    return follow_stream(follower, settings.follow_idle, settings.sse_heartbeat)
+
+
 async def delete_session(session_id: str, access: AccessDep) -> Response:
     async with engine_call(session_id):
         deleted = await access.engine.delete_session(session_id, principal=access.caller.principal)
@@ -251,6 +272,14 @@ CANCEL_RESPONSES: dict[int | str, dict[str, Any]] = {
         "model": ErrorBody,
         "description": "No turn of the session runs in this server process: none was, or it ended or "
         "began its final commit first (`turn_not_running`)",
+    },
+}
+FOLLOW_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **ERRORS,
+    200: {"content": {"text/event-stream": {}}, "description": "The session's turns as they run, as events"},
+    404: {
+        "model": ErrorBody,
+        "description": "No such session (or one of another principal), or the caller may not inspect",
     },
 }
 HANDOFFS: list[str | Enum] = ["handoffs"]
@@ -334,6 +363,14 @@ def install(app: FastAPI) -> None:
         methods=["GET"],
         response_model_exclude_none=True,
         **sessions,
+    )
+    api(
+        "/v1/sessions/{session_id}/timeline/live",
+        follow_timeline,
+        methods=["GET"],
+        response_class=StreamingResponse,
+        tags=SESSIONS,
+        responses=FOLLOW_RESPONSES,
     )
     api(
         "/v1/sessions/{session_id}/attachments/{sha256}",

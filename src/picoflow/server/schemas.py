@@ -105,6 +105,9 @@ class ServerSettings:
     default flow's first prompt; otherwise they load with the first turn. ``/readyz`` reports it."""
     sse_heartbeat: float = 15.0
     """Seconds between keep-alive comments on an event stream while a turn is working."""
+    follow_idle: float = 25.0
+    """Seconds a live timeline stream (``GET /v1/sessions/{id}/timeline/live``) stays open while no
+    turn of its session runs; it then ends, and a client that still watches opens it again."""
     title: str = "picoflow"
 
 

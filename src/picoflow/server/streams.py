@@ -57,7 +57,7 @@ from picoflow.server.errors import ApiError, decision_error, v1_error
 from picoflow.server.readiness import TurnWatch
 from picoflow.server.schemas import ApprovalOut, TurnResponse
 from picoflow.server.state import ServerState
-from picoflow.timeline import TimelineUpdate
+from picoflow.timeline import TimelineFollower, TimelineUpdate, TurnRecorded
 
 __all__ = [
     "BEAT",
@@ -67,6 +67,7 @@ __all__ = [
     "Feed",
     "Item",
     "cancel_run",
+    "follow_stream",
     "open_decision",
     "open_turn",
     "stream_decision",
@@ -438,5 +439,35 @@ def _respond(
             # drop the connection silently: every stream ends with a result or an error event.
             logger.exception("picoflow.server: a turn's event stream failed")
             yield _error_event(_internal())
+
+    return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+def follow_stream(follower: TimelineFollower, idle: float, heartbeat: float) -> StreamingResponse:
+    """A session's turns as they run in this process, whoever started them
+    (``GET /v1/sessions/{id}/timeline/live``): ``following`` first (``{"session_id": ..., "turn":
+    N}``, the last turn stored so far), then each running turn's ``timeline`` events as the turn
+    streams carry them, and ``turn`` (``{"session_id": ..., "turn": N, "outcome": ...}``) once a
+    turn is stored. The stream ends once no turn ran for ``idle`` seconds (a client still watching
+    opens it again), or when the client leaves; a keep-alive comment every ``heartbeat`` seconds."""
+    loop = asyncio.get_running_loop()
+
+    async def events() -> AsyncIterator[bytes]:
+        try:
+            yield _sse("following", {"session_id": follower.session_id, "turn": follower.turn})
+            quiet_until = loop.time() + idle
+            while (left := quiet_until - loop.time()) > 0:
+                update = await follower.next(min(left, heartbeat))
+                if update is None:
+                    yield b": following\n\n"
+                    continue
+                quiet_until = loop.time() + idle  # a turn is running: its end is waited for
+                if isinstance(update, TurnRecorded):
+                    data = {"session_id": update.session_id, "turn": update.turn, "outcome": update.outcome}
+                    yield _sse("turn", data)
+                else:
+                    yield _timeline_event(update)
+        finally:
+            follower.close()
 
     return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
