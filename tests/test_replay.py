@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from replay_support import demo_world, dump, record
 
 from picoflow.context import ANY_PRINCIPAL
 from picoflow.engine import FlowEngine
@@ -24,6 +23,7 @@ from picoflow.timeline import ModelEntry
 from picoflow_demos import FLOWS
 from picoflow_demos.orders import flow as orders_flow
 from picoflow_demos.orders.database import OrdersDatabase
+from replay_support import demo_world, dump, record
 
 PICKS = [("orders.yaml", "orders-support"), ("hotel.yaml", "hotel-14-turns")]
 REFUND = [("orders.yaml", "orders-refund-decided")]
@@ -254,7 +254,8 @@ def test_what_cannot_be_replayed_is_refused_in_one_line_and_nothing_is_written(
     with pytest.raises(ReplayError) as foreign:
         asyncio.run(only_hotel())
     assert str(foreign.value) == (
-        f"session {sessions['orders-support']} is of flow 'orders', which is not among the flows given (hotel)"
+        f"session {sessions['orders-support']} is of flow 'orders', "
+        "which is not among the flows given (hotel)"
     )
     assert dump(url) == before
 
