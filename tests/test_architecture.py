@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "picoflow.messages",
             "picoflow.outcomes",
             "picoflow.prompts",
+            "picoflow.request_diff",
             "picoflow.results",
             "picoflow.session",
             "picoflow.timeline",

@@ -247,6 +247,7 @@ MODULES = [
     "picoflow.server.mcp",
     "picoflow.temporal",
     "picoflow.timeline",
+    "picoflow.replay",
     "picoflow.versions",
     "picoflow.evals",
     "picoflow.testing",

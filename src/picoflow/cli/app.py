@@ -14,6 +14,7 @@ from picoflow.cli.flows import eval_scenarios, graph, list_flows
 from picoflow.cli.handoffs import handoffs_app
 from picoflow.cli.loading import console
 from picoflow.cli.mcp import mcp_app
+from picoflow.cli.replay import replay
 from picoflow.cli.serve import serve
 from picoflow.cli.sessions import db_app, sessions_app
 from picoflow.cli.worker import worker
@@ -52,6 +53,7 @@ app.command("flows", short_help="List the flows with their steps.")(list_flows)
 app.command(short_help="Print a flow's steps and transitions (Mermaid).")(graph)
 app.command("eval", short_help="Play scenario files against a model and score them.")(eval_scenarios)
 app.command(short_help="Run turns on Temporal, as a durable worker.")(worker)
+app.command(short_help="Replay stored sessions against the current code, as a diff.")(replay)
 app.add_typer(sessions_app, name="sessions", short_help="Inspect stored sessions.")
 app.add_typer(approvals_app, name="approvals", short_help="Decide the calls waiting for approval.")
 app.add_typer(handoffs_app, name="handoffs", short_help="Take over conversations handed to a person.")

@@ -2,11 +2,12 @@
 
 Executors decide where a checked turn runs (``LocalExecutor``, in this process, by default;
 ``picoflow.temporal.TemporalExecutor`` on Temporal workers), and a ``ToolRunner`` where its
-validated tool calls run (``LOCAL_TOOLS``, here, by default). The edges (HTTP, CLI, MCP, evals)
+validated tool calls run (``LOCAL_TOOLS``, here, by default) and what each gives back (its
+value, or a ``CallResult``: the tool message itself). The edges (HTTP, CLI, MCP, evals)
 translate requests into the engine's calls and nothing more.
 """
 
-from picoflow._run.dispatch import LOCAL_TOOLS, LocalTools
+from picoflow._run.dispatch import LOCAL_TOOLS, CallResult, LocalTools
 from picoflow._run.jobs import TurnRequest
 from picoflow._run.session_turn import SessionTurns
 from picoflow._run.workspace import ToolJob, ToolRunner
@@ -21,6 +22,7 @@ __all__ = [
     "LOCAL_TOOLS",
     "MAX_OFFSET",
     "SESSION_ID",
+    "CallResult",
     "Cancelled",
     "FlowEngine",
     "LocalExecutor",

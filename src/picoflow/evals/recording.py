@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +38,7 @@ from picoflow.evals.checks import Check
 from picoflow.exceptions import ModelError
 from picoflow.messages import Message, ModelRequest, ModelResponse, ResponseWarning, ToolCall
 from picoflow.models.base import Model, ResponseDone, StreamEvent
+from picoflow.request_diff import describe_difference
 from picoflow.usage import Usage
 
 __all__ = ["Divergence", "Recorder", "Recording", "ReplayDiverged", "Replayer", "Role", "request_key"]
@@ -372,55 +373,11 @@ class Recording:
         same = [e for e in runs if (e.turn, e.position) == (where.turn, where.position)]
         if not same:
             return "the recording asked no more at this point of the turn"
-        return _compare(same[0].parts, parts)
+        return describe_difference(same[0].parts, parts)
 
     def divergence_check(self) -> Check | None:
         """The failed ``replay`` check of the run being played, once it diverged."""
         return self.divergence.check() if self.divergence is not None else None
-
-
-def _compare(recorded: _Parts, asked: _Parts) -> str:
-    """The parts of ``asked`` that differ from ``recorded``, in words."""
-    if recorded.role != asked.role:
-        return f"asked by the {asked.role} model where the recording has the {recorded.role} model"
-    found: list[str] = []
-    if recorded.step != asked.step:
-        found.append(f"the step is {asked.step} where the recording has {recorded.step}")
-    if recorded.system != asked.system:
-        found.append("the system prompt")
-    if recorded.messages != asked.messages:
-        found.append(_messages_differ(recorded.messages, asked.messages))
-    if dict(recorded.tools) != dict(asked.tools):
-        found.append(_tools_differ(recorded.tools, asked.tools))
-    if recorded.output != asked.output:
-        found.append("the output schema")
-    if not found:
-        return "the request"
-    return "; ".join(found)
-
-
-def _messages_differ(recorded: Sequence[str], asked: Sequence[str]) -> str:
-    first = next(
-        (index for index, (old, new) in enumerate(zip(recorded, asked, strict=False)) if old != new),
-        min(len(recorded), len(asked)),
-    )
-    if len(recorded) != len(asked):
-        return f"{len(asked)} messages where the recording has {len(recorded)}, from message {first + 1} on"
-    if first == len(asked) - 1:
-        return "the last message"
-    return f"message {first + 1} of {len(asked)}"
-
-
-def _tools_differ(recorded: Mapping[str, str], asked: Mapping[str, str]) -> str:
-    added = sorted(set(asked) - set(recorded))
-    removed = sorted(set(recorded) - set(asked))
-    changed = sorted(name for name in set(asked) & set(recorded) if asked[name] != recorded[name])
-    said = [
-        f"{label} {', '.join(names)}"
-        for label, names in (("added", added), ("removed", removed), ("changed", changed))
-        if names
-    ]
-    return "the tools (" + "; ".join(said) + ")" if said else "the tools' order"
 
 
 class _Passed(Model):
