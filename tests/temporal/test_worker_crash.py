@@ -31,7 +31,9 @@ def start_worker(address: str, queue: str, folder: Path, name: str) -> subproces
     command = [str(PICOFLOW), "worker", "--temporal", address, "--task-queue", queue]
     command += ["--flows", "refund_flows:RefundFlow", "--store", f"sqlite:///{folder / 'sessions.db'}"]
     command += ["--model", "python:refund_flows:crash_model"]
-    env = {**os.environ, "PICOFLOW_TEST_DIR": str(folder), "PYTHONPATH": str(HERE)}
+    # The test's own import path after the flows' folder: the worker runs the code under test.
+    path = os.pathsep.join([str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = {**os.environ, "PICOFLOW_TEST_DIR": str(folder), "PYTHONPATH": path}
     # The worker writes to its own copy of the file; the test's copy is not needed past the start.
     with (folder / f"{name}.log").open("wb") as log:
         return subprocess.Popen(command, cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT)

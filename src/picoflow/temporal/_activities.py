@@ -17,6 +17,7 @@ from picoflow.exceptions import ModelError, ModelMisbehaved, RunError, SessionCo
 from picoflow.messages import ToolCall
 from picoflow.outcomes import Outcome
 from picoflow.session import session_from_json, session_to_json
+from picoflow.sessions.base import TimelineStore
 from picoflow.step import Step
 from picoflow.temporal import _codec as codec
 from picoflow.temporal._durable import ERROR_TYPE
@@ -134,13 +135,34 @@ class TurnActivities:
         given = codec.ErrorIn.model_validate_json(payload)
         await self.engine.store.record_error(given.session_id, given.record)
 
+    @activity.defn(name="picoflow.store.record_timeline")
+    async def record_timeline(self, payload: str) -> None:
+        given = codec.TimelineIn.model_validate_json(payload)
+        store = self.engine.store
+        if not isinstance(store, TimelineStore):
+            return
+        # A retried attempt whose earlier one stored it (its answer was lost with its worker)
+        # finds it stored: kept once. A turn and its retry share a number, never a whole body
+        # (its start time, at least, differs).
+        if activity.info().attempt > 1 and given.body in await store.timelines(given.session_id, given.turn):
+            return
+        await store.record_timeline(given.session_id, given.turn, given.body, keep_turns=given.keep_turns)
+
     @activity.defn(name="picoflow.store.load_files")
     async def load_files(self, payload: str) -> str:
         given = codec.FilesIn.model_validate_json(payload)
         return codec.encode_files(await self.engine.store.load_files(given.session_id, given.hashes))
 
     def all(self) -> list[Any]:
-        return [self.model, self.tool, self.load, self.save, self.record_error, self.load_files]
+        return [
+            self.model,
+            self.tool,
+            self.load,
+            self.save,
+            self.record_error,
+            self.record_timeline,
+            self.load_files,
+        ]
 
 
 def _same_write(stored: Any, session: Any, revision: int) -> bool:

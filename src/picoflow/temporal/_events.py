@@ -7,9 +7,10 @@ Text is not streamed: a model activity returns the whole response.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from picoflow._run.observers import EventStream, TurnObserver
+from picoflow._run.observers import EventStream, Observers, TurnObserver
+from picoflow._run.timeline import TimelineRecorder
 from picoflow.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -57,6 +58,19 @@ class SubStepEvents(EventLog):
 
     def tool_answered(self, step: str, call: ToolCall, content: str, is_error: bool) -> None:
         return None
+
+
+def event_sinks(observer: TurnObserver) -> list[Callable[[TurnEvent], object]]:
+    """Where the events a tool activity reports (its handler's sub-step runs) go in the workflow:
+    the event log the client reads, and the timeline's recorder, each as it records events."""
+    found = observer.observers if isinstance(observer, Observers) else (observer,)
+    sinks: list[Callable[[TurnEvent], object]] = []
+    for one in found:
+        if isinstance(one, EventStream):
+            sinks.append(one.emit)
+        elif isinstance(one, TimelineRecorder):
+            sinks.append(one.events.emit)
+    return sinks
 
 
 class Delivery:
