@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from refund_flows import RefundFlow
 from temporalio.client import Client
 
 from picoflow import Caller, Flow, FlowEngine, Reject, Step, UsageLimits, tool
@@ -70,16 +71,20 @@ async def client(temporal_address: str) -> Client:
 
 @asynccontextmanager
 async def engines(
-    client: Client, folder: Path, script: list[object], limits: UsageLimits | None = None
+    client: Client,
+    folder: Path,
+    script: list[object],
+    limits: UsageLimits | None = None,
+    flow: type[Flow] = CounterFlow,
 ) -> AsyncIterator[tuple[FlowEngine, FlowEngine]]:
-    """The same flow twice: on Temporal (a client engine recording timelines and a worker here)
+    """``flow`` twice: on Temporal (a client engine recording timelines and a worker here)
     and in process, each on its own store and its own copy of ``script``."""
     queue = f"timeline-{uuid.uuid4().hex[:8]}"
     worker = FlowEngine(
-        [CounterFlow], store=SQLiteStore(folder / "durable.db"), model=ScriptedModel(script), limits=limits
+        [flow], store=SQLiteStore(folder / "durable.db"), model=ScriptedModel(script), limits=limits
     )
     durable = FlowEngine(
-        [CounterFlow],
+        [flow],
         store=SQLiteStore(folder / "durable.db"),
         model=ScriptedModel([]),
         executor=TemporalExecutor(client, task_queue=queue),
@@ -87,7 +92,7 @@ async def engines(
         limits=limits,
     )
     local = FlowEngine(
-        [CounterFlow],
+        [flow],
         store=SQLiteStore(folder / "local.db"),
         model=ScriptedModel(script),
         executor=LocalExecutor(),
@@ -197,4 +202,34 @@ async def test_a_failed_first_turn_records_every_model_call(client: Client, tmp_
         {"order": "L1"},
         {"order": "L2"},
     ]
+    assert same(remote) == same(here)
+
+
+async def test_the_sub_step_a_tool_handler_runs_in_its_activity_is_recorded_with_its_model_calls(
+    client: Client, tmp_path: Path
+) -> None:
+    script: list[object] = [
+        ToolCall("second_opinion", {"order": "A1"}, "call-check"),
+        "Yes, it may.",  # the Checker sub-step, run by the handler inside the tool activity
+        "The checker says yes.",
+    ]
+    async with engines(client, tmp_path, script, flow=RefundFlow) as (durable, local):
+        timelines = []
+        for engine in (durable, local):
+            result = await engine.run("refunds", "Can A1 be refunded?", caller=CLERK)
+            assert (result.ok, result.message) == (True, "The checker says yes.")
+            assert result.session_id is not None
+            timelines.append(await turns_of(engine, result.session_id))
+        [remote], [here] = timelines
+
+    assert [(entry.kind, getattr(entry, "step", None), entry.parent) for entry in remote.entries] == [
+        ("entered", "Desk", None),
+        ("model", "Desk", None),
+        ("tool", "Desk", None),
+        ("entered", "Checker", "call-check"),
+        ("model", "Checker", "call-check"),  # asked inside the activity, recorded there
+        ("model", "Desk", None),
+    ]
+    times = [entry.at_ms or 0.0 for entry in remote.entries]
+    assert times == sorted(times)
     assert same(remote) == same(here)

@@ -132,6 +132,16 @@ class _Timed(EventRecords):
                     shown(record)
                     break
 
+    def adopt(self, entries: Sequence[dict[str, Any]], since: float) -> None:
+        """Entries recorded elsewhere (the sub-step runs of a tool handler run by a durable
+        executor's activity), whose ``at_ms`` count from ``since`` (on this clock)."""
+        offset = _ms(since - self.started)
+        for entry in entries:
+            entry["at_ms"] = round(offset + (entry.get("at_ms") or 0.0), 2)
+            self.records.append(entry)
+            if self.shown is not None:
+                self.shown(entry)
+
     def add(self, entry: dict[str, Any], parent: str | None) -> None:
         """One of the timeline's own entries (not an event's), stamped as the others."""
         if parent is not None:
@@ -189,6 +199,21 @@ class _Log:
             self.cleaner = _Cleaner(self.settings, self.secrets)
         index = self.indices.setdefault(id(entry), len(self.indices))
         self.watch(TimelineUpdate(self.session_id, self.turn, index, self.cleaner.encode(entry)))
+
+
+class SubStepRecorder(TurnObserver):
+    """Records only the sub-step runs of what it watches (a tool handler run by a durable
+    executor's activity, whose call the workflow records): ``entries`` after the run."""
+
+    def __init__(self, recording: Recording) -> None:
+        self.log = recording.recorder(None).log
+
+    def sub_turn(self, step: str, call: ToolCall | None) -> TurnObserver:
+        return TimelineRecorder(self.log, call.id if call is not None else step)
+
+    def entries(self) -> list[dict[str, Any]]:
+        """What the runs recorded, as JSON values (not cleaned yet: the turn's document is)."""
+        return [to_jsonable_python(entry, fallback=repr) for entry in self.log.records.records]
 
 
 class TimelineRecorder(TurnObserver):

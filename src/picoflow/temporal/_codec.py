@@ -527,6 +527,9 @@ class ToolCallOut(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     events: list[EncodedEvent] = Field(default_factory=list)
     """The events of the sub-step runs the handler started (when the turn records events)."""
+    timeline: list[dict[str, Any]] = Field(default_factory=list)
+    """The timeline entries of those runs, as recorded, uncleaned (when the turn records its
+    timeline); ``at_ms`` counts from the activity's start."""
 
 
 def encode_usage(usage: Usage) -> Any:

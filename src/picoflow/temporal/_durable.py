@@ -37,7 +37,7 @@ from picoflow.session import (
 from picoflow.sessions.base import SessionStore
 from picoflow.step import Step
 from picoflow.temporal import _codec as codec
-from picoflow.temporal._events import event_sinks
+from picoflow.temporal._events import watchers
 from picoflow.timeline import TimelineSettings
 
 ERROR_TYPE = "picoflow"
@@ -236,8 +236,8 @@ class DurableTools:
         ws.config.limits.check_before_tool_call(ws.usage)
         observer = ws.config.observer
         observer.tool_started(spec.name, call)
-        sinks = event_sinks(observer)
-        records = bool(sinks)
+        streams, recorders = watchers(observer)
+        started = workflow_time()
         payload = codec.ToolCallIn(
             flow=ws.config.spec.name,
             step=spec.name,
@@ -246,7 +246,8 @@ class DurableTools:
             key=job.key,
             session=session_to_json(ws.session).decode(),
             usage=ws.usage,
-            events=records,
+            events=bool(streams),
+            timeline=bool(recorders),
             **codec.caller_fields(ws.caller),
         )
         seconds = (tool.timeout if tool is not None and tool.timeout else DEFAULT_MODEL_SECONDS) + 30
@@ -265,10 +266,13 @@ class DurableTools:
             ),
         )
         out = codec.ToolCallOut.model_validate_json(data)
-        for event in out.events:  # the handler's sub-step runs, reported by the activity
+        # The handler's sub-step runs, as the activity recorded them.
+        for event in out.events:
             decoded = codec.decode_event(event)
-            for sink in sinks:
-                sink(decoded)
+            for stream in streams:
+                stream.emit(decoded)
+        for recorder in recorders:
+            recorder.log.records.adopt(out.timeline, started)
         _adopt(ws, out)
         if out.error is not None:
             raise codec.decode_error(out.error)

@@ -7,7 +7,7 @@ Text is not streamed: a model activity returns the whole response.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from picoflow._run.observers import EventStream, Observers, TurnObserver
 from picoflow._run.timeline import TimelineRecorder
@@ -60,17 +60,13 @@ class SubStepEvents(EventLog):
         return None
 
 
-def event_sinks(observer: TurnObserver) -> list[Callable[[TurnEvent], object]]:
-    """Where the events a tool activity reports (its handler's sub-step runs) go in the workflow:
-    the event log the client reads, and the timeline's recorder, each as it records events."""
+def watchers(observer: TurnObserver) -> tuple[list[EventStream], list[TimelineRecorder]]:
+    """Who in the workflow gets what a tool activity reports of its handler's sub-step runs: the
+    event streams (the log the client reads) their events, the timeline's recorders their entries."""
     found = observer.observers if isinstance(observer, Observers) else (observer,)
-    sinks: list[Callable[[TurnEvent], object]] = []
-    for one in found:
-        if isinstance(one, EventStream):
-            sinks.append(one.emit)
-        elif isinstance(one, TimelineRecorder):
-            sinks.append(one.events.emit)
-    return sinks
+    streams = [one for one in found if isinstance(one, EventStream)]
+    recorders = [one for one in found if isinstance(one, TimelineRecorder)]
+    return streams, recorders
 
 
 class Delivery:

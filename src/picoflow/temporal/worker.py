@@ -27,7 +27,7 @@ def build_worker(client: Client, task_queue: str, engine: Any, **options: Any) -
     ENGINES[task_queue] = engine
     # The timelines of the turns a client engine that records them submits: recorded with this
     # worker's settings (its redact hook, its secrets), the defaults when it has none.
-    RECORDINGS[task_queue] = Recording(engine.timeline_settings or TimelineSettings())
+    recording = RECORDINGS[task_queue] = Recording(engine.timeline_settings or TimelineSettings())
     for spec in engine.flows:  # built now, not inside a workflow task (which must not be slow)
         for step in spec.steps.values():
             if not step.is_logic:
@@ -36,7 +36,7 @@ def build_worker(client: Client, task_queue: str, engine: Any, **options: Any) -
         client,
         task_queue=task_queue,
         workflows=[PicoflowTurn, PicoflowDecision],
-        activities=TurnActivities(engine).all(),
+        activities=TurnActivities(engine, recording).all(),
         # The turn code is plain asyncio; the sandbox would re-import picoflow for every run.
         workflow_runner=UnsandboxedWorkflowRunner(),
         **options,
