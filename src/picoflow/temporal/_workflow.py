@@ -49,9 +49,10 @@ submitted again under the same id: Temporal reuses the id of a failed execution,
 completed one."""
 
 CANCEL_UPDATE = "cancel"
-"""The update that cancels a running job (``JobWorkflow.cancel``); its answer is ``CANCELLED`` of
-the job's noun, "" (nothing to stop) or ``NOT_YOURS``."""
+"""The update that cancels a running job (``JobWorkflow.cancel``); it answers the job's noun
+("turn", "decision"), "" (nothing to stop) or ``NOT_YOURS``."""
 NOT_YOURS = "not-yours"
+"""The cancel's answer to a caller who may not reach the job's session."""
 
 ENGINES: dict[str, Any] = {}
 """The worker's ``FlowEngine`` by task queue: the flows, models and settings its turns use."""
@@ -74,7 +75,7 @@ class JobWorkflow:
         """The job's input, read before any update is handled (``workflow.init``)."""
         self.log: EventLog | None = EventLog() if given.events else None
         self.turns: SessionTurns | None = None
-        """The job's turns, once it started (its cancel is theirs)."""
+        """The job's turns, once it started (a cancel is theirs to take)."""
         self.cancelled_early = False
         """A cancel came before the job started: it does not start."""
 
@@ -128,6 +129,7 @@ class JobWorkflow:
             recorder = RECORDINGS[queue].recorder(given.caller(), self.trigger, clock=workflow_time)
             recorder.turn_started(summary[0], given.continues, summary[1])
         observer = combine(self.log, recorder)
+        self.turns = turns  # from here on, a cancel is the job's to take (or to refuse)
         try:
             job = job_of(engine, host)
             if self.cancelled_early:
@@ -135,7 +137,6 @@ class JobWorkflow:
         except RunError as exc:
             result = await turns.failed(exc, given.session_id, given.continues, None)
         else:
-            self.turns = turns
             result = await turns.take(job, observer)
         if recorder is not None:
             await _keep_timeline(recorder, result)
