@@ -407,9 +407,10 @@ class TurnCancelled(RunError):
 
 
 class TurnNotRunning(RunError):
-    """``FlowEngine.cancel`` found no turn or decision of the session running in this process: none
-    was running, or it ended (or started its commit) before the cancel reached it. With the local
-    executor, only the process running a turn can cancel it."""
+    """``FlowEngine.cancel`` found no turn or decision of the session running where its executor
+    reaches: none was running, or it ended (or started its commit) before the cancel reached it.
+    With the local executor, only the process running a turn can cancel it; with
+    ``TemporalExecutor``, any process with a client to the Temporal service."""
 
     kind = "turn_not_running"
     status = 409

@@ -307,7 +307,9 @@ def start_worker(
 ) -> subprocess.Popen[bytes]:
     command = [sys.executable, str(HERE / "approval_worker.py"), address, queue]
     command += [str(folder / "sessions.db"), str(lease)]
-    env = {**os.environ, "PICOFLOW_TEST_DIR": str(folder), "PYTHONPATH": str(HERE)}
+    # The test's own import path after the flows' folder: the worker runs the code under test.
+    path = os.pathsep.join([str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = {**os.environ, "PICOFLOW_TEST_DIR": str(folder), "PYTHONPATH": path}
     with (folder / f"{name}.log").open("wb") as log:
         return subprocess.Popen(command, cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT)
 

@@ -51,7 +51,9 @@ def postgres_store_url() -> Iterator[str]:
 
 
 def start(args: list[str], folder: Path, name: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PICOFLOW_TEST_DIR": str(folder), "PYTHONPATH": str(HERE)}
+    # The test's own import path after the flows' folder: the worker runs the code under test.
+    path = os.pathsep.join([str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = {**os.environ, "PICOFLOW_TEST_DIR": str(folder), "PYTHONPATH": path}
     env.pop("PICOFLOW_API_KEYS", None)
     # The process writes to its own copy of the file; the test's copy is not needed past the start.
     with (folder / f"{name}.log").open("wb") as log:

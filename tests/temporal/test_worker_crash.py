@@ -22,6 +22,7 @@ from picoflow.models import ScriptedModel
 from picoflow.server import ServerSettings, create_app
 from picoflow.sessions import SQLiteStore
 from picoflow.temporal import TemporalExecutor
+from picoflow.timeline import TimelineSettings
 
 HERE = Path(__file__).parent
 PICOFLOW = Path(sys.executable).parent / "picoflow"
@@ -31,7 +32,9 @@ def start_worker(address: str, queue: str, folder: Path, name: str) -> subproces
     command = [str(PICOFLOW), "worker", "--temporal", address, "--task-queue", queue]
     command += ["--flows", "refund_flows:RefundFlow", "--store", f"sqlite:///{folder / 'sessions.db'}"]
     command += ["--model", "python:refund_flows:crash_model"]
-    env = {**os.environ, "PICOFLOW_TEST_DIR": str(folder), "PYTHONPATH": str(HERE)}
+    # The test's own import path after the flows' folder: the worker runs the code under test.
+    path = os.pathsep.join([str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = {**os.environ, "PICOFLOW_TEST_DIR": str(folder), "PYTHONPATH": path}
     # The worker writes to its own copy of the file; the test's copy is not needed past the start.
     with (folder / f"{name}.log").open("wb") as log:
         return subprocess.Popen(command, cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -59,6 +62,7 @@ async def test_a_killed_workers_turn_finishes_on_another_worker_without_repeatin
         store=SQLiteStore(tmp_path / "sessions.db"),
         model=ScriptedModel([]),
         executor=TemporalExecutor.at(temporal_address, queue),  # as `picoflow serve --temporal` makes it
+        timeline=TimelineSettings(),
     )
     app = create_app(engine, settings=ServerSettings(prepare_models=False))
     http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1", timeout=120)
@@ -104,5 +108,26 @@ async def test_a_killed_workers_turn_finishes_on_another_worker_without_repeatin
     assert [
         (c.name, dict(c.args) if not isinstance(c.args, str) else c.args) for c in transcript[1].tool_calls
     ] == [("refund", {"order": "B7"})]
+
+    # The second worker replayed the turn from its history: each entry of its timeline is there
+    # once, as the first worker lived it (the workflow's clock), the lost model call once.
+    shown = await engine.timeline(sid, principal=stored.principal)
+    assert shown is not None
+    [turn] = shown.turns
+    assert (turn.outcome, turn.turn, turn.reply, turn.usage.model_calls) == ("replied", 1, "Refunded B7.", 2)
+    assert [(entry.kind, getattr(entry, "step", None)) for entry in turn.entries] == [
+        ("entered", "Desk"),
+        ("model", "Desk"),
+        ("tool", "Desk"),
+        ("model", "Desk"),
+        ("state", "Desk"),
+    ]
+    model_entries = [entry for entry in turn.entries if entry.kind == "model"]
+    assert [(m.tool_calls[0].name if m.tool_calls else None, m.text) for m in model_entries] == [
+        ("refund", ""),
+        (None, "Refunded B7."),
+    ]
+    times = [entry.at_ms or 0.0 for entry in turn.entries]
+    assert times == sorted(times)
     await http.aclose()
     await engine.aclose()

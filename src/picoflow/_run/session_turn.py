@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from picoflow._run.cancel import NEVER_CANCELLED, JobCancel
 from picoflow._run.compose import Composer
@@ -30,6 +30,7 @@ from picoflow.exceptions import (
     RunError,
     SessionCompleted,
     SessionConflict,
+    SessionNotFound,
     StoreError,
     SubStepFailed,
     TurnCancelled,
@@ -39,6 +40,7 @@ from picoflow.models.base import Model
 from picoflow.results import TurnError, TurnResult
 from picoflow.session import LogRecord, Session, SessionMigration
 from picoflow.sessions.base import SessionStore
+from picoflow.timeline import TimelineSettings
 from picoflow.usage import Usage, UsageLimits
 
 logger = logging.getLogger("picoflow")
@@ -49,6 +51,9 @@ MAX_WARNINGS = 200
 LATEST_ONLY = frozenset({TRIMMED})
 
 R = TypeVar("R")
+
+CHECKED: Final = object()
+"""``SessionTurns.cancel``'s owner when the caller's access to the stored session was checked."""
 
 
 class TurnHost(Protocol):
@@ -64,6 +69,8 @@ class TurnHost(Protocol):
     approval_lease: float
     """Seconds a process that took a decided response up has to finish it before a new message
     may answer its calls as of unknown result."""
+    timeline_settings: TimelineSettings | None
+    """How the engine records its jobs' timelines (``picoflow.timeline``); None: it does not."""
 
     registry: Mapping[str, FlowSpec]
     """The registered flows by name (a sub-step may be a step of any of them)."""
@@ -180,10 +187,19 @@ class SessionTurns:
         """The cancel of the job running against ``session_id`` in this process, if one runs."""
         return self._running.get(session_id)
 
-    def cancel(self, session_id: str) -> str | None:
+    def cancel(self, session_id: str, owner: PrincipalFilter | object = CHECKED) -> str | None:
         """Ask the job running against ``session_id`` here to stop (``JobCancel.request``): what
-        it is ("turn", "decision"), or None when none runs here or it is past stopping."""
+        it is ("turn", "decision"), or None when none runs here or it is past stopping.
+
+        ``owner``: the caller's principal when the session is not stored yet (a first turn), so
+        only its job knows whose it is: a job ``owner`` may not reach, or none running, is
+        ``SessionNotFound``. ``CHECKED`` (the default): the caller's access to the stored
+        session was checked already."""
         running = self._running.get(session_id)
+        if owner is not CHECKED and not (
+            running is not None and running.opened and (owner is ANY_PRINCIPAL or running.owner == owner)
+        ):
+            raise SessionNotFound(f"no session {session_id} for this caller", session_id=session_id)
         return running.noun if running is not None and running.request() else None
 
     decide = take

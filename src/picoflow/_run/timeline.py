@@ -81,13 +81,20 @@ class Recording:
         caller: Caller | None,
         trigger: str = "message",
         watch: Callable[[TimelineUpdate], None] | None = None,
+        *,
+        clock: Callable[[], float] | None = None,
     ) -> TimelineRecorder:
-        """The recorder of one turn; ``watch`` is handed each entry as it is recorded."""
+        """The recorder of one turn; ``watch`` is handed each entry as it is recorded. ``clock``
+        (Unix seconds) dates and times the entries instead of this process's clocks: a durable
+        turn's recorder reads the workflow's time, which a replay reads the same."""
         secrets = self.secrets
         if caller is not None and caller.config:
             extra = sorted(set(_config_strings(dict(caller.config))), key=len, reverse=True)
             secrets = tuple(dict.fromkeys([*extra, *secrets]))
-        log = _Log(self.settings, secrets, trigger)
+        if clock is None:
+            log = _Log(self.settings, secrets, trigger)
+        else:
+            log = _Log(self.settings, secrets, trigger, clock=clock, started=clock(), started_at=clock())
         if watch is not None:
             log.watch = watch
             log.records.shown = log.show
@@ -97,11 +104,12 @@ class Recording:
 class _Timed(EventRecords):
     """The turn's records, each stamped with when it happened (``at_ms``, since the turn began)."""
 
-    __slots__ = ("shown", "started")
+    __slots__ = ("clock", "shown", "started")
 
-    def __init__(self, started: float) -> None:
+    def __init__(self, started: float, clock: Callable[[], float]) -> None:
         super().__init__(detailed=True)
         self.started = started
+        self.clock = clock
         self.shown: Callable[[dict[str, Any]], None] | None = None
         """Called with each record added or completed, when someone watches the turn."""
 
@@ -109,7 +117,7 @@ class _Timed(EventRecords):
         first = len(self.records)
         super().__call__(event)
         if len(self.records) > first:
-            at = _ms(time.perf_counter() - self.started)
+            at = _ms(self.clock() - self.started)
             for record in self.records[first:]:
                 record["at_ms"] = at
         shown = self.shown
@@ -124,11 +132,21 @@ class _Timed(EventRecords):
                     shown(record)
                     break
 
+    def adopt(self, entries: Sequence[dict[str, Any]], since: float) -> None:
+        """Entries recorded elsewhere (the sub-step runs of a tool handler run by a durable
+        executor's activity), whose ``at_ms`` count from ``since`` (on this clock)."""
+        offset = _ms(since - self.started)
+        for entry in entries:
+            entry["at_ms"] = round(offset + (entry.get("at_ms") or 0.0), 2)
+            self.records.append(entry)
+            if self.shown is not None:
+                self.shown(entry)
+
     def add(self, entry: dict[str, Any], parent: str | None) -> None:
         """One of the timeline's own entries (not an event's), stamped as the others."""
         if parent is not None:
             entry["parent"] = parent
-        entry["at_ms"] = _ms(time.perf_counter() - self.started)
+        entry["at_ms"] = _ms(self.clock() - self.started)
         self.records.append(entry)
         if self.shown is not None:
             self.shown(entry)
@@ -141,6 +159,8 @@ class _Log:
     settings: TimelineSettings
     secrets: tuple[str, ...]
     trigger: str
+    clock: Callable[[], float] = time.perf_counter
+    """What entries are timed by (seconds; only differences are read)."""
     started: float = field(default_factory=time.perf_counter)
     records: _Timed = field(init=False)
     started_at: float = field(default_factory=time.time)
@@ -169,7 +189,7 @@ class _Log:
     cleaner: _Cleaner | None = None
 
     def __post_init__(self) -> None:
-        self.records = _Timed(self.started)
+        self.records = _Timed(self.started, self.clock)
 
     def show(self, entry: dict[str, Any]) -> None:
         """Hand ``entry`` to the watcher, cleaned, at the index it was first shown at."""
@@ -179,6 +199,21 @@ class _Log:
             self.cleaner = _Cleaner(self.settings, self.secrets)
         index = self.indices.setdefault(id(entry), len(self.indices))
         self.watch(TimelineUpdate(self.session_id, self.turn, index, self.cleaner.encode(entry)))
+
+
+class SubStepRecorder(TurnObserver):
+    """Records only the sub-step runs of what it watches (a tool handler run by a durable
+    executor's activity, whose call the workflow records): ``entries`` after the run."""
+
+    def __init__(self, recording: Recording) -> None:
+        self.log = recording.recorder(None).log
+
+    def sub_turn(self, step: str, call: ToolCall | None) -> TurnObserver:
+        return TimelineRecorder(self.log, call.id if call is not None else step)
+
+    def entries(self) -> list[dict[str, Any]]:
+        """What the runs recorded, as JSON values (not cleaned yet: the turn's document is)."""
+        return [to_jsonable_python(entry, fallback=repr) for entry in self.log.records.records]
 
 
 class TimelineRecorder(TurnObserver):
@@ -210,7 +245,7 @@ class TimelineRecorder(TurnObserver):
         if before is None:
             return
         after = session.states
-        at = _ms(time.perf_counter() - self.log.started)
+        at = _ms(self.log.clock() - self.log.started)
         for step in sorted(set(before) | set(after)):
             if before.get(step) == after.get(step):
                 continue  # most steps' states are as they were: nothing to convert
@@ -247,7 +282,7 @@ class TimelineRecorder(TurnObserver):
             "output": request.output.name if request.output is not None else None,
         }
         log.records.add(entry, self.parent)
-        log.calls[key] = (entry, time.perf_counter())
+        log.calls[key] = (entry, log.clock())
 
     def model_finished(self, step: str, response: ModelResponse) -> None:
         found = self.log.calls.pop((self.parent, step), None)
@@ -257,7 +292,7 @@ class TimelineRecorder(TurnObserver):
         self.log.answered[(self.parent, step)] = entry
         usage = response.usage
         entry.update(
-            latency_ms=_ms(time.perf_counter() - sent),
+            latency_ms=_ms(self.log.clock() - sent),
             text=response.text,
             tool_calls=[_call(call) for call in response.tool_calls],
             usage={
@@ -276,7 +311,7 @@ class TimelineRecorder(TurnObserver):
         found = self.log.calls.pop(key, None)
         if found is not None:
             entry, sent = found
-            entry.update(latency_ms=_ms(time.perf_counter() - sent), error=_describe(error))
+            entry.update(latency_ms=_ms(self.log.clock() - sent), error=_describe(error))
             self.log.show(entry)
         self._refused(key)
 
@@ -369,7 +404,7 @@ class TimelineRecorder(TurnObserver):
             "trigger": log.trigger,
             "message": cleaner.text(log.message),
             "started_at": log.started_at,
-            "duration_ms": _ms(time.perf_counter() - log.started),
+            "duration_ms": _ms(log.clock() - log.started),
             "outcome": outcome,
             "reply": "" if error is not None else cleaner.text(result.message),
             "step": result.step,

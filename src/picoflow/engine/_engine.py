@@ -320,7 +320,8 @@ class FlowEngine:
 
         Only the session's owner (the caller's principal) may cancel. Raises ``SessionNotFound``
         (404) for an unknown session or another's, ``TurnNotRunning`` (409) when nothing runs
-        where the executor can reach it (with ``LocalExecutor``: in this process), and
+        where the executor can reach it (with ``LocalExecutor``: in this process; with
+        ``TemporalExecutor``: on any worker, from any process with a client), and
         ``InvalidInput`` for a malformed id or ``StoreError`` when the store fails.
         """
         return await self._jobs.cancel(session_id, caller)

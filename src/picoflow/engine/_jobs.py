@@ -252,16 +252,14 @@ class Jobs:
         principal = (caller or Caller()).principal
         async with store_call("loading session", session_id):
             stored = await host.store.load(session_id)
-        if stored is not None:
-            if not may_access(stored, principal):
-                raise SessionNotFound(f"no session {session_id} for this caller", session_id=session_id)
-        else:  # a first turn's session is stored with its commit: its job knows whose it is
-            running = host.turns.running(session_id)
-            if running is None or not running.opened or running.owner != principal:
-                raise SessionNotFound(f"no session {session_id} for this caller", session_id=session_id)
-        job = await host.executor.cancel(host.turns, session_id, None if stored is None else stored.revision)
+        if stored is not None and not may_access(stored, principal):
+            raise SessionNotFound(f"no session {session_id} for this caller", session_id=session_id)
+        # A first turn's session is stored with its commit: its job knows whose it is, and the
+        # executor asks it (``revision`` None).
+        revision = None if stored is None else stored.revision
+        job = await host.executor.cancel(host.turns, session_id, revision, principal)
         if job is None:
-            raise TurnNotRunning(f"no turn of session {session_id} is running here", session_id=session_id)
+            raise TurnNotRunning(f"no turn of session {session_id} is running", session_id=session_id)
         return Cancelled(session_id, cast(Literal["turn", "decision"], job))
 
     # --- turns for other callers ------------------------------------------------------------------

@@ -15,7 +15,8 @@ from typing import Any, Protocol
 
 from picoflow._run.jobs import DecisionRequest, TurnRequest
 from picoflow._run.observers import TurnObserver
-from picoflow._run.session_turn import SessionJob, SessionTurns
+from picoflow._run.session_turn import CHECKED, SessionJob, SessionTurns
+from picoflow.context import PrincipalFilter
 from picoflow.results import TurnResult
 
 __all__ = ["LocalExecutor", "TurnExecutor"]
@@ -37,10 +38,14 @@ class TurnExecutor(Protocol):
         kind of job a session runs; ``SessionTurns.take`` (``decide`` is the same) runs both."""
         ...
 
-    async def cancel(self, turns: SessionTurns, session_id: str, revision: int | None) -> str | None:
+    async def cancel(
+        self, turns: SessionTurns, session_id: str, revision: int | None, principal: PrincipalFilter
+    ) -> str | None:
         """Ask the job running against ``session_id`` to stop before it commits: what it is
         ("turn", "decision"), or None when none runs where this executor can reach it. ``revision``
-        is the session's stored revision (None: not stored yet), the one a running turn started on."""
+        is the session's stored revision, the one a running turn started on; None: the session is
+        not stored yet (a first turn), so the caller's access was not checked: a job of a session
+        ``principal`` may not reach, or none at all, raises ``SessionNotFound``."""
         ...
 
 
@@ -56,7 +61,9 @@ class LocalExecutor:
 
     decide = take  # a decision is a job as a turn is
 
-    async def cancel(self, turns: SessionTurns, session_id: str, revision: int | None) -> str | None:
+    async def cancel(
+        self, turns: SessionTurns, session_id: str, revision: int | None, principal: PrincipalFilter
+    ) -> str | None:
         """Stop the job this process runs against ``session_id`` (another process's is out of
         reach: its turn goes on)."""
-        return turns.cancel(session_id)
+        return turns.cancel(session_id, CHECKED if revision is not None else principal)

@@ -12,15 +12,18 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from picoflow._run.dispatch import LOCAL_TOOLS, CallResult, job_of
-from picoflow._run.observers import NO_OBSERVER
+from picoflow._run.observers import combine
+from picoflow._run.timeline import Recording, SubStepRecorder
 from picoflow.exceptions import ModelError, ModelMisbehaved, RunError, SessionConflict
 from picoflow.messages import ToolCall
 from picoflow.outcomes import Outcome
 from picoflow.session import session_from_json, session_to_json
+from picoflow.sessions.base import TimelineStore
 from picoflow.step import Step
 from picoflow.temporal import _codec as codec
 from picoflow.temporal._durable import ERROR_TYPE
 from picoflow.temporal._events import SubStepEvents
+from picoflow.timeline import TimelineSettings
 
 T = TypeVar("T")
 
@@ -52,8 +55,10 @@ async def beating(work: Awaitable[T]) -> T:
 class TurnActivities:
     """The activities of ``PicoflowTurn`` for one engine (register the bound methods)."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Any, recording: Recording | None = None) -> None:
         self.engine = engine
+        self.recording = recording or Recording(engine.timeline_settings or TimelineSettings())
+        """How the sub-step runs of a handler are recorded, for a turn recording its timeline."""
 
     @activity.defn(name="picoflow.model")
     async def model(self, payload: str) -> str:
@@ -80,7 +85,8 @@ class TurnActivities:
         # The workspace the workflow had, rebuilt as the engine's turns build it: a handler that
         # starts sub-steps runs them here, inside this activity, on the real models.
         log = SubStepEvents() if given.events else None
-        ws = engine.turns.workspace(spec, session, given.caller(engine.deps), log or NO_OBSERVER)
+        recorder = SubStepRecorder(self.recording) if given.timeline else None
+        ws = engine.turns.workspace(spec, session, given.caller(engine.deps), combine(log, recorder))
         ws.usage = given.usage
         step_spec = spec.steps[given.step]
         calls = [ToolCall(c["name"], c["args"], c["id"]) for c in given.calls]
@@ -99,6 +105,7 @@ class TurnActivities:
         out.warnings = ws.warnings
         out.usage = ws.usage
         out.events = log.encoded if log is not None else []
+        out.timeline = recorder.entries() if recorder is not None else []
         return out.model_dump_json()
 
     @activity.defn(name="picoflow.store.load")
@@ -134,13 +141,34 @@ class TurnActivities:
         given = codec.ErrorIn.model_validate_json(payload)
         await self.engine.store.record_error(given.session_id, given.record)
 
+    @activity.defn(name="picoflow.store.record_timeline")
+    async def record_timeline(self, payload: str) -> None:
+        given = codec.TimelineIn.model_validate_json(payload)
+        store = self.engine.store
+        if not isinstance(store, TimelineStore):
+            return
+        # A retried attempt whose earlier one stored it (its answer was lost with its worker)
+        # finds it stored: kept once. A turn and its retry share a number, never a whole body
+        # (its start time, at least, differs).
+        if activity.info().attempt > 1 and given.body in await store.timelines(given.session_id, given.turn):
+            return
+        await store.record_timeline(given.session_id, given.turn, given.body, keep_turns=given.keep_turns)
+
     @activity.defn(name="picoflow.store.load_files")
     async def load_files(self, payload: str) -> str:
         given = codec.FilesIn.model_validate_json(payload)
         return codec.encode_files(await self.engine.store.load_files(given.session_id, given.hashes))
 
     def all(self) -> list[Any]:
-        return [self.model, self.tool, self.load, self.save, self.record_error, self.load_files]
+        return [
+            self.model,
+            self.tool,
+            self.load,
+            self.save,
+            self.record_error,
+            self.record_timeline,
+            self.load_files,
+        ]
 
 
 def _same_write(stored: Any, session: Any, revision: int) -> bool:

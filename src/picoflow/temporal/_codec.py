@@ -139,16 +139,24 @@ def decode_error(encoded: EncodedError) -> RunError:
 # --- the turn ---------------------------------------------------------------------------------------
 
 
-class CallerInput(BaseModel):
-    """The caller of what crosses to a worker (a turn, a decision, a tool call), and whether its
-    events are recorded there."""
+class Watching(BaseModel):
+    """What the worker records of what crosses to it (a turn, a decision, a tool call)."""
+
+    events: bool = False
+    """Whether the client listens: the worker then records the events (of the turn or decision,
+    or of the sub-step runs a tool handler starts)."""
+    timeline: bool = False
+    """Whether the client's engine records timelines: the worker then records the job's and
+    stores it with the session."""
+
+
+class CallerInput(Watching):
+    """The caller of what crosses to a worker (a turn, a decision, a tool call), and what is
+    recorded there."""
 
     principal: str | None = None
     visibilities: list[str] = Field(default_factory=list)
     config: dict[str, Any] = Field(default_factory=dict)
-    events: bool = False
-    """Whether the client listens: the worker then records the events (of the turn or decision,
-    or of the sub-step runs a tool handler starts)."""
 
     def caller(self, deps: Any = None) -> Caller:
         return Caller(
@@ -212,8 +220,28 @@ class DecisionInput(CallerInput):
         """What makes two requests the same decision: the approval, the session's revision the
         client saw, the decision, its reason and the caller — not the time, not whether events are
         listened to (a client's retry takes a new time)."""
-        same = json.dumps(self.model_dump(mode="json", exclude={"at", "events"}), sort_keys=True)
+        same = json.dumps(self.model_dump(mode="json", exclude={"at", "events", "timeline"}), sort_keys=True)
         return hashlib.sha256(same.encode()).hexdigest()[:24]
+
+
+class TimelineIn(BaseModel):
+    """A job's timeline, as the workflow hands it to the store (``TimelineStore.record_timeline``)."""
+
+    session_id: str
+    turn: int
+    body: str
+    keep_turns: int | None = None
+
+
+class CancelIn(BaseModel):
+    """A cancel, as the client hands it to a running job (the ``cancel`` update)."""
+
+    checked: bool
+    """The caller's access was checked on the stored session; otherwise (a first turn, whose
+    session is not stored yet) the job must be of a session ``principal`` owns."""
+    principal: str | None = None
+    any_principal: bool = False
+    """The caller may reach every session (``ANY_PRINCIPAL``)."""
 
 
 # --- events -----------------------------------------------------------------------------------------
@@ -499,6 +527,9 @@ class ToolCallOut(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     events: list[EncodedEvent] = Field(default_factory=list)
     """The events of the sub-step runs the handler started (when the turn records events)."""
+    timeline: list[dict[str, Any]] = Field(default_factory=list)
+    """The timeline entries of those runs, as recorded, uncleaned (when the turn records its
+    timeline); ``at_ms`` counts from the activity's start."""
 
 
 def encode_usage(usage: Usage) -> Any:

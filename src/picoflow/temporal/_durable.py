@@ -9,6 +9,7 @@ twice, the session is loaded and saved once.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import timedelta
@@ -16,10 +17,9 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 from picoflow._run.dispatch import refused
-from picoflow._run.observers import EventStream
 from picoflow._run.workspace import ToolJob, Workspace
 from picoflow.attachments import Attachment, AttachmentRef
 from picoflow.exceptions import ModelError, RunError, SessionConflict, StoreError, ToolFailure
@@ -37,6 +37,8 @@ from picoflow.session import (
 from picoflow.sessions.base import SessionStore
 from picoflow.step import Step
 from picoflow.temporal import _codec as codec
+from picoflow.temporal._events import watchers
+from picoflow.timeline import TimelineSettings
 
 ERROR_TYPE = "picoflow"
 """``ApplicationError.type`` of a failure an activity reports as a picoflow error (its details
@@ -67,6 +69,10 @@ async def call_activity(name: str, payload: str, failure: type[RunError], **opti
         return await workflow.execute_activity(name, payload, **options)
     except ActivityError as exc:
         cause = exc.cause
+        if isinstance(cause, CancelledError):
+            # The workflow asked for it: its job was cancelled (``JobWorkflow.cancel``) while it
+            # waited here. Raised as the cancellation it is, which the job path takes back.
+            raise asyncio.CancelledError(f"{name} was cancelled") from None
         if isinstance(cause, ApplicationError) and cause.type == ERROR_TYPE and cause.details:
             raise codec.decode_error(codec.EncodedError.model_validate_json(cause.details[0])) from None
         raise failure(f"{name} failed: {cause or exc}") from exc
@@ -199,6 +205,7 @@ class DurableHost:
         self.before_turn: Callable[[FlowSpec], Awaitable[None]] | None = None
         self.registry: Mapping[str, FlowSpec] = engine.registry
         self.approval_lease: float = engine.approval_lease
+        self.timeline_settings: TimelineSettings | None = engine.timeline_settings
         self.clock: Callable[[], float] = workflow_time
         self._models: dict[tuple[str, str], Model] = {}
 
@@ -229,7 +236,8 @@ class DurableTools:
         ws.config.limits.check_before_tool_call(ws.usage)
         observer = ws.config.observer
         observer.tool_started(spec.name, call)
-        records = isinstance(observer, EventStream)
+        streams, recorders = watchers(observer)
+        started = workflow_time()
         payload = codec.ToolCallIn(
             flow=ws.config.spec.name,
             step=spec.name,
@@ -238,7 +246,8 @@ class DurableTools:
             key=job.key,
             session=session_to_json(ws.session).decode(),
             usage=ws.usage,
-            events=records,
+            events=bool(streams),
+            timeline=bool(recorders),
             **codec.caller_fields(ws.caller),
         )
         seconds = (tool.timeout if tool is not None and tool.timeout else DEFAULT_MODEL_SECONDS) + 30
@@ -257,9 +266,13 @@ class DurableTools:
             ),
         )
         out = codec.ToolCallOut.model_validate_json(data)
-        if isinstance(observer, EventStream):  # the handler's sub-step runs, reported by the activity
-            for event in out.events:
-                observer.emit(codec.decode_event(event))
+        # The handler's sub-step runs, as the activity recorded them.
+        for event in out.events:
+            decoded = codec.decode_event(event)
+            for stream in streams:
+                stream.emit(decoded)
+        for recorder in recorders:
+            recorder.log.records.adopt(out.timeline, started)
         _adopt(ws, out)
         if out.error is not None:
             raise codec.decode_error(out.error)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from picoflow._run.observers import EventStream, TurnObserver
+from picoflow._run.observers import EventStream, Observers, TurnObserver
+from picoflow._run.timeline import TimelineRecorder
 from picoflow.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -57,6 +58,15 @@ class SubStepEvents(EventLog):
 
     def tool_answered(self, step: str, call: ToolCall, content: str, is_error: bool) -> None:
         return None
+
+
+def watchers(observer: TurnObserver) -> tuple[list[EventStream], list[TimelineRecorder]]:
+    """Who in the workflow gets what a tool activity reports of its handler's sub-step runs: the
+    event streams (the log the client reads) their events, the timeline's recorders their entries."""
+    found = observer.observers if isinstance(observer, Observers) else (observer,)
+    streams = [one for one in found if isinstance(one, EventStream)]
+    recorders = [one for one in found if isinstance(one, TimelineRecorder)]
+    return streams, recorders
 
 
 class Delivery:

@@ -17,6 +17,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
+    WorkflowUpdateFailedError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
@@ -24,11 +25,19 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from picoflow._run.jobs import DecisionRequest, TurnRequest
 from picoflow._run.observers import NO_OBSERVER, TurnObserver
 from picoflow._run.session_turn import SessionJob, SessionTurns, store_call
-from picoflow.exceptions import InvalidInput, RunError, StoreUnavailable
+from picoflow.context import ANY_PRINCIPAL, PrincipalFilter
+from picoflow.exceptions import InvalidInput, RunError, SessionNotFound, StoreUnavailable
 from picoflow.results import TurnResult
 from picoflow.temporal import _codec as codec
 from picoflow.temporal._events import POLL_SECONDS, Delivery
-from picoflow.temporal._workflow import DECISION_WORKFLOW, EVENTS_QUERY, TURN_FAILED, WORKFLOW_NAME
+from picoflow.temporal._workflow import (
+    CANCEL_UPDATE,
+    DECISION_WORKFLOW,
+    EVENTS_QUERY,
+    NOT_YOURS,
+    TURN_FAILED,
+    WORKFLOW_NAME,
+)
 
 J = TypeVar("J", bound=SessionJob)
 
@@ -103,12 +112,43 @@ class TemporalExecutor:
         # The session is reported opened with the decision's first event: once it passed its checks.
         return await self._submit(turns, request, observer, _decision, opens_at_once=False)
 
+    async def cancel(
+        self, turns: SessionTurns, session_id: str, revision: int | None, principal: PrincipalFilter
+    ) -> str | None:
+        """Stop the job running against ``session_id``, wherever it runs, from any process with a
+        client: the turn's execution (its id is the session's and the stored revision it started
+        on), else a decision's (found among the running ``PicoflowDecision`` executions of the
+        session; a decision runs in a stored session). The job stops as it would in process
+        (``JobWorkflow.cancel``): where it waits, before its commit."""
+        client = await self.client()
+        ask = codec.CancelIn(checked=revision is not None)
+        if revision is None:  # a first turn's: its execution says whose it is
+            ask.any_principal = principal is ANY_PRINCIPAL
+            ask.principal = None if principal is ANY_PRINCIPAL else principal
+        payload = ask.model_dump_json()
+        answer = await _ask_to_cancel(client, f"{self.id_prefix}-{session_id}-{revision or 0}", payload)
+        if answer is None and revision is not None:
+            query = (
+                f'WorkflowType = "{DECISION_WORKFLOW}" AND ExecutionStatus = "Running" '
+                f'AND WorkflowId STARTS_WITH "{self.id_prefix}-decision-{session_id}-"'
+            )
+            try:
+                async for execution in client.list_workflows(query):
+                    answer = await _ask_to_cancel(client, execution.id, payload)
+                    if answer:
+                        break
+            except RPCErrors as exc:
+                raise StoreUnavailable(f"Temporal did not list the decisions of {session_id}: {exc}") from exc
+        if answer == NOT_YOURS or (answer is None and revision is None):
+            raise SessionNotFound(f"no session {session_id} for this caller", session_id=session_id)
+        return answer or None
+
     async def _submit(
         self,
         turns: SessionTurns,
         job: J,
         observer: TurnObserver,
-        submission: Callable[[J, int, bool, str], Submission],
+        submission: Callable[[J, int, codec.Watching, str], Submission],
         *,
         opens_at_once: bool,
     ) -> TurnResult:
@@ -127,7 +167,8 @@ class TemporalExecutor:
             delivery = (
                 Delivery(observer, opens=None if opens_at_once else job.session_id) if listens else None
             )
-            submitted = submission(job, revision, listens, self.id_prefix)
+            watching = codec.Watching(events=listens, timeline=turns.host.timeline_settings is not None)
+            submitted = submission(job, revision, watching, self.id_prefix)
             data = await self._result(submitted.workflow_id, submitted.payload, delivery, submitted.workflow)
             result, events = codec.decode_output(data)
             if delivery is not None:  # what the polls did not deliver, before the result
@@ -206,7 +247,7 @@ class Submission:
     payload: str
 
 
-def _turn(request: TurnRequest, revision: int, events: bool, prefix: str) -> Submission:
+def _turn(request: TurnRequest, revision: int, watching: codec.Watching, prefix: str) -> Submission:
     """A turn, as the execution ``{prefix}-{session id}-{revision}``."""
     turn = codec.TurnInput(
         flow=request.spec.name if request.spec is not None else None,
@@ -214,13 +255,13 @@ def _turn(request: TurnRequest, revision: int, events: bool, prefix: str) -> Sub
         session_id=request.session_id,
         starts=request.starts,
         revision=revision,
-        events=events,
+        **watching.model_dump(),
         **codec.caller_fields(request.caller),
     )
     return Submission(WORKFLOW_NAME, f"{prefix}-{request.session_id}-{revision}", turn.model_dump_json())
 
 
-def _decision(request: DecisionRequest, revision: int, events: bool, prefix: str) -> Submission:
+def _decision(request: DecisionRequest, revision: int, watching: codec.Watching, prefix: str) -> Submission:
     """A decision, as the execution ``decision_workflow_id`` names."""
     decision = codec.DecisionInput(
         session_id=request.session_id,
@@ -229,7 +270,7 @@ def _decision(request: DecisionRequest, revision: int, events: bool, prefix: str
         reason=request.reason,
         at=request.at,
         revision=revision,
-        events=events,
+        **watching.model_dump(),
         **codec.caller_fields(request.caller),
     )
     return Submission(DECISION_WORKFLOW, decision_workflow_id(prefix, decision), decision.model_dump_json())
@@ -247,6 +288,23 @@ async def _poll(handle: WorkflowHandle[Any, str], delivery: Delivery) -> None:
         except QUERY_ERRORS:
             continue
         delivery.new(codec.decode_events(data), first)
+
+
+async def _ask_to_cancel(client: Client, workflow_id: str, payload: str) -> str | None:
+    """What the execution ``workflow_id`` answered the cancel (``JobWorkflow.cancel``); None when
+    it is not running."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    handle = client.get_workflow_handle(workflow_id)
+    try:
+        answer: str = await handle.execute_update(CANCEL_UPDATE, payload, result_type=str)
+    except WorkflowUpdateFailedError:
+        return None
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:  # none, or it completed already
+            return None
+        raise StoreUnavailable(f"Temporal did not take the cancel of {workflow_id}: {exc}") from exc
+    return answer
 
 
 def _rpc_errors() -> tuple[type[BaseException], ...]:

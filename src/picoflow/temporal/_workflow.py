@@ -29,11 +29,14 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 from picoflow._run.jobs import DecisionRequest, TurnRequest
-from picoflow._run.observers import NO_OBSERVER
-from picoflow._run.session_turn import SessionJob, SessionTurns
-from picoflow.exceptions import ApprovalConflict, RunError
+from picoflow._run.observers import combine
+from picoflow._run.session_turn import CHECKED, SessionJob, SessionTurns
+from picoflow._run.timeline import Recording, TimelineRecorder
+from picoflow.context import ANY_PRINCIPAL
+from picoflow.exceptions import ApprovalConflict, RunError, SessionNotFound, StoreError, TurnCancelled
+from picoflow.results import TurnResult
 from picoflow.temporal import _codec as codec
-from picoflow.temporal._durable import DURABLE_TOOLS, DurableHost, workflow_time
+from picoflow.temporal._durable import DURABLE_TOOLS, STORE_OPTIONS, DurableHost, call_activity, workflow_time
 from picoflow.temporal._events import EventLog
 
 WORKFLOW_NAME = "PicoflowTurn"
@@ -45,66 +48,158 @@ TURN_FAILED = "picoflow.turn_failed"
 submitted again under the same id: Temporal reuses the id of a failed execution, never of a
 completed one."""
 
+CANCEL_UPDATE = "cancel"
+"""The update that cancels a running job (``JobWorkflow.cancel``); it answers the job's noun
+("turn", "decision"), "" (nothing to stop) or ``NOT_YOURS``."""
+NOT_YOURS = "not-yours"
+"""The cancel's answer to a caller who may not reach the job's session."""
+
 ENGINES: dict[str, Any] = {}
 """The worker's ``FlowEngine`` by task queue: the flows, models and settings its turns use."""
+RECORDINGS: dict[str, Recording] = {}
+"""The worker's timeline recording by task queue (its engine's ``timeline=``, or the defaults)."""
 
 
 class JobWorkflow:
     """What both workflows are: one job (``SessionJob``) run by ``SessionTurns.take`` on the
-    worker's engine, its events recorded when the client listens (the ``events`` query)."""
+    worker's engine, its events recorded when the client listens (the ``events`` query), its
+    timeline recorded and stored with the session when the client's engine records timelines,
+    and stopped on request (the ``cancel`` update)."""
 
-    def __init__(self) -> None:
-        self.log: EventLog | None = None
+    noun = "turn"
+    trigger = "message"
+    """What starts the job, as its timeline says."""
+
+    def __init__(self, given: codec.TurnInput | codec.DecisionInput) -> None:
+        self.given = given
+        """The job's input, read before any update is handled (``workflow.init``)."""
+        self.log: EventLog | None = EventLog() if given.events else None
+        self.turns: SessionTurns | None = None
+        """The job's turns, once it started (a cancel is theirs to take)."""
+        self.cancelled_early = False
+        """A cancel came before the job started: it does not start."""
 
     @workflow.query(name=EVENTS_QUERY)
     def events(self, since: int) -> str:
         """The job's events from index ``since`` on (``encode_events``; none when not recorded)."""
         return codec.encode_events(self.log.since(since) if self.log is not None else [])
 
+    @workflow.update(name=CANCEL_UPDATE)
+    def cancel(self, payload: str) -> str:
+        """Stop the job as a cancel in its own process would (``SessionTurns.cancel``): its noun,
+        "" when it is past stopping or over, ``NOT_YOURS`` when the caller may not reach it.
+
+        An update is recorded in the workflow's history, so a replay stops the job at the same
+        point: where it waits (a model's or a tool's activity, which is asked to stop; a tool's
+        handler may finish, its result is dropped), or after the checkpoint it saves. Its final
+        commit is past stopping."""
+        ask = codec.CancelIn.model_validate_json(payload)
+        owner: object = CHECKED
+        if not ask.checked:
+            owner = ANY_PRINCIPAL if ask.any_principal else ask.principal
+        if self.turns is None:  # not started yet: only its input says whose it is
+            if not _reaches(owner, self.given.principal):
+                return NOT_YOURS
+            self.cancelled_early = True
+            return self.noun
+        try:
+            return self.turns.cancel(self.given.session_id, owner) or ""
+        except SessionNotFound:
+            return NOT_YOURS
+
     async def run_job(
         self,
         given: codec.TurnInput | codec.DecisionInput,
         revision: int | None,
         job_of: Callable[[Any, DurableHost], SessionJob],
+        summary: tuple[str, str],
     ) -> str:
         """The encoded result of the job ``job_of(engine, host)`` makes of ``given``, on the
         session at ``revision`` (None: as it stands); a job it refuses (a ``RunError``) fails as
-        any. A failed job fails its execution (``TURN_FAILED``)."""
-        if given.events:
-            self.log = EventLog()
-        engine = ENGINES[workflow.info().task_queue]
+        any. A failed job fails its execution (``TURN_FAILED``). ``summary``: the flow and the
+        message its timeline names (as the engine names them in process)."""
+        queue = workflow.info().task_queue
+        engine = ENGINES[queue]
         host = DurableHost(engine, revision)
         turns = SessionTurns(host, tools=DURABLE_TOOLS)
+        recorder = None
+        if given.timeline:
+            # Timed by the workflow's clock: a replay (another worker resuming the job) records
+            # every entry again, once, as it was, from the history.
+            recorder = RECORDINGS[queue].recorder(given.caller(), self.trigger, clock=workflow_time)
+            recorder.turn_started(summary[0], given.continues, summary[1])
+        observer = combine(self.log, recorder)
+        self.turns = turns  # from here on, a cancel is the job's to take (or to refuse)
         try:
             job = job_of(engine, host)
+            if self.cancelled_early:
+                raise TurnCancelled(f"the {self.noun} was cancelled", session_id=given.session_id)
         except RunError as exc:
             result = await turns.failed(exc, given.session_id, given.continues, None)
         else:
-            result = await turns.take(job, self.log or NO_OBSERVER)
+            result = await turns.take(job, observer)
+        if recorder is not None:
+            await _keep_timeline(recorder, result)
         encoded = codec.encode_result(result, self.log.encoded if self.log is not None else None)
         if result.error is not None:
             raise ApplicationError("the turn failed", encoded, type=TURN_FAILED, non_retryable=True)
         return encoded
 
 
+def _reaches(owner: object, principal: str | None) -> bool:
+    """Whether a cancel by ``owner`` reaches a job started by ``principal`` (not started yet)."""
+    return owner is CHECKED or owner is ANY_PRINCIPAL or owner == principal
+
+
+async def _keep_timeline(recorder: TimelineRecorder, result: TurnResult) -> None:
+    """Store the job's timeline with its session, after its commit (as in process): an activity,
+    so a worker lost meanwhile leaves it to the next, which stores it once. Best effort: the
+    job's result stands."""
+    document = recorder.document(result)
+    if document is None:
+        return
+    session_id, turn, body = document
+    keep = recorder.log.settings.keep_turns
+    payload = codec.TimelineIn(session_id=session_id, turn=turn, body=body, keep_turns=keep)
+    try:
+        await call_activity(
+            "picoflow.store.record_timeline", payload.model_dump_json(), StoreError, **STORE_OPTIONS
+        )
+    except RunError:
+        workflow.logger.warning("picoflow: could not store the timeline of session %s", session_id)
+
+
 @workflow.defn(name=WORKFLOW_NAME)
 class PicoflowTurn(JobWorkflow):
+    @workflow.init
+    def __init__(self, payload: str) -> None:
+        self.turn = codec.TurnInput.model_validate_json(payload)
+        super().__init__(self.turn)
+
     @workflow.run
     async def run(self, payload: str) -> str:
-        turn = codec.TurnInput.model_validate_json(payload)
+        turn = self.turn
 
         def job_of(engine: Any, host: DurableHost) -> TurnRequest:
             spec = engine.flow(turn.flow) if turn.flow is not None else None  # this worker may not have it
             return TurnRequest(spec, turn.text, turn.session_id, turn.starts, turn.caller(engine.deps))
 
-        return await self.run_job(turn, None if turn.starts else turn.revision, job_of)
+        summary = (turn.flow or "session", turn.text)
+        return await self.run_job(turn, None if turn.starts else turn.revision, job_of, summary)
 
 
 @workflow.defn(name=DECISION_WORKFLOW)
 class PicoflowDecision(JobWorkflow):
+    noun = trigger = "decision"
+
+    @workflow.init
+    def __init__(self, payload: str) -> None:
+        self.decision = codec.DecisionInput.model_validate_json(payload)
+        super().__init__(self.decision)
+
     @workflow.run
     async def run(self, payload: str) -> str:
-        given = codec.DecisionInput.model_validate_json(payload)
+        given = self.decision
 
         def job_of(engine: Any, host: DurableHost) -> DecisionRequest:
             waited = workflow_time() - given.at
@@ -129,4 +224,4 @@ class PicoflowDecision(JobWorkflow):
         # Not bound to the revision the client saw (that only names the execution): a decision is
         # checked on the session as it stands, where another approval of the same response may
         # have been decided meanwhile.
-        return await self.run_job(given, None, job_of)
+        return await self.run_job(given, None, job_of, ("decision", f"{given.decision} {given.approval_id}"))

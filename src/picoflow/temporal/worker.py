@@ -12,9 +12,11 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+from picoflow._run.timeline import Recording
 from picoflow.temporal._activities import TurnActivities
 from picoflow.temporal._checks import check_durable
-from picoflow.temporal._workflow import ENGINES, PicoflowDecision, PicoflowTurn
+from picoflow.temporal._workflow import ENGINES, RECORDINGS, PicoflowDecision, PicoflowTurn
+from picoflow.timeline import TimelineSettings
 
 
 def build_worker(client: Client, task_queue: str, engine: Any, **options: Any) -> Worker:
@@ -23,6 +25,9 @@ def build_worker(client: Client, task_queue: str, engine: Any, **options: Any) -
     for spec in engine.flows:  # before any turn is taken: what cannot be replayed faithfully
         check_durable(spec)
     ENGINES[task_queue] = engine
+    # The timelines of the turns a client engine that records them submits: recorded with this
+    # worker's settings (its redact hook, its secrets), the defaults when it has none.
+    recording = RECORDINGS[task_queue] = Recording(engine.timeline_settings or TimelineSettings())
     for spec in engine.flows:  # built now, not inside a workflow task (which must not be slow)
         for step in spec.steps.values():
             if not step.is_logic:
@@ -31,7 +36,7 @@ def build_worker(client: Client, task_queue: str, engine: Any, **options: Any) -
         client,
         task_queue=task_queue,
         workflows=[PicoflowTurn, PicoflowDecision],
-        activities=TurnActivities(engine).all(),
+        activities=TurnActivities(engine, recording).all(),
         # The turn code is plain asyncio; the sandbox would re-import picoflow for every run.
         workflow_runner=UnsandboxedWorkflowRunner(),
         **options,
