@@ -3,7 +3,10 @@ in the chat page: refunds up to $100 the customer approves, larger ones only sta
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, ClassVar
+
+import pytest
 
 from picoflow import Flow, RunContext, Step, tool
 from picoflow.server.auth import Identity
@@ -45,6 +48,16 @@ class Refunds(Step):
         """Refund an order."""
         Refunds.ledger.append((ctx.idempotency_key, order_id, amount))
         return f"refunded ${amount:.2f} on order {order_id}"
+
+
+@pytest.fixture
+def fresh_ledger() -> Iterator[None]:
+    """An empty ``Refunds.ledger`` before and after the test: what one test refunded is never
+    another's (``tests/server/conftest.py`` offers it to the server tests, which ask for it with
+    ``pytest.mark.usefixtures("fresh_ledger")``; the protocol tests' conftest to every one of them)."""
+    Refunds.ledger = []
+    yield
+    Refunds.ledger = []
 
 
 class RefundFlow(Flow):

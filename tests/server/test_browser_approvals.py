@@ -25,7 +25,7 @@ from picoflow_demos.hotel.scripted import CURRENT_DATE, day, found, wants
 from .approvals_support import RefundFlow, Refunds, clock
 from .test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, serving_in_a_thread
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("fresh_ledger")]
 
 XSS_NOTE = '<img src=x onerror="window.__xss = 1">'
 SMALL = ToolCall("refund", {"order_id": 40001, "amount": 25.5, "note": XSS_NOTE}, "c1")
@@ -33,13 +33,6 @@ AGAIN = ToolCall("refund", {"order_id": 40001, "amount": 25.5}, "c2")
 BIG = ToolCall("refund", {"order_id": 40002, "amount": 250.0}, "c3")
 EXPIRES = "Expires Jan 1, 2100, 12:10 AM"
 """The engine's clock stands at 2100-01-01 00:00 UTC; approvals wait ten minutes; the page is UTC."""
-
-
-@pytest.fixture(autouse=True)
-def _fresh_ledger() -> Iterator[None]:
-    Refunds.ledger = []
-    yield
-    Refunds.ledger = []
 
 
 def serve(script: list[Any]) -> Any:

@@ -23,18 +23,11 @@ from picoflow_demos.hotel.scripted import CURRENT_DATE, day, found, wants
 from .approvals_support import KEYS, RefundFlow, Refunds, clock
 from .test_browser import CHROMIUM, CHROMIUM_ARGS, open_as, send, serving_in_a_thread
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("fresh_ledger")]
 
 SMALL = ToolCall("refund", {"order_id": 40001, "amount": 25.5}, "c1")
 BIG = ToolCall("refund", {"order_id": 40002, "amount": 250.0}, "c2")
 STAFF_ONLY = "Waiting for approval by someone with the 'staff' role"
-
-
-@pytest.fixture(autouse=True)
-def _fresh_ledger() -> Iterator[None]:
-    Refunds.ledger = []
-    yield
-    Refunds.ledger = []
 
 
 @pytest.fixture
