@@ -4,9 +4,10 @@ in the chat page: refunds up to $100 the customer approves, larger ones only sta
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import pytest
+from pydantic import Field
 
 from picoflow import Flow, RunContext, Step, tool
 from picoflow.server.auth import Identity
@@ -44,8 +45,15 @@ class Refunds(Step):
         approval_summary="Refund ${amount:.2f} on order {order_id}",
         approval_seconds=600,
     )
-    def refund(self, ctx: RunContext[Any], order_id: int, amount: float, note: str = "") -> str:
-        """Refund an order."""
+    def refund(
+        self,
+        ctx: RunContext[Any],
+        order_id: Annotated[int, Field(title="Order")],
+        amount: float,
+        note: str = "",
+    ) -> str:
+        """Refund an order. Its order is titled, for the approval card; the amount and the note
+        are not, and a card shows them by their names made readable."""
         Refunds.ledger.append((ctx.idempotency_key, order_id, amount))
         return f"refunded ${amount:.2f} on order {order_id}"
 

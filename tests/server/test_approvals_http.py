@@ -78,6 +78,7 @@ def approval(shown: dict[str, Any], call: ToolCall, **changes: Any) -> dict[str,
         "decided_by": None,
         "decided_at": None,
         "reason": None,
+        "labels": {"order_id": "Order"},  # the tool's title of it; the other arguments have none
         **changes,
     }
 

@@ -536,17 +536,18 @@ class Present(Step):
         listed["proposed"] = stay
         return call(self.book, **stay, nightly=quote.nightly, language=self.language)
 
-    # Proposed by code only (``choose``), from the list code showed; the guest approves every call.
+    # Proposed by code only (``choose``), from the list code showed; the guest approves every call,
+    # on a card that labels each argument with its title.
     @tool(approval=True, approval_summary=booking_summary)
     def book(
         self,
-        hotel: str,
-        room_type: RoomType,
-        check_in: date,
-        check_out: date,
-        nightly: list[Decimal],
-        total: Decimal,
-        language: Language,
+        hotel: Annotated[str, Field(title="Hotel")],
+        room_type: Annotated[RoomType, Field(title="Room")],
+        check_in: Annotated[date, Field(title="Check-in")],
+        check_out: Annotated[date, Field(title="Check-out")],
+        nightly: Annotated[list[Decimal], Field(title="Price per night")],
+        total: Annotated[Decimal, Field(title="Total")],
+        language: Annotated[Language, Field(title="Language")],
         ctx: RunContext[Any],
     ) -> Outcome:
         """Book the hotel the guest chose for their stay, once the guest approves it."""
