@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Annotated, Any, ClassVar
 
 import pytest
+from pydantic import Field
 
 from picoflow import Approval, Caller, Flow, FlowEngine, RunContext, Step, direct, direct_to, tool
 from picoflow.engine import ANY_PRINCIPAL
@@ -24,6 +26,7 @@ from picoflow.exceptions import (
     ToolFailure,
 )
 from picoflow.models import ScriptedModel, ToolCall
+from picoflow.sessions import SQLiteStore
 from picoflow.sessions.memory import MemoryStore
 from picoflow.testing import transcript_lines
 
@@ -596,3 +599,39 @@ async def test_a_summary_function_may_read_the_context() -> None:
     caller = Caller(principal="cust-1", deps={40001: "$25.50 (as the books say)"})
     _, approval = await propose(engine, caller)
     assert approval.summary == "Refund $25.50 (as the books say) on order 40001 for cust-1"
+
+
+class Shipping(Step):
+    """Ship replacements."""
+
+    @tool(approval=True, approval_summary="Ship {quantity} to {address_line}")
+    def ship(
+        self,
+        ctx: RunContext[Any],
+        address_line: Annotated[str, Field(title="Delivery address")],
+        quantity: Annotated[int, Field(title="How many", description="Items to ship")],
+        gift_wrap: Annotated[bool, Field(description="Wrap it")] = False,
+    ) -> str:
+        """Ship a replacement."""
+        return "shipped"
+
+
+class ShippingFlow(Flow):
+    name = "shipping"
+    steps = [Shipping]
+
+
+async def test_an_approval_carries_the_titles_its_tool_gives_its_arguments(tmp_path: Path) -> None:
+    """A person reads "Delivery address", not ``address_line``: each titled argument's title rides
+    with the approval (its audit trail and every API that shows it); an untitled argument, or one
+    with only a description for the model, has none, and the injected context is no argument."""
+    call = ToolCall("ship", {"address_line": "1 Main St", "quantity": 2}, "c1")
+    store = SQLiteStore(tmp_path / "sessions.sqlite3")
+    engine = FlowEngine([ShippingFlow], store=store, model=ScriptedModel([[call]]))
+    result = await engine.run("shipping", "ship it again", caller=CUSTOMER)
+    (approval,) = result.pending
+    assert dict(approval.args) == {"address_line": "1 Main St", "quantity": 2, "gift_wrap": False}
+    assert dict(approval.labels) == {"address_line": "Delivery address", "quantity": "How many"}
+    session = await engine.store.load(result.session_id or "")
+    assert session is not None and session.approvals == (approval,)  # stored and read back whole
+    await engine.aclose()

@@ -89,6 +89,10 @@ class Approval:
     """The principal of the caller who decided (None for one expired or withdrawn)."""
     decided_at: float | None = None
     reason: str | None = None
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """A person's label for each argument that has one: the title its tool gives the argument
+    (``Field(title="Room type")``). A page or a terminal shows it for the argument's name, and an
+    argument without one by its name made readable (``room_type``: "Room type")."""
 
     @property
     def pending(self) -> bool:

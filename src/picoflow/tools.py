@@ -352,6 +352,13 @@ class ToolSpec:
     """Its arguments must be borne out by what the user said (see ``@tool(grounded=...)``); None:
     as the grounding profile of the step's model says."""
 
+    @property
+    def labels(self) -> dict[str, str]:
+        """A person's label for each argument the tool titles (``Annotated[str, Field(title="Room
+        type")]``): what an approval card shows for the argument's name."""
+        fields = self.args_model.model_fields
+        return {name: field.title for name, field in fields.items() if name in self.params and field.title}
+
     def validate(self, call: ToolCall) -> BaseModel | str:
         """The validated arguments, or the error text for the model."""
         if isinstance(call.args, str):

@@ -8,6 +8,8 @@ state.
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 
 from picoflow import FlowEngine
@@ -26,69 +28,82 @@ CHOOSE = (
     "You can also compare hotels or change the search."
 )
 
+# Cheapest first (equal totals by name), each hotel's price per night beside its total: the
+# guest's budget is per night.
 SUITES = (
-    "1. **Hampton Inn & Suites Portland Tigard** (suite): $3,810.60 total for 7 nights\n"
-    "2. **Hilton Garden Inn Portland Airport** (suite): $4,204.80 total for 7 nights\n"
-    "3. **Hilton Garden Inn Beaverton** (suite): $3,350.70 total for 7 nights\n"
-    "4. **Hampton Inn Sherwood Portland** (suite): $3,547.80 total for 7 nights"
+    "Cheapest first:\n\n"
+    "1. **Hilton Garden Inn Beaverton** (suite): $3,350.70 total for 7 nights, $459.00 to $527.85 a night\n"
+    "2. **Hampton Inn Sherwood Portland** (suite): $3,547.80 total for 7 nights, $486.00 to $558.90 a night\n"
+    "3. **Hampton Inn & Suites Portland Tigard** (suite): $3,810.60 total for 7 nights, "
+    "$522.00 to $600.30 a night\n"
+    "4. **Hilton Garden Inn Portland Airport** (suite): $4,204.80 total for 7 nights, "
+    "$576.00 to $662.40 a night"
 )
 TWO_BEDS = (
-    "1. **Hampton Inn & Suites Portland Tigard** (two beds): $2,438.78 total for 7 nights\n"
-    "2. **Hampton Inn Portland-Airport** (two beds): $2,796.20 total for 7 nights\n"
-    "3. **Hilton Garden Inn Portland Airport** (two beds): $2,691.08 total for 7 nights\n"
-    "4. **Hilton Garden Inn Beaverton** (two beds): $2,144.44 total for 7 nights\n"
-    "5. **Hampton Inn Portland/Clackamas** (two beds): $2,417.76 total for 7 nights\n"
-    "6. **Tru by Hilton Aloha Beaverton** (two beds): $2,438.78 total for 7 nights\n"
-    "7. **Hampton Inn Portland East** (two beds): $2,501.86 total for 7 nights\n"
-    "8. **Hampton Inn Sherwood Portland** (two beds): $2,270.60 total for 7 nights\n"
-    "9. **Hilton Garden Inn Wilsonville Portland** (two beds): $2,564.92 total for 7 nights"
+    "Cheapest first:\n\n"
+    "1. **Hilton Garden Inn Beaverton** (two beds): $2,144.44 total for 7 nights, "
+    "$293.76 to $337.82 a night\n"
+    "2. **Hampton Inn Sherwood Portland** (two beds): $2,270.60 total for 7 nights, "
+    "$311.04 to $357.70 a night\n"
+    "3. **Hampton Inn Portland/Clackamas** (two beds): $2,417.76 total for 7 nights, "
+    "$331.20 to $380.88 a night\n"
+    "4. **Hampton Inn & Suites Portland Tigard** (two beds): $2,438.78 total for 7 nights, "
+    "$334.08 to $384.19 a night\n"
+    "5. **Tru by Hilton Aloha Beaverton** (two beds): $2,438.78 total for 7 nights, "
+    "$334.08 to $384.19 a night\n"
+    "6. **Hampton Inn Portland East** (two beds): $2,501.86 total for 7 nights, $342.72 to $394.13 a night\n"
+    "7. **Hilton Garden Inn Wilsonville Portland** (two beds): $2,564.92 total for 7 nights, "
+    "$351.36 to $404.06 a night\n"
+    "8. **Hilton Garden Inn Portland Airport** (two beds): $2,691.08 total for 7 nights, "
+    "$368.64 to $423.94 a night\n"
+    "9. **Hampton Inn Portland-Airport** (two beds): $2,796.20 total for 7 nights, $383.04 to $440.50 a night"
 )
-# Two beds in August (× 1.8 × 1.6), weekend nights × 1.15; levels 133, 115 and 108.
-PRICE_2_5_8 = (
-    "| Night | #2 Hampton Inn Portland-Airport | #5 Hampton Inn Portland/Clackamas "
-    "| #8 Hampton Inn Sherwood Portland |\n"
+# Two beds in August (× 1.8 × 1.6), weekend nights × 1.15; levels 108, 115 and 133.
+PRICE_2_3_9 = (
+    "| Night | #2 Hampton Inn Sherwood Portland | #3 Hampton Inn Portland/Clackamas "
+    "| #9 Hampton Inn Portland-Airport |\n"
     "| --- | ---: | ---: | ---: |\n"
     "| Room | two beds | two beds | two beds |\n"
-    "| Sun 8/1/2027 | $440.50 | $380.88 | $357.70 |\n"
-    "| Mon 8/2/2027 | $383.04 | $331.20 | $311.04 |\n"
-    "| Tue 8/3/2027 | $383.04 | $331.20 | $311.04 |\n"
-    "| Wed 8/4/2027 | $383.04 | $331.20 | $311.04 |\n"
-    "| Thu 8/5/2027 | $383.04 | $331.20 | $311.04 |\n"
-    "| Fri 8/6/2027 | $383.04 | $331.20 | $311.04 |\n"
-    "| Sat 8/7/2027 | $440.50 | $380.88 | $357.70 |\n"
-    "| **Total** | **$2,796.20** | **$2,417.76** | **$2,270.60** |\n\n" + FOLLOW_UP
+    "| Sun 8/1/2027 | $357.70 | $380.88 | $440.50 |\n"
+    "| Mon 8/2/2027 | $311.04 | $331.20 | $383.04 |\n"
+    "| Tue 8/3/2027 | $311.04 | $331.20 | $383.04 |\n"
+    "| Wed 8/4/2027 | $311.04 | $331.20 | $383.04 |\n"
+    "| Thu 8/5/2027 | $311.04 | $331.20 | $383.04 |\n"
+    "| Fri 8/6/2027 | $311.04 | $331.20 | $383.04 |\n"
+    "| Sat 8/7/2027 | $357.70 | $380.88 | $440.50 |\n"
+    "| **Total** | **$2,270.60** | **$2,417.76** | **$2,796.20** |\n\n" + FOLLOW_UP
 )
-AMENITIES_2_5_8 = (
-    "| Amenity | #2 Hampton Inn Portland-Airport | #5 Hampton Inn Portland/Clackamas "
-    "| #8 Hampton Inn Sherwood Portland |\n"
+AMENITIES_2_3_9 = (
+    "| Amenity | #2 Hampton Inn Sherwood Portland | #3 Hampton Inn Portland/Clackamas "
+    "| #9 Hampton Inn Portland-Airport |\n"
     "| --- | :---: | :---: | :---: |\n"
     "| Free Wi-Fi | ✅ | ✅ | ✅ |\n"
     "| Free parking | ✅ | ✅ | ✅ |\n"
     "| Free breakfast | ✅ | ✅ | ✅ |\n"
-    "| Indoor pool | ❌ | ✅ | ✅ |\n"
+    "| Indoor pool | ✅ | ✅ | ❌ |\n"
     "| Fitness center | ✅ | ✅ | ✅ |\n"
     "| Pet friendly | ✅ | ✅ | ✅ |\n"
     "| Non-smoking | ✅ | ✅ | ✅ |\n"
     "| Digital key | ✅ | ✅ | ✅ |\n"
     "| EV charging | ❌ | ✅ | ❌ |\n"
-    "| Airport shuttle | ✅ | ❌ | ❌ |\n"
+    "| Airport shuttle | ❌ | ❌ | ✅ |\n"
     "| Business center | ✅ | ✅ | ✅ |\n"
-    "| Meeting rooms | ❌ | ✅ | ✅ |\n"
+    "| Meeting rooms | ✅ | ✅ | ❌ |\n"
     "| Connecting rooms | ✅ | ✅ | ✅ |\n"
     "| Streaming TV | ✅ | ✅ | ✅ |\n\n" + FOLLOW_UP
 )
-PRICE_2_5 = (
-    "| Night | #2 Hampton Inn Portland-Airport | #5 Hampton Inn Portland/Clackamas |\n"
+PRICE_3_9 = (
+    "| Night | #3 Hampton Inn Portland/Clackamas | #9 Hampton Inn Portland-Airport |\n"
     "| --- | ---: | ---: |\n"
     "| Room | two beds | two beds |\n"
-    "| Sun 8/1/2027 | $440.50 | $380.88 |\n"
-    "| Mon 8/2/2027 | $383.04 | $331.20 |\n"
-    "| Tue 8/3/2027 | $383.04 | $331.20 |\n"
-    "| Wed 8/4/2027 | $383.04 | $331.20 |\n"
-    "| Thu 8/5/2027 | $383.04 | $331.20 |\n"
-    "| Fri 8/6/2027 | $383.04 | $331.20 |\n"
-    "| Sat 8/7/2027 | $440.50 | $380.88 |\n"
-    "| **Total** | **$2,796.20** | **$2,417.76** |\n\n" + FOLLOW_UP
+    "| Sun 8/1/2027 | $380.88 | $440.50 |\n"
+    "| Mon 8/2/2027 | $331.20 | $383.04 |\n"
+    "| Tue 8/3/2027 | $331.20 | $383.04 |\n"
+    "| Wed 8/4/2027 | $331.20 | $383.04 |\n"
+    "| Thu 8/5/2027 | $331.20 | $383.04 |\n"
+    "| Fri 8/6/2027 | $331.20 | $383.04 |\n"
+    "| Sat 8/7/2027 | $380.88 | $440.50 |\n"
+    "| **Total** | **$2,417.76** | **$2,796.20** |\n\n" + FOLLOW_UP
 )
 WAITING = (
     "Waiting for approval: Book Hampton Inn Sherwood Portland, two beds: check-in Sunday August 1, 2027, "
@@ -129,16 +144,16 @@ TRANSCRIPT = [
     "Explore | user [forwarded]: change to 2 bed rooms, search",
     'Explore | assistant [output]: {"found": [{"field": "room_types", "quote": "2 bed rooms", "',
     "Present | assistant [direct]: Changed: two beds.\n\n**Aug 1 to Aug 8, 7 nights; up to $700 a",
-    "Present | user: compare hotel 2,5,8 on price",
-    "Compare | assistant [direct]: | Night | #2 Hampton Inn Portland-Airport | #5 Hampton Inn P",
+    "Present | user: compare hotel 2,3,9 on price",
+    "Compare | assistant [direct]: | Night | #2 Hampton Inn Sherwood Portland | #3 Hampton Inn ",
     "Compare | user: compare on amenities",
-    "Compare | assistant [direct]: | Amenity | #2 Hampton Inn Portland-Airport | #5 Hampton Inn",
-    "Compare | user: compare hotels 2,5 on price",
-    "Compare | assistant [direct]: | Night | #2 Hampton Inn Portland-Airport | #5 Hampton Inn P",
+    "Compare | assistant [direct]: | Amenity | #2 Hampton Inn Sherwood Portland | #3 Hampton In",
+    "Compare | user: compare hotels 3,9 on price",
+    "Compare | assistant [direct]: | Night | #3 Hampton Inn Portland/Clackamas | #9 Hampton Inn",
     "Compare | user: resume booking",
     "Present | assistant [direct]: **Aug 1 to Aug 8, 7 nights; up to $700 a night; two beds; Fr",
-    "Present | user: 8",
-    'Present | assistant [output]: {"hotels": [8], "features": [], "action": "book", "pick": "n',
+    "Present | user: 2",
+    'Present | assistant [output]: {"hotels": [2], "features": [], "action": "book", "pick": "n',
     'Present | assistant [call]: -> book({"check_in": "2027-08-01", "check_out": "2027-08-08", "hotel": '
     '"Hampton Inn Sherwood Portland", "language": "en", "nightly": ["357.70", "311.04", "311.04", "311.04", '
     '"311.04", "311.04", "357.70"], "room_type": "two beds", "total": "2270.60"}) #code_33',
@@ -172,11 +187,11 @@ async def test_every_reply_is_written_by_code(chat: Chat) -> None:
         f"{SUITE_SEARCH}\n\n{SUITES}\n\n{CHOOSE}",
         f"{SUITE_SEARCH}\n\n{SUITES}\n\n{CHOOSE}",
         f"Changed: two beds.\n\n{TWO_BEDS_SEARCH}\n\n{TWO_BEDS}\n\n{CHOOSE}",
-        PRICE_2_5_8,
-        AMENITIES_2_5_8,
-        PRICE_2_5,
+        PRICE_2_3_9,
+        AMENITIES_2_3_9,
+        PRICE_3_9,
         f"{TWO_BEDS_SEARCH}\n\n{TWO_BEDS}\n\n{CHOOSE}",
-        WAITING,  # "8" books nothing: it proposes the booking, which waits for the guest
+        WAITING,  # "2" books nothing: it proposes the booking, which waits for the guest
         BOOKED,  # the guest's approval
     ]
     assert [result.completed for result in chat.results] == [False] * 14 + [True]
@@ -212,16 +227,16 @@ async def test_each_request_shows_only_the_question_and_the_answer(chat: Chat) -
     # Present and Compare: the note of what the guest was shown, with the question they answer, then
     # their words; the list is in the prompt and no table is ever sent back.
     shown = {
-        10: "Showed the list of 9 hotels.\n\n" + CHOOSE,
-        11: "Compared hotels 2, 5 and 8 on price.\n\n" + FOLLOW_UP,
-        12: "Compared hotels 2, 5 and 8 on amenities.\n\n" + FOLLOW_UP,
-        13: "Compared hotels 2 and 5 on price.\n\n" + FOLLOW_UP,
-        14: "Showed the list of 9 hotels.\n\n" + CHOOSE,
+        10: "Showed the list of 9 hotels, cheapest first.\n\n" + CHOOSE,
+        11: "Compared hotels 2, 3 and 9 on price.\n\n" + FOLLOW_UP,
+        12: "Compared hotels 2, 3 and 9 on amenities.\n\n" + FOLLOW_UP,
+        13: "Compared hotels 3 and 9 on price.\n\n" + FOLLOW_UP,
+        14: "Showed the list of 9 hotels, cheapest first.\n\n" + CHOOSE,
     }
     for turn, note in shown.items():
         [request] = chat.turn_requests(turn)
         assert [m.content for m in request.messages] == [note, CONVERSATION[turn - 1].user], turn
-        assert "8. Hampton Inn Sherwood Portland" in request.system
+        assert "2. Hampton Inn Sherwood Portland" in request.system
     # The prompt of a step never changes within a visit, so a local model reuses its prompt cache.
     explore = {request.system for request in chat.model.requests if request.step == "Explore"}
     assert len(explore) == 1 and "Today is Thursday 2027-07-15." in next(iter(explore))
@@ -262,9 +277,12 @@ async def test_final_state(chat: Chat) -> None:
         "locale": "en",
     }
     present = session.states["Present"]
-    assert set(present) == {"hotels", "check_in", "check_out", "searched", "compared", "feature"}
-    assert (present["compared"], present["feature"]) == ([2, 5], "price")
-    assert [hotel["name"] for hotel in present["hotels"]][7] == "Hampton Inn Sherwood Portland"
+    assert set(present) == {"hotels", "check_in", "check_out", "searched", "nightly", "compared", "feature"}
+    assert (present["compared"], present["feature"], present["nightly"]) == ([3, 9], "price", True)
+    # The list in the state is the list shown, in its order: hotel 2 is the one booked.
+    totals = [(hotel["total"], hotel["name"]) for hotel in present["hotels"]]
+    assert totals == sorted(totals, key=lambda pair: (Decimal(pair[0]), pair[1]))
+    assert [hotel["name"] for hotel in present["hotels"]][1] == "Hampton Inn Sherwood Portland"
     assert (present["check_in"], present["check_out"]) == ("2027-08-01", "2027-08-08")
     booking = session.states["Goodbye"]["booking"]
     assert booking == {

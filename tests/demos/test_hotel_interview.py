@@ -86,7 +86,8 @@ async def test_everything_in_one_message_is_kept_and_searched() -> None:
     assert result.step == "Present"
     assert result.message.startswith(  # said what changed, then searched again
         "Changed: up to $700 a night.\n\n"
-        "**Aug 1 to Aug 8, 7 nights; up to $700 a night; suite; Free Wi-Fi, Free parking**\n\n1. "
+        "**Aug 1 to Aug 8, 7 nights; up to $700 a night; suite; Free Wi-Fi, Free parking**\n\n"
+        "Cheapest first:\n\n1. "
     )
 
 
@@ -309,7 +310,9 @@ async def test_a_denied_booking_is_back_at_the_list(listed: Chat) -> None:
     assert (result.step, approval.step) == ("Compare", "Compare")  # chosen after a table
     denied = await listed.decide("deny", reason="too far")
     assert denied.ok and (denied.step, denied.completed) == ("Present", False)
-    assert denied.message.startswith("OK, nothing was booked.\n\n**Aug 1 to Aug 8, 7 nights; suite**\n\n1. ")
+    assert denied.message.startswith(
+        "OK, nothing was booked.\n\n**Aug 1 to Aug 8, 7 nights; suite**\n\nCheapest first:\n\n1. "
+    )
     assert denied.message.endswith(CHOOSE)
     session = await listed.engine.store.load(listed.session_id or "")
     assert session is not None and booked(session) == [] and session.status == "running"

@@ -88,22 +88,26 @@ async def test_a_spanish_guest_is_answered_in_spanish_from_the_greeting_to_the_b
         "millas?",
         "**del 10 ago 2027 al 13 ago 2027, 3 noches; hasta 400 US$ por noche; dos camas; Desayuno gratis; a "
         "menos de 5 millas del aeropuerto**\n\n"
-        f"1. **Home2 Suites by Hilton Portland Airport OR** (dos camas): 1.166,40{usd} en total por 3 "
-        "noches\n"
-        f"2. **Tru by Hilton Portland Airport** (dos camas): 864,00{usd} en total por 3 noches\n"
-        f"3. **Embassy Suites by Hilton Portland Airport** (dos camas): 1.183,68{usd} en total por 3 noches\n"
-        f"4. **Hampton Inn Portland-Airport** (dos camas): 1.149,12{usd} en total por 3 noches\n"
+        "Del más barato al más caro:\n\n"  # equal totals by name; the budget is per night
+        f"1. **Tru by Hilton Portland Airport** (dos camas): 864,00{usd} en total por 3 noches, "
+        f"288,00{usd} por noche\n"
+        f"2. **Hampton Inn Portland-Airport** (dos camas): 1.149,12{usd} en total por 3 noches, "
+        f"383,04{usd} por noche\n"
+        f"3. **Home2 Suites by Hilton Portland Airport OR** (dos camas): 1.166,40{usd} en total por 3 "
+        f"noches, 388,80{usd} por noche\n"
+        f"4. **Embassy Suites by Hilton Portland Airport** (dos camas): 1.183,68{usd} en total por 3 "
+        f"noches, 394,56{usd} por noche\n"
         f"5. **Homewood Suites by Hilton Portland Airport** (dos camas): 1.183,68{usd} en total por 3 "
-        "noches\n\n"
+        f"noches, 394,56{usd} por noche\n\n"
         "¿Qué hotel quiere reservar? Indique su número o su nombre. También puede comparar hoteles o cambiar "
         "la búsqueda.",
-        "| Noche | #1 Home2 Suites by Hilton Portland Airport OR | #2 Tru by Hilton Portland Airport |\n"
+        "| Noche | #1 Tru by Hilton Portland Airport | #2 Hampton Inn Portland-Airport |\n"
         "| --- | ---: | ---: |\n"
         "| Habitación | dos camas | dos camas |\n"
-        f"| 10 ago 2027 | 388,80{usd} | 288,00{usd} |\n"
-        f"| 11 ago 2027 | 388,80{usd} | 288,00{usd} |\n"
-        f"| 12 ago 2027 | 388,80{usd} | 288,00{usd} |\n"
-        f"| **Total** | **1.166,40{usd}** | **864,00{usd}** |\n\n"
+        f"| 10 ago 2027 | 288,00{usd} | 383,04{usd} |\n"
+        f"| 11 ago 2027 | 288,00{usd} | 383,04{usd} |\n"
+        f"| 12 ago 2027 | 288,00{usd} | 383,04{usd} |\n"
+        f"| **Total** | **864,00{usd}** | **1.149,12{usd}** |\n\n"
         "¿Otra comparación, o prefiere reservar?",
         "Waiting for approval: Reservar Tru by Hilton Portland Airport, dos camas: llegada el martes, 10 de "
         f"agosto de 2027, salida el viernes, 13 de agosto de 2027 (3 noches), 288,00{usd} por noche, "
@@ -207,14 +211,14 @@ async def test_a_french_guest_compares_and_books_in_french() -> None:
             ("max_city_center_miles", "à 1 mile du centre-ville maximum", 1),
             ("request", "Montrez-moi les résultats", "search"),
         ),
-        wants("compare", [1, 5], ["distance"]),
+        wants("compare", [1, 2], ["distance"]),
         wants("other"),
         wants("book", pick="closest_to_center"),
     )
     said = [
         "Bonjour, une suite à Portland du 3 au 6 septembre 2027, 900 $ maximum la nuit, à 1 mile du "
         "centre-ville maximum. Montrez-moi les résultats.",
-        "Quelle est la différence de distance entre le 1 et le 5 ?",
+        "Quelle est la différence de distance entre le 1 et le 2 ?",
         "Hmm, je ne sais pas trop.",
         "Je prends le plus proche du centre-ville.",
     ]
@@ -223,21 +227,23 @@ async def test_a_french_guest_compares_and_books_in_french() -> None:
     listing = (
         "**du 3 sept. 2027 au 6 sept. 2027, 3 nuits ; jusqu'à 900 $ par nuit ; suite ; à moins de 1 mile du "
         "centre-ville**\n\n"
+        "Du moins cher au plus cher :\n\n"
         f"1. **The Porter Portland, Curio Collection by Hilton** (suite) : 1{NNBSP}782,00{usd} au total "
-        "pour 3 nuits\n"
-        f"2. **Hilton Portland Downtown** (suite) : 1{NNBSP}900,80{usd} au total pour 3 nuits\n"
-        f"3. **Embassy Suites by Hilton Portland Downtown** (suite) : 2{NNBSP}153,26{usd} au total pour 3 "
-        "nuits\n"
+        f"pour 3 nuits, de 540,00{usd} à 621,00{usd} par nuit\n"
+        f"2. **Hampton Inn & Suites Portland-Pearl District** (suite) : 1{NNBSP}856,26{usd} au total pour 3 "
+        f"nuits, de 562,50{usd} à 646,88{usd} par nuit\n"
+        f"3. **Hilton Portland Downtown** (suite) : 1{NNBSP}900,80{usd} au total pour 3 nuits, "
+        f"de 576,00{usd} à 662,40{usd} par nuit\n"
         f"4. **The Benson Portland, Curio Collection by Hilton** (suite) : 1{NNBSP}960,20{usd} au total "
-        "pour 3 nuits\n"
-        f"5. **Hampton Inn & Suites Portland-Pearl District** (suite) : 1{NNBSP}856,26{usd} au total pour 3 "
-        "nuits\n\n"
+        f"pour 3 nuits, de 594,00{usd} à 683,10{usd} par nuit\n"
+        f"5. **Embassy Suites by Hilton Portland Downtown** (suite) : 2{NNBSP}153,26{usd} au total pour 3 "
+        f"nuits, de 652,50{usd} à 750,38{usd} par nuit\n\n"
         "Quel hôtel souhaitez-vous réserver ? Donnez son numéro ou son nom. Vous pouvez aussi comparer des "
         "hôtels ou modifier la recherche."
     )
     assert replies == [
         listing,
-        "| Distance | #1 The Porter Portland, Curio Collection by Hilton | #5 Hampton Inn & Suites "
+        "| Distance | #1 The Porter Portland, Curio Collection by Hilton | #2 Hampton Inn & Suites "
         "Portland-Pearl "
         "District |\n"
         "| --- | ---: | ---: |\n"
@@ -293,8 +299,8 @@ async def test_a_guest_booking_two_hotels_at_once_is_asked_which_in_their_langua
         ]
     )
     assert spanish.results[-1].message == (
-        "¿Cuál de ellos?\n- #3 The Duniway Portland, a Hilton Hotel\n"
-        "- #4 Embassy Suites by Hilton Portland Downtown"
+        "¿Cuál de ellos?\n- #3 DoubleTree by Hilton Hotel Portland - Tigard\n"
+        "- #4 Hampton Inn Sherwood Portland"
     )
     german = chat_with(
         found(
@@ -315,8 +321,7 @@ async def test_a_guest_booking_two_hotels_at_once_is_asked_which_in_their_langua
     ]
     await german.say_all(said)
     assert german.results[-1].message == (
-        "Welches meinen Sie?\n- #1 The Porter Portland, Curio Collection by Hilton\n"
-        "- #2 Hilton Portland Downtown"
+        "Welches meinen Sie?\n- #1 Tru by Hilton Portland Airport\n- #2 Hilton Garden Inn Beaverton"
     )
     assert [result.step for result in german.results] == ["Present", "Compare", "Compare"]
 
@@ -358,20 +363,24 @@ async def test_an_english_guest_reads_the_replies_of_before() -> None:
         "Noted: Free breakfast. Any maximum distance to the airport or the city center, in miles?",
         "**Aug 10 to Aug 13, 3 nights; up to $400 a night; two beds; Free breakfast; within 5 mi of the "
         "airport**\n\n"
-        "1. **Home2 Suites by Hilton Portland Airport OR** (two beds): $1,166.40 total for 3 nights\n"
-        "2. **Tru by Hilton Portland Airport** (two beds): $864.00 total for 3 nights\n"
-        "3. **Embassy Suites by Hilton Portland Airport** (two beds): $1,183.68 total for 3 nights\n"
-        "4. **Hampton Inn Portland-Airport** (two beds): $1,149.12 total for 3 nights\n"
-        "5. **Homewood Suites by Hilton Portland Airport** (two beds): $1,183.68 total for 3 nights\n\n"
+        "Cheapest first:\n\n"
+        "1. **Tru by Hilton Portland Airport** (two beds): $864.00 total for 3 nights, $288.00 a night\n"
+        "2. **Hampton Inn Portland-Airport** (two beds): $1,149.12 total for 3 nights, $383.04 a night\n"
+        "3. **Home2 Suites by Hilton Portland Airport OR** (two beds): $1,166.40 total for 3 nights, "
+        "$388.80 a night\n"
+        "4. **Embassy Suites by Hilton Portland Airport** (two beds): $1,183.68 total for 3 nights, "
+        "$394.56 a night\n"
+        "5. **Homewood Suites by Hilton Portland Airport** (two beds): $1,183.68 total for 3 nights, "
+        "$394.56 a night\n\n"
         "Which hotel would you like to book? Give its number or name. You can also compare hotels or change "
         "the search.",
-        "| Night | #1 Home2 Suites by Hilton Portland Airport OR | #2 Tru by Hilton Portland Airport |\n"
+        "| Night | #1 Tru by Hilton Portland Airport | #2 Hampton Inn Portland-Airport |\n"
         "| --- | ---: | ---: |\n"
         "| Room | two beds | two beds |\n"
-        "| Tue 8/10/2027 | $388.80 | $288.00 |\n"
-        "| Wed 8/11/2027 | $388.80 | $288.00 |\n"
-        "| Thu 8/12/2027 | $388.80 | $288.00 |\n"
-        "| **Total** | **$1,166.40** | **$864.00** |\n\n"
+        "| Tue 8/10/2027 | $288.00 | $383.04 |\n"
+        "| Wed 8/11/2027 | $288.00 | $383.04 |\n"
+        "| Thu 8/12/2027 | $288.00 | $383.04 |\n"
+        "| **Total** | **$864.00** | **$1,149.12** |\n\n"
         "Another comparison or ready to book?",
         "Waiting for approval: Book Tru by Hilton Portland Airport, two beds: check-in Tuesday August 10, "
         "2027, check-out Friday August 13, 2027 (3 nights), $288.00 a night, $864.00 in total (the customer "

@@ -22,13 +22,13 @@ from picoflow_demos.hotel import HotelFlow
 from picoflow_demos.hotel.scripted import CONVERSATION, wants
 
 from .conftest import Chat
-from .test_hotel_conversation import AMENITIES_2_5_8, CHOOSE, FOLLOW_UP, PRICE_2_5_8, TRANSCRIPT
+from .test_hotel_conversation import AMENITIES_2_3_9, CHOOSE, FOLLOW_UP, PRICE_2_3_9, TRANSCRIPT
 
 SEARCH = CONVERSATION[:9]
 """Greeting to the two-beds search: the list of nine hotels is on screen."""
 VARIANTS = [
-    ("compare hotel 2,5,8 on price", [2, 5, 8], ["price"], "Compared hotels 2, 5 and 8 on price."),
-    ("compare 2, 5 and 8 on amenities", [2, 5, 8], ["amenities"], "Compared hotels 2, 5 and 8 on amenities."),
+    ("compare hotel 2,3,9 on price", [2, 3, 9], ["price"], "Compared hotels 2, 3 and 9 on price."),
+    ("compare 2, 3 and 9 on amenities", [2, 3, 9], ["amenities"], "Compared hotels 2, 3 and 9 on amenities."),
     ("how far are 4, 6 and 9?", [4, 6, 9], ["distance"], "Compared hotels 4, 6 and 9 on distance."),
     (
         "compare 1 and 7 on rooms and price",
@@ -60,8 +60,8 @@ async def test_sixty_comparisons_answer_every_time(chat: Chat) -> None:
     assert all(result.ok for result in chat.results), [result.error for result in chat.results]
     comparisons = chat.results[len(SEARCH) :]
     assert [result.step for result in comparisons] == ["Compare"] * 60
-    assert comparisons[0].message == PRICE_2_5_8
-    assert comparisons[1].message == AMENITIES_2_5_8
+    assert comparisons[0].message == PRICE_2_3_9
+    assert comparisons[1].message == AMENITIES_2_3_9
     assert [result.message for result in comparisons[4:8]] == [result.message for result in comparisons[:4]]
     assert chat.model.remaining == 0
 
@@ -80,7 +80,7 @@ async def test_every_request_fits_the_local_window_at_a_flat_size(chat: Chat) ->
         messages = requests[0].messages
         assert len(messages) <= 2 and messages[-1].content == text
         assert not any("| Night |" in message.content for message in messages)
-        assert "9. Hilton Garden Inn Wilsonville Portland" in requests[0].system
+        assert "7. Hilton Garden Inn Wilsonville Portland" in requests[0].system
 
 
 async def test_the_transcript_keeps_every_table_whole_and_memory_a_note(chat: Chat) -> None:
@@ -97,7 +97,7 @@ async def test_the_transcript_keeps_every_table_whole_and_memory_a_note(chat: Ch
     assert [m.remembered_as for m in replies[9:]] == [
         f"{note}\n\n{FOLLOW_UP}" for _, _, _, note in COMPARISONS
     ]
-    assert replies[8].remembered_as == f"Showed the list of 9 hotels.\n\n{CHOOSE}"
+    assert replies[8].remembered_as == f"Showed the list of 9 hotels, cheapest first.\n\n{CHOOSE}"
 
     session = await chat.engine.store.load(session_id)
     assert session is not None

@@ -11,13 +11,22 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.server.approvals_support import CUSTOMER, KEYS, OTHER, STAFF, RefundFlow, Refunds, clock
+from tests.server.approvals_support import (
+    CUSTOMER,
+    KEYS,
+    OTHER,
+    STAFF,
+    RefundFlow,
+    Refunds,
+    clock,
+    fresh_ledger,
+)
 from tests.server.support import DeskFlow, DeskModel, serving
 
 from picoflow import FlowEngine
@@ -35,6 +44,7 @@ __all__ = [
     "STAFF",
     "Refunds",
     "desk_engine",
+    "fresh_ledger",
     "hotel_engine",
     "live",
     "node",
@@ -52,10 +62,8 @@ def _hotel_today(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _fresh_ledger() -> Iterator[None]:
-    Refunds.ledger = []
-    yield
-    Refunds.ledger = []
+def _every_test_has_a_fresh_ledger(fresh_ledger: None) -> None:
+    """Every protocol test starts and ends with an empty refund ledger (``fresh_ledger``)."""
 
 
 def hotel_engine(turns: int | None = None) -> tuple[FlowEngine, ScriptedModel]:

@@ -3,7 +3,11 @@ in the chat page: refunds up to $100 the customer approves, larger ones only sta
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Iterator
+from typing import Annotated, Any, ClassVar
+
+import pytest
+from pydantic import Field
 
 from picoflow import Flow, RunContext, Step, tool
 from picoflow.server.auth import Identity
@@ -41,10 +45,27 @@ class Refunds(Step):
         approval_summary="Refund ${amount:.2f} on order {order_id}",
         approval_seconds=600,
     )
-    def refund(self, ctx: RunContext[Any], order_id: int, amount: float, note: str = "") -> str:
-        """Refund an order."""
+    def refund(
+        self,
+        ctx: RunContext[Any],
+        order_id: Annotated[int, Field(title="Order")],
+        amount: float,
+        note: str = "",
+    ) -> str:
+        """Refund an order. Its order is titled, for the approval card; the amount and the note
+        are not, and a card shows them by their names made readable."""
         Refunds.ledger.append((ctx.idempotency_key, order_id, amount))
         return f"refunded ${amount:.2f} on order {order_id}"
+
+
+@pytest.fixture
+def fresh_ledger() -> Iterator[None]:
+    """An empty ``Refunds.ledger`` before and after the test: what one test refunded is never
+    another's (``tests/server/conftest.py`` offers it to the server tests, which ask for it with
+    ``pytest.mark.usefixtures("fresh_ledger")``; the protocol tests' conftest to every one of them)."""
+    Refunds.ledger = []
+    yield
+    Refunds.ledger = []
 
 
 class RefundFlow(Flow):

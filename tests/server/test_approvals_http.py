@@ -5,7 +5,6 @@ streamed or not; who may see and who may decide come from the caller's key only.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -27,12 +26,7 @@ SMALL = ToolCall("refund", {"order_id": 40001, "amount": 25.5}, "c1")
 BIG = ToolCall("refund", {"order_id": 40002, "amount": 250.0}, "c2")
 USAGE_KEYS = ("reasoning_tokens", "cached_input_tokens", "cache_creation_tokens")
 
-
-@pytest.fixture(autouse=True)
-def _fresh_ledger() -> Iterator[None]:
-    Refunds.ledger = []
-    yield
-    Refunds.ledger = []
+pytestmark = pytest.mark.usefixtures("fresh_ledger")
 
 
 def make_engine(script: list[Any]) -> tuple[FlowEngine, ScriptedModel]:
@@ -84,6 +78,7 @@ def approval(shown: dict[str, Any], call: ToolCall, **changes: Any) -> dict[str,
         "decided_by": None,
         "decided_at": None,
         "reason": None,
+        "labels": {"order_id": "Order"},  # the tool's title of it; the other arguments have none
         **changes,
     }
 

@@ -171,19 +171,19 @@ def test_a_hotel_conversation_in_the_chat_page(served: Served, page: Page) -> No
     *talk, choice = CONVERSATION
     for turn in talk:
         say(page, turn.user)
-        if turn.user == "compare hotel 2,5,8 on price":
+        if turn.user == "compare hotel 2,3,9 on price":
             table = last_reply(page).locator("table")
             expect(table).to_be_visible()
             expect(table.locator("thead th")).to_have_text(
                 [
                     "Night",
-                    "#2 Hampton Inn Portland-Airport",
-                    "#5 Hampton Inn Portland/Clackamas",
-                    f"#8 {SHERWOOD}",
+                    f"#2 {SHERWOOD}",
+                    "#3 Hampton Inn Portland/Clackamas",
+                    "#9 Hampton Inn Portland-Airport",
                 ]
             )
             expect(table.locator("tbody tr").last.locator("td")).to_have_text(
-                ["Total", "$2,796.20", "$2,417.76", "$2,270.60"]
+                ["Total", "$2,270.60", "$2,417.76", "$2,796.20"]
             )
             # Money columns are right-aligned as the Markdown asked, despite the strict CSP.
             total = table.locator("tbody tr").last.locator("td").nth(1)
@@ -193,8 +193,12 @@ def test_a_hotel_conversation_in_the_chat_page(served: Served, page: Page) -> No
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "chat-hotel-comparison.png"), full_page=True)
         elif turn.user == "search":
+            # The list, cheapest first: an ordered list of 4 after the line that says its order.
             expect(last_reply(page).locator("ol li")).to_have_count(4)
+            expect(last_reply(page).locator("p", has_text="Cheapest first:")).to_have_count(1)
             expect(current_step(page)).to_have_attribute("data-step", "Present")
+
+    assert "compare hotel 2,3,9 on price" in [turn.user for turn in talk]  # the table above was checked
 
     # The guest's choice books nothing: it waits on a card for the guest's own decision.
     replies = page.locator("#messages li.assistant:not(.streaming)")

@@ -25,7 +25,7 @@ from picoflow_demos.hotel.scripted import CURRENT_DATE, day, found, wants
 from .approvals_support import RefundFlow, Refunds, clock
 from .test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, serving_in_a_thread
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("fresh_ledger")]
 
 XSS_NOTE = '<img src=x onerror="window.__xss = 1">'
 SMALL = ToolCall("refund", {"order_id": 40001, "amount": 25.5, "note": XSS_NOTE}, "c1")
@@ -33,13 +33,6 @@ AGAIN = ToolCall("refund", {"order_id": 40001, "amount": 25.5}, "c2")
 BIG = ToolCall("refund", {"order_id": 40002, "amount": 250.0}, "c3")
 EXPIRES = "Expires Jan 1, 2100, 12:10 AM"
 """The engine's clock stands at 2100-01-01 00:00 UTC; approvals wait ten minutes; the page is UTC."""
-
-
-@pytest.fixture(autouse=True)
-def _fresh_ledger() -> Iterator[None]:
-    Refunds.ledger = []
-    yield
-    Refunds.ledger = []
 
 
 def serve(script: list[Any]) -> Any:
@@ -116,10 +109,11 @@ def test_deny_then_approve_across_reloads(page: Page) -> None:
         first = card(page, 0)
         expect(first.locator(".approval-summary")).to_have_text("Refund $25.50 on order 40001")
         expect(page.locator("#busy")).to_be_hidden()
+        # Each argument under its tool's title ("Order"), else its name made readable.
         assert rows(first.locator("table.approval-args")) == [
-            ["order_id", "40001"],
-            ["amount", "25.5"],
-            ["note", XSS_NOTE],  # the model's text as text: no element made of it
+            ["Order", "40001"],
+            ["Amount", "25.5"],
+            ["Note", XSS_NOTE],  # the model's text as text: no element made of it
         ]
         assert first.locator("table img").count() == 0
         expect(first.locator(".approval-who")).to_have_text("Must be approved by the customer")
@@ -142,9 +136,9 @@ def test_deny_then_approve_across_reloads(page: Page) -> None:
         expect(page.locator("#busy")).to_be_hidden()
         second = card(page, 1)
         assert rows(second.locator("table.approval-args")) == [
-            ["order_id", "40001"],
-            ["amount", "25.5"],
-            ["note", ""],
+            ["Order", "40001"],
+            ["Amount", "25.5"],
+            ["Note", ""],
         ]
 
         reload(page)
@@ -263,13 +257,13 @@ def test_the_hotel_booking_waits_on_its_card_denied_then_approved(
         expect(first.locator(".approval-summary")).to_have_text(BOOK_TRU)
         expect(page.locator("#busy")).to_be_hidden()
         assert rows(first.locator("table.approval-args")) == [
-            ["hotel", TRU],
-            ["room_type", "one bed"],
-            ["check_in", "2027-08-01"],
-            ["check_out", "2027-08-04"],
-            ["nightly", '["207.00","180.00","180.00"]'],
-            ["total", "567.00"],
-            ["language", "en"],
+            ["Hotel", TRU],
+            ["Room", "one bed"],
+            ["Check-in", "2027-08-01"],
+            ["Check-out", "2027-08-04"],
+            ["Price per night", '["207.00","180.00","180.00"]'],
+            ["Total", "567.00"],
+            ["Language", "en"],
         ]
         expect(first.locator(".approval-who")).to_have_text("Must be approved by the customer")
         expect(page.locator("#session-status")).to_have_text("Waiting for approval")

@@ -1,12 +1,14 @@
 """The chat page as a guest sees it, in headless Chromium against a real server with API keys: an
 approval card offers Approve and Deny only to a caller the approval names (its customer, or someone
 holding one of its roles), while the server goes on refusing anyone else; no name from the code (a
-step's, a status's, a principal's, a transition's) reaches a guest's page; and at 390x844 (a
+step's, a status's, a principal's, a transition's, a tool argument's) reaches a guest's page, an
+approval card labelling each argument with its tool's title; and at 390x844 (a
 phone) the chat fits: no sideways scroll, the message box and its button in view, what is wide
 scrolling inside its bubble."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,18 +25,11 @@ from picoflow_demos.hotel.scripted import CURRENT_DATE, day, found, wants
 from .approvals_support import KEYS, RefundFlow, Refunds, clock
 from .test_browser import CHROMIUM, CHROMIUM_ARGS, open_as, send, serving_in_a_thread
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("fresh_ledger")]
 
 SMALL = ToolCall("refund", {"order_id": 40001, "amount": 25.5}, "c1")
 BIG = ToolCall("refund", {"order_id": 40002, "amount": 250.0}, "c2")
 STAFF_ONLY = "Waiting for approval by someone with the 'staff' role"
-
-
-@pytest.fixture(autouse=True)
-def _fresh_ledger() -> Iterator[None]:
-    Refunds.ledger = []
-    yield
-    Refunds.ledger = []
 
 
 @pytest.fixture
@@ -129,6 +124,8 @@ SHOWN_TEXTS = """
 }
 """
 """Every visible text node under a selector."""
+SNAKE_CASE = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b")
+"""A name from the code, such as ``room_type`` or ``check_in``."""
 
 
 def test_a_guest_reads_no_name_from_the_code(browser: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -164,6 +161,10 @@ def test_a_guest_reads_no_name_from_the_code(browser: Any, monkeypatch: pytest.M
         expect(guest.locator("#busy")).to_be_hidden()
         expect(guest.locator("#session-status")).to_have_text("Waiting for approval")
         expect(booking.locator(".approval-who")).to_have_text("Must be approved by the customer")
+        # The booking tool's own argument names are not the guest's words: the card says its titles.
+        expect(booking.locator("table.approval-args th")).to_have_text(
+            ["Hotel", "Room", "Check-in", "Check-out", "Price per night", "Total", "Language"]
+        )
         booking.locator("button.approve").click()
         expect(replies).to_have_count(3)
         expect(guest.locator("#busy")).to_be_hidden()
@@ -180,7 +181,11 @@ def test_a_guest_reads_no_name_from_the_code(browser: Any, monkeypatch: pytest.M
             shown = guest.evaluate(SHOWN_TEXTS, where)
             assert shown, where
             named = [
-                text for text in shown if text in steps | statuses or any(name in text for name in internal)
+                text
+                for text in shown
+                if text in steps | statuses
+                or any(name in text for name in internal)
+                or SNAKE_CASE.search(text)  # an argument's name, such as room_type
             ]
             assert named == [], where
         expect(guest.locator("#diagram")).to_be_hidden()

@@ -78,6 +78,10 @@ async def test_the_engines_limits_and_the_served_flows_are_in_the_schema() -> No
     end = paths["/ai/end"]["post"]["parameters"]
     assert [(p["name"], p["in"], p["required"]) for p in end] == [("CHAT_SESSION_ID", "header", True)]
     assert schemas["AgUiRunAgentInput"]["properties"]["threadId"]["minLength"] == 1
+    # An approval carries a person's label for its arguments that have one (its tool's titles).
+    approval = schemas["ApprovalOut"]
+    assert "labels" in approval["required"]
+    assert approval["properties"]["labels"]["additionalProperties"] == {"type": "string"}
 
 
 async def test_a_created_session_links_to_every_route_that_takes_its_id() -> None:

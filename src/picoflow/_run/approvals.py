@@ -89,6 +89,7 @@ async def propose(
             step, f"the approval summary of {call.name}", rule.summary_of, call.name, args, ctx
         )
         values = args.model_dump(mode="json")
+        gated = spec.tools[call.name]
         asked.append(
             Approval(
                 id=approval_id(ws.session.id, ws.session.next_seq, index, call.id),
@@ -100,9 +101,10 @@ async def propose(
                 step=spec.name,
                 call_id=call.id,
                 args_sha256=args_sha256(values),
-                tool_sha256=tool_sha256(spec.tools[call.name]),
+                tool_sha256=tool_sha256(gated),
                 flow_version=ws.config.spec.version,
                 created_at=now,
+                labels={name: label for name, label in gated.labels.items() if name in values},
             )
         )
     if not asked:

@@ -285,6 +285,10 @@ class ApprovalOut(BaseModel):
     decided_by: str | None = Field(description="The principal who decided (none when expired or withdrawn).")
     decided_at: float | None
     reason: str | None
+    labels: dict[str, str] = Field(
+        description="A person's label for each argument that has one (the title its tool gives it, such as "
+        '"room_type": "Room type"); show an argument without one by its name made readable.',
+    )
 
     @classmethod
     def from_approval(cls, approval: Approval) -> ApprovalOut:
@@ -308,6 +312,7 @@ class ApprovalOut(BaseModel):
             decided_by=approval.decided_by,
             decided_at=approval.decided_at,
             reason=approval.reason,
+            labels=dict(approval.labels),
         )
 
 

@@ -2,7 +2,7 @@
 
 from picoflow_demos.hotel.criteria import Criteria
 from picoflow_demos.hotel.flow import Booking, Compare, Explore, Goodbye, GuestRequest, HotelFlow, Present
-from picoflow_demos.hotel.pricing import HotelQuote, quote_hotels
+from picoflow_demos.hotel.pricing import HotelQuote, cheapest_first, quote_hotels
 
 __all__ = [
     "Booking",
@@ -14,5 +14,6 @@ __all__ = [
     "HotelFlow",
     "HotelQuote",
     "Present",
+    "cheapest_first",
     "quote_hotels",
 ]

@@ -20,6 +20,7 @@ from picoflow_demos.hotel.pricing import (
     Amenity,
     HotelQuote,
     RoomType,
+    cheapest_first,
     quote_hotels,
     stay_nights,
 )
@@ -510,9 +511,10 @@ class Criteria(BaseModel):
         return stay_nights(self.check_in, self.check_out)
 
     def search(self) -> list[HotelQuote]:
-        """The priced hotels that match, in catalog order."""
+        """The priced hotels that match, as the guest is shown them: cheapest first, equal totals by
+        name (``cheapest_first``)."""
         assert self.check_in and self.check_out, "a search needs both dates"
-        return quote_hotels(
+        found = quote_hotels(
             self.check_in,
             self.check_out,
             room_types=self.room_types or [],
@@ -522,6 +524,13 @@ class Criteria(BaseModel):
             min_price=self.min_price,
             max_price=self.max_price,
         )
+        return cheapest_first(found)
+
+    @property
+    def nightly_budget(self) -> bool:
+        """Whether the guest gave a budget (both price limits are per night): then each hotel of
+        the list shows its price per night beside the stay's total."""
+        return self.max_price is not None or self.min_price is not None
 
     def phrases(self, fields: Collection[str], locale: str = ENGLISH) -> list[str]:
         """The known criteria among ``fields`` (not the dates), as the guest reads them in ``locale``,

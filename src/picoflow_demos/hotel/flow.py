@@ -73,9 +73,10 @@ from picoflow_demos.hotel.replies import (
     listed,
     night_day,
     nights,
+    per_night,
     say,
 )
-from picoflow_demos.hotel.tables import Feature, comparison, hotel_list
+from picoflow_demos.hotel.tables import Feature, comparison, hotel_list, in_stated_order
 
 EXPLORE = Prompt.file("explore.md")
 CHOOSE_PROMPT = Prompt.file("present.md")
@@ -99,9 +100,12 @@ def answering_in(step: Step) -> str:
     return told if isinstance(told, str) and told in LOCALES else ENGLISH
 
 
-def choice_reply(quotes: Sequence[HotelQuote], nights: int, locale: str = ENGLISH) -> str:
-    """The numbered list and the question the guest answers by choosing, all written in code."""
-    return f"{hotel_list(quotes, nights, locale)}\n\n{say('choose', locale)}"
+def choice_reply(
+    quotes: Sequence[HotelQuote], nights: int, locale: str = ENGLISH, *, nightly: bool = False
+) -> str:
+    """The numbered list and the question the guest answers by choosing, all written in code;
+    ``nightly`` adds each hotel's price per night (the guest's budget was per night)."""
+    return f"{hotel_list(quotes, nights, locale, nightly=nightly)}\n\n{say('choose', locale)}"
 
 
 # What memory keeps of a list or tables the guest was shown: what they were, and the question they
@@ -109,7 +113,9 @@ def choice_reply(quotes: Sequence[HotelQuote], nights: int, locale: str = ENGLIS
 
 
 def listed_note(quotes: Sequence[HotelQuote], locale: str = ENGLISH) -> str:
-    shown = say("listed_note_one" if len(quotes) == 1 else "listed_note_other", locale, count=len(quotes))
+    # The order is said when the list states it, so the model reads "the third one" as shown.
+    key = "listed_note_other" if in_stated_order(quotes) else "listed_note_unordered"
+    shown = say("listed_note_one" if len(quotes) == 1 else key, locale, count=len(quotes))
     return f"{shown}\n\n{say('choose', locale)}"
 
 
@@ -148,12 +154,6 @@ def booking_summary(args: Any) -> str:
     """What the guest approves, written by code in their language: the hotel, the room, the dates,
     the price per night (its range when the nights differ) and the total."""
     language = args.language
-    low, high = min(args.nightly), max(args.nightly)
-    nightly = (
-        say("money", language, amount=low)
-        if low == high
-        else say("nightly_range", language, low=low, high=high)
-    )
     return say(
         "book_summary",
         language,
@@ -162,7 +162,7 @@ def booking_summary(args: Any) -> str:
         check_in=full_day(args.check_in, language),
         check_out=full_day(args.check_out, language),
         nights=nights(len(args.nightly), language),
-        nightly=nightly,
+        nightly=per_night(args.nightly, language),
         total=args.total,
     )
 
@@ -253,14 +253,18 @@ class Explore(SlotStep):
         quotes = values.search()
         if not quotes:
             return direct(say("no_match", language, criteria=values.summary(language)))
-        searched = values.summary(language)
-        found = f"**{searched}**\n\n{choice_reply(quotes, len(values.nights), language)}"
+        searched, nightly = values.summary(language), values.nightly_budget
+        # ``quotes`` is the list in the order shown (``Criteria.search``): the state keeps that
+        # order, and every list number the guest or the model gives is a place in it.
+        shown = choice_reply(quotes, len(values.nights), language, nightly=nightly)
+        found = f"**{searched}**\n\n{shown}"
         listing = direct_to(Present, found).remember_as(listed_note(quotes, language))
         return listing.with_state(
             hotels=quotes,
             check_in=values.check_in,
             check_out=values.check_out,
             searched=searched,
+            nightly=nightly,
             compared=[],
             feature=None,
         )
@@ -499,8 +503,11 @@ class Present(Step):
 
     def show_list(self, *, with_help: bool = False, saying: str | None = None) -> Direct:
         language = self.language
-        listed = choice_reply(self._listed(), len(self._nights()), language)
-        listing = f"**{self.state_of(Present)['searched']}**\n\n{listed}"
+        state = self.state_of(Present)
+        listed = choice_reply(
+            self._listed(), len(self._nights()), language, nightly=bool(state.get("nightly"))
+        )
+        listing = f"**{state['searched']}**\n\n{listed}"
         before = saying or (say("help", language) if with_help else None)
         reply = direct_to(Present, f"{before}\n\n{listing}" if before else listing)
         return reply.remember_as(listed_note(self._listed(), language))
@@ -529,17 +536,18 @@ class Present(Step):
         listed["proposed"] = stay
         return call(self.book, **stay, nightly=quote.nightly, language=self.language)
 
-    # Proposed by code only (``choose``), from the list code showed; the guest approves every call.
+    # Proposed by code only (``choose``), from the list code showed; the guest approves every call,
+    # on a card that labels each argument with its title.
     @tool(approval=True, approval_summary=booking_summary)
     def book(
         self,
-        hotel: str,
-        room_type: RoomType,
-        check_in: date,
-        check_out: date,
-        nightly: list[Decimal],
-        total: Decimal,
-        language: Language,
+        hotel: Annotated[str, Field(title="Hotel")],
+        room_type: Annotated[RoomType, Field(title="Room")],
+        check_in: Annotated[date, Field(title="Check-in")],
+        check_out: Annotated[date, Field(title="Check-out")],
+        nightly: Annotated[list[Decimal], Field(title="Price per night")],
+        total: Annotated[Decimal, Field(title="Total")],
+        language: Annotated[Language, Field(title="Language")],
         ctx: RunContext[Any],
     ) -> Outcome:
         """Book the hotel the guest chose for their stay, once the guest approves it."""

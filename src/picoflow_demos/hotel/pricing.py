@@ -209,6 +209,12 @@ def _check_names(values: Iterable[str], allowed: Sequence[str], what: str) -> No
         raise ValueError(f"unknown {what}; allowed: {', '.join(allowed)}")
 
 
+def cheapest_first(quotes: Iterable[HotelQuote]) -> list[HotelQuote]:
+    """``quotes`` in the order a guest is shown them: the cheapest stay first, equal totals by the
+    hotel's name. Each list number is a place in this order, so it is the only order a list has."""
+    return sorted(quotes, key=lambda quote: (quote.total, quote.name.casefold(), quote.name))
+
+
 def quote_hotels(
     check_in: date,
     check_out: date,

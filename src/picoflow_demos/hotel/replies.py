@@ -77,8 +77,11 @@ _ENGLISH: Mapping[str, str] = {
         "or change the search."
     ),
     "listed": "{number}. **{hotel}** ({room}): {total:USD} total for {nights}",
+    "listed_nightly": "{number}. **{hotel}** ({room}): {total:USD} total for {nights}, {nightly} a night",
+    "list_order": "Cheapest first:",
     "listed_note_one": "Showed the list of {count} hotel.",
-    "listed_note_other": "Showed the list of {count} hotels.",
+    "listed_note_other": "Showed the list of {count} hotels, cheapest first.",
+    "listed_note_unordered": "Showed the list of {count} hotels.",
     "compared_note": "Compared hotels {hotels} on {features}.",
     "list_range": "The list has hotels 1 to {count}.",
     "book_which": "Which hotel would you like to book? Give one number from the list, 1 to {count}.",
@@ -173,8 +176,13 @@ _SPANISH: Mapping[str, str] = {
         "distancia, o cambiar la búsqueda."
     ),
     "listed": "{number}. **{hotel}** ({room}): {total:USD} en total por {nights}",
+    "listed_nightly": (
+        "{number}. **{hotel}** ({room}): {total:USD} en total por {nights}, {nightly} por noche"
+    ),
+    "list_order": "Del más barato al más caro:",
     "listed_note_one": "Mostré la lista de {count} hotel.",
-    "listed_note_other": "Mostré la lista de {count} hoteles.",
+    "listed_note_other": "Mostré la lista de {count} hoteles, del más barato al más caro.",
+    "listed_note_unordered": "Mostré la lista de {count} hoteles.",
     "compared_note": "Comparé los hoteles {hotels} por {features}.",
     "list_range": "La lista tiene los hoteles del 1 al {count}.",
     "book_which": "¿Qué hotel quiere reservar? Indique un solo número de la lista, del 1 al {count}.",
@@ -293,8 +301,13 @@ _GERMAN: Mapping[str, str] = {
         "vergleichen oder die Suche ändern."
     ),
     "listed": "{number}. **{hotel}** ({room}): {total:USD} insgesamt für {nights}",
+    "listed_nightly": (
+        "{number}. **{hotel}** ({room}): {total:USD} insgesamt für {nights}, {nightly} pro Nacht"
+    ),
+    "list_order": "Das günstigste zuerst:",
     "listed_note_one": "Die Liste mit {count} Hotel gezeigt.",
-    "listed_note_other": "Die Liste mit {count} Hotels gezeigt.",
+    "listed_note_other": "Die Liste mit {count} Hotels gezeigt, das günstigste zuerst.",
+    "listed_note_unordered": "Die Liste mit {count} Hotels gezeigt.",
     "compared_note": "Die Hotels {hotels} nach {features} verglichen.",
     "list_range": "Die Liste hat die Hotels 1 bis {count}.",
     "book_which": "Welches Hotel möchten Sie buchen? Nennen Sie eine Nummer aus der Liste, 1 bis {count}.",
@@ -415,8 +428,13 @@ _FRENCH: Mapping[str, str] = {
         "équipements ou la distance, ou modifier la recherche."
     ),
     "listed": "{number}. **{hotel}** ({room}) : {total:USD} au total pour {nights}",
+    "listed_nightly": (
+        "{number}. **{hotel}** ({room}) : {total:USD} au total pour {nights}, {nightly} par nuit"
+    ),
+    "list_order": "Du moins cher au plus cher :",
     "listed_note_one": "Liste de {count} hôtel affichée.",
-    "listed_note_other": "Liste de {count} hôtels affichée.",
+    "listed_note_other": "Liste de {count} hôtels affichée, du moins cher au plus cher.",
+    "listed_note_unordered": "Liste de {count} hôtels affichée.",
     "compared_note": "Hôtels {hotels} comparés selon {features}.",
     "list_range": "La liste compte les hôtels 1 à {count}.",
     "book_which": "Quel hôtel souhaitez-vous réserver ? Donnez un seul numéro de la liste, de 1 à {count}.",
@@ -541,6 +559,15 @@ def say(key: str, locale: str, /, **values: object) -> str:
 def nights(count: int, locale: str) -> str:
     """ "3 nights", "1 noche", "3 Nächte", "1 nuit"."""
     return say("nights_one" if count == 1 else "nights_other", locale, count=count)
+
+
+def per_night(prices: Sequence[Decimal], locale: str) -> str:
+    """A stay's price per night: "$311.04", or its range when the nights differ ("$311.04 to
+    $357.70")."""
+    low, high = min(prices), max(prices)
+    if low == high:
+        return say("money", locale, amount=low)
+    return say("nightly_range", locale, low=low, high=high)
 
 
 def either(items: Sequence[str], locale: str) -> str:

@@ -64,20 +64,21 @@ CONVERSATION: tuple[ScriptedTurn, ...] = (
         "free wifi, parking",
         [found(("amenities", "free wifi", ["freeWiFi"]), ("amenities", "parking", ["freeParking"]))],
     ),
-    # "none" answers the last question: code searches and lists; the reading is the only model call.
+    # "none" answers the last question: code searches and lists, cheapest first; the reading is the
+    # only model call. The numbers below are places in that list (2: Sherwood, 3: Clackamas, 9: Airport).
     ScriptedTurn("none", [found()]),
     ScriptedTurn("search", [wants("change_search"), found()]),
     ScriptedTurn(
         "change to 2 bed rooms, search",
         [wants("change_search"), found(("room_types", "2 bed rooms", ["two beds"]))],
     ),
-    ScriptedTurn("compare hotel 2,5,8 on price", [wants("compare", [2, 5, 8], ["price"])]),
+    ScriptedTurn("compare hotel 2,3,9 on price", [wants("compare", [2, 3, 9], ["price"])]),
     ScriptedTurn("compare on amenities", [wants("compare", [], ["amenities"])]),
-    ScriptedTurn("compare hotels 2,5 on price", [wants("compare", [2, 5], ["price"])]),
+    ScriptedTurn("compare hotels 3,9 on price", [wants("compare", [3, 9], ["price"])]),
     ScriptedTurn("resume booking", [wants("show_list")]),
     # Choosing proposes the booking, which waits for the guest's approval (``FlowEngine.decide``);
     # the approval card and the confirmation are written by code too.
-    ScriptedTurn("8", [wants("book", [8])]),
+    ScriptedTurn("2", [wants("book", [2])]),
 )
 
 

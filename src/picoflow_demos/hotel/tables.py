@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from datetime import date
 from typing import Literal
 
-from picoflow_demos.hotel.pricing import AMENITIES, ROOM_TYPES, HotelQuote, hotel_named
-from picoflow_demos.hotel.replies import ENGLISH, night_day, nights, say
+from picoflow_demos.hotel.pricing import AMENITIES, ROOM_TYPES, HotelQuote, cheapest_first, hotel_named
+from picoflow_demos.hotel.replies import ENGLISH, night_day, nights, per_night, say
 
 Feature = Literal["price", "roomType", "amenities", "distance"]
 
@@ -22,21 +22,39 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def hotel_list(quotes: Sequence[HotelQuote], count: int, locale: str = ENGLISH) -> str:
-    """The numbered list the guest picks from, with each stay's total for ``count`` nights."""
+def in_stated_order(quotes: Sequence[HotelQuote]) -> bool:
+    """Whether a list of ``quotes`` is one whose order is worth saying: more than one hotel, in the
+    order lists are shown (``cheapest_first``)."""
+    return len(quotes) > 1 and list(quotes) == cheapest_first(quotes)
+
+
+def hotel_list(
+    quotes: Sequence[HotelQuote], count: int, locale: str = ENGLISH, *, nightly: bool = False
+) -> str:
+    """The numbered list the guest picks from, each stay's total for ``count`` nights, and with
+    ``nightly`` (the guest's budget is per night) each hotel's price per night beside it.
+
+    The hotels are numbered in the order given, which is the order the list numbers name: a list in
+    the shown order (``cheapest_first``) says so, and one in another (kept by a session from
+    before the order was stated) is numbered as it always was, without saying an order it lacks.
+    """
     stay = nights(count, locale)
-    return "\n".join(
+    lines = [
         say(
-            "listed",
+            "listed_nightly" if nightly else "listed",
             locale,
             number=number,
             hotel=quote.name,
             room=say(f"room:{quote.room_type}", locale),
             total=quote.total,
             nights=stay,
+            nightly=per_night(quote.nightly, locale),
         )
         for number, quote in enumerate(quotes, start=1)
-    )
+    ]
+    if in_stated_order(quotes):
+        return f"{say('list_order', locale)}\n\n" + "\n".join(lines)
+    return "\n".join(lines)
 
 
 def _table(corner: str, headers: Sequence[str], rows: Sequence[Sequence[str]], *, numeric: bool) -> str:

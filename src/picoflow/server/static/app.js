@@ -263,12 +263,24 @@ function argumentValue(value) {
   return typeof value === "string" ? value : JSON.stringify(value);
 }
 
-function argumentsTable(args) {
+// An argument's name as a person reads it: "room_type" and "roomType" read "Room type".
+function readableName(name) {
+  const words = name
+    .replace(/([a-z0-9])([A-Z])/g, "$1 $2")
+    .replace(/[_\-\s]+/g, " ")
+    .trim()
+    .toLowerCase();
+  return words ? words[0].toUpperCase() + words.slice(1) : name;
+}
+
+// Each argument under the label its tool gives it (``Field(title=...)``), else its name made readable.
+function argumentsTable(args, labels) {
   const table = element("table", "approval-args");
   const body = document.createElement("tbody");
   for (const [name, value] of Object.entries(args || {})) {
     const row = document.createElement("tr");
-    row.append(element("th", "", name), element("td", "", argumentValue(value)));
+    const label = (labels && labels[name]) || readableName(name);
+    row.append(element("th", "", label), element("td", "", argumentValue(value)));
     body.append(row);
   }
   table.append(body);
@@ -287,7 +299,7 @@ function createCard(approval) {
   card.append(
     element("p", "approval-title", "Approval needed"),
     element("p", "approval-summary", approval.summary),
-    argumentsTable(approval.args),
+    argumentsTable(approval.args, approval.labels),
     element("p", "approval-who", `Must be approved by ${approval.approvers.description}`),
     element("p", "approval-expires", expiresText(approval)),
   );
