@@ -19,7 +19,8 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
-from picoflow.engine import LOCAL_TOOLS, CallResult, SessionTurns, ToolJob
+from picoflow.context import PrincipalFilter
+from picoflow.engine import LOCAL_TOOLS, CallResult, LocalExecutor, SessionTurns, ToolJob
 from picoflow.exceptions import ModelError
 from picoflow.flow import StepSpec
 from picoflow.messages import Message, ModelRequest, ModelResponse, ToolCall
@@ -418,5 +419,7 @@ class ReplayExecutor:
     async def decide(self, turns: SessionTurns, request: Any, observer: Any) -> Any:
         return await self._own(turns).take(request, observer)
 
-    async def cancel(self, turns: SessionTurns, session_id: str, revision: int | None) -> str | None:
-        return self._own(turns).cancel(session_id)
+    async def cancel(
+        self, turns: SessionTurns, session_id: str, revision: int | None, principal: PrincipalFilter
+    ) -> str | None:
+        return await LocalExecutor().cancel(self._own(turns), session_id, revision, principal)
