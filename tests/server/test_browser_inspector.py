@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
 
@@ -423,4 +424,53 @@ def test_a_caller_who_may_not_inspect_gets_no_developer_view(browser: Browser) -
         expect(other.locator("body")).to_have_attribute("data-ready", "true")
         expect(other.get_by_role("button", name="Developer view")).to_be_visible()
     model.script.assert_complete()
+    assert failures == []
+
+
+def test_a_turn_run_elsewhere_shows_live_in_the_developer_view(browser: Browser) -> None:
+    failures: list[str] = []
+    model = HeldModel()
+    try:
+        with serving_in_a_thread(engine_for(model), ServerSettings(default_flow="inspect")) as url:
+            page = new_page(browser, failures)
+            page.goto(url + "/?inspect=1")
+            expect(page.locator("#inspector")).to_be_visible()
+            say(page, "Hi")
+            say(page, "Ada")
+            session_id = page.locator("#inspected-id").text_content()
+            assert session_id
+            # The view follows the session it shows: a turn anyone else runs in it shows as it runs.
+            expect(page.locator("#inspector")).to_have_attribute("data-following", session_id)
+
+            answered: list[httpx.Response] = []
+            elsewhere = threading.Thread(
+                target=lambda: answered.append(
+                    httpx.post(f"{url}/v1/sessions/{session_id}/turns", json={"message": "30"}, timeout=120)
+                )
+            )
+            elsewhere.start()
+            hold = model.held(4)  # the desk's model, after the step change, in the same turn
+            live = page.locator("#timeline-turns > li.turn.live")
+            expect(live).to_have_attribute("data-turn", "3")
+            expect(live.locator(".turn-head")).to_contain_text("run elsewhere")
+            expect(live.locator("li.entry[data-kind='field_set'] .tag")).to_have_text("kept")
+            expect(live.locator(".turn-message mark.evidence")).to_have_text("30")
+            expect(live.locator("li.entry[data-kind='entered']")).to_contain_text(
+                "entered Desk from Interview"
+            )
+            expect(live.locator("li.entry[data-kind='model']").last.locator(".pending")).to_have_text(
+                "waiting for the model's answer…"
+            )
+            hold.release.set()
+            elsewhere.join()
+            assert [response.status_code for response in answered] == [200]
+            # Stored: the recorded turn replaces what came live, in its place.
+            idle(page)
+            expect(turn(page, 3)).to_have_attribute("data-outcome", "replied")
+            expect(entries(page, 3, "model").last.locator(".answer")).to_contain_text(WELCOME)
+            expect(page.locator("#timeline-turns > li.turn")).to_have_count(3)
+            assert kinds(page, 3)[-2:] == ["state", "state"]
+            model.script.drop_remaining()  # the conversation's later turns are another test's
+    finally:
+        model.release_all()
     assert failures == []

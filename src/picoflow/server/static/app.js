@@ -46,7 +46,7 @@ const picker = createPicker({
   dropHint: els.dropHint, textarea: els.input, limits: { ...DEFAULT_LIMITS, ...config.attachmentLimits },
   say: showError,
 });
-const inspector = createInspector({ api });
+const inspector = createInspector({ api, stream: streamEvents });
 const shownFiles = messageFiles(async (url) => {
   const response = await fetch(url, { headers: headers() });
   if (!response.ok) throw await failure(response);
@@ -108,6 +108,13 @@ async function readEvents(response, onEvent) {
       if (data.length) onEvent(name, JSON.parse(data.join("\n")));
     }
   }
+}
+
+// A GET event stream, read to its end or until ``signal`` aborts it.
+async function streamEvents(path, onEvent, signal) {
+  const response = await fetch(path, { headers: headers({ Accept: "text/event-stream" }), signal, cache: "no-store" });
+  if (!response.ok) throw await failure(response);
+  await readEvents(response, onEvent);
 }
 
 // --- rendering --------------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 // The chat page's developer view: what happened inside each turn of a session, as the server
 // recorded it (GET /v1/sessions/{id}/timeline), drawn live while a turn of this page runs (the
-// turn's own event stream carries `timeline` events to a caller allowed to inspect), and the
-// caller's sessions with filters (GET /v1/sessions). The page offers it only when GET /v1/me says
+// turn's own event stream carries `timeline` events to a caller allowed to inspect) and while a
+// turn of the session shown runs anywhere else in the server (another tab, a protocol's client, the
+// customer: GET /v1/sessions/{id}/timeline/live), and the caller's sessions with filters
+// (GET /v1/sessions). The page offers it only when GET /v1/me says
 // the caller may inspect; for anyone else the server sends none of it either.
 //
 // Same safety rule as app.js: every text of the user, the model or a tool goes in with
@@ -331,6 +333,7 @@ class TurnView {
     this.item.classList.toggle("live", outcome === "running");
     const facts = [];
     if (turn.trigger === "decision") facts.push("a decision");
+    if (turn.trigger === "elsewhere") facts.push("run elsewhere");
     if (turn.step) facts.push(`ended in ${turn.step}`);
     if (turn.duration_ms !== undefined) facts.push(ms(turn.duration_ms));
     const usage = turn.usage;
@@ -380,7 +383,8 @@ class TurnView {
 
 // --- the view ----------------------------------------------------------------------------------
 
-export function createInspector({ api }) {
+// `stream(path, onEvent, signal)` reads a GET event stream to its end (or the signal's abort).
+export function createInspector({ api, stream }) {
   const $ = (id) => document.getElementById(id);
   const els = {
     toggle: $("inspect-toggle"), view: $("inspector"), tabTimeline: $("tab-timeline"), tabSessions: $("tab-sessions"),
@@ -394,6 +398,9 @@ export function createInspector({ api }) {
     sessionId: null, // the session inspected
     shown: null, // the session whose recorded turns are on screen
     turns: [], live: null, loading: 0, listing: 0,
+    watched: null, // the session whose turns elsewhere are followed live
+    watching: null, // its stream's AbortController
+    remote: null, // the turn of that session running elsewhere, drawn as it comes
   };
 
   function setOpen(open) {
@@ -405,6 +412,8 @@ export function createInspector({ api }) {
     if (view.open) {
       load();
       if (!els.sessions.hidden) listSessions();
+    } else {
+      watch();
     }
   }
 
@@ -445,6 +454,7 @@ export function createInspector({ api }) {
     if (!sessionId) {
       clear("No turn yet: what the next message does shows here as it happens.");
       view.shown = null;
+      watch();
       return;
     }
     let timeline;
@@ -463,6 +473,64 @@ export function createInspector({ api }) {
       view.live = live;
       view.turns.push(live);
       els.turns.append(live.item);
+    }
+    watch();
+  }
+
+  // --- turns that run elsewhere -------------------------------------------------------------------
+
+  // Follow the session on screen while the view is open: its turns run by anyone else show as they
+  // run. The server ends a stream after a while without a turn; it is opened again at once.
+  function watch() {
+    const sessionId = view.open ? view.shown : null;
+    if (sessionId === view.watched) return;
+    if (view.watching) view.watching.abort();
+    view.watching = null;
+    view.watched = sessionId;
+    view.remote = null;
+    delete els.view.dataset.following;
+    if (!sessionId) return;
+    const control = new AbortController();
+    view.watching = control;
+    const path = `/v1/sessions/${encodeURIComponent(sessionId)}/timeline/live`;
+    (async () => {
+      let failures = 0;
+      while (!control.signal.aborted) {
+        try {
+          await stream(path, (name, data) => watched(sessionId, name, data), control.signal);
+          failures = 0;
+        } catch (error) {
+          if (control.signal.aborted || error.status === 404) return; // gone, or no longer shown
+          failures += 1; // the server restarting: try again, less and less often
+          await new Promise((resolve) => setTimeout(resolve, Math.min(30000, 1000 * 2 ** failures)));
+        }
+      }
+    })();
+  }
+
+  // One event of the followed session's live stream.
+  function watched(sessionId, name, data) {
+    if (sessionId !== view.shown) return;
+    const ownTurn = view.live && view.following; // this page's turn: its own stream draws it
+    if (name === "following") { // turns stored while nothing followed (between two streams)
+      els.view.dataset.following = sessionId;
+      const last = Math.max(0, ...view.turns.map((shown) => shown.turn.turn || 0));
+      if (data.turn > last && !ownTurn) load();
+    } else if (name === "timeline" && !ownTurn) {
+      let remote = view.remote;
+      if (!remote || remote.turn.turn !== data.turn) {
+        remote = view.remote = addTurn({ turn: data.turn, trigger: "elsewhere", outcome: "running", entries: [] }, true);
+        els.status.textContent = "";
+      }
+      remote.set(data.index, data.entry);
+      if (!remote.turn.message && data.entry.kind === "model" && !data.entry.parent) {
+        const said = (data.entry.messages || []).filter((message) => message.role === "user" && !message.kind);
+        if (said.length) remote.turn.message = said[said.length - 1].content;
+      }
+      remote.words();
+    } else if (name === "turn" && !(ownTurn && view.live.turn.turn === data.turn)) {
+      view.remote = null;
+      replaceTurn(sessionId, data.turn);
     }
   }
 
@@ -628,6 +696,7 @@ export function createInspector({ api }) {
         live.item.remove();
         view.turns = view.turns.filter((shown) => shown !== live);
       }
+      watch(); // a first turn's session is now the one shown
       if (view.open && !els.sessions.hidden) listSessions();
     },
   };
