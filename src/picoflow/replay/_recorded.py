@@ -56,6 +56,7 @@ class NotRecorded(ModelError):
 
     kind = "replay_diverged"
     retryable = False
+    recorded = False  # what the replay reports, in its own words: not a failure to log as one
 
 
 def _kept_whole(*texts: str) -> bool:
