@@ -10,13 +10,13 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from picoflow import Flow, FlowEngine, RunContext, Step, tool
+from picoflow import Caller, Flow, FlowEngine, RunContext, Step, tool
 from picoflow.models import ScriptedModel, ToolCall
 from picoflow.sessions import MemoryStore
 from picoflow.sessions.base import SessionStore
-from picoflow.testing import HeldModel
+from picoflow.testing import HeldModel, transcript_lines
 
-__all__ = ["CancelDesk", "Started", "hold_at", "note", "pay", "slow"]
+__all__ = ["CancelDesk", "Started", "claim_given_up", "hold_at", "note", "pay", "slow"]
 
 
 class Started:
@@ -91,3 +91,23 @@ def hold_at(
     held = HeldModel(scripted, at=at)
     engine = FlowEngine([CancelDesk], store=store or MemoryStore(), model=held)
     return engine, held, scripted
+
+
+async def claim_given_up(engine: FlowEngine, session_id: str, principal: str) -> None:
+    """After a decision cancelled while its approved ``pay 5`` ran: the decision it saved stands,
+    and the next message goes on at once, the call answered as unknown, never run again."""
+    stored = await engine.get_session(session_id, principal=principal)
+    assert stored is not None and stored.paused is not None and stored.status == "awaiting_approval"
+    assert [a.status for a in stored.approvals] == ["approved"]  # the decision it saved stands
+
+    after = await engine.run("desk", "did it work?", session_id, caller=Caller(principal=principal))
+    assert (after.ok, after.message) == (True, "It may or may not have gone through.")
+    assert (await transcript_lines(engine, session_id))[-4:] == [
+        'Desk | assistant: -> pay({"amount": 5}) #c1',
+        "Desk | tool pay #c1 (error): The result of pay is unknown: the process running it stopped "
+        "before it answered. It was not run again; check whether it had its effect before calling it "
+        "again.",
+        "Desk | user: did it work?",
+        "Desk | assistant: It may or may not have gone through.",
+    ]
+    assert Started.calls == ["slow:pay 5"]  # started once, never again
