@@ -19,10 +19,12 @@ from pathlib import Path
 import psycopg
 import pytest
 from tests.cancel_support import CancelDesk, Started, claim_given_up, hold_at, note, pay, slow
+from tests.server.support import client_for, events_of
 
 from picoflow import Caller, Cancelled, FlowEngine
 from picoflow.exceptions import SessionNotFound, TurnCancelled, TurnNotRunning
 from picoflow.models import ScriptedModel
+from picoflow.server import ServerSettings
 from picoflow.session import Session
 from picoflow.sessions import MemoryStore, PostgresStore, SQLiteStore
 from picoflow.sessions.base import CancelChannel
@@ -290,6 +292,44 @@ async def test_a_decision_is_cancelled_from_another_process_after_its_claim(stor
     assert result.error is not None and result.error.is_a(TurnCancelled)
     assert Started.slow_cancelled.is_set()
     await claim_given_up(engine, session_id, "alice")
+    script.assert_complete()
+
+
+async def test_the_http_cancel_landing_on_another_server_process_reaches_the_turn(stores: Stores) -> None:
+    settings = ServerSettings(api_keys={"key-a": "alice"})
+    alice = {"Authorization": "Bearer key-a"}
+    engine, model, script = hold_at(3, ["Hi!", [note("a", "c1")], "Back."], store=stores())
+    async with (
+        client_for(engine, settings) as here,
+        client_for(canceller(stores()), settings) as there,
+        client_for(canceller(stores(cancel_wait=0.2)), settings) as impatient,
+    ):
+        created = await here.post("/v1/flows/desk/sessions", json={"message": "hello"}, headers=alice)
+        session_id = created.json()["session_id"]
+        streaming = asyncio.create_task(
+            here.post(
+                f"/v1/sessions/{session_id}/turns", json={"message": "note a", "stream": True}, headers=alice
+            )
+        )
+        await model.held.wait()
+        cancel = await there.delete(f"/v1/sessions/{session_id}/turn", headers=alice)
+        assert (cancel.status_code, cancel.json()) == (202, {"session_id": session_id, "cancelled": "turn"})
+        stream = await streaming
+        assert [name for name, _ in events_of(stream.text)] == ["tool_call", "tool_result", "cancelled"]
+        model.release()
+
+        idle = await impatient.delete(f"/v1/sessions/{session_id}/turn", headers=alice)
+        assert (idle.status_code, idle.json()["error"]["kind"]) == (409, "turn_not_running")
+        again = await here.post(f"/v1/sessions/{session_id}/turns", json={"message": "hi"}, headers=alice)
+        assert (again.status_code, again.json()["message"]) == (200, "Back.")
+        shown = await there.get(f"/v1/sessions/{session_id}", headers=alice)
+        assert [(m["role"], m["content"]) for m in shown.json()["transcript"]] == [
+            ("user", "hello"),
+            ("assistant", "Hi!"),
+            ("user", "hi"),
+            ("assistant", "Back."),
+        ]
+    assert Started.calls == ["note:a"]
     script.assert_complete()
 
 
