@@ -308,6 +308,11 @@ class PostgresStore(SQLStore):
         await self._fetch("SELECT 1", ())
 
     @property
+    def cancel_wait(self) -> float:
+        """Seconds a cancel that finds no job in its own process waits for another's answer."""
+        return self._cancels.wait
+
+    @property
     def cancel_channel(self) -> str:
         """The ``LISTEN``/``NOTIFY`` channel its cancel requests travel on: one per database schema."""
         return self._cancels.channel
