@@ -239,6 +239,41 @@ async def test_malformed_notifications_are_ignored_and_the_listener_goes_on(
     script.assert_complete()
 
 
+async def test_a_request_naming_an_older_revision_leaves_a_later_turn_alone(
+    stores: Stores, postgres_url: str
+) -> None:
+    store = stores()
+    script = ["Hi!", "Hi!", [slow("x", "c1")], [slow("y", "c2")], "Still here."]
+    engine, model, scripted = hold_at(5, script, store=store)
+    other = canceller(stores())
+    first, _ = await started_session(engine)  # stored at revision 1
+    second, _ = await started_session(engine)
+    looking = asyncio.create_task(engine.run("desk", "look x up", second, caller=ALICE))
+    await Started.slow_started.wait()
+    assert await other.cancel(second, caller=ALICE) == Cancelled(second, "turn")  # A listens
+    assert (await looking).error is not None
+
+    Started.slow_started = asyncio.Event()
+    looking = asyncio.create_task(engine.run("desk", "look y up", second, caller=ALICE))
+    await Started.slow_started.wait()
+    waiting = asyncio.create_task(engine.run("desk", "wait", first, caller=ALICE))
+    await model.held.wait()  # the first session's turn, started on revision 1, waits for its model
+
+    # Made when the session stood at revision 0: meant for a job that ended before this one began.
+    stale = {"v": 1, "kind": "cancel", "id": "2" * 32, "session": first, "revision": 0}
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("SELECT pg_notify(%s, %s)", (store.cancel_channel, json.dumps(stale)))
+    # Heard in order: once the second session's cancel is answered, the stale one was heard first.
+    assert await other.cancel(second, caller=ALICE) == Cancelled(second, "turn")
+    assert (await looking).error is not None
+    model.release()
+    result = await waiting
+    assert (result.ok, result.message) == (True, "Still here.")
+    assert not model.cancelled.is_set()
+    assert Started.calls == ["slow:x", "slow:y"]
+    scripted.assert_complete()
+
+
 async def test_a_listener_whose_connection_dropped_connects_again(stores: Stores, postgres_url: str) -> None:
     name = f"pf_listen_{id(stores):x}"
     engine, model, script = hold_at(
