@@ -409,7 +409,8 @@ class TurnCancelled(RunError):
 class TurnNotRunning(RunError):
     """``FlowEngine.cancel`` found no turn or decision of the session running where its executor
     reaches: none was running, or it ended (or started its commit) before the cancel reached it.
-    With the local executor, only the process running a turn can cancel it; with
+    With the local executor, the process running a turn can cancel it, and so can every process
+    sharing its ``PostgresStore`` (not a first turn's, whose session is not stored yet); with
     ``TemporalExecutor``, any process with a client to the Temporal service."""
 
     kind = "turn_not_running"

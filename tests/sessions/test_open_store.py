@@ -39,6 +39,17 @@ def test_postgres_url_takes_the_schema_out_for_libpq() -> None:
     assert isinstance(open_store("postgres://db.internal/chat"), PostgresStore)
 
 
+def test_postgres_url_takes_the_cancel_wait_out_for_libpq() -> None:
+    store = open_store("postgresql://db.internal/chat?cancel_wait=0.5&sslmode=disable&schema=tenant_a")
+    assert isinstance(store, PostgresStore)
+    assert (store.cancel_wait, store.schema) == (0.5, "tenant_a")
+    assert store._url == "postgresql://db.internal/chat?sslmode=disable"
+    default = open_store("postgresql://db.internal/chat")
+    assert isinstance(default, PostgresStore) and default.cancel_wait == 2.0
+    # Stores of two schemas never hear each other's cancels.
+    assert store.cancel_channel != default.cancel_channel
+
+
 async def test_default_is_a_sqlite_file_in_the_working_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -79,6 +90,10 @@ def test_environment_variable_chooses_the_store(tmp_path: Path, monkeypatch: pyt
         ("memory://somewhere", "takes no path"),
         ("postgresql://db/app?schema=bad-name", "plain identifier"),
         ("postgresql://db/app?schema=a&schema=b", "more than once"),
+        ("postgresql://db/app?cancel_wait=soon", "cancel_wait must be a number"),
+        ("postgresql://db/app?cancel_wait=0", "cancel_wait must be a number of seconds above 0"),
+        ("postgresql://db/app?cancel_wait=nan", "cancel_wait must be a number of seconds above 0"),
+        ("postgresql://db/app?cancel_wait=1&cancel_wait=2", "more than once"),
     ],
 )
 def test_bad_urls_are_refused_clearly(url: str, message: str) -> None:

@@ -32,7 +32,7 @@ _UNOPENED: Final = object()
 class JobCancel:
     """The cancel of one running job, in the task that runs it."""
 
-    __slots__ = ("_cut", "_final", "_saving", "_task", "noun", "owner", "requested")
+    __slots__ = ("_cut", "_final", "_saving", "_task", "noun", "owner", "requested", "revision")
 
     def __init__(self, task: asyncio.Task[Any] | None, noun: str = "turn") -> None:
         self._task = task
@@ -40,6 +40,9 @@ class JobCancel:
         """What the job is: "turn" or "decision"."""
         self.owner: object = _UNOPENED
         """The principal of the job's session, once the job opened it."""
+        self.revision: int | None = None
+        """The stored revision the job started on, once it opened its session (None: it starts
+        the session): a request from another process names the revision it saw (``answers``)."""
         self.requested = False
         """Someone asked the job to stop."""
         self._cut = False  # the task was cancelled for it
@@ -68,6 +71,12 @@ class JobCancel:
                 self._cut = True
                 task.cancel()
         return True
+
+    def answers(self, revision: int) -> bool:
+        """Whether a cancel made when the stored session stood at ``revision`` is meant for this
+        job: it started on that revision or an earlier one (a checkpoint it saved since moved
+        the session on). A job started later began after the cancel was made."""
+        return self.revision is not None and self.revision <= revision
 
     def check(self) -> None:
         """A safe point: raise ``TurnCancelled`` when the job was asked to stop."""

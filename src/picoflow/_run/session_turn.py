@@ -39,7 +39,7 @@ from picoflow.flow import FlowSpec, StepSpec
 from picoflow.models.base import Model
 from picoflow.results import TurnError, TurnResult
 from picoflow.session import LogRecord, Session, SessionMigration
-from picoflow.sessions.base import SessionStore
+from picoflow.sessions.base import CancelChannel, CancelRequest, SessionStore
 from picoflow.timeline import TimelineSettings
 from picoflow.usage import Usage, UsageLimits
 
@@ -139,6 +139,9 @@ class SessionTurns:
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._running: dict[str, JobCancel] = {}
         """The cancel of the job running against each session here (the one holding its lock)."""
+        self._heard: SessionStore | None = None
+        """The store whose cancel requests this process answers (``listen_for_cancels``)."""
+        self._unlisten: Callable[[], None] | None = None
 
     async def take(self, job: SessionJob, observer: TurnObserver) -> TurnResult:
         """The job's result (a turn's, a decision's); a failure is filed with the session and
@@ -154,6 +157,7 @@ class SessionTurns:
             cancel = self._running[job.session_id] = JobCancel(asyncio.current_task(), job.noun)
             opened = await job.open(self)
             cancel.owner = opened.session.principal
+            cancel.revision = opened.expected
             observer.session_opened(opened.session.id)
             ws = self.workspace(opened.spec, opened.session, opened.caller, observer, cancel)
             if opened.migration is not None:
@@ -201,6 +205,49 @@ class SessionTurns:
         ):
             raise SessionNotFound(f"no session {session_id} for this caller", session_id=session_id)
         return running.noun if running is not None and running.request() else None
+
+    # --- cancels between processes (a store that is a ``CancelChannel``) --------------------------
+
+    def listen_for_cancels(self) -> None:
+        """Answer the cancel requests that other processes sharing the store publish, when the
+        store carries them (``CancelChannel``): called as jobs start here, it listens from the
+        first one on (again should the engine's store change). Never raises: a job runs whatever
+        becomes of the listening."""
+        store = self.host.store
+        if store is self._heard:
+            return
+        self.stop_listening()
+        self._heard = store
+        if isinstance(store, CancelChannel):
+            try:
+                self._unlisten = store.listen_for_cancels(self._answer_cancel)
+            except Exception:
+                logger.warning("picoflow: could not listen for cancels on %r", store, exc_info=True)
+
+    def stop_listening(self) -> None:
+        """Answer no more cancel requests from other processes (the engine closes)."""
+        unlisten, self._unlisten = self._unlisten, None
+        self._heard = None
+        if unlisten is not None:
+            unlisten()
+
+    def _answer_cancel(self, request: CancelRequest) -> str | None:
+        """Stop the job another process asked to stop, if it runs here on the revision the request
+        names (its caller's access was checked where it was made): what it stopped, or None."""
+        running = self._running.get(request.session_id)
+        if running is None or not running.answers(request.revision):
+            return None
+        return running.noun if running.request() else None
+
+    async def cancel_elsewhere(self, session_id: str, revision: int) -> str | None:
+        """Ask the process running a job against ``session_id``, stored at ``revision``, to stop
+        it, when the store carries cancels between processes: what it stopped, or None when the
+        store carries none or no process answered in time."""
+        store = self.host.store
+        if not isinstance(store, CancelChannel):
+            return None
+        async with store_call("asking other processes to cancel a job of session", session_id):
+            return await store.request_cancel(session_id, revision)
 
     decide = take
     """A decision is a job as a turn is: ``take`` runs it."""

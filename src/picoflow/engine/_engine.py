@@ -320,9 +320,12 @@ class FlowEngine:
 
         Only the session's owner (the caller's principal) may cancel. Raises ``SessionNotFound``
         (404) for an unknown session or another's, ``TurnNotRunning`` (409) when nothing runs
-        where the executor can reach it (with ``LocalExecutor``: in this process; with
-        ``TemporalExecutor``: on any worker, from any process with a client), and
-        ``InvalidInput`` for a malformed id or ``StoreError`` when the store fails.
+        where the executor can reach it, and ``InvalidInput`` for a malformed id or
+        ``StoreError`` when the store fails. ``LocalExecutor`` reaches the jobs of this process
+        and, on a ``PostgresStore``, those of every process sharing its database and schema (a
+        stored session's: a first turn's only here): no job running here, the cancel asks them
+        and waits up to the store's ``cancel_wait`` for an answer. ``TemporalExecutor`` reaches
+        them on any worker, from any process with a client.
         """
         return await self._jobs.cancel(session_id, caller)
 
@@ -522,6 +525,7 @@ class FlowEngine:
 
     async def aclose(self) -> None:
         """Close the store, the models and the MCP servers (their processes are stopped)."""
+        self.turns.stop_listening()
         await self._servers.aclose()
         await self.store.close()
         for model in {id(m): m for m in self._models.values()}.values():

@@ -51,11 +51,14 @@ class TurnExecutor(Protocol):
 
 class LocalExecutor:
     """Runs each turn in this process, one at a time per session (the store's compare-and-swap
-    keeps turns in other processes apart)."""
+    keeps turns in other processes apart). It cancels the jobs of this process and, on a store
+    that carries cancels between processes (``CancelChannel``: ``PostgresStore``), those of every
+    process sharing the store."""
 
     def take(
         self, turns: SessionTurns, request: SessionJob, observer: TurnObserver
     ) -> Coroutine[Any, Any, TurnResult]:
+        turns.listen_for_cancels()  # from the first job on; a check of identity after that
         # The job itself, handed on to be awaited: no coroutine of its own on every turn's path.
         return turns.take(request, observer)
 
@@ -64,6 +67,10 @@ class LocalExecutor:
     async def cancel(
         self, turns: SessionTurns, session_id: str, revision: int | None, principal: PrincipalFilter
     ) -> str | None:
-        """Stop the job this process runs against ``session_id`` (another process's is out of
-        reach: its turn goes on)."""
-        return turns.cancel(session_id, CHECKED if revision is not None else principal)
+        """Stop the job this process runs against ``session_id`` or, none running here, the one
+        another process runs, when the store carries cancels between processes. A first turn's
+        session is not stored yet, so its owner is unknown here: only this process reaches it."""
+        job = turns.cancel(session_id, CHECKED if revision is not None else principal)
+        if job is None and revision is not None:
+            job = await turns.cancel_elsewhere(session_id, revision)
+        return job

@@ -229,8 +229,13 @@ async def cancel_turn(session_id: str, access: AccessDep) -> CancelOut:
     resumed). Answered 202 once the job was asked to stop: it stops before its commit, so the
     session keeps its last committed state, and no tool starts after the cancel. The job's own
     request answers `409 turn_cancelled`, or its stream ends with a `cancelled` event (each
-    protocol's own way, on theirs). 409 `turn_not_running` when no job of the session runs in
-    this server process: none, or it ended or began its final commit first."""
+    protocol's own way, on theirs). It reaches the job wherever it runs: in this server process;
+    on a PostgreSQL store, in any server process sharing the database and schema (this one asks
+    them and waits up to the store's `cancel_wait`, 2 s by default, for the one running it to
+    answer; a session's first turn only from the process running it, its session not being stored
+    yet); with the Temporal executor, on any worker. With SQLite or memory storage, only in this
+    process. 409 `turn_not_running` when no job of the session runs where the cancel reaches:
+    none, or it ended or began its final commit first."""
     async with engine_call(session_id):
         cancelled = await access.engine.cancel(session_id, caller=access.caller)
     return CancelOut(session_id=cancelled.session_id, cancelled=cancelled.job)
@@ -270,8 +275,9 @@ CANCEL_RESPONSES: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "No such session (or one of another principal)"},
     409: {
         "model": ErrorBody,
-        "description": "No turn of the session runs in this server process: none was, or it ended or "
-        "began its final commit first (`turn_not_running`)",
+        "description": "No turn of the session runs where the cancel reaches (this server process; "
+        "with PostgreSQL storage, every process sharing it; with Temporal, every worker): none "
+        "was, or it ended or began its final commit first (`turn_not_running`)",
     },
 }
 FOLLOW_RESPONSES: dict[int | str, dict[str, Any]] = {

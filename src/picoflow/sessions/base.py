@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -23,6 +23,8 @@ from picoflow.session import (
 
 __all__ = [
     "DOCUMENT_VERSION",
+    "CancelChannel",
+    "CancelRequest",
     "LiveSession",
     "LiveSessions",
     "LogRecord",
@@ -156,3 +158,41 @@ class LiveSessions(Protocol):
     async def live_sessions(self, flow: str, *, after: str = "", limit: int = 1000) -> list[LiveSession]: ...
 
     async def live_versions(self) -> dict[tuple[str, str], int]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRequest:
+    """A request, published by a process sharing the store, to stop the job (a turn, a decision)
+    running against a session. It carries ids and a revision only: the process that published it
+    loaded the stored session and checked that its caller owns it."""
+
+    session_id: str
+    revision: int
+    """The session's stored revision when the request was made. The job to stop started on it or
+    on an earlier one (a job that saved a checkpoint since stands on a later one); a job started on
+    a later revision began after the request, and is left alone."""
+    request_id: str
+    """Names the request in its answer; a request heard again is answered again, never acted on twice."""
+
+
+@runtime_checkable
+class CancelChannel(Protocol):
+    """A store that carries cancel requests between the processes sharing it, so that
+    ``FlowEngine.cancel`` reaches a job running in any of them (``PostgresStore``, over
+    ``LISTEN``/``NOTIFY``). A store without it (``MemoryStore``, ``SQLiteStore``) leaves each
+    process to cancel its own jobs.
+
+    * ``listen_for_cancels(answer)`` hands ``answer`` each request any process publishes (this one
+      included), in this event loop, until the function it returns is called or the store closes.
+      ``answer`` stops the job the request names if it runs here, and returns what it stopped
+      ("turn", "decision"), or None. The call returns at once: the listening goes on in the
+      background, keeps itself connected, and logs its failures without raising them.
+    * ``request_cancel(session_id, revision)`` publishes a request and returns what the process
+      that stopped the job answered, or None when none answered within the store's bound (its
+      ``cancel_wait``): no job runs, or it is past stopping, or the process running it cannot be
+      reached.
+    """
+
+    def listen_for_cancels(self, answer: Callable[[CancelRequest], str | None]) -> Callable[[], None]: ...
+
+    async def request_cancel(self, session_id: str, revision: int) -> str | None: ...

@@ -7,7 +7,7 @@
 | ``postgresql://user@host:5432/db`` (also ``postgres://``) | ``PostgresStore`` |
 
 SQLite accepts ``?synchronous=full|normal`` and ``?busy_timeout=SECONDS``; PostgreSQL accepts
-``?schema=NAME`` (every other query parameter goes to libpq unchanged).
+``?schema=NAME`` and ``?cancel_wait=SECONDS`` (every other query parameter goes to libpq unchanged).
 """
 
 from __future__ import annotations
@@ -90,14 +90,22 @@ def _sqlite(url: str, auto_upgrade: bool) -> SQLiteStore:
 def _postgres(url: str, auto_upgrade: bool) -> PostgresStore:
     parts = urlsplit(url)
     options = parse_qsl(parts.query, keep_blank_values=True)
-    schemas = [value for key, value in options if key == "schema"]
-    if len(schemas) > 1:
-        raise ValueError(f"{_redact(url)!r}: schema is given more than once")
-    # libpq rejects query parameters it does not know, so ours is taken out. Spaces as %20: libpq
+    ours = {key: [value for k, value in options if k == key] for key in ("schema", "cancel_wait")}
+    for key, values in ours.items():
+        if len(values) > 1:
+            raise ValueError(f"{_redact(url)!r}: {key} is given more than once")
+    cancel_wait = 2.0
+    if ours["cancel_wait"]:
+        try:
+            cancel_wait = float(ours["cancel_wait"][0])
+        except ValueError:
+            raise ValueError(f"{_redact(url)!r}: cancel_wait must be a number of seconds") from None
+    # libpq rejects query parameters it does not know, so ours are taken out. Spaces as %20: libpq
     # reads a "+" literally (``options=-c lock_timeout=200`` must survive).
-    passed = urlencode([(k, v) for k, v in options if k != "schema"], quote_via=quote)
+    passed = urlencode([(k, v) for k, v in options if k not in ours], quote_via=quote)
     libpq = urlunsplit(parts._replace(query=passed))
-    return PostgresStore(libpq, schema=schemas[0] if schemas else None, auto_upgrade=auto_upgrade)
+    schema = ours["schema"][0] if ours["schema"] else None
+    return PostgresStore(libpq, schema=schema, auto_upgrade=auto_upgrade, cancel_wait=cancel_wait)
 
 
 def _redact(url: object) -> str:

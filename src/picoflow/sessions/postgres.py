@@ -9,8 +9,9 @@ Connections, the circuit breaker for outages and the meaning of driver errors ar
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from picoflow.attachments import Attachment
@@ -18,8 +19,10 @@ from picoflow.messages import Message
 from picoflow.session import Session
 from picoflow.sessions import _rows
 from picoflow.sessions._files import file_rows
+from picoflow.sessions._postgres_cancel import PostgresCancels, channel_name
 from picoflow.sessions._postgres_pool import PostgresPool
 from picoflow.sessions._sql import LIVE, Params, SQLStore, Statements
+from picoflow.sessions.base import CancelRequest
 from picoflow.sessions.migrations import check_postgres, check_schema_name, qualifier, upgrade_postgres
 
 if TYPE_CHECKING:
@@ -148,6 +151,12 @@ class PostgresStore(SQLStore):
 
     ``url`` is a libpq connection string or ``postgresql://`` URL. ``schema`` puts the tables in
     that schema (created if missing) instead of the connection's ``search_path``.
+
+    It is a ``CancelChannel``: ``FlowEngine.cancel`` in one process stops a turn another process
+    runs on the same database and schema, over ``LISTEN``/``NOTIFY`` (a process listens on one
+    connection of its own, outside the pool, from its first turn on). ``cancel_wait`` is how many
+    seconds a cancel that finds no turn in its own process waits for the process running it to
+    answer; with none answering by then, the cancel finds no turn running (``TurnNotRunning``).
     """
 
     def __init__(
@@ -159,6 +168,7 @@ class PostgresStore(SQLStore):
         min_size: int = 1,
         max_size: int = 10,
         connect_timeout: float = 10.0,
+        cancel_wait: float = 2.0,
     ) -> None:
         _require_psycopg()
         import psycopg
@@ -173,6 +183,13 @@ class PostgresStore(SQLStore):
             check_schema_name(schema)
         if not 1 <= min_size <= max_size:
             raise ValueError(f"need 1 <= min_size <= max_size, not {min_size} and {max_size}")
+        if not (
+            isinstance(cancel_wait, int | float)
+            and not isinstance(cancel_wait, bool)
+            and math.isfinite(cancel_wait)
+            and cancel_wait > 0
+        ):
+            raise ValueError(f"cancel_wait must be a number of seconds above 0, not {cancel_wait!r}")
         super().__init__()
         self.schema = schema
         self.auto_upgrade = auto_upgrade
@@ -197,6 +214,14 @@ class PostgresStore(SQLStore):
         self._update_sql = _UPDATE.replace("{p}", p)
         self._load_sql = _LOAD.replace("{p}", p)
         self._p = p
+        self._cancels = PostgresCancels(
+            url,
+            self._where,
+            channel_name(schema),
+            self._notify,
+            wait=float(cancel_wait),
+            connect_timeout=connect_timeout,
+        )
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._where!r})"
@@ -282,14 +307,38 @@ class PostgresStore(SQLStore):
         """One ``SELECT 1`` (readiness checks); fails like any call while the database is down."""
         await self._fetch("SELECT 1", ())
 
+    @property
+    def cancel_wait(self) -> float:
+        """Seconds a cancel that finds no job in its own process waits for another's answer."""
+        return self._cancels.wait
+
+    @property
+    def cancel_channel(self) -> str:
+        """The ``LISTEN``/``NOTIFY`` channel its cancel requests travel on: one per database schema."""
+        return self._cancels.channel
+
+    def listen_for_cancels(self, answer: Callable[[CancelRequest], str | None]) -> Callable[[], None]:
+        """Hand ``answer`` the cancel requests of every process on this database and schema
+        (``CancelChannel``); the returned function stops it."""
+        return self._cancels.listen(answer)
+
+    async def request_cancel(self, session_id: str, revision: int) -> str | None:
+        """Ask the process running a job of ``session_id`` to stop it (``CancelChannel``): what it
+        stopped, or None when no process answered within ``cancel_wait`` seconds."""
+        return await self._cancels.request(session_id, revision)
+
     async def close(self) -> None:
-        """Close the pool. The store cannot be used afterwards."""
+        """Stop listening for cancels and close the pool. The store cannot be used afterwards."""
+        await self._cancels.close()
         await self._pool.close()
 
     async def upgrade(self) -> list[int]:
         """Apply missing schema migrations (what ``picoflow db upgrade`` runs); return their versions."""
         async with self._pool.connection(ready=False) as conn:
             return await upgrade_postgres(conn, self.schema, self._where)
+
+    async def _notify(self, channel: str, payload: str) -> None:
+        await self._execute("SELECT pg_notify(%s, %s)", (channel, payload))
 
     async def _prepare(self, conn: Connection) -> None:
         if self.auto_upgrade:
