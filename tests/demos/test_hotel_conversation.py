@@ -227,11 +227,11 @@ async def test_each_request_shows_only_the_question_and_the_answer(chat: Chat) -
     # Present and Compare: the note of what the guest was shown, with the question they answer, then
     # their words; the list is in the prompt and no table is ever sent back.
     shown = {
-        10: "Showed the list of 9 hotels, cheapest first.\n\n" + CHOOSE,
+        10: "Showed the list of 9 hotels.\n\n" + CHOOSE,
         11: "Compared hotels 2, 3 and 9 on price.\n\n" + FOLLOW_UP,
         12: "Compared hotels 2, 3 and 9 on amenities.\n\n" + FOLLOW_UP,
         13: "Compared hotels 3 and 9 on price.\n\n" + FOLLOW_UP,
-        14: "Showed the list of 9 hotels, cheapest first.\n\n" + CHOOSE,
+        14: "Showed the list of 9 hotels.\n\n" + CHOOSE,
     }
     for turn, note in shown.items():
         [request] = chat.turn_requests(turn)

@@ -97,7 +97,7 @@ async def test_the_transcript_keeps_every_table_whole_and_memory_a_note(chat: Ch
     assert [m.remembered_as for m in replies[9:]] == [
         f"{note}\n\n{FOLLOW_UP}" for _, _, _, note in COMPARISONS
     ]
-    assert replies[8].remembered_as == f"Showed the list of 9 hotels, cheapest first.\n\n{CHOOSE}"
+    assert replies[8].remembered_as == f"Showed the list of 9 hotels.\n\n{CHOOSE}"
 
     session = await chat.engine.store.load(session_id)
     assert session is not None

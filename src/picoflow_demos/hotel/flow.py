@@ -76,7 +76,7 @@ from picoflow_demos.hotel.replies import (
     per_night,
     say,
 )
-from picoflow_demos.hotel.tables import Feature, comparison, hotel_list, in_stated_order
+from picoflow_demos.hotel.tables import Feature, comparison, hotel_list
 
 EXPLORE = Prompt.file("explore.md")
 CHOOSE_PROMPT = Prompt.file("present.md")
@@ -113,9 +113,10 @@ def choice_reply(
 
 
 def listed_note(quotes: Sequence[HotelQuote], locale: str = ENGLISH) -> str:
-    # The order is said when the list states it, so the model reads "the third one" as shown.
-    key = "listed_note_other" if in_stated_order(quotes) else "listed_note_unordered"
-    shown = say("listed_note_one" if len(quotes) == 1 else key, locale, count=len(quotes))
+    # Not the list's order: numbers are places in the list as shown, mapped by code, and the words
+    # "cheapest first" in what the model reads made the embedded model read "cheapest" into replies
+    # that change the search (hotel-guests' change-of-mind: 3 runs of 3 failed with them, none without).
+    shown = say("listed_note_one" if len(quotes) == 1 else "listed_note_other", locale, count=len(quotes))
     return f"{shown}\n\n{say('choose', locale)}"
 
 
