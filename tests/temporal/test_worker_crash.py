@@ -48,7 +48,7 @@ def read_if_there(path: Path) -> str | None:
     return path.read_text() if path.exists() else None
 
 
-async def wait_for_file(path: Path, worker: subprocess.Popen[bytes], seconds: float = 60) -> str:
+async def wait_for_file(path: Path, worker: subprocess.Popen[bytes], seconds: float = 300) -> str:
     deadline = time.monotonic() + seconds
     while (text := read_if_there(path)) is None:
         assert worker.poll() is None, f"the worker exited with {worker.returncode}"
