@@ -345,24 +345,29 @@ async def test_entries_reach_the_watcher_while_the_turn_runs(client: Client, tmp
 async def test_a_follower_sees_a_job_run_on_temporal_live_then_its_stored_turn(
     client: Client, tmp_path: Path
 ) -> None:
-    async with engines(client, tmp_path, PAYING) as (durable, _):
-        asked = await durable.run("counter", "Pay order A1", caller=CLERK)
-        assert asked.session_id is not None
-        session_id = asked.session_id
-        (approval,) = asked.pending
-        follower = await durable.follow_timeline(session_id, principal=CLERK.principal)
-        assert follower is not None and follower.turn == 1
-        # Someone decides (no watcher of their own): the follower gets each entry, then the turn.
-        done = await durable.decide(session_id, approval.id, "approve", caller=CLERK)
-        assert done.ok
-        updates: list[TimelineUpdate] = []
-        while not isinstance(item := await follower.next(within=0), TurnRecorded):
-            assert isinstance(item, TimelineUpdate), "TurnRecorded never came"
-            updates.append(item)
-        assert item == TurnRecorded(session_id, 2, "replied")
-        assert await follower.next(within=0) is None
-        follower.close()
-        [_, decided] = await turns_of(durable, session_id)
-        assert {(u.session_id, u.turn) for u in updates} == {(session_id, 2)}
-        assert final_view(updates) == decided.entries
-        assert [entry.kind for entry in decided.entries] == ["approval_decided", "tool", "model", "state"]
+    async with engines(client, tmp_path, PAYING) as (durable, local):
+        runs = []
+        for engine in (durable, local):
+            asked = await engine.run("counter", "Pay order A1", caller=CLERK)
+            assert asked.session_id is not None
+            session_id = asked.session_id
+            (approval,) = asked.pending
+            follower = await engine.follow_timeline(session_id, principal=CLERK.principal)
+            assert follower is not None and follower.turn == 1
+            # Someone decides (no watcher of their own): the follower gets each entry, then the turn.
+            done = await engine.decide(session_id, approval.id, "approve", caller=CLERK)
+            assert done.ok
+            updates: list[TimelineUpdate] = []
+            while not isinstance(item := await follower.next(within=0), TurnRecorded):
+                assert isinstance(item, TimelineUpdate), "TurnRecorded never came"
+                updates.append(item)
+            assert item == TurnRecorded(session_id, 2, "replied")
+            assert await follower.next(within=0) is None
+            follower.close()
+            [_, decided] = await turns_of(engine, session_id)
+            assert {(u.session_id, u.turn) for u in updates} == {(session_id, 2)}
+            assert final_view(updates) == decided.entries
+            assert [entry.kind for entry in decided.entries] == ["approval_decided", "tool", "model", "state"]
+            runs.append(handed(updates, approval.id))
+        remote, here = runs
+    assert remote == here
