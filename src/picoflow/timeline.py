@@ -7,9 +7,9 @@ route ``GET /v1/sessions/{id}/timeline`` serves them to callers allowed to inspe
 ``picoflow sessions show ID --trace`` renders them (``--json`` exports a ``SessionTimeline``,
 valid against ``timeline_schema()``). While a turn runs, ``FlowEngine.run(on_timeline=...)`` hands
 its entries over as they are recorded (``TimelineUpdate``): the chat page's developer view draws
-them live. ``FlowEngine.follow_timeline(id)`` does the same for every turn of a session that runs in
-this process, whoever started it (a ``TimelineFollower``: the entries, then ``TurnRecorded`` once
-the turn is stored).
+them live. ``FlowEngine.follow_timeline(id)`` does the same for every turn of a session that this
+process runs (or hands to a durable executor, whose worker relays the entries), whoever started
+it (a ``TimelineFollower``: the entries, then ``TurnRecorded`` once the turn is stored).
 
 Entries come in the order they happened; each has a ``kind``:
 
@@ -437,7 +437,8 @@ class TurnRecorded:
 
 
 class TimelineFollower:
-    """A session's turns as they run in this process, whoever started them
+    """A session's turns as this process runs them (or hands them to a durable executor), whoever
+    started them
     (``FlowEngine.follow_timeline``): each entry as it is recorded (``TimelineUpdate``, an entry
     sent again with the same index replacing the earlier), and ``TurnRecorded`` once a turn is
     stored. A turn already running when following began shows only its ``TurnRecorded``.

@@ -1,9 +1,11 @@
 """Timelines of turns and decisions run on Temporal: recorded in the workflow, stored with the
 session once the job is over, the same document as the same turns record in process (but for
-the clock readings and the session's id), failed turns included."""
+the clock readings and the session's id), failed turns included; handed to ``on_timeline`` and to
+the session's followers while the job runs, entry by entry, as the workflow records them."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -12,18 +14,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import TypeAdapter
 from refund_flows import RefundFlow
 from temporalio.client import Client
 
 from picoflow import Caller, Flow, FlowEngine, Reject, Step, UsageLimits, tool
 from picoflow.engine import LocalExecutor
-from picoflow.messages import ModelResponse, ToolCall
-from picoflow.models import ScriptedModel
+from picoflow.messages import ModelRequest, ModelResponse, ToolCall
+from picoflow.models import FunctionModel, ScriptedModel
 from picoflow.sessions import SQLiteStore
 from picoflow.temporal import TemporalExecutor, build_worker
-from picoflow.timeline import TimelineSettings, TurnTimeline
+from picoflow.timeline import (
+    TimelineEntry,
+    TimelineSettings,
+    TimelineUpdate,
+    TurnRecorded,
+    TurnTimeline,
+)
 
 CLERK = Caller(principal="clerk-1")
+ENTRY: TypeAdapter[Any] = TypeAdapter(TimelineEntry)
 CLOCKED = {"started_at", "duration_ms", "at_ms", "latency_ms", "session_id", "size"}
 """What differs between two runs of the same turn: the clock's readings, the session's id (made
 at random) and the size they take. The approval's id, random too, is replaced (``same``)."""
@@ -233,3 +243,131 @@ async def test_the_sub_step_a_tool_handler_runs_in_its_activity_is_recorded_with
     times = [entry.at_ms or 0.0 for entry in remote.entries]
     assert times == sorted(times)
     assert same(remote) == same(here)
+
+
+# --- live ---------------------------------------------------------------------------------------
+
+
+def final_view(updates: list[TimelineUpdate]) -> list[Any]:
+    """The entries as a watcher holds them once the job is over: each index's latest update."""
+    latest: dict[int, str] = {}
+    for update in updates:
+        latest[update.index] = update.entry
+    assert sorted(latest) == list(range(len(latest)))  # no index skipped
+    return [ENTRY.validate_json(latest[index]) for index in sorted(latest)]
+
+
+def handed(updates: list[TimelineUpdate], approval: str) -> list[tuple[int, Any]]:
+    """The updates as two runs of the same job hand them: indices, entries unclocked."""
+    return [(u.index, unclocked(json.loads(u.entry.replace(approval, "APR")))) for u in updates]
+
+
+async def test_a_watched_turn_and_decision_hand_each_entry_over_as_in_process(
+    client: Client, tmp_path: Path
+) -> None:
+    async with engines(client, tmp_path, PAYING) as (durable, local):
+        runs = []
+        for engine in (durable, local):
+            asking: list[TimelineUpdate] = []
+            deciding: list[TimelineUpdate] = []
+            asked = await engine.run("counter", "Pay order A1", caller=CLERK, on_timeline=asking.append)
+            assert asked.ok and asked.session_id is not None
+            (approval,) = asked.pending
+            done = await engine.decide(
+                asked.session_id, approval.id, "approve", caller=CLERK, on_timeline=deciding.append
+            )
+            assert (done.ok, done.message) == (True, "Paid A1.")
+            stored = await turns_of(engine, asked.session_id)
+            # Once the job is over, the watcher holds the stored timeline, entry for entry.
+            for updates, turn in zip((asking, deciding), stored, strict=True):
+                assert {(u.session_id, u.turn) for u in updates} == {(asked.session_id, turn.turn)}
+                assert final_view(updates) == turn.entries
+            runs.append((handed(asking, approval.id), handed(deciding, approval.id)))
+        remote, here = runs
+
+    # The same updates as in process, in the same order: the model requests (sent, answered,
+    # accepted), the refused answer, the tool call (called, returned), the state at the end.
+    assert remote == here
+    answered = [
+        (index, entry["kind"], "text" in entry or entry.get("ok") is not None) for index, entry in remote[0]
+    ]
+    assert answered == [
+        (0, "entered", False),
+        *((1, "model", False), (1, "model", True)),
+        (2, "rejected", False),
+        *((3, "model", False), (3, "model", True), (3, "model", True)),
+        *((4, "tool", False), (4, "tool", True)),
+        *((5, "model", False), (5, "model", True), (5, "model", True)),
+        (6, "approval_requested", False),
+        (7, "state", False),
+    ]
+
+
+async def test_entries_reach_the_watcher_while_the_turn_runs(client: Client, tmp_path: Path) -> None:
+    """The model's second request waits until the watcher holds the first one answered: only the
+    workflow's ``timeline`` query, polled while the turn runs, can have brought it."""
+    seen = asyncio.Event()
+
+    async def model(request: ModelRequest) -> object:
+        if request.messages[-1].role == "user":
+            return ToolCall("lookup", {"order": "A1"}, "call-lookup")
+        await asyncio.wait_for(seen.wait(), 30)
+        return "Unpaid."
+
+    def watch(update: TimelineUpdate) -> None:
+        updates.append(update)
+        entry = json.loads(update.entry)
+        if entry["kind"] == "model" and entry.get("tool_calls"):
+            seen.set()
+
+    updates: list[TimelineUpdate] = []
+    function = FunctionModel(model, name="function:waits")
+    queue = f"live-{uuid.uuid4().hex[:8]}"
+    worker = FlowEngine([CounterFlow], store=SQLiteStore(tmp_path / "live.db"), model=function)
+    engine = FlowEngine(
+        [CounterFlow],
+        store=SQLiteStore(tmp_path / "live.db"),
+        model=ScriptedModel([]),
+        executor=TemporalExecutor(client, task_queue=queue),
+        timeline=TimelineSettings(),
+    )
+    async with build_worker(client, queue, worker):
+        result = await engine.run("counter", "Is A1 paid?", caller=CLERK, on_timeline=watch)
+    assert (result.ok, result.message) == (True, "Unpaid."), result.error
+    assert result.session_id is not None
+    [turn] = await turns_of(engine, result.session_id)
+    assert final_view(updates) == turn.entries
+    assert [entry.kind for entry in turn.entries] == ["entered", "model", "tool", "model", "state"]
+    await engine.aclose()
+    await worker.aclose()
+
+
+async def test_a_follower_sees_a_job_run_on_temporal_live_then_its_stored_turn(
+    client: Client, tmp_path: Path
+) -> None:
+    async with engines(client, tmp_path, PAYING) as (durable, local):
+        runs = []
+        for engine in (durable, local):
+            asked = await engine.run("counter", "Pay order A1", caller=CLERK)
+            assert asked.session_id is not None
+            session_id = asked.session_id
+            (approval,) = asked.pending
+            follower = await engine.follow_timeline(session_id, principal=CLERK.principal)
+            assert follower is not None and follower.turn == 1
+            # Someone decides (no watcher of their own): the follower gets each entry, then the turn.
+            done = await engine.decide(session_id, approval.id, "approve", caller=CLERK)
+            assert done.ok
+            updates: list[TimelineUpdate] = []
+            while not isinstance(item := await follower.next(within=0), TurnRecorded):
+                assert isinstance(item, TimelineUpdate), "TurnRecorded never came"
+                updates.append(item)
+            assert item == TurnRecorded(session_id, 2, "replied")
+            assert await follower.next(within=0) is None
+            follower.close()
+            [_, decided] = await turns_of(engine, session_id)
+            assert {(u.session_id, u.turn) for u in updates} == {(session_id, 2)}
+            assert final_view(updates) == decided.entries
+            assert [entry.kind for entry in decided.entries] == ["approval_decided", "tool", "model", "state"]
+            runs.append(handed(updates, approval.id))
+        remote, here = runs
+    assert remote == here

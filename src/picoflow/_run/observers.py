@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from picoflow.results import TurnResult
     from picoflow.session import Session, SessionMigration
     from picoflow.slots.grounding import Verdict
+    from picoflow.timeline import TimelineUpdate
 
 
 class TurnObserver:
@@ -43,6 +44,11 @@ class TurnObserver:
     wants_session = False
     """True when the observer wants to see the session as the turn found it and as it left it
     (``session_before``, ``session_after``): a turn nobody asks it of copies nothing."""
+
+    wants_timeline = False
+    """True when the observer wants the turn's timeline entries as they are recorded: an executor
+    that records the timeline where the job runs (a durable executor's worker) then relays them
+    (``timeline_relayed``, ``timeline_entry``)."""
 
     def turn_started(self, flow: str, session_id: str | None, message: str) -> None:
         """The engine took a turn of ``flow`` (``session_id`` None for a new session)."""
@@ -127,6 +133,19 @@ class TurnObserver:
     def turn_ended(self, error: BaseException | None) -> None:
         """The loop stopped (before the commit): ``error`` is None when it produced a reply."""
 
+    def timeline_relayed(self) -> None:
+        """The job's timeline is recorded where it runs, not from what this observer sees: its
+        entries come through ``timeline_entry`` (only when ``wants_timeline``; called before any
+        event of the job)."""
+
+    def timeline_entry(self, update: TimelineUpdate) -> None:
+        """An entry of the job's timeline as recorded where it runs, cleaned: each update once, in
+        the order recorded (an entry handed again with the same index replaces the earlier)."""
+
+    def timeline_stored(self, session_id: str, turn: int) -> None:
+        """The job's timeline was stored where the job ran, as turn ``turn`` of ``session_id``
+        (once the job's result is in, before ``turn_finished``; whether or not ``wants_timeline``)."""
+
     def sub_turn(self, step: str, call: ToolCall | None) -> TurnObserver:
         """The observer of a sub-step run (``run_step``) that ``step`` started in the handler of
         ``call`` (None when a hook or ``run_logic`` started it). Its ``turn_ended`` is called when
@@ -144,6 +163,7 @@ class Observers(TurnObserver):
         self.observers = tuple(observers)
         self.wants_text = any(observer.wants_text for observer in observers)
         self.wants_session = any(observer.wants_session for observer in observers)
+        self.wants_timeline = any(observer.wants_timeline for observer in observers)
 
     def turn_started(self, flow: str, session_id: str | None, message: str) -> None:
         for observer in self.observers:
@@ -250,6 +270,20 @@ class Observers(TurnObserver):
     def turn_ended(self, error: BaseException | None) -> None:
         for observer in self.observers:
             observer.turn_ended(error)
+
+    def timeline_relayed(self) -> None:
+        for observer in self.observers:
+            if observer.wants_timeline:
+                observer.timeline_relayed()
+
+    def timeline_entry(self, update: TimelineUpdate) -> None:
+        for observer in self.observers:
+            if observer.wants_timeline:
+                observer.timeline_entry(update)
+
+    def timeline_stored(self, session_id: str, turn: int) -> None:
+        for observer in self.observers:
+            observer.timeline_stored(session_id, turn)
 
     def sub_turn(self, step: str, call: ToolCall | None) -> TurnObserver:
         return combine(*(observer.sub_turn(step, call) for observer in self.observers))

@@ -187,13 +187,18 @@ class _Log:
     indices: dict[int, int] = field(default_factory=dict)
     """Per entry shown (by identity: entries live as long as the turn), its index."""
     cleaner: _Cleaner | None = None
+    relayed: bool = False
+    """The turn is recorded where it runs (a durable executor's worker), which relays its entries:
+    none of this log's own is handed to the watcher."""
+    stored_as: int | None = None
+    """The turn's number, once the timeline recorded where it ran is stored."""
 
     def __post_init__(self) -> None:
         self.records = _Timed(self.started, self.clock)
 
     def show(self, entry: dict[str, Any]) -> None:
         """Hand ``entry`` to the watcher, cleaned, at the index it was first shown at."""
-        if self.watch is None:
+        if self.watch is None or self.relayed:
             return
         if self.cleaner is None:
             self.cleaner = _Cleaner(self.settings, self.secrets)
@@ -225,6 +230,27 @@ class TimelineRecorder(TurnObserver):
         self.log = log
         self.parent = parent
         self.events = EventStream(log.records, parent=parent)
+        self.wants_timeline = parent is None and log.watch is not None
+
+    @property
+    def stored_elsewhere(self) -> int | None:
+        """The turn's number when its timeline was recorded and stored where it ran (a durable
+        executor's worker; ``timeline_stored``), else None: this recorder's ``document`` is it."""
+        return self.log.stored_as
+
+    # --- a turn recorded where it runs ------------------------------------------------------
+
+    def timeline_relayed(self) -> None:
+        self.log.relayed = True
+        self.log.records.shown = None
+
+    def timeline_entry(self, update: TimelineUpdate) -> None:
+        if self.log.watch is not None:
+            self.log.watch(update)
+
+    def timeline_stored(self, session_id: str, turn: int) -> None:
+        if self.parent is None:
+            self.log.session_id, self.log.stored_as = session_id, turn
 
     # --- the turn ---------------------------------------------------------------------------
 

@@ -466,9 +466,10 @@ class FlowEngine:
         """Follow the session's turns and decisions as they run in this process, whoever started
         them (a page, a protocol, the command line): each timeline entry as it is recorded, and
         ``TurnRecorded`` once the turn is stored (``picoflow.timeline.TimelineFollower``; close it
-        when done). None if the session is unknown or another principal's. Turns run by another
-        process (another server worker, a durable executor's worker) show in ``timeline`` once
-        stored. Raises ``RuntimeError`` when this engine records no timelines (``timeline=``),
+        when done). None if the session is unknown or another principal's. The turns this engine
+        hands to a durable executor are followed too (their worker relays the entries); turns
+        another process submits (another server worker) show in ``timeline`` once stored.
+        Raises ``RuntimeError`` when this engine records no timelines (``timeline=``),
         ``InvalidInput`` for a malformed id, ``StoreError``."""
         if self.timeline_settings is None:
             raise RuntimeError(

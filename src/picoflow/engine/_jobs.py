@@ -104,7 +104,9 @@ class Jobs:
             raise
         observer.turn_finished(result)
         if recorder is not None:
-            turn = await self._keep_timeline(recorder, result)
+            turn = recorder.stored_elsewhere  # a durable executor's worker recorded and stored it
+            if turn is None:
+                turn = await self._keep_timeline(recorder, result)
             if turn is not None and result.session_id in self._followers:
                 self._tell_followers(result, turn)
         return result

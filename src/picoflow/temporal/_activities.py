@@ -142,17 +142,19 @@ class TurnActivities:
         await self.engine.store.record_error(given.session_id, given.record)
 
     @activity.defn(name="picoflow.store.record_timeline")
-    async def record_timeline(self, payload: str) -> None:
+    async def record_timeline(self, payload: str) -> bool:
+        """Whether the timeline is stored (False: the worker's store keeps none)."""
         given = codec.TimelineIn.model_validate_json(payload)
         store = self.engine.store
         if not isinstance(store, TimelineStore):
-            return
+            return False
         # A retried attempt whose earlier one stored it (its answer was lost with its worker)
         # finds it stored: kept once. A turn and its retry share a number, never a whole body
         # (its start time, at least, differs).
         if activity.info().attempt > 1 and given.body in await store.timelines(given.session_id, given.turn):
-            return
+            return True
         await store.record_timeline(given.session_id, given.turn, given.body, keep_turns=given.keep_turns)
+        return True
 
     @activity.defn(name="picoflow.store.load_files")
     async def load_files(self, payload: str) -> str:

@@ -36,6 +36,7 @@ from picoflow.messages import Message, ModelRequest, ModelResponse
 from picoflow.outcomes import PATTERNS, Direct, Go, Outcome, Repair, Stay
 from picoflow.results import TurnError, TurnResult
 from picoflow.session import LogRecord, SessionMigration
+from picoflow.timeline import TimelineUpdate
 from picoflow.usage import Usage
 
 _BYTES = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
@@ -148,6 +149,10 @@ class Watching(BaseModel):
     timeline: bool = False
     """Whether the client's engine records timelines: the worker then records the job's and
     stores it with the session."""
+    timeline_live: bool = False
+    """Whether the client watches the job's timeline as it is recorded (``on_timeline``, a
+    session's followers): the workflow then keeps each update for the ``timeline`` query, and its
+    result carries the last ones."""
 
 
 class CallerInput(Watching):
@@ -344,6 +349,62 @@ def decode_events(data: str) -> list[TurnEvent]:
     return [decode_event(e) for e in _EVENTS.validate_json(data)]
 
 
+# --- the live timeline ------------------------------------------------------------------------------
+
+
+class EncodedUpdate(BaseModel):
+    """A ``TimelineUpdate``: one entry of a running job's timeline, cleaned, as recorded."""
+
+    session_id: str | None
+    turn: int
+    index: int
+    entry: str
+
+
+class TimelineTail(BaseModel):
+    """What a job's result carries of its timeline: the last updates recorded (from the
+    ``first``-th on), and the turn it was stored as (None: not stored)."""
+
+    first: int = 0
+    updates: list[EncodedUpdate] = Field(default_factory=list)
+    stored_as: int | None = None
+
+
+_UPDATES: TypeAdapter[list[EncodedUpdate]] = TypeAdapter(list[EncodedUpdate])
+
+
+def encode_update(update: TimelineUpdate) -> EncodedUpdate:
+    return EncodedUpdate(
+        session_id=update.session_id, turn=update.turn, index=update.index, entry=update.entry
+    )
+
+
+def decode_update(encoded: EncodedUpdate) -> TimelineUpdate:
+    return TimelineUpdate(encoded.session_id, encoded.turn, encoded.index, encoded.entry)
+
+
+def encode_updates(updates: list[EncodedUpdate]) -> str:
+    return _UPDATES.dump_json(updates).decode()
+
+
+def decode_updates(data: str) -> list[TimelineUpdate]:
+    return [decode_update(u) for u in _UPDATES.validate_json(data)]
+
+
+def bounded(updates: list[EncodedUpdate], limit: int, *, last: bool = False) -> list[EncodedUpdate]:
+    """The first (``last``: the last) of ``updates`` whose entries hold ``limit`` characters
+    together, one at least: a payload Temporal carries whatever a turn records."""
+    taken = 0
+    size = 0
+    order = reversed(updates) if last else iter(updates)
+    for update in order:
+        size += len(update.entry)
+        if taken and size > limit:
+            break
+        taken += 1
+    return updates[len(updates) - taken :] if last else updates[:taken]
+
+
 # --- the result -------------------------------------------------------------------------------------
 
 
@@ -364,9 +425,13 @@ class _Result(BaseModel):
     awaiting_human: bool = False
     events: list[EncodedEvent] = Field(default_factory=list)
     """Every event of the turn, in order (when the client asked for them)."""
+    timeline: TimelineTail | None = None
+    """What the turn's timeline left the client to see (when it records timelines)."""
 
 
-def encode_result(result: TurnResult, events: list[EncodedEvent] | None = None) -> str:
+def encode_result(
+    result: TurnResult, events: list[EncodedEvent] | None = None, timeline: TimelineTail | None = None
+) -> str:
     error = result.error
     return _Result(
         message=result.message,
@@ -387,6 +452,7 @@ def encode_result(result: TurnResult, events: list[EncodedEvent] | None = None) 
         pending=list(result.pending),
         awaiting_human=result.awaiting_human,
         events=events or [],
+        timeline=timeline,
     ).model_dump_json()
 
 
@@ -396,6 +462,12 @@ def decode_result(data: str) -> TurnResult:
 
 def decode_output(data: str) -> tuple[TurnResult, list[TurnEvent]]:
     """The turn's result and the events it carries."""
+    result, events, _ = decode_job_output(data)
+    return result, events
+
+
+def decode_job_output(data: str) -> tuple[TurnResult, list[TurnEvent], TimelineTail | None]:
+    """The job's result, the events it carries and what it carries of its timeline."""
     r = _Result.model_validate_json(data)
     error = None
     if r.error is not None:
@@ -414,7 +486,7 @@ def decode_output(data: str) -> tuple[TurnResult, list[TurnEvent]]:
         tuple(r.pending),
         r.awaiting_human,
     )
-    return result, [decode_event(e) for e in r.events]
+    return result, [decode_event(e) for e in r.events], r.timeline
 
 
 # --- a tool handler's run -------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """A turn's (or a decision's) step, tool and approval events on Temporal: recorded in the workflow
 (and, for the sub-step runs a tool handler starts, in the tool activity), read by the client with
-a query while the turn runs, and handed to the caller's observer in order.
+a query while the turn runs, and handed to the caller's observer in order. Its timeline's entries,
+when the caller watches them live, come back the same way (``TimelineRelay``).
 
 Text is not streamed: a model activity returns the whole response.
 """
@@ -25,6 +26,7 @@ from picoflow.exceptions import RunError
 from picoflow.messages import ToolCall
 from picoflow.results import TurnResult
 from picoflow.temporal import _codec as codec
+from picoflow.timeline import TimelineUpdate
 
 POLL_SECONDS = 0.2
 """How often the client asks a running turn for its new events."""
@@ -67,6 +69,24 @@ def watchers(observer: TurnObserver) -> tuple[list[EventStream], list[TimelineRe
     streams = [one for one in found if isinstance(one, EventStream)]
     recorders = [one for one in found if isinstance(one, TimelineRecorder)]
     return streams, recorders
+
+
+class TimelineRelay:
+    """Hands a job's timeline, as the workflow records it, to ``observer.timeline_entry``: each
+    update once, in the order recorded (an entry's later update replaces its earlier one)."""
+
+    def __init__(self, observer: TurnObserver) -> None:
+        self.observer = observer
+        self.count = 0
+        """How many of the job's updates were handed over (or passed: see ``new``)."""
+
+    def new(self, updates: Sequence[TimelineUpdate], first: int) -> None:
+        """Hand over ``updates``, the job's from position ``first`` on, skipping those handed. A
+        gap (updates the client never saw: its polls fell too far behind) is passed over; the
+        stored timeline has them."""
+        for update in updates[max(self.count - first, 0) :]:
+            self.observer.timeline_entry(update)
+        self.count = max(self.count, first + len(updates))
 
 
 class Delivery:

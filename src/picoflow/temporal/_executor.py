@@ -29,12 +29,13 @@ from picoflow.context import ANY_PRINCIPAL, PrincipalFilter
 from picoflow.exceptions import InvalidInput, RunError, SessionNotFound, StoreUnavailable
 from picoflow.results import TurnResult
 from picoflow.temporal import _codec as codec
-from picoflow.temporal._events import POLL_SECONDS, Delivery
+from picoflow.temporal._events import POLL_SECONDS, Delivery, TimelineRelay
 from picoflow.temporal._workflow import (
     CANCEL_UPDATE,
     DECISION_WORKFLOW,
     EVENTS_QUERY,
     NOT_YOURS,
+    TIMELINE_QUERY,
     TURN_FAILED,
     WORKFLOW_NAME,
 )
@@ -167,11 +168,25 @@ class TemporalExecutor:
             delivery = (
                 Delivery(observer, opens=None if opens_at_once else job.session_id) if listens else None
             )
-            watching = codec.Watching(events=listens, timeline=turns.host.timeline_settings is not None)
+            records = turns.host.timeline_settings is not None
+            relay = None
+            if records and observer.wants_timeline:
+                # The workflow records the timeline: its entries are the ones to watch, not what
+                # the observer would make of the events this client sees.
+                observer.timeline_relayed()
+                relay = TimelineRelay(observer)
+            watching = codec.Watching(events=listens, timeline=records, timeline_live=relay is not None)
             submitted = submission(job, revision, watching, self.id_prefix)
-            data = await self._result(submitted.workflow_id, submitted.payload, delivery, submitted.workflow)
-            result, events = codec.decode_output(data)
-            if delivery is not None:  # what the polls did not deliver, before the result
+            data = await self._result(
+                submitted.workflow_id, submitted.payload, delivery, relay, submitted.workflow
+            )
+            result, events, timeline = codec.decode_job_output(data)
+            if timeline is not None:  # what the polls did not hand over, before the result
+                if relay is not None:
+                    relay.new([codec.decode_update(u) for u in timeline.updates], timeline.first)
+                if timeline.stored_as is not None and result.session_id is not None:
+                    observer.timeline_stored(result.session_id, timeline.stored_as)
+            if delivery is not None:
                 delivery.new(events, 0)
                 delivery.close(result)
             return result
@@ -183,6 +198,7 @@ class TemporalExecutor:
         workflow_id: str,
         payload: str,
         delivery: Delivery | None = None,
+        relay: TimelineRelay | None = None,
         workflow: str = WORKFLOW_NAME,
     ) -> str:
         """The execution's encoded result; meanwhile, with a ``delivery``, its events as they happen."""
@@ -201,7 +217,8 @@ class TemporalExecutor:
             handle = client.get_workflow_handle(workflow_id, result_type=str)
         except RPCErrors as exc:
             raise StoreUnavailable(f"Temporal did not take the turn: {exc}") from exc
-        polling = None if delivery is None else asyncio.ensure_future(_poll(handle, delivery))
+        watched = delivery is not None or relay is not None
+        polling = asyncio.ensure_future(_poll(handle, delivery, relay)) if watched else None
         try:
             result: str = await handle.result()
         except WorkflowFailureError as exc:
@@ -276,18 +293,29 @@ def _decision(request: DecisionRequest, revision: int, watching: codec.Watching,
     return Submission(DECISION_WORKFLOW, decision_workflow_id(prefix, decision), decision.model_dump_json())
 
 
-async def _poll(handle: WorkflowHandle[Any, str], delivery: Delivery) -> None:
-    """Ask the running turn for its new events every ``POLL_SECONDS`` and deliver them, until
-    cancelled (when the result is in). A query that fails (the turn not started on a worker yet,
-    Temporal busy) is asked again at the next poll: the result carries every event anyway."""
+async def _poll(
+    handle: WorkflowHandle[Any, str], delivery: Delivery | None, relay: TimelineRelay | None
+) -> None:
+    """Ask the running turn for its new events (and its timeline's new updates) every
+    ``POLL_SECONDS`` and deliver them, until cancelled (when the result is in). A query that fails
+    (the turn not started on a worker yet, Temporal busy) is asked again at the next poll: the
+    result carries every event anyway, and the last updates of its timeline."""
     while True:
         await asyncio.sleep(POLL_SECONDS)
-        first = delivery.count
-        try:
-            data = await handle.query(EVENTS_QUERY, first, result_type=str)
-        except QUERY_ERRORS:
-            continue
-        delivery.new(codec.decode_events(data), first)
+        if delivery is not None:
+            first = delivery.count
+            try:
+                data = await handle.query(EVENTS_QUERY, first, result_type=str)
+            except QUERY_ERRORS:
+                continue
+            delivery.new(codec.decode_events(data), first)
+        if relay is not None:
+            first = relay.count
+            try:
+                data = await handle.query(TIMELINE_QUERY, first, result_type=str)
+            except QUERY_ERRORS:
+                continue
+            relay.new(codec.decode_updates(data), first)
 
 
 async def _ask_to_cancel(client: Client, workflow_id: str, payload: str) -> str | None:

@@ -38,10 +38,21 @@ from picoflow.results import TurnResult
 from picoflow.temporal import _codec as codec
 from picoflow.temporal._durable import DURABLE_TOOLS, STORE_OPTIONS, DurableHost, call_activity, workflow_time
 from picoflow.temporal._events import EventLog
+from picoflow.timeline import TimelineUpdate
 
 WORKFLOW_NAME = "PicoflowTurn"
 DECISION_WORKFLOW = "PicoflowDecision"
 EVENTS_QUERY = "events"
+TIMELINE_QUERY = "timeline"
+"""The query that answers a running job's timeline updates from a position on (``TimelineUpdate``,
+encoded): recorded in the workflow when the client watches its timeline live."""
+QUERY_CHARS = 1_000_000
+"""Most characters of entries one ``timeline`` answer holds (the rest at the next poll): an
+answer stays well under Temporal's payload limit however far behind the client is."""
+TAIL_CHARS = 200_000
+"""Most characters of entries a job's result carries of its last timeline updates: what the
+client's polls cannot have seen yet (a client further behind misses the rest, which the stored
+timeline has)."""
 TURN_FAILED = "picoflow.turn_failed"
 """``ApplicationError.type`` of a turn (or a decision) that failed; its details hold the encoded
 ``TurnResult``. Failing the execution (rather than returning the result) lets the same turn be
@@ -74,6 +85,8 @@ class JobWorkflow:
         self.given = given
         """The job's input, read before any update is handled (``workflow.init``)."""
         self.log: EventLog | None = EventLog() if given.events else None
+        self.live: list[codec.EncodedUpdate] = []
+        """The timeline's updates, in the order recorded (when the client watches it live)."""
         self.turns: SessionTurns | None = None
         """The job's turns, once it started (a cancel is theirs to take)."""
         self.cancelled_early = False
@@ -83,6 +96,16 @@ class JobWorkflow:
     def events(self, since: int) -> str:
         """The job's events from index ``since`` on (``encode_events``; none when not recorded)."""
         return codec.encode_events(self.log.since(since) if self.log is not None else [])
+
+    @workflow.query(name=TIMELINE_QUERY)
+    def timeline(self, since: int) -> str:
+        """The timeline's updates from position ``since`` on, as many as ``QUERY_CHARS`` allow
+        (``encode_updates``; none when not recorded live). A replay records the same ones, in the
+        same order, from the history: a worker resuming the job answers as the lost one did."""
+        return codec.encode_updates(codec.bounded(self.live[max(since, 0) :], QUERY_CHARS))
+
+    def _recorded(self, update: TimelineUpdate) -> None:
+        self.live.append(codec.encode_update(update))
 
     @workflow.update(name=CANCEL_UPDATE)
     def cancel(self, payload: str) -> str:
@@ -126,7 +149,8 @@ class JobWorkflow:
         if given.timeline:
             # Timed by the workflow's clock: a replay (another worker resuming the job) records
             # every entry again, once, as it was, from the history.
-            recorder = RECORDINGS[queue].recorder(given.caller(), self.trigger, clock=workflow_time)
+            watch = self._recorded if given.timeline_live else None
+            recorder = RECORDINGS[queue].recorder(given.caller(), self.trigger, watch, clock=workflow_time)
             recorder.turn_started(summary[0], given.continues, summary[1])
         observer = combine(self.log, recorder)
         self.turns = turns  # from here on, a cancel is the job's to take (or to refuse)
@@ -138,9 +162,13 @@ class JobWorkflow:
             result = await turns.failed(exc, given.session_id, given.continues, None)
         else:
             result = await turns.take(job, observer)
+        timeline = None
         if recorder is not None:
-            await _keep_timeline(recorder, result)
-        encoded = codec.encode_result(result, self.log.encoded if self.log is not None else None)
+            tail = codec.bounded(self.live, TAIL_CHARS, last=True)
+            first = len(self.live) - len(tail)
+            stored_as = await _keep_timeline(recorder, result)
+            timeline = codec.TimelineTail(first=first, updates=tail, stored_as=stored_as)
+        encoded = codec.encode_result(result, self.log.encoded if self.log is not None else None, timeline)
         if result.error is not None:
             raise ApplicationError("the turn failed", encoded, type=TURN_FAILED, non_retryable=True)
         return encoded
@@ -151,22 +179,24 @@ def _reaches(owner: object, principal: str | None) -> bool:
     return owner is CHECKED or owner is ANY_PRINCIPAL or owner == principal
 
 
-async def _keep_timeline(recorder: TimelineRecorder, result: TurnResult) -> None:
+async def _keep_timeline(recorder: TimelineRecorder, result: TurnResult) -> int | None:
     """Store the job's timeline with its session, after its commit (as in process): an activity,
     so a worker lost meanwhile leaves it to the next, which stores it once. Best effort: the
-    job's result stands."""
+    job's result stands. The turn's number once stored, else None."""
     document = recorder.document(result)
     if document is None:
-        return
+        return None
     session_id, turn, body = document
     keep = recorder.log.settings.keep_turns
     payload = codec.TimelineIn(session_id=session_id, turn=turn, body=body, keep_turns=keep)
     try:
-        await call_activity(
+        stored = await call_activity(
             "picoflow.store.record_timeline", payload.model_dump_json(), StoreError, **STORE_OPTIONS
         )
     except RunError:
         workflow.logger.warning("picoflow: could not store the timeline of session %s", session_id)
+        return None
+    return turn if stored else None
 
 
 @workflow.defn(name=WORKFLOW_NAME)
