@@ -479,6 +479,35 @@ def _names_a_secret(lowered: str) -> bool:
     )
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_SECRET_KEYS: dict[str, bool] = {}
+"""Whether a key names a secret, per key met (most are met every turn: the same tools' arguments)."""
+
+
+def _hides_a_field(value: Any, data: bool = False) -> bool:
+    """Whether cleaning would hide a field of ``value``: a key that names a secret in the
+    application's data (under one of ``_DATA``'s keys, at any depth). A value that is not plain
+    JSON is the walk's to judge (True)."""
+    kind = type(value)
+    if kind is dict:
+        for key, item in value.items():
+            if data:
+                name = str(key)
+                hidden = _SECRET_KEYS.get(name)
+                if hidden is None:
+                    hidden = bool(_SECRET_FIELD.search(name))
+                    if len(_SECRET_KEYS) < 10_000:  # bounded: keys may be ids
+                        _SECRET_KEYS[name] = hidden
+                if hidden:
+                    return True
+            if type(item) not in _SCALARS and _hides_a_field(item, data or key in _DATA):
+                return True
+        return False
+    if kind is list or kind is tuple:
+        return any(type(item) not in _SCALARS and _hides_a_field(item, data) for item in value)
+    return kind not in _SCALARS
+
+
 _KEY = re.compile(r'"((?:[^"\\]|\\.)*)":')
 """A key in JSON text (a string followed by a colon)."""
 _NAMES_FIELDS = frozenset({"field_set", "field_dropped", "state"})
@@ -508,15 +537,20 @@ class _Cleaner:
         """Each entry as ``encode`` makes it. In most turns no entry needs more than its secrets
         replaced: that is then checked and done once, over all of them joined."""
         texts = [to_json(entry, fallback=repr).decode() for entry in entries]
-        if self.redact is None and max(map(len, texts), default=0) <= self.limit:
-            # No JSON text holds a raw line break, nor does an escaped secret or a word naming a
-            # secret: joined by one, the entries are looked through and split back exactly.
+        if (
+            self.redact is None
+            and max(map(len, texts), default=0) <= self.limit
+            and not any(entry.get("kind") in _NAMES_FIELDS or _hides_a_field(entry) for entry in entries)
+        ):
+            # Nothing to cut and no field to hide: only secrets to replace. The keys are looked at,
+            # not the whole text scanned for words naming a secret (ten passes over every prompt
+            # and result). No JSON text holds a raw line break, nor does an escaped secret: joined
+            # by one, the entries are replaced in together and split back exactly.
             joined = "\n".join(texts)
-            if not _names_a_secret(joined.lower().replace("tokens", "")):
-                for escaped in self.escaped:
-                    if escaped in joined:
-                        joined = joined.replace(escaped, SECRET)
-                return joined.split("\n") if texts else []
+            for escaped in self.escaped:
+                if escaped in joined:
+                    joined = joined.replace(escaped, SECRET)
+            return joined.split("\n") if texts else []
         return [self._cleaned(entry, text) for entry, text in zip(entries, texts, strict=True)]
 
     def _cleaned(self, entry: Mapping[str, Any], text: str) -> str:
