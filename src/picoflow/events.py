@@ -6,10 +6,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from picoflow._frozen import quick_init
 from picoflow.approvals import Approval
 from picoflow.session import SessionMigration
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class StepEntered:
     """The conversation moved to ``step``."""
@@ -21,6 +23,7 @@ class StepEntered:
     step's name when a hook started it. None in the turn itself."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolCalled:
     """A validated tool call is about to run."""
@@ -34,6 +37,7 @@ class ToolCalled:
     step's name when a hook started it. None in the turn itself."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolReturned:
     """The result of a tool call, as sent back to the model."""
@@ -48,6 +52,7 @@ class ToolReturned:
     step's name when a hook started it. None in the turn itself."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class TextChunk:
     """Part of the model's answer text, as it is generated (only when the provider streams, and
@@ -168,36 +173,64 @@ class EventRecords:
         self._calls: dict[str, dict[str, Any]] = {}
 
     def __call__(self, event: TurnEvent) -> None:
-        for record in self._records_of(event):
-            if event.parent is not None:
-                record["parent"] = event.parent
-            self.records.append(record)
+        # The events of every turn (steps entered, tools) go to their own methods, which a timeline's
+        # recorder calls directly, without building the event; the rarer ones are turned here.
+        if isinstance(event, StepEntered):
+            self.entered(event.step, event.previous, event.parent)
+        elif isinstance(event, ToolCalled):
+            self.tool_called(event.step, event.id, event.name, event.args, event.parent)
+        elif isinstance(event, ToolReturned):
+            self.tool_returned(event.step, event.id, event.name, event.content, event.is_error, event.parent)
+        else:
+            for record in self._records_of(event):
+                self.add(record, event.parent)
+
+    def add(self, record: dict[str, Any], parent: str | None) -> None:
+        """Append ``record`` (of a sub-step run's event when ``parent`` is given)."""
+        if parent is not None:
+            record["parent"] = parent
+        self.records.append(record)
+
+    def completed(self, record: dict[str, Any]) -> None:
+        """``record``, added before, was completed in place (a tool call's, by its result)."""
+
+    def entered(self, step: str, previous: str | None, parent: str | None = None) -> None:
+        """``StepEntered``: the ``left`` record of the step before, if any, and the ``entered`` one."""
+        if previous is not None:
+            self.add({"kind": "left", "step": previous, "to": step}, parent)
+        self.add({"kind": "entered", "step": step, "from": previous}, parent)
+
+    def tool_called(
+        self, step: str, call_id: str, name: str, args: Mapping[str, Any], parent: str | None = None
+    ) -> None:
+        """``ToolCalled``: the call's record, its result to come (``tool_returned``)."""
+        record: dict[str, Any] = {"kind": "tool", "step": step, "name": name}
+        if self.detailed:
+            record["id"] = call_id
+        record.update(args=dict(args), ok=None, result=None)
+        self._calls[call_id] = record
+        self.add(record, parent)
+
+    def tool_returned(
+        self, step: str, call_id: str, name: str, content: str, is_error: bool, parent: str | None = None
+    ) -> None:
+        """``ToolReturned``: the call's record completed, or one of its own for a call refused
+        before it ran (arguments that did not validate, a tool not offered)."""
+        known = self._calls.pop(call_id, None)
+        if known is not None:
+            known.update(ok=not is_error, result=content)
+            self.completed(known)
+            return
+        refused: dict[str, Any] = {"kind": "tool", "step": step, "name": name}
+        if self.detailed:
+            refused["id"] = call_id
+        refused.update(ok=False, result=content)
+        self.add(refused, parent)
 
     def _records_of(self, event: TurnEvent) -> Iterable[dict[str, Any]]:
-        if isinstance(event, StepEntered):
-            if event.previous is not None:
-                yield {"kind": "left", "step": event.previous, "to": event.step}
-            yield {"kind": "entered", "step": event.step, "from": event.previous}
-        elif isinstance(event, ReadingJudged):
+        if isinstance(event, ReadingJudged):
             for verdict in event.verdicts:
                 yield self._verdict_record(event.step, verdict)
-        elif isinstance(event, ToolCalled):
-            record: dict[str, Any] = {"kind": "tool", "step": event.step, "name": event.name}
-            if self.detailed:
-                record["id"] = event.id
-            record.update(args=dict(event.args), ok=None, result=None)
-            self._calls[event.id] = record
-            yield record
-        elif isinstance(event, ToolReturned):
-            known = self._calls.pop(event.id, None)
-            if known is not None:  # the call's record, completed in place
-                known.update(ok=not event.is_error, result=event.content)
-            else:  # refused before it ran (arguments that did not validate, a tool not offered)
-                refused: dict[str, Any] = {"kind": "tool", "step": event.step, "name": event.name}
-                if self.detailed:
-                    refused["id"] = event.id
-                refused.update(ok=False, result=event.content)
-                yield refused
         elif isinstance(event, ApprovalRequested):
             approval = event.approval
             yield {

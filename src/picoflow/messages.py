@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from picoflow._frozen import quick_init
 from picoflow.attachments import AttachmentRef
 from picoflow.usage import Usage
 
@@ -33,6 +34,7 @@ _ARGS_ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
 (stateless between calls, so one serves every thread)."""
 
 
+@quick_init  # built several times a turn: a third of a frozen dataclass's own __init__
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """A model's proposal to call a tool. Nothing has run yet.
@@ -63,6 +65,7 @@ class ToolCall:
         return value if isinstance(value, dict) else raw
 
 
+@quick_init  # built several times a turn: a third of a frozen dataclass's own __init__
 @dataclass(frozen=True, slots=True)
 class Message:
     """One entry of a step's memory and of the session transcript."""
@@ -224,6 +227,7 @@ class OutputSchema:
     strict: bool = False
 
 
+@quick_init  # built several times a turn: a third of a frozen dataclass's own __init__
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
     """Everything a model adapter needs for one call. Built fresh for every call."""

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic_core import to_json, to_jsonable_python
 
 from picoflow._run.observers import EventStream, TurnObserver
-from picoflow.events import EventRecords, ToolReturned, TurnEvent
+from picoflow.events import EventRecords
 from picoflow.session import copy_json
 from picoflow.timeline import REDACTED, SECRET, TIMELINE_VERSION, TimelineSettings, TimelineUpdate
 
@@ -113,24 +113,9 @@ class _Timed(EventRecords):
         self.shown: Callable[[dict[str, Any]], None] | None = None
         """Called with each record added or completed, when someone watches the turn."""
 
-    def __call__(self, event: TurnEvent) -> None:
-        first = len(self.records)
-        super().__call__(event)
-        if len(self.records) > first:
-            at = _ms(self.clock() - self.started)
-            for record in self.records[first:]:
-                record["at_ms"] = at
-        shown = self.shown
-        if shown is None:
-            return
-        for record in self.records[first:]:
-            shown(record)
-        if len(self.records) == first and isinstance(event, ToolReturned):
-            # A call's own record, completed in place: the latest of that id (calls end soon).
-            for record in reversed(self.records):
-                if record.get("kind") == "tool" and record.get("id") == event.id:
-                    shown(record)
-                    break
+    def completed(self, record: dict[str, Any]) -> None:
+        if self.shown is not None:
+            self.shown(record)
 
     def adopt(self, entries: Sequence[dict[str, Any]], since: float) -> None:
         """Entries recorded elsewhere (the sub-step runs of a tool handler run by a durable
@@ -142,11 +127,12 @@ class _Timed(EventRecords):
             if self.shown is not None:
                 self.shown(entry)
 
-    def add(self, entry: dict[str, Any], parent: str | None) -> None:
-        """One of the timeline's own entries (not an event's), stamped as the others."""
+    def add(self, entry: dict[str, Any], parent: str | None, at: float | None = None) -> None:
+        """An entry, of an event or the timeline's own, stamped with the time (``at``: on this
+        clock, when the caller read it already)."""
         if parent is not None:
             entry["parent"] = parent
-        entry["at_ms"] = _ms(self.clock() - self.started)
+        entry["at_ms"] = _ms((self.clock() if at is None else at) - self.started)
         self.records.append(entry)
         if self.shown is not None:
             self.shown(entry)
@@ -180,8 +166,11 @@ class _Log:
     """Per (parent, step): the previous request's system prompt and messages, its attempt, and
     whether its answer was refused (the next request is then the next attempt)."""
     calls: dict[tuple[str | None, str], tuple[dict[str, Any], float]] = field(default_factory=dict)
-    answered: dict[tuple[str | None, str], dict[str, Any]] = field(default_factory=dict)
-    """Per (parent, step): the entry of the latest request answered (where acceptance is noted)."""
+    answered: dict[tuple[str | None, str], tuple[dict[str, Any], tuple[ToolCall, ...]]] = field(
+        default_factory=dict
+    )
+    """Per (parent, step): the entry of the latest request answered (where acceptance is noted),
+    and the calls of its answer as they came."""
     watch: Callable[[TimelineUpdate], None] | None = None
     """Who watches the turn live: handed each entry as it is recorded and as it grows."""
     indices: dict[int, int] = field(default_factory=dict)
@@ -197,7 +186,8 @@ class _Log:
         self.records = _Timed(self.started, self.clock)
 
     def show(self, entry: dict[str, Any]) -> None:
-        """Hand ``entry`` to the watcher, cleaned, at the index it was first shown at."""
+        """Hand ``entry`` to the watcher, cleaned, at the index it was first shown at (callers on
+        every turn's path check ``watch`` first: most turns have no watcher)."""
         if self.watch is None or self.relayed:
             return
         if self.cleaner is None:
@@ -307,20 +297,23 @@ class TimelineRecorder(TurnObserver):
             "tools": [tool.name for tool in request.tools],
             "output": request.output.name if request.output is not None else None,
         }
-        log.records.add(entry, self.parent)
-        log.calls[key] = (entry, log.clock())
+        sent = log.clock()  # one reading: when the entry happened and when its latency starts
+        log.records.add(entry, self.parent, sent)
+        log.calls[key] = (entry, sent)
 
     def model_finished(self, step: str, response: ModelResponse) -> None:
-        found = self.log.calls.pop((self.parent, step), None)
+        log, key = self.log, (self.parent, step)
+        found = log.calls.pop(key, None)
         if found is None:
             return
         entry, sent = found
-        self.log.answered[(self.parent, step)] = entry
+        calls = response.tool_calls
+        log.answered[key] = (entry, tuple(calls))
         usage = response.usage
         entry.update(
-            latency_ms=_ms(self.log.clock() - sent),
+            latency_ms=_ms(log.clock() - sent),
             text=response.text,
-            tool_calls=[_call(call) for call in response.tool_calls],
+            tool_calls=[_call(call) for call in calls],
             usage={
                 "input_tokens": usage.input_tokens,
                 "output_tokens": usage.output_tokens,
@@ -330,7 +323,8 @@ class TimelineRecorder(TurnObserver):
             finish_reason=response.finish_reason,
             answered_by=response.answered_by or response.model,
         )
-        self.log.show(entry)
+        if log.watch is not None:
+            log.show(entry)
 
     def model_failed(self, step: str, error: BaseException) -> None:
         key = (self.parent, step)
@@ -342,14 +336,19 @@ class TimelineRecorder(TurnObserver):
         self._refused(key)
 
     def response_accepted(self, step: str, response: ModelResponse, parsed: Any) -> None:
-        entry = self.log.answered.pop((self.parent, step), None)
-        if entry is None:
+        log = self.log
+        found = log.answered.pop((self.parent, step), None)
+        if found is None:
             return
-        # As the turn reads the answer: calls written as text read as calls, each with its id.
-        entry["tool_calls"] = [_call(call) for call in response.tool_calls]
+        entry, answered = found
+        # As the turn reads the answer: calls written as text read as calls, each with its id
+        # (the entry's are rebuilt only when the turn changed them: most answers it takes as they came).
+        if tuple(response.tool_calls) != answered:
+            entry["tool_calls"] = [_call(call) for call in response.tool_calls]
         if parsed is not None:
             entry["parsed"] = to_jsonable_python(parsed, fallback=repr)
-        self.log.show(entry)
+        if log.watch is not None:
+            log.show(entry)
 
     def response_rejected(self, step: str, check: str, reason: str) -> None:
         entry: dict[str, Any] = {"kind": "rejected", "step": step, "check": check, "reason": reason}
@@ -363,17 +362,23 @@ class TimelineRecorder(TurnObserver):
 
     # --- what every observer sees, as eval scenarios see it ---------------------------------
 
+    # Those of every turn straight to the records, without building the event an ``EventStream``
+    # would emit: the same records.
+
     def step_entered(self, step: str, previous: str | None) -> None:
-        self.events.step_entered(step, previous)
+        self.log.records.entered(step, previous, self.parent)
 
     def tool_started(self, step: str, call: ToolCall) -> None:
-        self.events.tool_started(step, call)
+        args = {} if isinstance(call.args, str) else call.args
+        self.log.records.tool_called(step, call.id, call.name, args, self.parent)
 
     def tool_answered(self, step: str, call: ToolCall, content: str, is_error: bool) -> None:
-        self.events.tool_answered(step, call, content, is_error)
+        self.log.records.tool_returned(step, call.id, call.name, content, is_error, self.parent)
 
     def tool_failed(self, step: str, call: ToolCall, error: BaseException) -> None:
-        self.events.tool_answered(step, call, f"raised {_describe(error)}", True)
+        self.log.records.tool_returned(
+            step, call.id, call.name, f"raised {_describe(error)}", True, self.parent
+        )
 
     def approval_requested(self, step: str, approval: Approval) -> None:
         self.events.approval_requested(step, approval)
@@ -449,26 +454,38 @@ class TimelineRecorder(TurnObserver):
             },
         }
         budget = log.settings.max_bytes
-        kept = [cleaner.encode(entry) for entry in log.state_entries]
-        kept_bytes = sum(len(text.encode()) + 1 for text in kept)
-        size = len(to_json(head)) + 64 + kept_bytes  # 64: room for the size and an ``omitted`` entry
-        shown: list[str] = []
-        omitted = omitted_bytes = 0
-        for entry in log.records.records:
-            text = cleaner.encode(entry)
-            length = len(text.encode()) + 1
-            if omitted or size + length > budget:
-                omitted += 1
-                omitted_bytes += length - 1
-                continue
-            shown.append(text)
-            size += length
-        if omitted:
-            shown.append(to_json({"kind": "omitted", "entries": omitted, "bytes": omitted_bytes}).decode())
-        shown += kept
-        head["size"] = sum(len(text.encode()) + 1 for text in shown)
+        records = log.records.records
+        count = len(records)
+        texts = cleaner.encode_all([*records, *log.state_entries])  # state changes (always kept) last
+        lengths = [_bytes(text) + 1 for text in texts]  # each entry's bytes, and its comma
+        # 64: room for the size and an ``omitted`` entry
+        size = len(to_json(head)) + 64 + sum(lengths[count:])
+        if size + sum(lengths[:count]) <= budget:  # most turns: every entry fits
+            shown = texts
+            head["size"] = sum(lengths)
+        else:
+            shown = []
+            omitted = omitted_bytes = 0
+            for text, length in zip(texts[:count], lengths[:count], strict=True):
+                if omitted or size + length > budget:
+                    omitted += 1
+                    omitted_bytes += length - 1
+                    continue
+                shown.append(text)
+                size += length
+            if omitted:
+                shown.append(
+                    to_json({"kind": "omitted", "entries": omitted, "bytes": omitted_bytes}).decode()
+                )
+            shown += texts[count:]
+            head["size"] = sum(_bytes(text) + 1 for text in shown)
         body = to_json(head).decode()
         return session_id, log.turn, f'{body[:-1]},"entries":[{",".join(shown)}]}}'
+
+
+def _bytes(text: str) -> int:
+    """The UTF-8 length of ``text``, without encoding it when it is ASCII (most entries are)."""
+    return len(text) if text.isascii() else len(text.encode())
 
 
 def _names_a_secret(lowered: str) -> bool:
@@ -486,6 +503,35 @@ def _names_a_secret(lowered: str) -> bool:
         or "authorization" in lowered
         or "credential" in lowered
     )
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_SECRET_KEYS: dict[str, bool] = {}
+"""Whether a key names a secret, per key met (most are met every turn: the same tools' arguments)."""
+
+
+def _hides_a_field(value: Any, data: bool = False) -> bool:
+    """Whether cleaning would hide a field of ``value``: a key that names a secret in the
+    application's data (under one of ``_DATA``'s keys, at any depth). A value that is not plain
+    JSON is the walk's to judge (True)."""
+    kind = type(value)
+    if kind is dict:
+        for key, item in value.items():
+            if data:
+                name = str(key)
+                hidden = _SECRET_KEYS.get(name)
+                if hidden is None:
+                    hidden = bool(_SECRET_FIELD.search(name))
+                    if len(_SECRET_KEYS) < 10_000:  # bounded: keys may be ids
+                        _SECRET_KEYS[name] = hidden
+                if hidden:
+                    return True
+            if type(item) not in _SCALARS and _hides_a_field(item, data or key in _DATA):
+                return True
+        return False
+    if kind is list or kind is tuple:
+        return any(type(item) not in _SCALARS and _hides_a_field(item, data) for item in value)
+    return kind not in _SCALARS
 
 
 _KEY = re.compile(r'"((?:[^"\\]|\\.)*)":')
@@ -511,7 +557,29 @@ class _Cleaner:
         """The entry as JSON text, cleaned. Most entries need no change at all: encoded once, an
         entry shorter than the text limit holds no text to cut, and one whose keys name no secret
         (with no ``redact`` hook) hides no field; only secrets are then replaced, in the text."""
-        text = to_json(entry, fallback=repr).decode()
+        return self._cleaned(entry, to_json(entry, fallback=repr).decode())
+
+    def encode_all(self, entries: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Each entry as ``encode`` makes it. In most turns no entry needs more than its secrets
+        replaced: that is then checked and done once, over all of them joined."""
+        texts = [to_json(entry, fallback=repr).decode() for entry in entries]
+        if (
+            self.redact is None
+            and max(map(len, texts), default=0) <= self.limit
+            and not any(entry.get("kind") in _NAMES_FIELDS or _hides_a_field(entry) for entry in entries)
+        ):
+            # Nothing to cut and no field to hide: only secrets to replace. The keys are looked at,
+            # not the whole text scanned for words naming a secret (ten passes over every prompt
+            # and result). No JSON text holds a raw line break, nor does an escaped secret: joined
+            # by one, the entries are replaced in together and split back exactly.
+            joined = "\n".join(texts)
+            for escaped in self.escaped:
+                if escaped in joined:
+                    joined = joined.replace(escaped, SECRET)
+            return joined.split("\n") if texts else []
+        return [self._cleaned(entry, text) for entry, text in zip(entries, texts, strict=True)]
+
+    def _cleaned(self, entry: Mapping[str, Any], text: str) -> str:
         if len(text) > self.limit or self.redact is not None:
             return self._encode_walked(entry)
         lowered = text.lower().replace("tokens", "")  # counts of tokens are no secret
@@ -641,4 +709,8 @@ def _describe(error: BaseException) -> str:
 
 
 def _ms(seconds: float) -> float:
+    """Milliseconds, to two decimals. A dozen a turn: ``round(x, 2)`` goes through a decimal
+    string and costs several times this (the same value but for a last-digit tie)."""
+    if seconds >= 0:
+        return int(seconds * 100_000 + 0.5) / 100
     return round(seconds * 1000, 2)
