@@ -369,6 +369,37 @@ async def test_a_new_room_type_read_as_a_comparison_changes_the_search(
     assert (await known(listed))["room_types"] == ["two beds"]
 
 
+@pytest.mark.parametrize(
+    ("said", "quote", "changed"),
+    [
+        ("Actually, make it two beds instead and search again", "two beds", "Changed: two beds."),
+        ("Mejor dos camas, y busca otra vez", "dos camas", "Cambiado: dos camas."),
+    ],
+)
+async def test_a_new_room_type_read_as_the_list_again_changes_the_search(
+    listed: Chat, said: str, quote: str, changed: str
+) -> None:
+    # The small model read the hotels with that room type and the list again, "cheapest" picked
+    # from no word of the guest's: a new value for the search, as when it is read as a comparison.
+    listed.model.extend(
+        [
+            wants("show_list", [1, 4, 7], ["roomType"], pick="cheapest"),
+            found(("room_types", quote, ["two beds"])),
+        ]
+    )
+    result = await listed.say(said)
+    assert result.step == "Present" and result.message.startswith(f"{changed}\n\n**")
+    assert (await known(listed))["room_types"] == ["two beds"]
+    session = await listed.engine.store.load(listed.session_id or "")
+    assert session is not None and booked(session) == [] and session.approvals == ()
+
+
+async def test_the_list_asked_again_without_a_new_value_is_the_list(listed: Chat) -> None:
+    listed.model.extend([wants("show_list")])
+    result = await listed.say("show me the list again")
+    assert result.step == "Present" and result.message.startswith("**") and listed.model.remaining == 0
+
+
 async def test_a_comparison_that_names_an_amenity_is_still_a_comparison(listed: Chat) -> None:
     listed.model.extend([wants("compare", [1, 2], ["amenities"])])
     result = await listed.say("compare the first two on amenities, I need a pool")

@@ -113,9 +113,8 @@ def choice_reply(
 
 
 def listed_note(quotes: Sequence[HotelQuote], locale: str = ENGLISH) -> str:
-    # Not the list's order: numbers are places in the list as shown, mapped by code, and the words
-    # "cheapest first" in what the model reads made the embedded model read "cheapest" into replies
-    # that change the search (hotel-guests' change-of-mind: 3 runs of 3 failed with them, none without).
+    # Not the list's order: numbers are places in the list as shown (the prompt numbers the names
+    # in that order), mapped by code; the model's memory of a list stays the short note it was.
     shown = say("listed_note_one" if len(quotes) == 1 else "listed_note_other", locale, count=len(quotes))
     return f"{shown}\n\n{say('choose', locale)}"
 
@@ -463,9 +462,10 @@ class Present(Step):
             return self.show_list(with_help=True)
         action = request.action
         named = [n for n in numbers if bears_out(GuestRequest, "hotels", [n], said, LOCALES)]
-        if action == "compare" and pick == "none" and not named and changes_criterion(said):
-            # "I'd rather have two beds": a new value for a search criterion, with no hotel named
-            # and no word of a comparison besides that value's, changes the search.
+        if action in ("compare", "show_list") and pick == "none" and not named and changes_criterion(said):
+            # "I'd rather have two beds", "make it one bed instead and search again": a new value
+            # for a search criterion, with no hotel named and no word of a comparison besides that
+            # value's, changes the search, whether it was read as a comparison or as the list again.
             return repair("correction", detail="the search")
         if pick != "none" and listed:  # "the cheapest" is found in code, whatever number was read
             numbers = [picked(listed, pick)]
