@@ -398,10 +398,16 @@ def changes_criterion(said: str) -> bool:
     as a comparison (its "beds" a comparison's word) is a change of the search."""
     if not any(options_said(Criteria, name, said, LOCALES) for name in ("room_types", "amenities")):
         return False
+    return not bears_out(GuestRequest, "action", "compare", beside_criteria(said), LOCALES)
+
+
+def beside_criteria(said: str) -> str:
+    """The guest's words with every room type's and amenity's words set aside: what they say
+    besides a value of the search ("one bed" names a room type, not hotel 1 of the list)."""
     rest = f" {' '.join(words(said))} "
     for phrase in CRITERION_WORDS:
         rest = rest.replace(f" {' '.join(words(phrase))} ", " ")
-    return not bears_out(GuestRequest, "action", "compare", rest, LOCALES)
+    return rest
 
 
 def picked(quotes: Sequence[HotelQuote], pick: Pick) -> int:
@@ -462,7 +468,14 @@ class Present(Step):
             return self.show_list(with_help=True)
         action = request.action
         named = [n for n in numbers if bears_out(GuestRequest, "hotels", [n], said, LOCALES)]
-        if action in ("compare", "show_list") and pick == "none" and not named and changes_criterion(said):
+        apart = beside_criteria(said)  # a number in a room type's words names no hotel
+        named_apart = [n for n in named if bears_out(GuestRequest, "hotels", [n], apart, LOCALES)]
+        if (
+            action in ("compare", "show_list")
+            and pick == "none"
+            and not named_apart
+            and changes_criterion(said)
+        ):
             # "I'd rather have two beds", "make it one bed instead and search again": a new value
             # for a search criterion, with no hotel named and no word of a comparison besides that
             # value's, changes the search, whether it was read as a comparison or as the list again.
