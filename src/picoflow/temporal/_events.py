@@ -97,11 +97,13 @@ class Delivery:
     run a hook started, whose ``parent`` is the calling step).
     """
 
-    def __init__(self, observer: TurnObserver, opens: str | None = None) -> None:
+    def __init__(self, observer: TurnObserver, opens: str | None = None, *, timeline: bool = False) -> None:
         """``opens``: a session to report opened before the first event (a decision's session is
-        opened once the decision passed its checks, which its first event shows)."""
+        opened once the decision passed its checks, which its first event shows). ``timeline``:
+        the workflow relays the turn's timeline too (``self.timeline`` hands it over)."""
         self.observer = observer
         self.opens = opens
+        self.timeline = TimelineRelay(observer) if timeline else None
         self.count = 0
         """How many of the turn's events were delivered."""
         self._calls: dict[str, tuple[TurnObserver, str, ToolCall]] = {}

@@ -29,7 +29,7 @@ from picoflow.context import ANY_PRINCIPAL, PrincipalFilter
 from picoflow.exceptions import InvalidInput, RunError, SessionNotFound, StoreUnavailable
 from picoflow.results import TurnResult
 from picoflow.temporal import _codec as codec
-from picoflow.temporal._events import POLL_SECONDS, Delivery, TimelineRelay
+from picoflow.temporal._events import POLL_SECONDS, Delivery
 from picoflow.temporal._workflow import (
     CANCEL_UPDATE,
     DECISION_WORKFLOW,
@@ -165,23 +165,23 @@ class TemporalExecutor:
             if opens_at_once:
                 observer.session_opened(job.session_id)
             listens = observer is not NO_OBSERVER
-            delivery = (
-                Delivery(observer, opens=None if opens_at_once else job.session_id) if listens else None
-            )
             records = turns.host.timeline_settings is not None
-            relay = None
-            if records and observer.wants_timeline:
+            relays = records and observer.wants_timeline
+            if relays:
                 # The workflow records the timeline: its entries are the ones to watch, not what
                 # the observer would make of the events this client sees.
                 observer.timeline_relayed()
-                relay = TimelineRelay(observer)
-            watching = codec.Watching(events=listens, timeline=records, timeline_live=relay is not None)
-            submitted = submission(job, revision, watching, self.id_prefix)
-            data = await self._result(
-                submitted.workflow_id, submitted.payload, delivery, relay, submitted.workflow
+            delivery = (
+                Delivery(observer, opens=None if opens_at_once else job.session_id, timeline=relays)
+                if listens
+                else None
             )
+            watching = codec.Watching(events=listens, timeline=records, timeline_live=relays)
+            submitted = submission(job, revision, watching, self.id_prefix)
+            data = await self._result(submitted.workflow_id, submitted.payload, delivery, submitted.workflow)
             result, events, timeline = codec.decode_job_output(data)
             if timeline is not None:  # what the polls did not hand over, before the result
+                relay = delivery.timeline if delivery is not None else None
                 if relay is not None:
                     relay.new([codec.decode_update(u) for u in timeline.updates], timeline.first)
                 if timeline.stored_as is not None and result.session_id is not None:
@@ -198,7 +198,6 @@ class TemporalExecutor:
         workflow_id: str,
         payload: str,
         delivery: Delivery | None = None,
-        relay: TimelineRelay | None = None,
         workflow: str = WORKFLOW_NAME,
     ) -> str:
         """The execution's encoded result; meanwhile, with a ``delivery``, its events as they happen."""
@@ -217,8 +216,7 @@ class TemporalExecutor:
             handle = client.get_workflow_handle(workflow_id, result_type=str)
         except RPCErrors as exc:
             raise StoreUnavailable(f"Temporal did not take the turn: {exc}") from exc
-        watched = delivery is not None or relay is not None
-        polling = asyncio.ensure_future(_poll(handle, delivery, relay)) if watched else None
+        polling = None if delivery is None else asyncio.ensure_future(_poll(handle, delivery))
         try:
             result: str = await handle.result()
         except WorkflowFailureError as exc:
@@ -293,22 +291,20 @@ def _decision(request: DecisionRequest, revision: int, watching: codec.Watching,
     return Submission(DECISION_WORKFLOW, decision_workflow_id(prefix, decision), decision.model_dump_json())
 
 
-async def _poll(
-    handle: WorkflowHandle[Any, str], delivery: Delivery | None, relay: TimelineRelay | None
-) -> None:
-    """Ask the running turn for its new events (and its timeline's new updates) every
-    ``POLL_SECONDS`` and deliver them, until cancelled (when the result is in). A query that fails
-    (the turn not started on a worker yet, Temporal busy) is asked again at the next poll: the
-    result carries every event anyway, and the last updates of its timeline."""
+async def _poll(handle: WorkflowHandle[Any, str], delivery: Delivery) -> None:
+    """Ask the running turn for its new events (and its timeline's new updates, when relayed)
+    every ``POLL_SECONDS`` and deliver them, until cancelled (when the result is in). A query that
+    fails (the turn not started on a worker yet, Temporal busy) is asked again at the next poll:
+    the result carries every event anyway, and the last updates of its timeline."""
+    relay = delivery.timeline
     while True:
         await asyncio.sleep(POLL_SECONDS)
-        if delivery is not None:
-            first = delivery.count
-            try:
-                data = await handle.query(EVENTS_QUERY, first, result_type=str)
-            except QUERY_ERRORS:
-                continue
-            delivery.new(codec.decode_events(data), first)
+        first = delivery.count
+        try:
+            data = await handle.query(EVENTS_QUERY, first, result_type=str)
+        except QUERY_ERRORS:
+            continue
+        delivery.new(codec.decode_events(data), first)
         if relay is not None:
             first = relay.count
             try:
